@@ -1,0 +1,23 @@
+"""Every wire format of path resolution, one Scapy class per header.
+
+Importing this package binds all layers, so that Ether(raw_bytes) of a RoCEv2 MAD, or a
+pcap record of link type 197/247/252/253, dissects down to the PathRecords.
+"""
+
+from scapy.contrib.roce import BTH, GRH  # noqa: F401  (re-exported: part of every IB stack)
+from scapy.layers.inet import IP, UDP  # noqa: F401
+from scapy.layers.inet6 import IPv6  # noqa: F401
+from scapy.layers.l2 import Ether  # noqa: F401
+
+from .mad import MAD, RMPP  # noqa: F401
+from .sa import SAHeader, PathRecord, GIDField  # noqa: F401
+from .cm import CMReq, CMRep, CMRtu, CMRej, CMDreq, CMDrep, CMMra  # noqa: F401
+from .roce import DETH  # noqa: F401
+from .ib import LRH, ERF, ExportedPDU, ExportedPDUTag  # noqa: F401
+
+__all__ = [
+    "BTH", "GRH", "IP", "IPv6", "UDP", "Ether",
+    "MAD", "RMPP", "SAHeader", "PathRecord", "GIDField",
+    "CMReq", "CMRep", "CMRtu", "CMRej", "CMDreq", "CMDrep", "CMMra",
+    "DETH", "LRH", "ERF", "ExportedPDU", "ExportedPDUTag",
+]

@@ -1,0 +1,352 @@
+"""Subnet Administration: SA header, ComponentMask and PathRecord (IBA Vol1 §15.2.1, §15.2.5.16).
+
+Sources: Linux drivers/infiniband/core/sa_query.c path_rec_table, include/rdma/ib_sa.h,
+OpenSM ib_types.h, rdma-core libibverbs/sa.h. See wire-formats.md §2-3.
+"""
+
+from scapy.fields import (
+    BitEnumField,
+    BitField,
+    ByteField,
+    Field,
+    FlagsField,
+    IP6Field,
+    ShortField,
+    XBitField,
+    XByteField,
+    XLongField,
+    XShortField,
+)
+from scapy.packet import Packet, Raw, bind_layers
+
+from .mad import (
+    ATTR_PATH_RECORD,
+    MAD,
+    MADPadding,
+    METHOD_GET_TABLE_RESP,
+    METHOD_RESP,
+    RMPP,
+    RMPP_ACTIVE,
+    RMPP_FIRST,
+    RMPP_LAST,
+    RMPP_TYPE_DATA,
+)
+
+SA_HDR_SIZE = 20  # SM_Key, AttributeOffset, Reserved, ComponentMask
+SA_DATA_SIZE = 200
+SA_MAD_HDR_SIZE = 56  # MAD 24 + RMPP 12 + SA 20
+PATH_RECORD_SIZE = 64
+
+# Path MTU codes (enum ib_mtu, OpenSM IB_MTU_LEN_*).
+MTU_CODES = {1: "256", 2: "512", 3: "1024", 4: "2048", 5: "4096"}
+MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
+
+# Static rate codes (enum ib_rate, OpenSM IB_PATH_RECORD_RATE_*), Gb/s.
+RATE_CODES = {
+    0: "port current",
+    2: "2.5 Gb/s",
+    3: "10 Gb/s",
+    4: "30 Gb/s",
+    5: "5 Gb/s",
+    6: "20 Gb/s",
+    7: "40 Gb/s",
+    8: "60 Gb/s",
+    9: "80 Gb/s",
+    10: "120 Gb/s",
+    11: "14 Gb/s",
+    12: "56 Gb/s",
+    13: "112 Gb/s",
+    14: "168 Gb/s",
+    15: "25 Gb/s",
+    16: "100 Gb/s",
+    17: "200 Gb/s",
+    18: "300 Gb/s",
+    19: "28 Gb/s",
+    20: "50 Gb/s",
+    21: "400 Gb/s",
+    22: "600 Gb/s",
+    23: "800 Gb/s",
+    24: "1200 Gb/s",
+    25: "1600 Gb/s",
+}
+
+# Selectors (enum ib_sa_selector).
+SELECTORS = {0: "greater than", 1: "less than", 2: "exactly", 3: "largest/smallest available"}
+SELECTOR_EXACTLY = 2
+
+
+def packet_life_time_seconds(code: int) -> float:
+    """PacketLifeTime is an exponent: 4.096 µs × 2^code (IBA Vol1 §15.2.5.16)."""
+    return 4.096e-6 * (1 << code)
+
+
+def _format_seconds(t: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if t >= scale:
+            return f"{t / scale:.4g} {unit}"
+    return f"{t / 1e-6:.4g} µs"
+
+
+class GIDField(IP6Field):
+    """A 128-bit IB GID, shown as IPv6 text (fe80::2:c903:0:1)."""
+
+
+class PacketLifeTimeField(BitField):
+    """6-bit PacketLifeTime exponent, shown with the time it stands for."""
+
+    def i2repr(self, pkt, x):
+        if x is None:
+            return repr(x)
+        return f"{x} ({_format_seconds(packet_life_time_seconds(x))})"
+
+
+class PathRecord(Packet):
+    """PathRecord attribute 0x0035 (IBA Vol1 §15.2.5.16, 64 bytes, SA wire format).
+
+    Layout: kernel sa_query.c path_rec_table; reserved fields are named by bit offset.
+    """
+
+    name = "PathRecord"
+    fields_desc = [
+        XLongField("service_id", 0),
+        GIDField("dgid", "::"),
+        GIDField("sgid", "::"),
+        XShortField("dlid", 0),
+        XShortField("slid", 0),
+        BitField("raw_traffic", 0, 1),
+        XBitField("reserved_353", 0, 3),
+        XBitField("flow_label", 0, 20),
+        ByteField("hop_limit", 0),
+        XByteField("tclass", 0),
+        BitField("reversible", 0, 1),
+        BitField("numb_path", 0, 7),
+        XShortField("pkey", 0xFFFF),
+        XBitField("qos_class", 0, 12),
+        BitField("sl", 0, 4),
+        BitEnumField("mtu_selector", SELECTOR_EXACTLY, 2, SELECTORS),
+        BitEnumField("mtu", 4, 6, MTU_CODES),
+        BitEnumField("rate_selector", SELECTOR_EXACTLY, 2, SELECTORS),
+        BitEnumField("rate", 3, 6, RATE_CODES),
+        BitEnumField("packet_life_time_selector", SELECTOR_EXACTLY, 2, SELECTORS),
+        PacketLifeTimeField("packet_life_time", 18, 6),
+        ByteField("preference", 0),
+        XBitField("reserved_464", 0, 48),
+    ]
+
+    # ComponentMask bit of each component (ib_sa.h IB_SA_PATH_REC_*, OpenSM IB_PR_COMPMASK_*).
+    # ServiceID takes two bits (OpenSM SERVICEID_MSB/_LSB); bits 7 and 23+ are reserved.
+    COMPONENTS = {
+        "service_id": (0, 1),
+        "dgid": (2,),
+        "sgid": (3,),
+        "dlid": (4,),
+        "slid": (5,),
+        "raw_traffic": (6,),
+        "flow_label": (8,),
+        "hop_limit": (9,),
+        "tclass": (10,),
+        "reversible": (11,),
+        "numb_path": (12,),
+        "pkey": (13,),
+        "qos_class": (14,),
+        "sl": (15,),
+        "mtu_selector": (16,),
+        "mtu": (17,),
+        "rate_selector": (18,),
+        "rate": (19,),
+        "packet_life_time_selector": (20,),
+        "packet_life_time": (21,),
+        "preference": (22,),
+    }
+
+    def extract_padding(self, s):
+        return b"", s
+
+    def mysummary(self):
+        return self.sprintf(
+            "PathRecord %PathRecord.sgid% > %PathRecord.dgid% "
+            "slid=%PathRecord.slid% dlid=%PathRecord.dlid% rev=%PathRecord.reversible%"
+        )
+
+
+def _component_names() -> list[str]:
+    names = [f"reserved_{bit}" for bit in range(64)]
+    for field, bits in PathRecord.COMPONENTS.items():
+        if len(bits) == 2:
+            names[bits[0]] = f"{field}_msb"
+            names[bits[1]] = f"{field}_lsb"
+        else:
+            names[bits[0]] = field
+    return names
+
+
+COMPONENT_MASK_NAMES = _component_names()
+RESERVED_COMPONENT_BITS = tuple(i for i, n in enumerate(COMPONENT_MASK_NAMES) if n.startswith("reserved"))
+
+
+def component_mask_for(record: Packet) -> int:
+    """ComponentMask for the fields a user set explicitly on a query record."""
+    mask = 0
+    for field in record.fields:
+        for bit in getattr(record, "COMPONENTS", {}).get(field, ()):
+            mask |= 1 << bit
+    return mask
+
+
+def component_fields(mask: int, record_cls=PathRecord) -> list[str]:
+    """Names of the record fields a ComponentMask selects (ServiceID only when both bits are set)."""
+    out = []
+    for field, bits in record_cls.COMPONENTS.items():
+        if all(mask >> b & 1 for b in bits):
+            out.append(field)
+    return out
+
+
+class ComponentMaskField(FlagsField):
+    """64-bit ComponentMask; bit n = value 1 << n (IB_SA_COMP_MASK(n)). None = computed."""
+
+    def __init__(self, name, default):
+        super().__init__(name, default, 64, COMPONENT_MASK_NAMES)
+
+
+# Record class per SA AttributeID; records of other attributes stay raw bytes.
+SA_RECORD_CLASSES = {ATTR_PATH_RECORD: PathRecord}
+
+
+class SARecordListField(Field):
+    """The records of an SA MAD: N records at a stride of AttributeOffset × 8 bytes.
+
+    How many records the data holds depends on the method and RMPP state
+    (wire-formats.md §2); SAHeader.record_count() decides, so the rule lives in one place.
+    """
+
+    islist = 1
+    holds_packets = 1
+
+    def __init__(self, name):
+        super().__init__(name, None)
+
+    def i2m(self, pkt, val):
+        return val
+
+    def getfield(self, pkt, s):
+        cls = pkt.record_class()
+        count = pkt.record_count(len(s))
+        if cls is None or not count:
+            return s, []
+        stride = pkt.record_stride(cls)
+        out = []
+        for i in range(count):
+            chunk = s[i * stride:(i + 1) * stride]
+            out.append(cls(chunk))
+        return s[count * stride:], out
+
+    def addfield(self, pkt, s, val):
+        if not val:
+            return s
+        stride = pkt.record_stride(type(val[0]))
+        for rec in val:
+            b = bytes(rec)
+            s += b + b"\x00" * (stride - len(b)) if len(b) < stride else b
+        return s
+
+    def i2repr(self, pkt, x):
+        return f"[{len(x or [])} record(s)]"
+
+    def any2i(self, pkt, x):
+        return list(x) if x is not None else []
+
+
+class SAHeader(Packet):
+    """SA header (IBA Vol1 §15.2.1.1) followed by the SA records of the MAD's attribute.
+
+    component_mask=None is computed from the fields set on the first record;
+    attribute_offset=None is the record size in 8-byte words on a response with records, else 0.
+    """
+
+    name = "SA"
+    fields_desc = [
+        XLongField("sm_key", 0),
+        ShortField("attribute_offset", None),
+        XShortField("reserved_80", 0),
+        ComponentMaskField("component_mask", None),
+        SARecordListField("records"),
+    ]
+
+    # -- context from the layers below --------------------------------------------------
+    def _mad(self):
+        p = self.underlayer
+        while p is not None and not isinstance(p, MAD):
+            p = p.underlayer
+        return p
+
+    def _rmpp(self):
+        p = self.underlayer
+        return p if isinstance(p, RMPP) else None
+
+    def record_class(self):
+        mad = self._mad()
+        attr = mad.attribute_id if mad is not None else ATTR_PATH_RECORD
+        return SA_RECORD_CLASSES.get(attr)
+
+    def record_stride(self, cls) -> int:
+        size = len(cls()) if cls is not None else 0
+        off = self.attribute_offset or 0
+        return max(off * 8, size)
+
+    def record_count(self, data_len: int) -> int:
+        """How many records the data area holds (wire-formats.md §2)."""
+        cls = self.record_class()
+        if cls is None:
+            return 0
+        stride = self.record_stride(cls)
+        mad, rmpp = self._mad(), self._rmpp()
+        method = mad.method if mad is not None else 0
+        status = mad.status if mad is not None else 0
+        if method & METHOD_RESP and status != 0:
+            return 0
+        if rmpp is not None and int(rmpp.rmpp_flags) & RMPP_ACTIVE:
+            if rmpp.rmpp_type != RMPP_TYPE_DATA:
+                return 0
+            flags = int(rmpp.rmpp_flags)
+            if not (flags & RMPP_FIRST and flags & RMPP_LAST):
+                return 0  # one segment of a longer message: records need reassembly
+            data = max(0, rmpp.payload_length - SA_HDR_SIZE)
+            return min(data, data_len) // stride
+        if method == METHOD_GET_TABLE_RESP:
+            # A GetTableResp without RMPP is not IBA-conformant; decode what one MAD can hold.
+            return 1 if data_len >= stride and self.attribute_offset else 0
+        return 1 if data_len >= stride else 0
+
+    def is_segment(self) -> bool:
+        """True when this MAD is one segment of a multi-segment RMPP transfer."""
+        rmpp = self._rmpp()
+        if rmpp is None or not int(rmpp.rmpp_flags) & RMPP_ACTIVE:
+            return False
+        flags = int(rmpp.rmpp_flags)
+        return rmpp.rmpp_type == RMPP_TYPE_DATA and not (flags & RMPP_FIRST and flags & RMPP_LAST)
+
+    # -- building ----------------------------------------------------------------------------
+    def post_build(self, p, pay):
+        mad = self._mad()
+        if self.component_mask is None:
+            mask = component_mask_for(self.records[0]) if self.records else 0
+            p = p[:12] + mask.to_bytes(8, "big") + p[20:]
+        if self.attribute_offset is None:
+            off = 0
+            if self.records and mad is not None and mad.method & METHOD_RESP:
+                off = len(bytes(self.records[0])) // 8
+            p = p[:8] + off.to_bytes(2, "big") + p[10:]
+        return p + pay
+
+    def guess_payload_class(self, payload):
+        if self.is_segment() or self.record_class() is None:
+            return Raw
+        return MADPadding
+
+    def mysummary(self):
+        return f"SA comp_mask=0x{int(self.component_mask or 0):x} records={len(self.records)}"
+
+
+bind_layers(MAD, RMPP, mgmt_class=0x03)
+bind_layers(RMPP, SAHeader)

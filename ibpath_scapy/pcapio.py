@@ -1,0 +1,242 @@
+"""Streaming pcap / pcapng reading and writing, with errors that name the file and offset.
+
+Own code rather than scapy's readers: a truncated or corrupt file must give a precise error
+(frame number, byte offset) after yielding every good frame before it, and the audit's fast
+path needs raw bytes without building any Scapy object.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator
+
+PCAP_MAGICS = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
+    b"\xa1\xb2\xc3\xd4": (">", 1e-6),
+    b"\x4d\x3c\xb2\xa1": ("<", 1e-9),
+    b"\xa1\xb2\x3c\x4d": (">", 1e-9),
+}
+PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+_BYTE_ORDER_MAGIC = 0x1A2B3C4D
+
+# pcapng block types
+_IDB, _PB, _SPB, _EPB = 0x00000001, 0x00000002, 0x00000003, 0x00000006
+MAX_BLOCK = 256 * 1024 * 1024  # refuse absurd lengths instead of allocating them
+
+
+class CaptureError(Exception):
+    """A capture file cannot be read on; the message names file, frame and byte offset."""
+
+
+@dataclass(slots=True)
+class Frame:
+    number: int  # 1-based, as Wireshark numbers frames
+    time: float
+    linktype: int
+    data: bytes
+    wirelen: int
+    comment: str | None = None
+
+
+def sniff_format(head: bytes) -> str:
+    """'pcap', 'pcapng' or 'other' from a file's first 4 bytes."""
+    if head[:4] in PCAP_MAGICS:
+        return "pcap"
+    if head[:4] == PCAPNG_SHB:
+        return "pcapng"
+    return "other"
+
+
+def read_frames(path: str) -> Iterator[Frame]:
+    """Yield every frame of a pcap or pcapng file, in order, one at a time."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+        f.seek(0)
+        kind = sniff_format(head)
+        if kind == "pcap":
+            yield from _read_pcap(path, f)
+        elif kind == "pcapng":
+            yield from _read_pcapng(path, f)
+        else:
+            raise CaptureError(f"{path}: not a pcap or pcapng file (starts with {head.hex() or 'nothing'})")
+
+
+def _read_exact(f: BinaryIO, n: int, path: str, what: str, frame: int) -> bytes:
+    off = f.tell()
+    b = f.read(n)
+    if len(b) != n:
+        raise CaptureError(
+            f"{path}: frame {frame}: truncated {what} at byte offset {off} "
+            f"({len(b)} of {n} bytes)")
+    return b
+
+
+def _read_pcap(path: str, f: BinaryIO) -> Iterator[Frame]:
+    hdr = _read_exact(f, 24, path, "pcap file header", 0)
+    endian, tsres = PCAP_MAGICS[hdr[:4]]
+    linktype = struct.unpack(endian + "I", hdr[20:24])[0] & 0x0FFFFFFF
+    snaplen = struct.unpack(endian + "I", hdr[16:20])[0]
+    number = 0
+    while True:
+        off = f.tell()
+        rec = f.read(16)
+        if not rec:
+            return
+        number += 1
+        if len(rec) < 16:
+            raise CaptureError(f"{path}: frame {number}: truncated record header at byte offset {off}")
+        sec, frac, incl, orig = struct.unpack(endian + "IIII", rec)
+        if incl > max(snaplen, 262144) and incl > MAX_BLOCK:
+            raise CaptureError(f"{path}: frame {number}: record length {incl} at byte offset {off} is not plausible")
+        data = _read_exact(f, incl, path, "packet data", number)
+        yield Frame(number, sec + frac * tsres, linktype, data, orig)
+
+
+def _read_pcapng(path: str, f: BinaryIO) -> Iterator[Frame]:
+    endian = "<"
+    interfaces: list[tuple[int, float]] = []
+    number = 0
+    while True:
+        off = f.tell()
+        head = f.read(8)
+        if not head:
+            return
+        if len(head) < 8:
+            raise CaptureError(f"{path}: frame {number + 1}: truncated block header at byte offset {off}")
+        btype_raw = head[:4]
+        if btype_raw == PCAPNG_SHB:
+            bom = _read_exact(f, 4, path, "section header", number + 1)
+            endian = "<" if struct.unpack("<I", bom)[0] == _BYTE_ORDER_MAGIC else ">"
+            if struct.unpack(endian + "I", bom)[0] != _BYTE_ORDER_MAGIC:
+                raise CaptureError(f"{path}: bad pcapng byte-order magic at byte offset {off + 8}")
+            blen = struct.unpack(endian + "I", head[4:])[0]
+            body = bom + _read_exact(f, _check_len(path, blen, off, number) - 12, path, "section header", number + 1)
+            interfaces = []
+            continue
+        btype, blen = struct.unpack(endian + "II", head)
+        body = _read_exact(f, _check_len(path, blen, off, number) - 8, path, "pcapng block", number + 1)
+        if btype == _IDB:
+            linktype = struct.unpack(endian + "H", body[:2])[0]
+            interfaces.append((linktype, _tsresol(body[8:-4], endian)))
+        elif btype == _EPB:
+            number += 1
+            iface, ts_hi, ts_lo, incl, orig = struct.unpack(endian + "IIIII", body[:20])
+            if iface >= len(interfaces):
+                raise CaptureError(f"{path}: frame {number}: interface {iface} not described (byte offset {off})")
+            if 20 + incl > len(body) - 4:
+                raise CaptureError(f"{path}: frame {number}: packet length {incl} overruns its block at byte offset {off}")
+            linktype, res = interfaces[iface]
+            data = body[20:20 + incl]
+            comment = _comment(body[20 + ((incl + 3) & ~3):-4], endian)
+            yield Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, data, orig, comment)
+        elif btype == _SPB:
+            number += 1
+            if not interfaces:
+                raise CaptureError(f"{path}: frame {number}: no interface described (byte offset {off})")
+            orig = struct.unpack(endian + "I", body[:4])[0]
+            linktype, _ = interfaces[0]
+            yield Frame(number, 0.0, linktype, body[4:4 + orig], orig)
+        elif btype == _PB:
+            number += 1
+            iface = struct.unpack(endian + "H", body[:2])[0]
+            ts_hi, ts_lo, incl, orig = struct.unpack(endian + "IIII", body[4:20])
+            linktype, res = interfaces[iface] if iface < len(interfaces) else (1, 1e-6)
+            yield Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, body[20:20 + incl], orig)
+        # other blocks (NRB, ISB, DSB, custom) carry no frames
+
+
+def _check_len(path: str, blen: int, off: int, number: int) -> int:
+    if blen < 12 or blen % 4 or blen > MAX_BLOCK:
+        raise CaptureError(f"{path}: frame {number + 1}: bad pcapng block length {blen} at byte offset {off}")
+    return blen
+
+
+def _options(raw: bytes, endian: str) -> Iterator[tuple[int, bytes]]:
+    i = 0
+    while i + 4 <= len(raw):
+        code, length = struct.unpack(endian + "HH", raw[i:i + 4])
+        if code == 0:
+            return
+        yield code, raw[i + 4:i + 4 + length]
+        i += 4 + ((length + 3) & ~3)
+
+
+def _tsresol(opts: bytes, endian: str) -> float:
+    for code, val in _options(opts, endian):
+        if code == 9 and val:
+            v = val[0]
+            return 2.0 ** -(v & 0x7F) if v & 0x80 else 10.0 ** -v
+    return 1e-6
+
+
+def _comment(opts: bytes, endian: str) -> str | None:
+    for code, val in _options(opts, endian):
+        if code == 1:
+            return val.decode("utf-8", "replace")
+    return None
+
+
+class PcapNgWriter:
+    """Write a pcapng with one interface per link type (created on first use)."""
+
+    def __init__(self, path: str):
+        self.f = open(path, "wb")
+        self.ifaces: dict[int, int] = {}
+        shb_body = struct.pack("<IHHq", _BYTE_ORDER_MAGIC, 1, 0, -1)
+        self._block(0x0A0D0D0A, shb_body)
+
+    def _block(self, btype: int, body: bytes) -> None:
+        body += b"\x00" * ((-len(body)) % 4)
+        blen = len(body) + 12
+        self.f.write(struct.pack("<II", btype, blen) + body + struct.pack("<I", blen))
+
+    def _iface(self, linktype: int) -> int:
+        if linktype not in self.ifaces:
+            tsresol = struct.pack("<HHB3x", 9, 1, 9)  # nanoseconds
+            self._block(_IDB, struct.pack("<HHI", linktype, 0, 0) + tsresol + b"\x00" * 4)
+            self.ifaces[linktype] = len(self.ifaces)
+        return self.ifaces[linktype]
+
+    def write(self, data: bytes, linktype: int, ts: float = 0.0, comment: str | None = None) -> None:
+        iface = self._iface(linktype)
+        t = int(round(ts * 1e9))
+        body = struct.pack("<IIIII", iface, t >> 32, t & 0xFFFFFFFF, len(data), len(data)) + data
+        body += b"\x00" * ((-len(body)) % 4)
+        if comment:
+            c = comment.encode()
+            body += struct.pack("<HH", 1, len(c)) + c + b"\x00" * ((-len(c)) % 4) + b"\x00" * 4
+        self._block(_EPB, body)
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class PcapWriter:
+    """Write a classic pcap (one link type, microsecond or nanosecond timestamps)."""
+
+    def __init__(self, path: str, linktype: int, snaplen: int = 262144, nano: bool = False):
+        self.f = open(path, "wb")
+        self.nano = nano
+        magic = 0xA1B23C4D if nano else 0xA1B2C3D4
+        self.f.write(struct.pack("<IHHiIII", magic, 2, 4, 0, 0, snaplen, linktype))
+
+    def write(self, data: bytes, ts: float = 0.0) -> None:
+        scale = 1_000_000_000 if self.nano else 1_000_000
+        t = int(round(ts * scale))
+        self.f.write(struct.pack("<IIII", t // scale, t % scale, len(data), len(data)) + data)
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,99 @@
+"""Human-readable text for decoded frames (the `ibpath decode` text format)."""
+
+from __future__ import annotations
+
+from .layers.sa import MTU_CODES, RATE_CODES, SELECTORS, packet_life_time_seconds
+
+_SEL = {0: ">", 1: "<", 2: "=", 3: "best"}
+
+
+def _selected(rec: dict, name: str, table: dict) -> str:
+    sel = _SEL.get(rec[f"{name}_selector"], "?")
+    val = table.get(rec[name], f"code {rec[name]}")
+    return f"{sel}{val}"
+
+
+def query_line(rec: dict, components: list[str]) -> str:
+    """The components a query selects, as name=value."""
+    parts = []
+    for name in components:
+        base = name.removesuffix("_msb").removesuffix("_lsb")
+        if base in rec and f"{base}=" not in " ".join(parts):
+            v = rec[base]
+            parts.append(f"{base}={v if not isinstance(v, int) or base in ('sl', 'numb_path', 'reversible', 'hop_limit') else hex(v)}")
+    return " ".join(parts) or "(no components)"
+
+
+def path_record_line(rec: dict) -> str:
+    plt = packet_life_time_seconds(rec["packet_life_time"])
+    flags = []
+    if rec["reversible"]:
+        flags.append("reversible")
+    if rec["raw_traffic"]:
+        flags.append("raw")
+    return (
+        f"{rec['sgid']} → {rec['dgid']}  slid {rec['slid']} dlid {rec['dlid']}  "
+        f"pkey 0x{rec['pkey']:04x} sl {rec['sl']} qos {rec['qos_class']}  "
+        f"mtu {_selected(rec, 'mtu', MTU_CODES)} rate {_selected(rec, 'rate', RATE_CODES)} "
+        f"plt {_SEL.get(rec['packet_life_time_selector'])}{rec['packet_life_time']} ({plt * 1e3:.3g} ms)  "
+        f"flow 0x{rec['flow_label']:05x} hop {rec['hop_limit']} tclass {rec['tclass']}  "
+        f"numb_path {rec['numb_path']} pref {rec['preference']}  sid 0x{rec['service_id']:016x}"
+        + (f"  [{', '.join(flags)}]" if flags else "")
+    )
+
+
+def frame_text(d: dict) -> list[str]:
+    """Lines describing one decoded frame."""
+    head = f"frame {d['frame']:>6}  "
+    if d["kind"] == "malformed" and "mad" not in d:
+        return [head + f"MALFORMED: {d['error']}"]
+    lines = []
+    where = f"{d.get('src', '?')} → {d.get('dst', '?')}"
+    mad = d.get("mad")
+    if mad:
+        attr = mad["attribute_name"] or f"0x{mad['attribute_id']:04x}"
+        status = "" if not mad["status"] else f"  status 0x{mad['status']:04x} {mad['status_text']}"
+        lines.append(head + f"{where}  {d['kind'].upper()} {mad['method_name']}({attr}) "
+                     f"tid 0x{mad['transaction_id']:016x}{status}")
+    if d["kind"] == "malformed":
+        lines.append("        MALFORMED: " + d["error"])
+    rmpp = d.get("rmpp")
+    if rmpp and rmpp["rmpp_flags"]:
+        names = [n for b, n in ((1, "ACTIVE"), (2, "FIRST"), (4, "LAST")) if rmpp["rmpp_flags"] & b]
+        lines.append(f"        RMPP type {rmpp['rmpp_type']} seg {rmpp['segment_number']} "
+                     f"paylen {rmpp['payload_length']} flags {'|'.join(names)} "
+                     f"rresptime {rmpp['r_resp_time']}")
+    sa = d.get("sa")
+    if sa and mad and not mad["method"] & 0x80:
+        lines.append(f"        component mask 0x{sa['component_mask']:016x}: {' '.join(sa['components'])}")
+    if "reassembled_from" in d:
+        lines.append(f"        reassembled from frames {d['reassembled_from']}")
+    is_query = bool(mad) and not mad["method"] & 0x80
+    for i, rec in enumerate(d.get("path_records", [])):
+        text = query_line(rec, sa["components"]) if is_query and sa else path_record_line(rec)
+        lines.append(f"        PathRecord[{i}] {text}")
+    for i, rec in enumerate(d.get("blob_records", [])):
+        lines.append(f"        record[{i}] flags 0x{rec['flags']:02x} {'|'.join(rec['flag_names'])}  "
+                     + path_record_line(rec["path_record"]))
+    req = d.get("cm_req")
+    if req:
+        lines.append(f"        REQ comm_id 0x{req['local_comm_id']:08x} sid 0x{req['service_id']:016x} "
+                     f"pkey 0x{req['pkey']:04x} mtu {MTU_CODES.get(req['path_packet_payload_mtu'], '?')}")
+        for p in ("primary", "alternate"):
+            if req[f"{p}_local_lid"] or req[f"{p}_local_gid"] != "::":
+                lines.append(
+                    f"        {p:9} {req[f'{p}_local_gid']} (lid {req[f'{p}_local_lid']}) → "
+                    f"{req[f'{p}_remote_gid']} (lid {req[f'{p}_remote_lid']})  "
+                    f"flow 0x{req[f'{p}_flow_label']:05x} rate {RATE_CODES.get(req[f'{p}_packet_rate'], '?')} "
+                    f"tclass {req[f'{p}_traffic_class']} hop {req[f'{p}_hop_limit']} sl {req[f'{p}_sl']} "
+                    f"ack_timeout {req[f'{p}_local_ack_timeout']}")
+    elif d.get("cm"):
+        cm = d["cm"]
+        lines.append(f"        {cm['message']} local_comm_id 0x{cm['local_comm_id']:08x}"
+                     + (f" remote_comm_id 0x{cm['remote_comm_id']:08x}" if "remote_comm_id" in cm else ""))
+    for e in d.get("errors", []):
+        lines.append(f"        ! {e}")
+    return lines
+
+
+__all__ = ["frame_text", "path_record_line", "SELECTORS"]

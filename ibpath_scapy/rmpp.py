@@ -1,0 +1,141 @@
+"""RMPP segmentation and reassembly of SA MADs, exactly as the Linux kernel does it.
+
+Sources: drivers/infiniband/core/mad_rmpp.c (send_next_seg, get_mad_len), mad.c
+(get_pad_size, alloc_send_rmpp_list); wire-formats.md §2 and its worked examples.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from .layers.mad import MAD_SIZE, RMPP_ACTIVE, RMPP_FIRST, RMPP_LAST, RMPP_TYPE_DATA
+from .layers.sa import SA_DATA_SIZE, SA_HDR_SIZE, SA_MAD_HDR_SIZE
+
+RMPP_DATA_SIZE = MAD_SIZE - 36  # 220: what PayloadLength counts per segment (SA header + data)
+
+# Offsets inside a MAD (the 12-byte RMPP header starts at 24).
+_OFF_RMPP_VERSION = 24
+_OFF_RMPP_TYPE = 25
+_OFF_RMPP_FLAGS = 26
+_OFF_SEGMENT = 28
+_OFF_PAYLEN = 32
+
+# Caps that keep a hostile capture from holding unbounded memory (see decode.Reassembler).
+MAX_SEGMENTS = 4096
+MAX_MESSAGE_BYTES = MAX_SEGMENTS * SA_DATA_SIZE
+
+
+def pad_size(data_len: int) -> int:
+    """Kernel get_pad_size() for SA: zero data still takes one (fully padded) segment."""
+    if not data_len:
+        return SA_DATA_SIZE
+    pad = SA_DATA_SIZE - data_len % SA_DATA_SIZE
+    return 0 if pad == SA_DATA_SIZE else pad
+
+
+def segment(mad: bytes) -> list[bytes]:
+    """Split one SA MAD of any length (56-byte header + data) into 256-byte RMPP DATA segments.
+
+    The header is repeated in every segment; RRespTime is kept, flags/segment/paylen set as
+    send_next_seg() sets them.
+    """
+    if len(mad) < SA_MAD_HDR_SIZE:
+        raise ValueError(f"an SA MAD needs at least {SA_MAD_HDR_SIZE} bytes, got {len(mad)}")
+    hdr, data = mad[:SA_MAD_HDR_SIZE], mad[SA_MAD_HDR_SIZE:]
+    pad = pad_size(len(data))
+    count = (len(data) + pad) // SA_DATA_SIZE
+    data += b"\x00" * pad
+    out = []
+    for k in range(1, count + 1):
+        flags = RMPP_ACTIVE
+        paylen = 0
+        if k == 1:
+            flags |= RMPP_FIRST
+            paylen = count * RMPP_DATA_SIZE - pad
+        if k == count:
+            flags |= RMPP_LAST
+            paylen = RMPP_DATA_SIZE - pad
+        h = bytearray(hdr)
+        h[_OFF_RMPP_VERSION] = h[_OFF_RMPP_VERSION] or 1
+        h[_OFF_RMPP_TYPE] = RMPP_TYPE_DATA
+        h[_OFF_RMPP_FLAGS] = (h[_OFF_RMPP_FLAGS] & 0xF8) | flags
+        struct.pack_into("!II", h, _OFF_SEGMENT, k, paylen)
+        out.append(bytes(h) + data[(k - 1) * SA_DATA_SIZE:k * SA_DATA_SIZE])
+    return out
+
+
+def message_length(last_segment: bytes, seg_count: int) -> int:
+    """Reassembled message length (kernel get_mad_len): header + data without the pad."""
+    paylen = struct.unpack_from("!I", last_segment, _OFF_PAYLEN)[0]
+    pad = RMPP_DATA_SIZE - paylen
+    if pad > SA_DATA_SIZE or pad < 0:
+        pad = 0
+    return SA_MAD_HDR_SIZE + seg_count * SA_DATA_SIZE - pad
+
+
+def reassemble(segments: list[bytes]) -> bytes:
+    """Join segments 1..N (in order) into one SA MAD.
+
+    The result carries the first segment's header with its RMPP header rewritten as a single
+    FIRST|LAST transfer whose PayloadLength is the SA header plus all data, so it decodes
+    like a one-MAD response.
+    """
+    data = b"".join(s[SA_MAD_HDR_SIZE:MAD_SIZE] for s in segments)
+    total = message_length(segments[-1], len(segments))
+    msg = bytearray(segments[0][:SA_MAD_HDR_SIZE] + data)[:total]
+    msg[_OFF_RMPP_FLAGS] = (msg[_OFF_RMPP_FLAGS] & 0xF8) | RMPP_ACTIVE | RMPP_FIRST | RMPP_LAST
+    struct.pack_into("!II", msg, _OFF_SEGMENT, 1, SA_HDR_SIZE + total - SA_MAD_HDR_SIZE)
+    return bytes(msg)
+
+
+@dataclass
+class Transfer:
+    """Segments of one RMPP transfer collected so far."""
+
+    segments: dict[int, bytes] = field(default_factory=dict)
+    frames: dict[int, int] = field(default_factory=dict)
+    last: int | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def complete(self) -> bool:
+        return self.last is not None and all(k in self.segments for k in range(1, self.last + 1))
+
+
+class Reassembler:
+    """Streaming RMPP reassembly keyed by (direction, TID); bounded in segments per transfer
+    and in open transfers (oldest evicted first, reported)."""
+
+    def __init__(self, max_open: int = 4096):
+        self.open: dict[tuple, Transfer] = {}
+        self.max_open = max_open
+        self.evicted: list[tuple[tuple, Transfer]] = []
+
+    def add(self, key: tuple, seg_num: int, flags: int, mad: bytes, frame: int):
+        """Add a DATA segment; returns (message bytes, Transfer) when the transfer completes."""
+        t = self.open.get(key)
+        if t is None or flags & RMPP_FIRST and seg_num == 1 and 1 in t.segments:
+            if t is not None:
+                t.problems.append("restarted before completion")
+            t = self.open[key] = Transfer()
+            if len(self.open) > self.max_open:
+                old_key = next(iter(self.open))
+                self.evicted.append((old_key, self.open.pop(old_key)))
+        if seg_num < 1 or seg_num > MAX_SEGMENTS:
+            t.problems.append(f"segment number {seg_num} outside 1..{MAX_SEGMENTS}")
+            return None
+        if seg_num in t.segments:
+            t.problems.append(f"segment {seg_num} repeated (frame {frame})")
+        t.segments[seg_num] = mad[:MAD_SIZE]
+        t.frames[seg_num] = frame
+        if flags & RMPP_LAST:
+            t.last = seg_num
+        if t.complete():
+            del self.open[key]
+            segs = [t.segments[k] for k in range(1, t.last + 1)]
+            return reassemble(segs), t
+        return None
+
+    def pending(self) -> list[tuple[tuple, Transfer]]:
+        """Transfers never completed (call at end of capture)."""
+        return list(self.open.items()) + self.evicted

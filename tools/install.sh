@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs everything ibpath and its tests need on Debian 12 / Python >= 3.11:
+# tshark (the oracle and the plugin's host), lua5.4 (luac -p of the generated plugin),
+# strace (netlink recorder), the simulated fabric (ibsim, OpenSM, saquery) for the real SA
+# captures, and the Python package in .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q >/dev/null
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+  $SUDO apt-get install -y -q --no-install-recommends \
+    tshark lua5.4 strace ibsim-utils libumad2sim0 opensm infiniband-diags python3-venv gcc libc6-dev >/dev/null
+fi
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[test]'
