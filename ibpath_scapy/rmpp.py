@@ -114,9 +114,9 @@ class Reassembler:
     def add(self, key: tuple, seg_num: int, flags: int, mad: bytes, frame: int):
         """Add a DATA segment; returns (message bytes, Transfer) when the transfer completes."""
         t = self.open.get(key)
-        if t is None or flags & RMPP_FIRST and seg_num == 1 and 1 in t.segments:
-            if t is not None:
-                t.problems.append("restarted before completion")
+        if t is None:
+            # Retransmitted segments (the sender resends its window on timeout) land in the
+            # same Transfer; a finished transfer is gone, so a reused TID starts afresh.
             t = self.open[key] = Transfer()
             if len(self.open) > self.max_open:
                 old_key = next(iter(self.open))

@@ -1,0 +1,185 @@
+"""Layer definitions against independent oracles: C-struct packing (struct module), the
+kernel's path_rec_table offsets, and reflective checks over every layer."""
+
+import ipaddress
+import struct
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from scapy.fields import _BitField
+
+from ibpath_scapy import layers
+from ibpath_scapy.layers import cm, ib, mad, roce, sa
+from ibpath_scapy.layers.sa import PathRecord, SAHeader, component_fields, component_mask_for
+
+# rdma-core libibverbs/sa.h struct ibv_path_record, as a struct format (wire-formats.md §3).
+IBV_PATH_RECORD = struct.Struct("!Q16s16sHHIBBHHBBBB6s")
+
+# Linux sa_query.c path_rec_table: (field, offset_words, offset_bits, size_bits).
+KERNEL_PATH_REC_TABLE = [
+    ("service_id", 0, 0, 64), ("dgid", 2, 0, 128), ("sgid", 6, 0, 128),
+    ("dlid", 10, 0, 16), ("slid", 10, 16, 16), ("raw_traffic", 11, 0, 1),
+    ("reserved_353", 11, 1, 3), ("flow_label", 11, 4, 20), ("hop_limit", 11, 24, 8),
+    ("tclass", 12, 0, 8), ("reversible", 12, 8, 1), ("numb_path", 12, 9, 7),
+    ("pkey", 12, 16, 16), ("qos_class", 13, 0, 12), ("sl", 13, 12, 4),
+    ("mtu_selector", 13, 16, 2), ("mtu", 13, 18, 6), ("rate_selector", 13, 24, 2),
+    ("rate", 13, 26, 6), ("packet_life_time_selector", 14, 0, 2),
+    ("packet_life_time", 14, 2, 6), ("preference", 14, 8, 8), ("reserved_464", 14, 16, 48),
+]
+
+ALL_LAYERS = [
+    mad.MAD, mad.RMPP, sa.SAHeader, sa.PathRecord, cm.CMReq, cm.CMRep, cm.CMRtu, cm.CMRej,
+    cm.CMDreq, cm.CMDrep, cm.CMMra, roce.DETH, ib.LRH, ib.ERF,
+]
+SPEC_LEN = {
+    mad.MAD: 24, mad.RMPP: 12, sa.PathRecord: 64, roce.DETH: 8, ib.LRH: 8, ib.ERF: 16,
+    cm.CMReq: 232, cm.CMRep: 232, cm.CMRtu: 232, cm.CMRej: 232, cm.CMDreq: 232,
+    cm.CMDrep: 232, cm.CMMra: 232,
+}
+
+
+def _width(f) -> int:
+    return f.size if isinstance(f, _BitField) else f.sz * 8
+
+
+def _field_bit_layout(cls):
+    """(name, bit offset, width) for every field of a fixed-size layer."""
+    out, bit = [], 0
+    for f in cls.fields_desc:
+        out.append((f.name, bit, _width(f)))
+        bit += _width(f)
+    return out, bit
+
+
+@pytest.mark.parametrize("cls", [c for c in ALL_LAYERS if c in SPEC_LEN])
+def test_layer_has_spec_length_and_byte_aligned_bitfields(cls):
+    pkt = cls()
+    if cls is ib.LRH:
+        assert len(bytes(pkt)) == SPEC_LEN[cls] + 2  # + VCRC trailer
+    else:
+        assert len(bytes(pkt)) >= SPEC_LEN[cls]
+    # Every run of BitFields closes on a byte boundary (Scapy does not check this).
+    run = 0
+    for f in cls.fields_desc:
+        if isinstance(f, _BitField):
+            run += f.size
+        else:
+            assert run % 8 == 0, f"{cls.__name__}: bit run before {f.name} ends mid-byte"
+            run = 0
+    assert run % 8 == 0
+
+
+def test_path_record_matches_kernel_path_rec_table():
+    layout, total = _field_bit_layout(PathRecord)
+    assert total == 512
+    got = {name: (bit, width) for name, bit, width in layout}
+    for name, words, bits, size in KERNEL_PATH_REC_TABLE:
+        assert got[name] == (words * 32 + bits, size), name
+
+
+gid = st.binary(min_size=16, max_size=16)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.tuples(
+    st.integers(0, 2**64 - 1), gid, gid, st.integers(0, 0xFFFF), st.integers(0, 0xFFFF),
+    st.integers(0, 1), st.integers(0, 2**20 - 1), st.integers(0, 255), st.integers(0, 255),
+    st.integers(0, 1), st.integers(0, 127), st.integers(0, 0xFFFF), st.integers(0, 0xFFF),
+    st.integers(0, 15), st.integers(0, 3), st.integers(0, 63), st.integers(0, 3),
+    st.integers(0, 63), st.integers(0, 3), st.integers(0, 63), st.integers(0, 255)))
+def test_path_record_against_c_struct_packing(v):
+    (sid, dgid, sgid, dlid, slid, raw, flow, hop, tclass, rev, numb, pkey, qos, sl,
+     mtu_sel, mtu, rate_sel, rate, plt_sel, plt, pref) = v
+    wire = IBV_PATH_RECORD.pack(
+        sid, dgid, sgid, dlid, slid, raw << 31 | flow << 8 | hop, tclass, rev << 7 | numb,
+        pkey, qos << 4 | sl, mtu_sel << 6 | mtu, rate_sel << 6 | rate, plt_sel << 6 | plt,
+        pref, bytes(6))
+    built = PathRecord(
+        service_id=sid, dgid=str(ipaddress.IPv6Address(dgid)), sgid=str(ipaddress.IPv6Address(sgid)),
+        dlid=dlid, slid=slid, raw_traffic=raw, flow_label=flow, hop_limit=hop, tclass=tclass,
+        reversible=rev, numb_path=numb, pkey=pkey, qos_class=qos, sl=sl, mtu_selector=mtu_sel,
+        mtu=mtu, rate_selector=rate_sel, rate=rate, packet_life_time_selector=plt_sel,
+        packet_life_time=plt, preference=pref)
+    assert bytes(built) == wire
+    d = PathRecord(wire)
+    assert (d.service_id, d.dlid, d.slid, d.flow_label, d.hop_limit, d.qos_class, d.sl) == (
+        sid, dlid, slid, flow, hop, qos, sl)
+    assert ipaddress.IPv6Address(d.dgid).packed == dgid
+    assert (d.reversible, d.numb_path, d.mtu, d.rate, d.packet_life_time, d.preference) == (
+        rev, numb, mtu, rate, plt, pref)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=256, max_size=256))
+def test_every_mad_byte_string_round_trips(raw):
+    raw = bytes([1, 3]) + raw[2:]  # an SA MAD with arbitrary content
+    assert bytes(mad.MAD(raw)) == raw
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(cm.CM_MESSAGE_CLASSES)), st.binary(min_size=232, max_size=232))
+def test_every_cm_message_round_trips(attr, body):
+    header = struct.pack("!BBBBHHQHHI", 1, 7, 2, 3, 0, 0, 7, attr, 0, 0)
+    pkt = mad.MAD(header + body)
+    assert pkt.haslayer(cm.CM_MESSAGE_CLASSES[attr])
+    assert bytes(pkt) == header + body
+
+
+def test_rmpp_byte_26_is_5_bit_resptime_and_3_bit_flags():
+    # ib_mad.h ib_get_rmpp_resptime(): rmpp_rtime_flags >> 3; flags: & 0x7.
+    r = mad.RMPP(bytes([1, 1, 0xFF, 0]) + bytes(8))
+    assert r.r_resp_time == 0x1F and int(r.rmpp_flags) == 7
+    r = mad.RMPP(bytes([1, 1, (5 << 3) | 0x3, 0]) + bytes(8))
+    assert r.r_resp_time == 5 and int(r.rmpp_flags) == 3
+    assert bytes(mad.RMPP(r_resp_time=0x1F, rmpp_flags=7))[2] == 0xFF
+
+
+def test_component_mask_bits_follow_ib_sa_h():
+    # IB_SA_PATH_REC_* in include/rdma/ib_sa.h; IB_SA_COMP_MASK(n) = 1 << n.
+    expected = {"dgid": 2, "sgid": 3, "dlid": 4, "slid": 5, "raw_traffic": 6, "flow_label": 8,
+                "hop_limit": 9, "tclass": 10, "reversible": 11, "numb_path": 12, "pkey": 13,
+                "qos_class": 14, "sl": 15, "mtu_selector": 16, "mtu": 17, "rate_selector": 18,
+                "rate": 19, "packet_life_time_selector": 20, "packet_life_time": 21,
+                "preference": 22}
+    for name, bit in expected.items():
+        assert component_mask_for(PathRecord(**{name: PathRecord().getfieldval(name)})) == 1 << bit
+    assert component_mask_for(PathRecord(service_id=1)) == 0x3
+    assert component_fields(0x1) == []  # half a ServiceID selects nothing
+
+
+def test_kernel_route_query_mask_is_0x380f():
+    # cma_query_ib_route(): DGID|SGID|PKEY|NUMB_PATH|REVERSIBLE|SERVICE_ID.
+    q = SAHeader(records=[PathRecord(dgid="fe80::2", sgid="fe80::1", pkey=0xFFFF, numb_path=1,
+                                     reversible=1, service_id=0x0106000000001234)])
+    built = mad.MAD() / mad.RMPP() / q
+    wire = bytes(built)
+    assert struct.unpack("!Q", wire[48:56])[0] == 0x380F
+    assert len(wire) == 256
+    assert struct.unpack("!H", wire[44:46])[0] == 0  # requests carry AttributeOffset 0
+
+
+def test_response_attribute_offset_defaults_to_record_words():
+    wire = bytes(mad.MAD(method=0x81) / mad.RMPP() / SAHeader(records=[PathRecord()]))
+    assert struct.unpack("!H", wire[44:46])[0] == 8  # OpenSM: ib_get_attr_offset(64) = 8
+
+
+def test_get_table_resp_records_at_attribute_offset_stride():
+    recs = [PathRecord(dlid=i) for i in range(1, 4)]
+    wire = bytes(mad.MAD(method=0x92) / mad.RMPP(rmpp_version=1, rmpp_type=1, rmpp_flags=7,
+                                                  segment_number=1, payload_length=20 + 192)
+                 / SAHeader(records=recs))
+    for i in range(3):
+        assert struct.unpack("!H", wire[56 + 64 * i + 40:56 + 64 * i + 42])[0] == i + 1
+    back = mad.MAD(wire)
+    assert [r.dlid for r in back[SAHeader].records] == [1, 2, 3]
+
+
+def test_gid_and_packet_life_time_display():
+    r = PathRecord(dgid="fe80::2:c903:0:1", packet_life_time=18)
+    assert r.dgid == "fe80::2:c903:0:1"
+    assert "1.074 s" in r.get_field("packet_life_time").i2repr(r, 18)
+
+
+def test_every_layer_exported():
+    for cls in ALL_LAYERS:
+        assert cls.__name__ in layers.__all__
