@@ -99,6 +99,7 @@ class CMReq(Packet):
     """CM REQ (IBA Vol1 §12.6.5, Table 106)."""
 
     name = "CM REQ"
+    lua_layer = "cm_req"
     fields_desc = [
         XIntField("local_comm_id", 0),
         XIntField("reserved_32", 0),
@@ -140,6 +141,7 @@ class CMMra(Packet):
     """CM MRA (IBA Vol1 §12.6.6, Table 107)."""
 
     name = "CM MRA"
+    lua_layer = "cm_mra"
     fields_desc = [
         XIntField("local_comm_id", 0),
         XIntField("remote_comm_id", 0),
@@ -155,6 +157,7 @@ class CMRej(Packet):
     """CM REJ (IBA Vol1 §12.6.7, Table 108)."""
 
     name = "CM REJ"
+    lua_layer = "cm_rej"
     fields_desc = [
         XIntField("local_comm_id", 0),
         XIntField("remote_comm_id", 0),
@@ -172,6 +175,7 @@ class CMRep(Packet):
     """CM REP (IBA Vol1 §12.6.8, Table 110)."""
 
     name = "CM REP"
+    lua_layer = "cm_rep"
     fields_desc = [
         XIntField("local_comm_id", 0),
         XIntField("remote_comm_id", 0),
@@ -199,6 +203,7 @@ class CMRtu(Packet):
     """CM RTU (IBA Vol1 §12.6.9, Table 111)."""
 
     name = "CM RTU"
+    lua_layer = "cm_rtu"
     fields_desc = [
         XIntField("local_comm_id", 0),
         XIntField("remote_comm_id", 0),
@@ -210,6 +215,7 @@ class CMDreq(Packet):
     """CM DREQ (IBA Vol1 §12.6.10, Table 112)."""
 
     name = "CM DREQ"
+    lua_layer = "cm_dreq"
     fields_desc = [
         XIntField("local_comm_id", 0),
         XIntField("remote_comm_id", 0),
@@ -223,6 +229,7 @@ class CMDrep(Packet):
     """CM DREP (IBA Vol1 §12.6.11, Table 113)."""
 
     name = "CM DREP"
+    lua_layer = "cm_drep"
     fields_desc = [
         XIntField("local_comm_id", 0),
         XIntField("remote_comm_id", 0),

@@ -7,8 +7,10 @@ Sources: Linux drivers/infiniband/sw/rxe/rxe_hdr.h, wire-formats.md §4.1.
 
 from scapy.contrib.roce import BTH
 from scapy.fields import X3BytesField, XByteField, XIntField
-from scapy.packet import Packet, Raw, bind_layers
+from scapy.packet import Packet, bind_layers
 
+from ..expr import Under
+from ..hints import NextLayer, next_layer_by_hints
 from .mad import MAD
 
 UD_SEND_ONLY = 0x64
@@ -27,13 +29,12 @@ class DETH(Packet):
         X3BytesField("src_qp", 1),
     ]
 
+    # A GMP answer may come from a QP other than 0/1 but always goes to QP0/QP1
+    # (Wireshark's rule too: packet-infiniband.c parse_PAYLOAD).
+    payload_hints = [NextLayer(Under("BTH").dqpn <= 1, MAD)]
+
     def guess_payload_class(self, payload):
-        cls = super().guess_payload_class(payload)
-        if cls is Raw and isinstance(self.underlayer, BTH) and self.underlayer.dqpn in (0, 1):
-            # A GMP answer may come from a QP other than 0/1 but always goes to QP0/QP1
-            # (Wireshark's rule too: packet-infiniband.c parse_PAYLOAD).
-            return MAD
-        return cls
+        return next_layer_by_hints(self, super().guess_payload_class(payload))
 
 
 bind_layers(BTH, DETH, opcode=UD_SEND_ONLY)

@@ -19,6 +19,8 @@ from scapy.fields import (
 )
 from scapy.packet import Packet, Raw, bind_layers
 
+from ..expr import And, F, If, Max, Min, Remaining, Under, evaluate_on
+from ..hints import ListHint
 from .mad import (
     ATTR_PATH_RECORD,
     MAD,
@@ -257,6 +259,25 @@ class SARecordListField(Field):
         return list(x) if x is not None else []
 
 
+_mad, _rmpp = Under("MAD"), Under("RMPP")
+_FIRST_LAST = RMPP_FIRST | RMPP_LAST
+IS_SEGMENT = And(_rmpp.rmpp_flags & RMPP_ACTIVE, _rmpp.rmpp_type == RMPP_TYPE_DATA,
+                 (_rmpp.rmpp_flags & _FIRST_LAST) != _FIRST_LAST)
+_STRIDE = Max(F("attribute_offset") * 8, PATH_RECORD_SIZE)
+# How many records an SA MAD carries (wire-formats.md §2): none on an error response; with
+# RMPP active, what PayloadLength covers of a whole (FIRST|LAST) DATA transfer, none on a lone
+# segment; a non-RMPP GetTableResp is not IBA-conformant: its first record is shown when
+# AttributeOffset is set; otherwise one record (a query template or GetResp).
+RECORD_COUNT = If(
+    And(_mad.method & METHOD_RESP, _mad.status != 0), 0,
+    If(_rmpp.rmpp_flags & RMPP_ACTIVE,
+       If(And(_rmpp.rmpp_type == RMPP_TYPE_DATA, (_rmpp.rmpp_flags & _FIRST_LAST) == _FIRST_LAST),
+          Min(Max(_rmpp.payload_length - SA_HDR_SIZE, 0), Remaining()) // _STRIDE, 0),
+       If(_mad.method == METHOD_GET_TABLE_RESP,
+          If(And(Remaining() >= _STRIDE, F("attribute_offset") != 0), 1, 0),
+          If(Remaining() >= _STRIDE, 1, 0))))
+
+
 class SAHeader(Packet):
     """SA header (IBA Vol1 §15.2.1.1) followed by the SA records of the MAD's attribute.
 
@@ -265,6 +286,7 @@ class SAHeader(Packet):
     """
 
     name = "SA"
+    lua_layer = "sa"
     fields_desc = [
         XLongField("sm_key", 0),
         ShortField("attribute_offset", None),
@@ -272,6 +294,8 @@ class SAHeader(Packet):
         ComponentMaskField("component_mask", None),
         SARecordListField("records"),
     ]
+    field_hints = {"records": ListHint(count=RECORD_COUNT, stride=_STRIDE,
+                                       selector=_mad.attribute_id, classes=SA_RECORD_CLASSES)}
 
     # -- context from the layers below --------------------------------------------------
     def _mad(self):
@@ -286,45 +310,21 @@ class SAHeader(Packet):
 
     def record_class(self):
         mad = self._mad()
-        attr = mad.attribute_id if mad is not None else ATTR_PATH_RECORD
-        return SA_RECORD_CLASSES.get(attr)
+        hint = self.field_hints["records"]
+        return hint.classes.get(mad.attribute_id if mad is not None else ATTR_PATH_RECORD)
 
     def record_stride(self, cls) -> int:
-        size = len(cls()) if cls is not None else 0
-        off = self.attribute_offset or 0
-        return max(off * 8, size)
+        return evaluate_on(self.field_hints["records"].stride, self)
 
     def record_count(self, data_len: int) -> int:
         """How many records the data area holds (wire-formats.md §2)."""
-        cls = self.record_class()
-        if cls is None:
+        if self.record_class() is None:
             return 0
-        stride = self.record_stride(cls)
-        mad, rmpp = self._mad(), self._rmpp()
-        method = mad.method if mad is not None else 0
-        status = mad.status if mad is not None else 0
-        if method & METHOD_RESP and status != 0:
-            return 0
-        if rmpp is not None and int(rmpp.rmpp_flags) & RMPP_ACTIVE:
-            if rmpp.rmpp_type != RMPP_TYPE_DATA:
-                return 0
-            flags = int(rmpp.rmpp_flags)
-            if not (flags & RMPP_FIRST and flags & RMPP_LAST):
-                return 0  # one segment of a longer message: records need reassembly
-            data = max(0, rmpp.payload_length - SA_HDR_SIZE)
-            return min(data, data_len) // stride
-        if method == METHOD_GET_TABLE_RESP:
-            # A GetTableResp without RMPP is not IBA-conformant; decode what one MAD can hold.
-            return 1 if data_len >= stride and self.attribute_offset else 0
-        return 1 if data_len >= stride else 0
+        return evaluate_on(self.field_hints["records"].count, self, data_len)
 
     def is_segment(self) -> bool:
         """True when this MAD is one segment of a multi-segment RMPP transfer."""
-        rmpp = self._rmpp()
-        if rmpp is None or not int(rmpp.rmpp_flags) & RMPP_ACTIVE:
-            return False
-        flags = int(rmpp.rmpp_flags)
-        return rmpp.rmpp_type == RMPP_TYPE_DATA and not (flags & RMPP_FIRST and flags & RMPP_LAST)
+        return bool(evaluate_on(IS_SEGMENT, self))
 
     # -- building ----------------------------------------------------------------------------
     def post_build(self, p, pay):

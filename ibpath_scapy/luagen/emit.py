@@ -1,0 +1,365 @@
+"""Emit a Wireshark Lua dissector from layer models.
+
+Output idiom (style.md §3): ProtoFields in an indexed table flattened into each layer's
+Proto.fields, one Proto per layer (`<prefix>.<layer>`), ProtoExperts registered up front, a
+bounds check before every read, one dissect function per layer in table D, registration
+last. Strings from layer definitions only ever appear inside lua_str() literals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..expr import LUA_RUNTIME, Expr, LuaEnv
+from ..hints import ListHint
+from .lua import Writer, lua_int, lua_str, lua_table
+from ..packet_rules import PacketRule as Rule
+from .model import Item, LayerModel, Step, build_layer
+
+MAX_LIST_ITEMS = 4096  # a hostile count cannot make the dissector loop for long
+
+
+@dataclass
+class Spec:
+    """What to generate: the layers (with everything reachable from them through bindings,
+    hints and packet fields), the prefix of every name, rules, and extra Lua (runtime and
+    registration) the caller appends."""
+
+    prefix: str
+    entry_layers: list[type]
+    rules: list[Rule] = field(default_factory=list)
+    exclude: tuple[str, ...] = ("Raw", "Padding", "NoPayload", "MADPadding")
+    keep: dict[str, set[str]] = field(default_factory=dict)  # field values hooks read
+    header_comment: str = ""
+    extra_lua: str = ""
+
+
+def reachable(entries: list[type], exclude: tuple[str, ...]) -> list[type]:
+    """Entry classes plus every class reachable through bindings, NextLayer hints, list item
+    classes and PacketFields, in a stable order."""
+    from scapy.fields import ConditionalField, PacketField, PacketListField
+
+    seen: list[type] = []
+    todo = list(entries)
+    while todo:
+        cls = todo.pop(0)
+        if cls in seen or cls.__name__ in exclude:
+            continue
+        seen.append(cls)
+        nxt = [sub for _, sub in getattr(cls, "payload_guess", [])]
+        nxt += [h.cls for h in getattr(cls, "payload_hints", []) or []]
+        for h in (getattr(cls, "field_hints", {}) or {}).values():
+            if isinstance(h, ListHint):
+                nxt += list(h.classes.values())
+        for f in cls.fields_desc:
+            f = f.fld if isinstance(f, ConditionalField) else f
+            if isinstance(f, PacketField) and not isinstance(f, PacketListField):
+                nxt.append(f.cls)
+        todo += [c for c in nxt if c not in seen]
+    return seen
+
+
+def _needed_fields(models: list[LayerModel], rules: list[Rule]) -> dict[str, set[str]]:
+    """Which field values each layer must keep for dispatch, hints and rules."""
+    need: dict[str, set[str]] = {m.key: set() for m in models}
+
+    def add_refs(owner: str, expr: Expr):
+        for ref in expr.refs():
+            target = ref.layer or owner
+            base = ref.name.removesuffix("__hi").removesuffix("__lo")
+            need.setdefault(target, set()).add(base)
+
+    for m in models:
+        for fv, _ in m.bindings:
+            need[m.key].update(fv)
+        for h in m.next_hints:
+            add_refs(m.key, h.condition)
+        for s in m.steps:
+            if isinstance(s.hint, ListHint):
+                for e in (s.hint.count, s.hint.stride, s.hint.selector):
+                    add_refs(m.key, e)
+            elif s.hint is not None and hasattr(s.hint, "length"):
+                add_refs(m.key, s.hint.length)
+            if s.when is not None:
+                add_refs(m.key, s.when.condition)
+    for r in rules:
+        add_refs(r.layer, r.condition)
+    return need
+
+
+def _merge(a: dict[str, set[str]], b: dict[str, set[str]]) -> dict[str, set[str]]:
+    for k, v in b.items():
+        a.setdefault(k, set()).update(v)
+    return a
+
+
+def _lua_env(remaining: str) -> LuaEnv:
+    def field(layer, name):
+        if layer is None:
+            return f"ib_val(v, {lua_str(name)})"
+        return f"ib_under(ctx, {lua_str(layer)}, {lua_str(name)})"
+
+    return LuaEnv(field, remaining)
+
+
+class Emitter:
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        classes = reachable(spec.entry_layers, spec.exclude)
+        used: set[str] = set()
+        self.models = [build_layer(c, spec.prefix, used) for c in classes]
+        self.keys = {m.key for m in self.models}
+        self.need = _merge(_needed_fields(self.models, spec.rules), spec.keep)
+        self.varcount = 0
+        self.items: list[Item] = []
+        self.item_index: dict[int, int] = {}
+        self.vs: list[dict] = []
+        self.w = Writer()
+
+    # -- registry of ProtoFields ------------------------------------------------------------
+    def pf(self, it: Item) -> str:
+        if id(it) not in self.item_index:
+            self.items.append(it)
+            self.item_index[id(it)] = len(self.items)
+        return f"PF[{self.item_index[id(it)]}]"
+
+    def _declare_field(self, idx: int, it: Item) -> str:
+        if it.ftype == "bool":
+            return (f"ProtoField.bool({lua_str(it.abbrev)}, {lua_str(it.label)}, {it.bool_bits}, "
+                    f"nil, {lua_int(it.mask)}, {lua_str(it.desc)})")
+        if it.ftype in ("ipv6", "ether", "bytes"):
+            return f"ProtoField.{it.ftype}({lua_str(it.abbrev)}, {lua_str(it.label)}, {lua_str(it.desc)})"
+        vs = "nil"
+        if it.valuestring:
+            self.vs.append(it.valuestring)
+            vs = f"VS[{len(self.vs)}]"
+        mask = lua_int(it.mask) if it.mask is not None else "nil"
+        base = f"base.{it.base or 'DEC'}"
+        return (f"ProtoField.{it.ftype}({lua_str(it.abbrev)}, {lua_str(it.label)}, {base}, {vs}, "
+                f"{mask}, {lua_str(it.desc)})")
+
+    # -- the file --------------------------------------------------------------------------------
+    def emit(self) -> str:
+        body = Writer()
+        self.w = body
+        for m in self.models:
+            self._layer_function(m)
+        head = Writer()
+        for line in self.spec.header_comment.splitlines():
+            head(f"-- {line}" if line else "--")
+        head("")
+        head(LUA_RUNTIME.strip())
+        head("")
+        head("local VS, PF, P, D, EX, HOOKS = {}, {}, {}, {}, {}, {}")
+        head("local MAX_LIST_ITEMS = " + str(MAX_LIST_ITEMS))
+        decls = [(i + 1, self._declare_field(i + 1, it)) for i, it in enumerate(self.items)]
+        for n, table in enumerate(self.vs, 1):
+            head(f"VS[{n}] = {lua_table(table)}")
+        for idx, decl in decls:
+            head(f"PF[{idx}] = {decl}")
+        head("")
+        head(f"local ib_main = Proto({lua_str(self.spec.prefix)}, {lua_str(self.spec.prefix + ' (generated from Scapy layers)')})")
+        for m in self.models:
+            head(f"P[{lua_str(m.key)}] = Proto({lua_str(m.proto_name)}, {lua_str(self.spec.prefix + ' ' + m.title)})")
+            idxs = sorted({self.item_index[id(it)] for it in self._items_of(m)})
+            head(f"P[{lua_str(m.key)}].fields = {{{', '.join(f'PF[{i}]' for i in idxs)}}}")
+        head("")
+        head(f"EX.short = ProtoExpert.new({lua_str(self.spec.prefix + '.truncated')}, "
+             f"{lua_str('Truncated')}, expert.group.MALFORMED, expert.severity.ERROR)")
+        head(f"EX.count = ProtoExpert.new({lua_str(self.spec.prefix + '.list_capped')}, "
+             f"{lua_str('List longer than the dissector shows')}, expert.group.MALFORMED, expert.severity.WARN)")
+        sev = {"error": "ERROR", "warning": "WARN", "info": "NOTE"}
+        for n, r in enumerate(self.spec.rules, 1):
+            head(f"EX[{n}] = ProtoExpert.new({lua_str(self.spec.prefix + '.rule.' + r.rule_id.lower().replace('-', '_'))}, "
+                 f"{lua_str(r.rule_id + ': ' + r.message)}, expert.group.PROTOCOL, expert.severity.{sev[r.severity]})")
+        experts = ["EX.short", "EX.count"] + [f"EX[{n}]" for n in range(1, len(self.spec.rules) + 1)]
+        head(f"local EXPERT_LIST = {{{', '.join(experts)}}}")
+        head("")
+        head(_LUA_HELPERS.strip())
+        head("")
+        tail = "\n-- experts are registered once, after the runtime added its own\nib_main.experts = EXPERT_LIST\n"
+        return head.text() + body.text() + "\n" + self.spec.extra_lua.strip() + "\n" + tail
+
+    def _items_of(self, m: LayerModel) -> list[Item]:
+        out = []
+        for s in m.steps:
+            if s.item is not None:
+                out.append(s.item)
+            out += [it for it, _, _ in s.flags]
+        for it in out:
+            self.pf(it)
+        return out
+
+    # -- one layer ---------------------------------------------------------------------------------
+    def _layer_function(self, m: LayerModel) -> None:
+        w = self.w
+        key = lua_str(m.key)
+        need = self.need.get(m.key, set())
+        self._items_of(m)
+        with w.block(f"D[{key}] = function(tvb, pinfo, tree, off, ctx)"):
+            w("local limit = ctx.limit")
+            w("local v = {}")
+            w(f"ctx.v[{key}] = v")
+            w(f"ctx.at[{key}] = off")
+            trailers = [s for s in m.steps if s.kind == "trailer"]
+            tsize = sum(s.nbytes for s in trailers)
+            if tsize:
+                w(f"if limit - off < {tsize} then return ib_short(tvb, tree, P[{key}], off, limit, {tsize}) end")
+                w("local trailer_at = {}")
+                for s in reversed(trailers):
+                    w(f"limit = limit - {s.nbytes}")
+                    w(f"trailer_at[{lua_str(s.name)}] = limit")
+                    w(f"v[{lua_str(s.name)}] = {self._read_int(s, 'limit')}")
+                w("ctx.limit = limit")
+            w(f"if off + {m.fixed_len} > limit then return ib_short(tvb, tree, P[{key}], off, limit, {m.fixed_len}) end")
+            w(f"local t = tree:add(P[{key}], tvb(off, {m.fixed_len if m.fixed_len else 0}))")
+            w(f"local o = off + {m.fixed_len}")
+            static = True
+            for s in m.steps:
+                if s.kind == "trailer":
+                    continue
+                if static and s.offset is None and s.kind not in ("bitint", "flags"):
+                    static = False
+                if s.when is not None or s.kind in ("list", "varbytes") or (
+                        s.kind == "packet" and not static):
+                    static = False
+                self._step(m, s, need, static)
+            w("t:set_len(o - off)")
+            for s in trailers:
+                w(f"t:add{'_le' if s.little_endian else ''}({self.pf(s.item)}, tvb(trailer_at[{lua_str(s.name)}], {s.nbytes}))")
+            w(f"if HOOKS[{key}] then HOOKS[{key}](tvb, pinfo, t, off, o, ctx, v) end")
+            for n, r in enumerate(self.spec.rules, 1):
+                if r.layer == m.key:
+                    cond = r.condition.lua(_lua_env("(limit - off)"))
+                    w(f"if ib_truthy({cond}) then t:add_proto_expert_info(EX[{n}]) end")
+            for fv, sub in m.bindings:
+                if sub.__name__ not in self.keys:
+                    continue
+                cond = " and ".join(f"ib_val(v, {lua_str(k)}) == {int(val)}" for k, val in sorted(fv.items())) or "true"
+                w(f"if {cond} then return D[{lua_str(sub.__name__)}](tvb, pinfo, tree, o, ctx) end")
+            for h in m.next_hints:
+                if h.cls.__name__ in self.keys:
+                    cond = h.condition.lua(_lua_env("(limit - o)"))
+                    w(f"if ib_truthy({cond}) then return D[{lua_str(h.cls.__name__)}](tvb, pinfo, tree, o, ctx) end")
+            w("return o")
+        w("")
+
+    def _read_int(self, s: Step, at: str) -> str:
+        rng = f"tvb({at}, {s.nbytes})"
+        if s.kind == "bitint" or (s.kind == "flags" and not s.little_endian and (s.bit_off or s.bits % 8)):
+            val = f"{rng}:bitfield({s.bit_off}, {s.bits})"
+            return f"ib_num({val})" if s.bits > 32 else val
+        if s.nbytes > 4:
+            return f"{rng}:{'le_' if s.little_endian else ''}uint64():tonumber()"
+        return f"{rng}:{'le_' if s.little_endian else ''}uint()"
+
+    def _step(self, m: LayerModel, s: Step, need: set[str], static: bool) -> None:
+        w = self.w
+        at = f"off + {s.offset}" if static and s.offset is not None else "o"
+        name = lua_str(s.name)
+        guard = s.when is not None
+        if guard:
+            w(f"if ib_truthy({s.when.condition.lua(_lua_env('(limit - o)'))}) then")
+            w.depth += 1
+        if s.kind in ("int", "bitint", "flags", "ipv6", "ether", "bytes") and not static:
+            w(f"if o + {s.nbytes} > limit then return ib_short(tvb, t, P[{lua_str(m.key)}], o, limit, {s.nbytes}) end")
+        add = "add_le" if s.little_endian else "add"
+        if s.kind in ("int", "bitint", "flags"):
+            if s.name in need or (s.kind == "bitint" and s.wide_value):
+                w(f"v[{name}] = {self._read_int(s, at)}")
+            if s.kind == "bitint" and s.wide_value:
+                w(f"t:add({self.pf(s.item)}, tvb({at}, {s.nbytes}), tvb({at}, {s.nbytes}):bitfield({s.bit_off}, {s.bits}))")
+            elif s.kind == "flags":
+                w(f"local ft = t:{add}({self.pf(s.item)}, tvb({at}, {s.nbytes}))")
+                for it, win_off, win_len in s.flags:
+                    rel = win_off - (s.offset or 0)
+                    w(f"ft:{add}({self.pf(it)}, tvb({at} + {rel}, {win_len}))")
+            else:
+                w(f"t:{add}({self.pf(s.item)}, tvb({at}, {s.nbytes}))")
+        elif s.kind in ("ipv6", "ether", "bytes"):
+            w(f"t:add({self.pf(s.item)}, tvb({at}, {s.nbytes}))")
+        elif s.kind == "varbytes":
+            length = s.hint.length.lua(_lua_env("(limit - o)"))
+            self.varcount += 1
+            n = f"n{self.varcount}"
+            w(f"local {n} = math.max(0, {length})")
+            w(f"if o + {n} > limit then return ib_short(tvb, t, P[{lua_str(m.key)}], o, limit, {n}) end")
+            w(f"if {n} > 0 then t:add({self.pf(s.item)}, tvb(o, {n})) end")
+            w(f"o = o + {n}")
+        elif s.kind == "packet":
+            from .model import static_length
+            size = static_length(s.sub)
+            sub = lua_str(s.sub.__name__)
+            if size is None:
+                w(f"o = D[{sub}](tvb, pinfo, t, o, ib_subctx(ctx, limit))")
+            else:
+                if not static:
+                    w(f"if o + {size} > limit then return ib_short(tvb, t, P[{lua_str(m.key)}], o, limit, {size}) end")
+                w(f"D[{sub}](tvb, pinfo, t, {at}, ib_subctx(ctx, {at} + {size}))")
+                if not static:
+                    w(f"o = o + {size}")
+        elif s.kind == "list":
+            self._list(m, s)
+        if not static and s.kind in ("int", "bitint", "flags", "ipv6", "ether", "bytes"):
+            w(f"o = o + {s.nbytes}")
+        if guard:
+            w.depth -= 1
+            w("end")
+
+    def _list(self, m: LayerModel, s: Step) -> None:
+        w = self.w
+        h: ListHint = s.hint
+        env = _lua_env("(limit - o)")
+        with w.block("do"):
+            w(f"local count = math.floor({h.count.lua(env)})")
+            w(f"local stride = math.floor({h.stride.lua(env)})")
+            w(f"local sel = {h.selector.lua(env)}")
+            w("if stride < 1 then count = 0 end")
+            w("if count > MAX_LIST_ITEMS then t:add_proto_expert_info(EX.count); count = MAX_LIST_ITEMS end")
+            with w.block("for i = 0, count - 1 do"):
+                w("local s = o + i * stride")
+                w(f"if s + stride > limit then ib_short(tvb, t, P[{lua_str(m.key)}], s, limit, stride); count = i; break end")
+                first = True
+                for value, cls in sorted(h.classes.items()):
+                    if cls.__name__ not in self.keys:
+                        continue
+                    kw = "if" if first else "elseif"
+                    w(f"{kw} sel == {int(value)} then D[{lua_str(cls.__name__)}](tvb, pinfo, t, s, ib_subctx(ctx, s + stride))")
+                    first = False
+                if not first:
+                    w("end")
+            w("o = o + math.max(count, 0) * math.max(stride, 0)")
+            w(f"v[{lua_str(s.name + '_count')}] = count")
+
+
+_LUA_HELPERS = r"""
+local function ib_part(t, k)
+  local base, part = k, nil
+  if k:sub(-4) == "__hi" or k:sub(-4) == "__lo" then base, part = k:sub(1, -5), k:sub(-2) end
+  local x = t and t[base] or 0
+  if part == "hi" then return math.floor(x / 4294967296) end
+  if part == "lo" then return x % 4294967296 end
+  return x
+end
+local function ib_val(v, k) return ib_part(v, k) end
+local function ib_under(ctx, layer, k) return ib_part(ctx.v[layer], k) end
+local function ib_num(x) if type(x) == "number" then return x end return x:tonumber() end
+local function ib_subctx(ctx, limit)
+  return setmetatable({limit = limit}, {__index = ctx})
+end
+local function ib_short(tvb, tree, proto, off, limit, need)
+  local have = limit - off
+  if have > 0 then
+    local it = tree:add(proto, tvb(off, have))
+    it:add_proto_expert_info(EX.short, string.format("Truncated: %d bytes needed, %d present", need, have))
+  else
+    tree:add_proto_expert_info(EX.short, string.format("Truncated: %d bytes needed, none present", need))
+  end
+  return math.max(limit, off)
+end
+"""
+
+
+def generate(spec: Spec) -> str:
+    """Lua source for spec."""
+    return Emitter(spec).emit()

@@ -1,0 +1,328 @@
+"""Read Scapy layer classes into a model of ProtoFields and dissection steps.
+
+Everything comes from introspection: field classes give the type, width, byte order and
+display base; enum fields their value strings; FlagsField its bit names; bind_layers() the
+dispatch. What Scapy can only say with a lambda must be declared on the layer as a hint
+(ibpath_scapy.hints); a layer that needs one and lacks it is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from scapy.fields import (
+    ConditionalField,
+    Field,
+    FlagsField,
+    IP6Field,
+    MACField,
+    PacketField,
+    PacketListField,
+    StrFixedLenField,
+    StrLenField,
+    ThreeBytesField,
+    TrailerField,
+    _BitField,
+    _EnumField,
+)
+from scapy.packet import Packet
+
+from ..hints import LengthHint, ListHint, NextLayer, WhenHint
+
+
+class GeneratorError(Exception):
+    """A layer cannot be turned into Lua; the message names the layer and field."""
+
+
+_ACRONYMS = {"lid", "gid", "qpn", "psn", "sl", "mtu", "id", "tid", "guid", "vl", "crc", "icrc",
+             "vcrc", "rmpp", "sa", "cm", "qp", "ca", "eecn", "rdc", "srq", "sap", "ari", "sm",
+             "lnh", "bth", "deth", "grh", "lrh", "ip", "udp", "nla", "ls", "sgid", "dgid",
+             "slid", "dlid", "ts", "msb", "lsb", "rnr", "ack", "ee", "psn", "pdu", "erf"}
+_SPELLINGS = {"tclass": "TClass", "pkey": "P_Key", "qos": "QoS", "lver": "LVer",
+              "dqpn": "Dest QP", "ackreq": "AckReq", "migreq": "MigReq", "fecn": "FECN",
+              "becn": "BECN", "padcount": "PadCnt", "q": "Q", "nlmsg": "nlmsg"}
+_FILTER_OK = re.compile(r"[^a-z0-9_.-]")
+
+
+def label_for(name: str) -> str:
+    """'primary_local_lid' → 'Primary Local LID'."""
+    words = [w for w in name.split("_") if w]
+    def word(w):
+        lw = w.lower()
+        return _SPELLINGS.get(lw) or (w.upper() if lw in _ACRONYMS else w.capitalize())
+
+    return " ".join(word(w) for w in words) or name
+
+
+def filter_name(text: str) -> str:
+    """A string usable in a display-filter name (lowercase letters, digits, _ - .)."""
+    s = _FILTER_OK.sub("_", text.lower()).strip("._-")
+    return s or "x"
+
+
+@dataclass
+class Item:
+    """One ProtoField."""
+
+    abbrev: str
+    label: str
+    ftype: str  # uint8 uint16 uint24 uint32 uint64 bool ipv6 ether bytes
+    base: str | None = None  # HEX or DEC for integers
+    mask: int | None = None
+    valuestring: dict | None = None
+    bool_bits: int = 0  # for bool: width of the integer the mask applies to
+    desc: str = ""
+
+
+@dataclass
+class Step:
+    """One field of a layer, in wire order."""
+
+    name: str
+    kind: str  # int, bitint, ipv6, ether, bytes, flags, trailer, list, packet, varbytes
+    offset: int | None  # bytes from the layer start when static, else None
+    nbytes: int = 0  # bytes of the window read
+    bit_off: int = 0  # bits from the window's MSB
+    bits: int = 0
+    little_endian: bool = False
+    item: Item | None = None
+    flags: list[tuple[Item, int, int]] = field(default_factory=list)  # (item, win off, win len)
+    hint: object = None
+    when: object = None  # WhenHint for a ConditionalField
+    sub: type | None = None  # PacketField class
+    wide_value: bool = False  # value wider than 32 bits (kept as UInt64 + number)
+
+
+@dataclass
+class LayerModel:
+    cls: type
+    key: str  # class name: the key the emitted code and Under() use
+    layer: str  # the <layer> of ibpath.<layer>.<field>
+    proto_name: str
+    title: str
+    steps: list[Step]
+    fixed_len: int  # bytes before the first variable-length step
+    static_len: int | None  # total length when every step is static
+    bindings: list[tuple[dict, type]]
+    next_hints: list[NextLayer]
+
+
+def layer_name(cls: type) -> str:
+    return getattr(cls, "lua_layer", None) or cls.__name__.lower()
+
+
+def _enum_table(fld) -> dict | None:
+    if isinstance(fld, _EnumField):
+        table = {}
+        for k, v in getattr(fld, "i2s", {}).items():
+            if isinstance(k, int) and 0 <= k < 2 ** 53:
+                table[k] = str(v)
+        return table or None
+    return None
+
+
+def _is_hex(fld) -> bool:
+    return type(fld).__name__.startswith("X") or any(
+        c.__name__.startswith("X") for c in type(fld).__mro__[1:4])
+
+
+def _int_ftype(nbytes: int) -> str:
+    return {1: "uint8", 2: "uint16", 3: "uint24", 4: "uint32"}.get(nbytes, "uint64")
+
+
+def _fixed_bytes(fld) -> int | None:
+    """Byte length of a fixed-size non-bit field, or None when it varies."""
+    if isinstance(fld, ThreeBytesField) or type(fld).__name__ in ("LEThreeBytesField",
+                                                                  "XLE3BytesField"):
+        return 3
+    if isinstance(fld, StrFixedLenField):
+        try:
+            return int(fld.length_from(None))
+        except Exception:  # a length that depends on the packet
+            return None
+    if isinstance(fld, (StrLenField, PacketListField, PacketField)) or getattr(fld, "islist", 0):
+        return None
+    sz = getattr(fld, "sz", None)
+    return sz if isinstance(sz, int) and sz > 0 else None
+
+
+def build_layer(cls: type, prefix: str, names_seen: set[str] | None = None) -> LayerModel:
+    """Model one Scapy layer class."""
+    if not (isinstance(cls, type) and issubclass(cls, Packet)):
+        raise GeneratorError(f"{cls!r} is not a Scapy Packet class")
+    layer = filter_name(layer_name(cls))
+    proto_name = f"{prefix}.{layer}"
+    hints = getattr(cls, "field_hints", {}) or {}
+    used: set[str] = set() if names_seen is None else names_seen
+    steps: list[Step] = []
+    bitpos: int | None = 0  # bits from the layer start; None once a variable step passed
+    fixed_len = None
+
+    def item(name, ftype, **kw):
+        abbrev = f"{proto_name}.{filter_name(name)}"
+        base_abbrev, n = abbrev, 2
+        while abbrev in used:
+            abbrev, n = f"{base_abbrev}_{n}", n + 1
+        used.add(abbrev)
+        return Item(abbrev=abbrev, label=label_for(name), ftype=ftype, **kw)
+
+    for raw_fld in cls.fields_desc:
+        when = None
+        fld = raw_fld
+        if isinstance(fld, ConditionalField):
+            when = hints.get(fld.name)
+            if not isinstance(when, WhenHint):
+                raise GeneratorError(
+                    f"{cls.__name__}.{fld.name}: a ConditionalField needs a WhenHint in "
+                    f"{cls.__name__}.field_hints (its condition is a Python lambda)")
+            fld = fld.fld
+        if isinstance(fld, TrailerField):
+            inner = fld.fld
+            nb = inner.sz
+            steps.append(Step(fld.name, "trailer", None, nbytes=nb,
+                              little_endian=inner.fmt[0] == "<",
+                              item=item(fld.name, _int_ftype(nb), base="HEX")))
+            continue
+        offset = bitpos // 8 if bitpos is not None and bitpos % 8 == 0 else None
+        if isinstance(fld, _BitField):
+            if bitpos is None:
+                raise GeneratorError(f"{cls.__name__}.{fld.name}: bit field after a variable-length field")
+            if getattr(fld, "rev", False) and not (
+                    isinstance(fld, FlagsField) and bitpos % 8 == 0 and fld.size % 8 == 0):
+                raise GeneratorError(f"{cls.__name__}.{fld.name}: reversed bit fields are not supported")
+            steps.append(_bit_step(cls, fld, bitpos, item, when))
+            bitpos += fld.size
+            continue
+        if bitpos is not None and bitpos % 8:
+            raise GeneratorError(f"{cls.__name__}.{fld.name}: the bit fields before it end mid-byte")
+        nb = _fixed_bytes(fld)
+        if isinstance(fld, IP6Field):
+            step = Step(fld.name, "ipv6", offset, nbytes=16, item=item(fld.name, "ipv6"))
+        elif isinstance(fld, MACField):
+            step = Step(fld.name, "ether", offset, nbytes=6, item=item(fld.name, "ether"))
+        elif isinstance(fld, PacketField) and not isinstance(fld, PacketListField):
+            sub = fld.cls
+            step = Step(fld.name, "packet", offset, sub=sub)
+        elif getattr(fld, "holds_packets", 0) or isinstance(fld, PacketListField):
+            h = hints.get(fld.name)
+            if not isinstance(h, ListHint):
+                raise GeneratorError(
+                    f"{cls.__name__}.{fld.name}: a packet list needs a ListHint in "
+                    f"{cls.__name__}.field_hints (count/stride/item class)")
+            step = Step(fld.name, "list", offset, hint=h)
+        elif nb is None:
+            h = hints.get(fld.name)
+            if not isinstance(h, LengthHint):
+                raise GeneratorError(
+                    f"{cls.__name__}.{fld.name}: a variable-length field needs a LengthHint in "
+                    f"{cls.__name__}.field_hints")
+            step = Step(fld.name, "varbytes", offset, hint=h, item=item(fld.name, "bytes"))
+        elif isinstance(fld, (StrFixedLenField,)) or not hasattr(fld, "fmt") or fld.fmt[-1] in "sp":
+            step = Step(fld.name, "bytes", offset, nbytes=nb, item=item(fld.name, "bytes"))
+        else:
+            le = fld.fmt[0] == "<"
+            step = Step(fld.name, "int", offset, nbytes=nb, bits=nb * 8, little_endian=le,
+                        wide_value=nb > 4,
+                        item=item(fld.name, _int_ftype(nb), base="HEX" if _is_hex(fld) else "DEC",
+                                  valuestring=_enum_table(fld)))
+        step.when = when
+        steps.append(step)
+        if step.kind in ("list", "varbytes") or when is not None or (
+                step.kind == "packet" and static_length(step.sub) is None):
+            if fixed_len is None:
+                fixed_len = (bitpos or 0) // 8
+            bitpos = None
+        elif bitpos is not None:
+            size = static_length(step.sub) if step.kind == "packet" else step.nbytes
+            bitpos += size * 8
+    if bitpos is not None and bitpos % 8:
+        raise GeneratorError(f"{cls.__name__}: its bit fields end mid-byte")
+    static = None if bitpos is None else bitpos // 8
+    bindings = [(dict(fv), sub) for sub, fv in _bindings(cls)]
+    return LayerModel(cls=cls, key=cls.__name__, layer=layer, proto_name=proto_name,
+                      title=str(getattr(cls, "_name", None) or cls.__name__), steps=steps,
+                      fixed_len=fixed_len if fixed_len is not None else (static or 0),
+                      static_len=static, bindings=bindings,
+                      next_hints=list(getattr(cls, "payload_hints", []) or []))
+
+
+def _bindings(cls):
+    """(class, field values) pairs bind_layers() registered on cls, in Scapy's order."""
+    out = []
+    for fv, sub in getattr(cls, "payload_guess", []):
+        out.append((sub, fv))
+    return out
+
+
+def _bit_step(cls, fld, bitpos: int, item, when) -> Step:
+    w = fld.size
+    start, end = bitpos // 8, (bitpos + w - 1) // 8
+    nbytes = end - start + 1
+    bit_off = bitpos % 8
+    hexa = _is_hex(fld)
+    if isinstance(fld, FlagsField):
+        return _flags_step(cls, fld, bitpos, item)
+    if nbytes <= 4:
+        mask = ((1 << w) - 1) << (nbytes * 8 - bit_off - w)
+        if mask == (1 << (nbytes * 8)) - 1:
+            mask = None
+        it = item(fld.name, _int_ftype(nbytes), base="HEX" if hexa else "DEC", mask=mask,
+                  valuestring=_enum_table(fld))
+        return Step(fld.name, "bitint", start, nbytes=nbytes, bit_off=bit_off, bits=w, item=it,
+                    when=when)
+    # wider than a 32-bit window: no ProtoField mask can express it (masks stop at 32 bits);
+    # the value is computed with TvbRange:bitfield and added explicitly.
+    it = item(fld.name, "uint64", base="HEX" if hexa else "DEC", valuestring=_enum_table(fld))
+    return Step(fld.name, "bitint", start, nbytes=nbytes, bit_off=bit_off, bits=w, item=it,
+                when=when, wide_value=True)
+
+
+def _flags_step(cls, fld, bitpos: int, item) -> Step:
+    w = fld.size
+    if bitpos % 8 and (bitpos % 8) + w > 32:
+        raise GeneratorError(f"{cls.__name__}.{fld.name}: unaligned flags wider than a word")
+    start = bitpos // 8
+    nbytes = ((bitpos % 8) + w + 7) // 8
+    le = bool(getattr(fld, "rev", False))  # FlagsField with a negative size: little-endian
+    bit_off = bitpos % 8
+    wide = nbytes > 4
+    if wide:
+        parent = item(fld.name, "uint64", base="HEX")
+    else:
+        mask = ((1 << w) - 1) << (nbytes * 8 - bit_off - w)
+        parent = item(fld.name, _int_ftype(nbytes), base="HEX",
+                      mask=None if mask == (1 << nbytes * 8) - 1 else mask)
+    step = Step(fld.name, "flags", start, nbytes=nbytes, bit_off=bit_off, bits=w,
+                little_endian=le, item=parent, wide_value=wide)
+    names = list(fld.names) if isinstance(fld.names, (list, tuple, str)) else []
+    for n, name in enumerate(names):
+        if not name:
+            continue
+        if wide:
+            # 64-bit masks are ignored by ProtoField: use the 32-bit half holding bit n
+            k = n // 32
+            win_off = start + nbytes - 4 * (k + 1)
+            it = item(f"{fld.name}.{name}", "bool", mask=1 << (n % 32), bool_bits=32)
+            it.label = label_for(name)
+            step.flags.append((it, win_off, 4))
+        else:
+            shift = nbytes * 8 - bit_off - w + n
+            it = item(f"{fld.name}.{name}", "bool", mask=1 << shift, bool_bits=nbytes * 8)
+            it.label = label_for(name)
+            step.flags.append((it, start, nbytes))
+    return step
+
+
+_STATIC: dict[type, int | None] = {}
+
+
+def static_length(cls: type) -> int | None:
+    """Bytes of a layer whose every field has a fixed size, else None."""
+    if cls not in _STATIC:
+        _STATIC[cls] = None
+        try:
+            _STATIC[cls] = build_layer(cls, "x").static_len
+        except GeneratorError:
+            _STATIC[cls] = None
+    return _STATIC[cls]

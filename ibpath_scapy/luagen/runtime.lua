@@ -1,0 +1,319 @@
+----------------------------------------------------------------------------------------------
+-- ibpath runtime: checks and state that span packets (ICRC/VCRC, transaction matching, RMPP
+-- reassembly) and the registration that chains Wireshark's own InfiniBand dissector. Layer
+-- code above is generated; this part is the same for every generation.
+----------------------------------------------------------------------------------------------
+
+local UD_SEND_ONLY = 0x64
+local MAD_SIZE, SA_HDR, SA_MAD_HDR, SA_DATA = 256, 20, 56, 200
+
+local RT = {
+  icrc = ProtoField.uint8("ibpath.check.icrc", "ICRC", base.DEC, {[0] = "Bad", [1] = "Good"}),
+  vcrc = ProtoField.uint8("ibpath.check.vcrc", "VCRC", base.DEC, {[0] = "Bad", [1] = "Good"}),
+  icrc_calc = ProtoField.uint32("ibpath.check.icrc_calculated", "ICRC calculated", base.HEX),
+  response_in = ProtoField.framenum("ibpath.mad.response_in", "Response in", base.NONE, frametype.RESPONSE),
+  request_in = ProtoField.framenum("ibpath.mad.request_in", "Request in", base.NONE, frametype.REQUEST),
+  response_time = ProtoField.relative_time("ibpath.mad.response_time", "Response time"),
+  reassembled_in = ProtoField.framenum("ibpath.rmpp.reassembled_in", "Reassembled in", base.NONE),
+  segment = ProtoField.framenum("ibpath.rmpp.segment", "RMPP segment", base.NONE),
+  record_count = ProtoField.uint32("ibpath.sa.record_count", "Records", base.DEC),
+}
+ib_main.fields = {RT.icrc, RT.vcrc, RT.icrc_calc, RT.response_in, RT.request_in,
+                  RT.response_time, RT.reassembled_in, RT.segment, RT.record_count}
+local EX_CRC = ProtoExpert.new("ibpath.check.crc_bad", "CRC mismatch", expert.group.CHECKSUM, expert.severity.ERROR)
+local EX_RMPP = ProtoExpert.new("ibpath.rmpp.incomplete", "RMPP segment of a transfer not (yet) complete", expert.group.REASSEMBLE, expert.severity.NOTE)
+EXPERT_LIST[#EXPERT_LIST + 1] = EX_CRC
+EXPERT_LIST[#EXPERT_LIST + 1] = EX_RMPP
+
+-- CRC-32 (IEEE, reflected) and CRC-16/0x100B (reflected), table driven ------------------------
+local CRC32_T, CRC16_T = {}, {}
+for i = 0, 255 do
+  local c = i
+  for _ = 1, 8 do
+    if ib_band(c, 1) ~= 0 then c = ib_bxor(ib_rshift(c, 1), 0xEDB88320) else c = ib_rshift(c, 1) end
+  end
+  CRC32_T[i] = c
+  local d = i
+  for _ = 1, 8 do
+    if ib_band(d, 1) ~= 0 then d = ib_bxor(ib_rshift(d, 1), 0xD008) else d = ib_rshift(d, 1) end
+  end
+  CRC16_T[i] = d
+end
+
+local function crc32(ba, crc)
+  crc = crc or 0xFFFFFFFF
+  for i = 0, ba:len() - 1 do
+    crc = ib_bxor(ib_rshift(crc, 8), CRC32_T[ib_band(ib_bxor(crc, ba:get_index(i)), 0xFF)])
+  end
+  return crc
+end
+
+local function crc16(ba)
+  local crc = 0xFFFF
+  for i = 0, ba:len() - 1 do
+    crc = ib_bxor(ib_rshift(crc, 8), CRC16_T[ib_band(ib_bxor(crc, ba:get_index(i)), 0xFF)])
+  end
+  return ib_bxor(crc, 0xFFFF)
+end
+
+-- ICRC bytes are little-endian on the wire; Scapy's (and the generated field's) value reads
+-- them big-endian: compare in that form.
+local function byteswap32(x)
+  return ib_bor(ib_bor(ib_lshift(ib_band(x, 0xFF), 24), ib_lshift(ib_band(ib_rshift(x, 8), 0xFF), 16)),
+                ib_bor(ib_lshift(ib_band(ib_rshift(x, 16), 0xFF), 8), ib_band(ib_rshift(x, 24), 0xFF)))
+end
+
+local f_ip, f_ipv6, f_udp = Field.new("ip"), Field.new("ipv6"), Field.new("udp")
+
+local function last(fi_list)
+  local n = #fi_list
+  if n == 0 then return nil end
+  return fi_list[n]
+end
+
+-- RoCEv2 (Linux rxe_icrc.c): 8 bytes 0xFF for the LRH, IP TOS/TTL/checksum (v4) or traffic
+-- class/flow label/hop limit (v6), UDP checksum and BTH Resv8a taken as ones.
+local function rocev2_icrc(tvb, bth_off, icrc_at)
+  local ipfi = last({f_ip()}) or last({f_ipv6()})
+  local udpfi = last({f_udp()})
+  if not ipfi or not udpfi then return nil end
+  local ip = ipfi.range:bytes()
+  local udp = udpfi.range:bytes():subset(0, 8)
+  if ip:len() >= 20 and ib_rshift(ip:get_index(0), 4) == 4 then
+    ip:set_index(1, 0xFF); ip:set_index(8, 0xFF); ip:set_index(10, 0xFF); ip:set_index(11, 0xFF)
+  elseif ip:len() >= 40 then
+    ip = ip:subset(0, 40)
+    ip:set_index(0, ib_bor(ip:get_index(0), 0x0F))
+    ip:set_index(1, 0xFF); ip:set_index(2, 0xFF); ip:set_index(3, 0xFF); ip:set_index(7, 0xFF)
+  else
+    return nil
+  end
+  udp:set_index(6, 0xFF); udp:set_index(7, 0xFF)
+  local rest = tvb(bth_off, icrc_at - bth_off):bytes()
+  rest:set_index(4, 0xFF)
+  local crc = crc32(ByteArray.new("ff ff ff ff ff ff ff ff"))
+  crc = crc32(ip, crc)
+  crc = crc32(udp, crc)
+  crc = crc32(rest, crc)
+  return ib_bxor(crc, 0xFFFFFFFF)
+end
+
+-- Native IB (checked against a real ibdump capture): the LRH VL nibble, or the whole LRH when
+-- a GRH follows, GRH TClass/FlowLabel/HopLmt and BTH Resv8a taken as ones.
+local function native_icrc(tvb, lrh_off, icrc_at)
+  local b = tvb(lrh_off, icrc_at - lrh_off):bytes()
+  local bth = 8
+  if ib_band(b:get_index(1), 3) == 3 then
+    for i = 0, 7 do b:set_index(i, 0xFF) end
+    if b:len() >= 48 then
+      b:set_index(8, ib_bor(b:get_index(8), 0x0F))
+      b:set_index(9, 0xFF); b:set_index(10, 0xFF); b:set_index(11, 0xFF); b:set_index(15, 0xFF)
+    end
+    bth = 48
+  else
+    b:set_index(0, ib_bor(b:get_index(0), 0xF0))
+  end
+  if b:len() > bth + 4 then b:set_index(bth + 4, 0xFF) end
+  return ib_bxor(crc32(b), 0xFFFFFFFF)
+end
+
+HOOKS["BTH"] = function(tvb, pinfo, t, off, o, ctx, v)
+  local icrc_at = ctx.limit
+  if icrc_at + 4 > tvb:len() or v.icrc == nil then return end
+  local calc
+  if ctx.encap == "rocev2" then
+    calc = rocev2_icrc(tvb, off, icrc_at)
+  elseif ctx.at["LRH"] ~= nil then
+    calc = native_icrc(tvb, ctx.at["LRH"], icrc_at)
+  end
+  if calc == nil then return end
+  local good = byteswap32(calc) == v.icrc
+  local it = t:add(RT.icrc, tvb(icrc_at, 4), good and 1 or 0):set_generated()
+  if not good then
+    t:add(RT.icrc_calc, tvb(icrc_at, 4), byteswap32(calc)):set_generated()
+    it:add_proto_expert_info(EX_CRC, "ICRC mismatch")
+  end
+  local lrh = ctx.v["LRH"]
+  if lrh ~= nil and lrh.vcrc ~= nil and icrc_at + 6 <= tvb:len() then
+    local vc = crc16(tvb(ctx.at["LRH"], icrc_at + 4 - ctx.at["LRH"]):bytes())
+    local vgood = vc == lrh.vcrc
+    local vi = t:add(RT.vcrc, tvb(icrc_at + 4, 2), vgood and 1 or 0):set_generated()
+    if not vgood then vi:add_proto_expert_info(EX_CRC, "VCRC mismatch") end
+  end
+end
+
+-- Transaction matching by TID ---------------------------------------------------------------
+local tid_requests, tid_responses = {}, {}
+
+local function tid_key(tvb, mad_off)
+  -- class and exact 64-bit TID (numbers lose precision above 2^53)
+  return tostring(tvb(mad_off + 1, 1):uint()) .. ":" .. tostring(tvb(mad_off + 8, 8):uint64())
+end
+
+HOOKS["MAD"] = function(tvb, pinfo, t, off, o, ctx, v)
+  if ctx.reassembled then return end
+  local key = tid_key(tvb, off)
+  local is_resp = ib_band(v.method, 0x80) ~= 0
+  if not pinfo.visited then
+    if is_resp then
+      if tid_responses[key] == nil then tid_responses[key] = {frame = pinfo.number, ts = pinfo.abs_ts} end
+    elseif tid_requests[key] == nil then
+      tid_requests[key] = {frame = pinfo.number, ts = pinfo.abs_ts}
+    end
+  end
+  if is_resp then
+    local req = tid_requests[key]
+    if req ~= nil and req.frame < pinfo.number then
+      t:add(RT.request_in, req.frame):set_generated()
+      local d = pinfo.abs_ts - req.ts
+      local secs = math.floor(d)
+      t:add(RT.response_time, NSTime.new(secs, math.floor((d - secs) * 1e9))):set_generated()
+    end
+  else
+    local resp = tid_responses[key]
+    if resp ~= nil and resp.frame > pinfo.number then
+      t:add(RT.response_in, resp.frame):set_generated()
+    end
+  end
+end
+
+-- RMPP reassembly (Linux mad_rmpp.c: header repeated, 200 data bytes a segment) ---------------
+local rmpp_open, rmpp_done, rmpp_part_of = {}, {}, {}
+
+HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
+  if ctx.reassembled then return end
+  local mad, rmpp = ctx.v["MAD"], ctx.v["RMPP"]
+  local mad_off = ctx.at["MAD"]
+  if mad == nil or rmpp == nil or mad_off == nil then return end
+  local flags = rmpp.rmpp_flags or 0
+  local segment = ib_band(flags, 1) ~= 0 and rmpp.rmpp_type == 1 and ib_band(flags, 6) ~= 6
+  if not segment then
+    if v.records_count ~= nil then
+      t:add(RT.record_count, v.records_count):set_generated()
+      if v.records_count > 1 then pinfo.cols.info:append(string.format(" [%d records]", v.records_count)) end
+    end
+    return
+  end
+  if mad_off + MAD_SIZE > tvb:len() then return end
+  local key = tostring(pinfo.src) .. ">" .. tostring(pinfo.dst) .. ":" .. tid_key(tvb, mad_off)
+  if not pinfo.visited then
+    local st = rmpp_open[key]
+    if st == nil then st = {segs = {}, frames = {}, last = nil}; rmpp_open[key] = st end
+    local n = rmpp.segment_number or 0
+    if n >= 1 and n <= 4096 then
+      st.segs[n] = tvb(mad_off, MAD_SIZE):bytes()
+      st.frames[n] = pinfo.number
+      if ib_band(flags, 4) ~= 0 then st.last = n end
+    end
+    if st.last ~= nil then
+      local complete = true
+      for k = 1, st.last do if st.segs[k] == nil then complete = false; break end end
+      if complete then
+        local paylen = st.segs[st.last]:subset(32, 4)
+        local last_paylen = ib_bor(ib_bor(ib_lshift(paylen:get_index(0), 24), ib_lshift(paylen:get_index(1), 16)),
+                                   ib_bor(ib_lshift(paylen:get_index(2), 8), paylen:get_index(3)))
+        local pad = (MAD_SIZE - 36) - last_paylen
+        if pad < 0 or pad > SA_DATA then pad = 0 end
+        local total = SA_MAD_HDR + st.last * SA_DATA - pad
+        local ba = st.segs[1]:subset(0, SA_MAD_HDR)
+        for k = 1, st.last do ba:append(st.segs[k]:subset(SA_MAD_HDR, SA_DATA)) end
+        ba = ba:subset(0, total)
+        -- rewritten as one FIRST|LAST transfer so that the generated SA code counts every record
+        ba:set_index(26, ib_bor(ib_band(ba:get_index(26), 0xF8), 7))
+        local pl = SA_HDR + total - SA_MAD_HDR
+        ba:set_index(28, 0); ba:set_index(29, 0); ba:set_index(30, 0); ba:set_index(31, 1)
+        ba:set_index(32, 0); ba:set_index(33, ib_band(ib_rshift(pl, 16), 0xFF))
+        ba:set_index(34, ib_band(ib_rshift(pl, 8), 0xFF)); ba:set_index(35, ib_band(pl, 0xFF))
+        rmpp_done[pinfo.number] = {bytes = ba, frames = st.frames, last = st.last}
+        for k = 1, st.last do rmpp_part_of[st.frames[k]] = pinfo.number end
+        rmpp_open[key] = nil
+      end
+    end
+  end
+  local done = rmpp_done[pinfo.number]
+  if done == nil then
+    local target = rmpp_part_of[pinfo.number]
+    if target ~= nil then
+      t:add(RT.reassembled_in, target):set_generated()
+    else
+      t:add_proto_expert_info(EX_RMPP)
+    end
+    return
+  end
+  for k = 1, done.last do t:add(RT.segment, done.frames[k]):set_generated() end
+  local rtvb = done.bytes:tvb("Reassembled RMPP")
+  local sub = {limit = rtvb:len(), v = {}, at = {}, encap = ctx.encap, reassembled = true}
+  D["MAD"](rtvb, pinfo, t, 0, sub)
+  local n = sub.v["SAHeader"] and sub.v["SAHeader"].records_count or 0
+  pinfo.cols.info:append(string.format(" [RMPP reassembled: %d records]", n))
+end
+
+-- Registration ------------------------------------------------------------------------------
+local function new_ctx(limit, encap)
+  return {limit = limit, v = {}, at = {}, encap = encap}
+end
+
+local function native_wanted(tvb, off, limit)
+  if limit - off < 8 + 12 then return false end
+  local lnh = ib_band(tvb(off + 1, 1):uint(), 3)
+  local bth = off + 8
+  if lnh == 3 then bth = bth + 40 elseif lnh ~= 2 then return false end
+  return bth + 12 <= limit and tvb(bth, 1):uint() == UD_SEND_ONLY
+end
+
+-- RoCEv2: wrap the built-in handler of UDP 4791
+local udp_table = DissectorTable.get("udp.port")
+local builtin_rocev2 = udp_table:get_dissector(4791)
+local rocev2 = Proto("ibpath.rocev2", "ibpath over RoCEv2")
+function rocev2.dissector(tvb, pinfo, tree)
+  if builtin_rocev2 ~= nil then builtin_rocev2:call(tvb, pinfo, tree) end
+  if tvb:len() >= 12 and tvb(0, 1):uint() == UD_SEND_ONLY then
+    D["BTH"](tvb, pinfo, tree, 0, new_ctx(tvb:len(), "rocev2"))
+  end
+  return tvb:len()
+end
+udp_table:add(4791, rocev2)
+
+-- Native IB in ERF records (ibdump), raw LINKTYPE_INFINIBAND, and exported PDUs for
+-- "infiniband": wrap the built-in handler of each encapsulation
+local wtap_table = DissectorTable.get("wtap_encap")
+
+local function wrap_encap(encap, name, locate)
+  if encap == nil then return end
+  local builtin = wtap_table:get_dissector(encap)
+  local p = Proto(name, "ibpath " .. name)
+  function p.dissector(tvb, pinfo, tree)
+    if builtin ~= nil then builtin:call(tvb, pinfo, tree) end
+    local off, limit = locate(tvb)
+    if off ~= nil and native_wanted(tvb, off, limit) then
+      D["LRH"](tvb, pinfo, tree, off, new_ctx(limit, "ib"))
+    end
+    return tvb:len()
+  end
+  wtap_table:add(encap, p)
+end
+
+-- Wireshark reads the ERF header into the pseudo-header: the tvb starts at the LRH.
+local f_erf_type = Field.new("erf.types.type")
+wrap_encap(wtap_encaps.ERF, "ibpath.erf", function(tvb)
+  local typ = last({f_erf_type()})
+  if typ == nil or typ.value ~= 21 then return nil end
+  return 0, tvb:len()
+end)
+
+wrap_encap(wtap_encaps.INFINIBAND, "ibpath.infiniband_raw", function(tvb)
+  return 0, tvb:len()
+end)
+
+wrap_encap(wtap_encaps.WIRESHARK_UPPER_PDU, "ibpath.exported_pdu", function(tvb)
+  local off, name = 0, nil
+  while off + 4 <= tvb:len() do
+    local tag, len = tvb(off, 2):uint(), tvb(off + 2, 2):uint()
+    if tag == 0 then off = off + 4; break end
+    if off + 4 + len > tvb:len() then return nil end
+    if tag == 12 then name = tvb(off + 4, len):stringz() end
+    off = off + 4 + len
+  end
+  if name ~= "infiniband" then return nil end
+  return off, tvb:len()
+end)

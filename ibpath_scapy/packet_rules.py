@@ -1,0 +1,52 @@
+"""Rules of the catalogue (audit-rules.md) that one packet can show, declared once as Expr
+conditions on a layer: the Lua generator turns them into expert infos and the analyser
+evaluates the same conditions (expr.evaluate_on)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .expr import And, Expr, F, Not, Or, Under
+from .layers.mad import ATTR_PATH_RECORD, METHOD_GET, METHOD_GET_RESP, METHOD_GET_TABLE, METHOD_RESP
+
+
+@dataclass(frozen=True)
+class PacketRule:
+    """Fires when `condition` holds on a layer of class `layer`."""
+
+    rule_id: str
+    severity: str  # error, warning, info
+    layer: str
+    condition: Expr
+    message: str
+
+
+_mad = Under("MAD")
+_is_pr_query = And(_mad.mgmt_class == 3, _mad.attribute_id == ATTR_PATH_RECORD,
+                   Not(_mad.method & METHOD_RESP))
+_comp = F("component_mask__lo")
+_NUMB_PATH_BIT = 1 << 12
+
+PACKET_RULES = [
+    PacketRule("SAQ-SERVICEID-HALF", "error", "SAHeader",
+               And(_is_pr_query, Or((_comp & 3) == 1, (_comp & 3) == 2)),
+               "only one of ComponentMask bits 0/1 (ServiceID) set; OpenSM answers INSUF_COMPS"),
+    PacketRule("SAQ-RESERVED-COMP", "warning", "SAHeader",
+               And(_is_pr_query, Or((_comp & 0xFF800080) != 0, F("component_mask__hi") != 0)),
+               "reserved ComponentMask bit set in a PathRecord query"),
+    PacketRule("SAQ-BAD-METHOD", "error", "SAHeader",
+               And(_mad.mgmt_class == 3, _mad.attribute_id == ATTR_PATH_RECORD,
+                   Or(_mad.class_version != 2,
+                      And(Not(_mad.method & METHOD_RESP),
+                          Not(Or(_mad.method == METHOD_GET, _mad.method == METHOD_GET_TABLE))))),
+               "PathRecord MAD with a method other than Get/GetTable or class version not 2"),
+    PacketRule("SAQ-NUMBPATH-ZERO", "warning", "PathRecord",
+               And(_mad.method == METHOD_GET_TABLE, _mad.attribute_id == ATTR_PATH_RECORD,
+                   (Under("SAHeader").component_mask__lo & _NUMB_PATH_BIT) != 0,
+                   F("numb_path") == 0),
+               "GetTable with the NumbPath component set and NumbPath 0: OpenSM returns no record"),
+    PacketRule("SAR-GET-MULTI", "error", "SAHeader",
+               And(_mad.method == METHOD_GET_RESP, _mad.attribute_id == ATTR_PATH_RECORD,
+                   _mad.status == 0, F("attribute_offset") != 0, F("attribute_offset") != 8),
+               "GetResp whose AttributeOffset does not match the PathRecord size (8 words)"),
+]
