@@ -1,0 +1,30 @@
+"""Recording real management traffic from real software.
+
+``ibpath_scapy.record.umad`` runs OpenSM (as SM/SA) and ``saquery`` (as SA client) on the
+user-space fabric simulator ibsim, records every MAD each of them writes to / reads from its
+``/dev/infiniband/umad*`` device with an LD_PRELOAD shim (``umadrec.c``, compiled at run
+time), and turns OpenSM's side of the exchange into a native-InfiniBand capture (ERF type 21
+records, pcap link type 197) the way ibdump would have seen it on the wire.
+"""
+
+from .umad import (  # noqa: F401
+    DEFAULT_QUERIES,
+    DEFAULT_TOPOLOGY,
+    Query,
+    SessionResult,
+    UmadHeader,
+    UmadRecord,
+    WireMad,
+    compile_shim,
+    missing_tools,
+    read_log,
+    record_sa_session,
+    sa_wire_mads,
+    write_pcap,
+)
+
+__all__ = [
+    "DEFAULT_QUERIES", "DEFAULT_TOPOLOGY", "Query", "SessionResult", "UmadHeader",
+    "UmadRecord", "WireMad", "compile_shim", "missing_tools", "read_log",
+    "record_sa_session", "sa_wire_mads", "write_pcap",
+]
