@@ -86,8 +86,8 @@ PF[27] = ProtoField.uint24("ibpath.grh.flowlabel", "Flowlabel", base.DEC, nil, 0
 PF[28] = ProtoField.uint16("ibpath.grh.paylen", "Paylen", base.DEC, nil, nil, "")
 PF[29] = ProtoField.uint8("ibpath.grh.nexthdr", "Nexthdr", base.DEC, nil, nil, "")
 PF[30] = ProtoField.uint8("ibpath.grh.hoplmt", "Hoplmt", base.DEC, nil, nil, "")
-PF[31] = ProtoField.uint64("ibpath.grh.sgid", "SGID", base.HEX, nil, nil, "")
-PF[32] = ProtoField.uint64("ibpath.grh.dgid", "DGID", base.HEX, nil, nil, "")
+PF[31] = ProtoField.ipv6("ibpath.grh.sgid", "SGID", "")
+PF[32] = ProtoField.ipv6("ibpath.grh.dgid", "DGID", "")
 PF[33] = ProtoField.uint64("ibpath.cnppadding.reserved1", "Reserved1", base.HEX, nil, nil, "")
 PF[34] = ProtoField.uint64("ibpath.cnppadding.reserved2", "Reserved2", base.HEX, nil, nil, "")
 PF[35] = ProtoField.uint8("ibpath.aeth.syndrome", "Syndrome", base.HEX, nil, nil, "")
@@ -463,10 +463,8 @@ D["GRH"] = function(tvb, pinfo, tree, off, ctx)
   t:add(PF[28], tvb(off + 4, 2))
   t:add(PF[29], tvb(off + 6, 1))
   t:add(PF[30], tvb(off + 7, 1))
-  v["sgid"] = ib_num(tvb(off + 8, 16):bitfield(0, 128))
-  t:add(PF[31], tvb(off + 8, 16), tvb(off + 8, 16):bitfield(0, 128))
-  v["dgid"] = ib_num(tvb(off + 24, 16):bitfield(0, 128))
-  t:add(PF[32], tvb(off + 24, 16), tvb(off + 24, 16):bitfield(0, 128))
+  t:add(PF[31], tvb(off + 8, 16))
+  t:add(PF[32], tvb(off + 24, 16))
   t:set_len(o - off)
   if HOOKS["GRH"] then HOOKS["GRH"](tvb, pinfo, t, off, o, ctx, v) end
   if true then return D["BTH"](tvb, pinfo, tree, o, ctx) end
@@ -913,8 +911,7 @@ D["PathRecord"] = function(tvb, pinfo, tree, off, ctx)
   t:add(PF[248], tvb(off + 56, 1))
   t:add(PF[249], tvb(off + 56, 1))
   t:add(PF[250], tvb(off + 57, 1))
-  v["reserved_464"] = ib_num(tvb(off + 58, 6):bitfield(0, 48))
-  t:add(PF[251], tvb(off + 58, 6), tvb(off + 58, 6):bitfield(0, 48))
+  t:add(PF[251], tvb(off + 58, 6))
   t:set_len(o - off)
   if HOOKS["PathRecord"] then HOOKS["PathRecord"](tvb, pinfo, t, off, o, ctx, v) end
   if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 18)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_band(ib_under(ctx, "SAHeader", "component_mask__lo"), 4096) ~= 0)), ib_bool((ib_val(v, "numb_path") == 0)))) then t:add_proto_expert_info(EX[4]) end
@@ -946,6 +943,10 @@ ib_main.fields = {RT.icrc, RT.vcrc, RT.icrc_calc, RT.response_in, RT.request_in,
                   RT.response_time, RT.reassembled_in, RT.segment, RT.record_count}
 local EX_CRC = ProtoExpert.new("ibpath.check.crc_bad", "CRC mismatch", expert.group.CHECKSUM, expert.severity.ERROR)
 local EX_RMPP = ProtoExpert.new("ibpath.rmpp.incomplete", "RMPP segment of a transfer not (yet) complete", expert.group.REASSEMBLE, expert.severity.NOTE)
+-- Dissector:call turns the built-in dissector's bounds exception into a Lua error; keep the
+-- verdict as a malformed-packet expert and go on with ibpath's own (bounds-checked) view.
+local EX_BUILTIN = ProtoExpert.new("ibpath.builtin_malformed", "Wireshark's dissector found the packet malformed", expert.group.MALFORMED, expert.severity.ERROR)
+EXPERT_LIST[#EXPERT_LIST + 1] = EX_BUILTIN
 EXPERT_LIST[#EXPERT_LIST + 1] = EX_CRC
 EXPERT_LIST[#EXPERT_LIST + 1] = EX_RMPP
 
@@ -1105,7 +1106,10 @@ end
 local rmpp_open, rmpp_done, rmpp_part_of = {}, {}, {}
 
 HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
-  if ctx.reassembled then return end
+  if ctx.reassembled then
+    t:add(RT.record_count, v.records_count or 0):set_generated()
+    return
+  end
   local mad, rmpp = ctx.v["MAD"], ctx.v["RMPP"]
   local mad_off = ctx.at["MAD"]
   if mad == nil or rmpp == nil or mad_off == nil then return end
@@ -1173,6 +1177,14 @@ HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
 end
 
 -- Registration ------------------------------------------------------------------------------
+local function call_builtin(builtin, tvb, pinfo, tree)
+  if builtin == nil then return end
+  local ok, err = pcall(builtin.call, builtin, tvb, pinfo, tree)
+  if not ok then
+    tree:add_proto_expert_info(EX_BUILTIN, "Wireshark's dissector: " .. tostring(err):gsub("^.-: ", ""))
+  end
+end
+
 local function new_ctx(limit, encap)
   return {limit = limit, v = {}, at = {}, encap = encap}
 end
@@ -1190,7 +1202,7 @@ local udp_table = DissectorTable.get("udp.port")
 local builtin_rocev2 = udp_table:get_dissector(4791)
 local rocev2 = Proto("ibpath.rocev2", "ibpath over RoCEv2")
 function rocev2.dissector(tvb, pinfo, tree)
-  if builtin_rocev2 ~= nil then builtin_rocev2:call(tvb, pinfo, tree) end
+  call_builtin(builtin_rocev2, tvb, pinfo, tree)
   if tvb:len() >= 12 and tvb(0, 1):uint() == UD_SEND_ONLY then
     D["BTH"](tvb, pinfo, tree, 0, new_ctx(tvb:len(), "rocev2"))
   end
@@ -1207,7 +1219,7 @@ local function wrap_encap(encap, name, locate)
   local builtin = wtap_table:get_dissector(encap)
   local p = Proto(name, "ibpath " .. name)
   function p.dissector(tvb, pinfo, tree)
-    if builtin ~= nil then builtin:call(tvb, pinfo, tree) end
+    call_builtin(builtin, tvb, pinfo, tree)
     local off, limit = locate(tvb)
     if off ~= nil and native_wanted(tvb, off, limit) then
       D["LRH"](tvb, pinfo, tree, off, new_ctx(limit, "ib"))
@@ -1217,11 +1229,14 @@ local function wrap_encap(encap, name, locate)
   wtap_table:add(encap, p)
 end
 
--- Wireshark reads the ERF header into the pseudo-header: the tvb starts at the LRH.
+-- Wireshark reads the ERF header into the pseudo-header: the tvb starts at the LRH. The ERF
+-- type field is only extractable when a tree is built (not in tshark's first pass), so an
+-- InfiniBand record is also recognised by its LRH PktLen matching the record (+2 for VCRC).
 local f_erf_type = Field.new("erf.types.type")
 wrap_encap(wtap_encaps.ERF, "ibpath.erf", function(tvb)
   local typ = last({f_erf_type()})
-  if typ == nil or typ.value ~= 21 then return nil end
+  if typ ~= nil and typ.value ~= 21 then return nil end
+  if tvb:len() < 8 or ib_band(tvb(4, 2):uint(), 0x7FF) * 4 + 2 ~= tvb:len() then return nil end
   return 0, tvb:len()
 end)
 

@@ -271,6 +271,19 @@ def _bit_step(cls, fld, bitpos: int, item, when) -> Step:
                   valuestring=_enum_table(fld))
         return Step(fld.name, "bitint", start, nbytes=nbytes, bit_off=bit_off, bits=w, item=it,
                     when=when)
+    if bit_off == 0 and w % 8 == 0:
+        # byte-aligned: a plain integer read (no mask needed); an aligned 128-bit field is a
+        # GID / IPv6 address in every layer that has one (GRH SGID/DGID)
+        if w == 128:
+            return Step(fld.name, "ipv6", start, nbytes=16, item=item(fld.name, "ipv6"), when=when)
+        if w <= 64:
+            it = item(fld.name, _int_ftype(nbytes), base="HEX" if hexa else "DEC",
+                      valuestring=_enum_table(fld))
+            return Step(fld.name, "int", start, nbytes=nbytes, bits=w, item=it, when=when,
+                        wide_value=nbytes > 4)
+        return Step(fld.name, "bytes", start, nbytes=nbytes, item=item(fld.name, "bytes"), when=when)
+    if w > 64:
+        raise GeneratorError(f"{cls.__name__}.{fld.name}: unaligned bit field wider than 64 bits")
     # wider than a 32-bit window: no ProtoField mask can express it (masks stop at 32 bits);
     # the value is computed with TvbRange:bitfield and added explicitly.
     it = item(fld.name, "uint64", base="HEX" if hexa else "DEC", valuestring=_enum_table(fld))

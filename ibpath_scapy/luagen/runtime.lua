@@ -22,6 +22,10 @@ ib_main.fields = {RT.icrc, RT.vcrc, RT.icrc_calc, RT.response_in, RT.request_in,
                   RT.response_time, RT.reassembled_in, RT.segment, RT.record_count}
 local EX_CRC = ProtoExpert.new("ibpath.check.crc_bad", "CRC mismatch", expert.group.CHECKSUM, expert.severity.ERROR)
 local EX_RMPP = ProtoExpert.new("ibpath.rmpp.incomplete", "RMPP segment of a transfer not (yet) complete", expert.group.REASSEMBLE, expert.severity.NOTE)
+-- Dissector:call turns the built-in dissector's bounds exception into a Lua error; keep the
+-- verdict as a malformed-packet expert and go on with ibpath's own (bounds-checked) view.
+local EX_BUILTIN = ProtoExpert.new("ibpath.builtin_malformed", "Wireshark's dissector found the packet malformed", expert.group.MALFORMED, expert.severity.ERROR)
+EXPERT_LIST[#EXPERT_LIST + 1] = EX_BUILTIN
 EXPERT_LIST[#EXPERT_LIST + 1] = EX_CRC
 EXPERT_LIST[#EXPERT_LIST + 1] = EX_RMPP
 
@@ -181,7 +185,10 @@ end
 local rmpp_open, rmpp_done, rmpp_part_of = {}, {}, {}
 
 HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
-  if ctx.reassembled then return end
+  if ctx.reassembled then
+    t:add(RT.record_count, v.records_count or 0):set_generated()
+    return
+  end
   local mad, rmpp = ctx.v["MAD"], ctx.v["RMPP"]
   local mad_off = ctx.at["MAD"]
   if mad == nil or rmpp == nil or mad_off == nil then return end
@@ -249,6 +256,14 @@ HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
 end
 
 -- Registration ------------------------------------------------------------------------------
+local function call_builtin(builtin, tvb, pinfo, tree)
+  if builtin == nil then return end
+  local ok, err = pcall(builtin.call, builtin, tvb, pinfo, tree)
+  if not ok then
+    tree:add_proto_expert_info(EX_BUILTIN, "Wireshark's dissector: " .. tostring(err):gsub("^.-: ", ""))
+  end
+end
+
 local function new_ctx(limit, encap)
   return {limit = limit, v = {}, at = {}, encap = encap}
 end
@@ -266,7 +281,7 @@ local udp_table = DissectorTable.get("udp.port")
 local builtin_rocev2 = udp_table:get_dissector(4791)
 local rocev2 = Proto("ibpath.rocev2", "ibpath over RoCEv2")
 function rocev2.dissector(tvb, pinfo, tree)
-  if builtin_rocev2 ~= nil then builtin_rocev2:call(tvb, pinfo, tree) end
+  call_builtin(builtin_rocev2, tvb, pinfo, tree)
   if tvb:len() >= 12 and tvb(0, 1):uint() == UD_SEND_ONLY then
     D["BTH"](tvb, pinfo, tree, 0, new_ctx(tvb:len(), "rocev2"))
   end
@@ -283,7 +298,7 @@ local function wrap_encap(encap, name, locate)
   local builtin = wtap_table:get_dissector(encap)
   local p = Proto(name, "ibpath " .. name)
   function p.dissector(tvb, pinfo, tree)
-    if builtin ~= nil then builtin:call(tvb, pinfo, tree) end
+    call_builtin(builtin, tvb, pinfo, tree)
     local off, limit = locate(tvb)
     if off ~= nil and native_wanted(tvb, off, limit) then
       D["LRH"](tvb, pinfo, tree, off, new_ctx(limit, "ib"))
@@ -293,11 +308,14 @@ local function wrap_encap(encap, name, locate)
   wtap_table:add(encap, p)
 end
 
--- Wireshark reads the ERF header into the pseudo-header: the tvb starts at the LRH.
+-- Wireshark reads the ERF header into the pseudo-header: the tvb starts at the LRH. The ERF
+-- type field is only extractable when a tree is built (not in tshark's first pass), so an
+-- InfiniBand record is also recognised by its LRH PktLen matching the record (+2 for VCRC).
 local f_erf_type = Field.new("erf.types.type")
 wrap_encap(wtap_encaps.ERF, "ibpath.erf", function(tvb)
   local typ = last({f_erf_type()})
-  if typ == nil or typ.value ~= 21 then return nil end
+  if typ ~= nil and typ.value ~= 21 then return nil end
+  if tvb:len() < 8 or ib_band(tvb(4, 2):uint(), 0x7FF) * 4 + 2 ~= tvb:len() then return nil end
   return 0, tvb:len()
 end)
 

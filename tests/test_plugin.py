@@ -1,0 +1,293 @@
+"""The generated Lua plugin in a real tshark: fresh, loads cleanly, shows what Scapy decodes,
+agrees with Wireshark's own fields where those are right, and never raises a Lua error."""
+
+import ipaddress
+import random
+import shutil
+import subprocess
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from scapy.fields import StrFixedLenField, _BitField
+
+from ibpath_scapy.decode import decode_file
+from ibpath_scapy.encap import erf_record, native_ib_frame, rocev2_frame
+from ibpath_scapy.layers import (
+    BTH, DETH, ERF, LRH, MAD, RMPP, CMDrep, CMDreq, CMRej, CMRep, CMReq, CMRtu, PathRecord,
+    SAHeader,
+)
+from ibpath_scapy.luagen.emit import reachable
+from ibpath_scapy.luagen.plugin import DEFAULT_OUTPUT, generate_plugin
+from ibpath_scapy.pcapio import PcapWriter
+
+from conftest import CAPTURES, EXTERNAL
+from plugin_oracle import assert_no_malformed, compare, field_map, need_tshark, tshark
+
+LUA = str(DEFAULT_OUTPUT)
+PLUGIN_CLASSES = reachable([LRH, BTH], ("Raw", "Padding", "NoPayload", "MADPadding"))
+FMAP = field_map(PLUGIN_CLASSES)
+
+
+def test_committed_plugin_is_fresh():
+    """dissector/ibpath.lua must equal a fresh `ibpath dissector generate`."""
+    assert DEFAULT_OUTPUT.read_text() == generate_plugin(), (
+        "dissector/ibpath.lua is stale: run `ibpath dissector generate` and commit it")
+
+
+def test_generation_is_deterministic():
+    assert generate_plugin() == generate_plugin()
+
+
+def test_plugin_compiles_with_lua_5_4():
+    luac = shutil.which("luac5.4")
+    if luac is None:
+        pytest.skip("luac5.4 not installed (Debian package lua5.4)")
+    p = subprocess.run([luac, "-p", LUA], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def all_captures():
+    files = sorted(EXTERNAL.glob("*.pcap")) + sorted(CAPTURES.glob("*/*.pcap*"))
+    return [pytest.param(f, id=f.name) for f in files]
+
+
+@pytest.mark.parametrize("path", all_captures())
+def test_no_lua_error_and_no_malformed_on_real_captures(path):
+    p = tshark(["-r", str(path), "-V"], LUA)
+    assert "ibpath" in p.stdout or "rocev2-rc-send" in path.name
+    assert_no_malformed(str(path), LUA)
+
+
+# -- field-by-field agreement with Scapy over generated packets ----------------------------------
+u = st.integers
+gid = st.binary(min_size=16, max_size=16).map(lambda b: str(ipaddress.IPv6Address(b)))
+
+
+def path_record():
+    return st.builds(
+        PathRecord, service_id=u(0, 2**64 - 1), dgid=gid, sgid=gid, dlid=u(0, 0xFFFF),
+        slid=u(0, 0xFFFF), raw_traffic=u(0, 1), flow_label=u(0, 2**20 - 1), hop_limit=u(0, 255),
+        tclass=u(0, 255), reversible=u(0, 1), numb_path=u(0, 127), pkey=u(0, 0xFFFF),
+        qos_class=u(0, 0xFFF), sl=u(0, 15), mtu_selector=u(0, 3), mtu=u(0, 63),
+        rate_selector=u(0, 3), rate=u(0, 63), packet_life_time_selector=u(0, 3),
+        packet_life_time=u(0, 63), preference=u(0, 255))
+
+
+@st.composite
+def sa_mad(draw):
+    method = draw(st.sampled_from([0x01, 0x12, 0x81, 0x92]))
+    n = draw(u(0, 3)) if method == 0x92 else 1
+    recs = [draw(path_record()) for _ in range(n)]
+    rmpp = RMPP(rmpp_version=draw(u(0, 255)), r_resp_time=draw(u(0, 31)),
+                rmpp_status=draw(u(0, 255)))
+    if method == 0x92:
+        rmpp.rmpp_type, rmpp.rmpp_flags = 1, 7
+        rmpp.segment_number, rmpp.payload_length = 1, 20 + 64 * n
+    return (MAD(method=method, status=0, transaction_id=draw(u(0, 2**64 - 1)),
+                class_specific=draw(u(0, 0xFFFF)), attribute_modifier=draw(u(0, 2**32 - 1)))
+            / rmpp / SAHeader(sm_key=draw(u(0, 2**64 - 1)), component_mask=draw(u(0, 2**64 - 1)),
+                              attribute_offset=8 if method & 0x80 else 0, records=recs))
+
+
+def _cm_fields(cls, draw):
+    """Random values for every non-reserved field of a CM message."""
+    kw = {}
+    for f in cls.fields_desc:
+        if f.name.startswith("reserved") or f.name == "private_data":
+            continue
+        if type(f).__name__ == "GIDField":
+            kw[f.name] = draw(gid)
+        elif isinstance(f, StrFixedLenField):
+            n = f.length_from(None)
+            kw[f.name] = draw(st.binary(min_size=n, max_size=n))
+        elif isinstance(f, _BitField):
+            kw[f.name] = draw(u(0, (1 << f.size) - 1))
+        else:
+            nbytes = 3 if "3Bytes" in type(f).__name__ else f.sz
+            kw[f.name] = draw(u(0, (1 << (8 * nbytes)) - 1))
+    return kw
+
+
+@st.composite
+def cm_mad(draw):
+    cls = draw(st.sampled_from([CMReq, CMRep, CMRtu, CMRej, CMDreq, CMDrep]))
+    attr = {CMReq: 0x10, CMRej: 0x12, CMRep: 0x13, CMRtu: 0x14, CMDreq: 0x15, CMDrep: 0x16}[cls]
+    return MAD(mgmt_class=7, method=3, attribute_id=attr,
+               transaction_id=draw(u(0, 2**64 - 1))) / cls(**_cm_fields(cls, draw))
+
+
+@st.composite
+def frame(draw):
+    mad = draw(st.one_of(sa_mad(), cm_mad()))
+    if draw(st.booleans()):
+        return rocev2_frame(mad, src="192.168.2.24", dst="192.168.2.25", psn=draw(u(0, 2**24 - 1)),
+                            pkey=draw(u(0, 0xFFFF)))
+    raw = native_ib_frame(mad, slid=draw(u(1, 0xBFFF)), dlid=draw(u(1, 0xBFFF)), sl=draw(u(0, 15)))
+    return ERF(erf_record(raw, 1.0))
+
+
+# Shrinking a 150-packet example takes minutes; a failure names the frame and field anyway.
+NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), phases=NO_SHRINK)
+@given(st.lists(frame(), min_size=30, max_size=30))
+def test_plugin_fields_equal_scapy_over_generated_packets(tmp_path_factory, frames):
+    need_tshark()
+    d = tmp_path_factory.mktemp("gen")
+    eth = [f for f in frames if not isinstance(f, ERF)]
+    ib = [f for f in frames if isinstance(f, ERF)]
+    total = 0
+    for name, pkts, lt in (("eth.pcap", eth, 1), ("ib.pcap", ib, 197)):
+        if not pkts:
+            continue
+        raw = [bytes(p) for p in pkts]
+        with PcapWriter(str(d / name), lt) as w:
+            for i, b in enumerate(raw):
+                w.write(b, float(i))
+        dissected = [(type(p))(b) for p, b in zip(pkts, raw)]
+        total += compare(str(d / name), LUA, dissected, FMAP)
+    assert total > 30 * 40  # every field of every layer was compared
+
+
+# -- what the plugin adds --------------------------------------------------------------------
+def test_every_record_of_reassembled_get_table_resp_matches_decode():
+    """The OpenSM capture: multi-segment RMPP GetTableResps show every record, equal to
+    the Scapy decoder's records for the completing frame."""
+    path = str(CAPTURES / "opensm" / "opensm-saquery.pcap")
+    expect = {r["frame"]: r["path_records"] for r in decode_file(path)
+              if r.get("path_records") and r["mad"]["method"] & 0x80}
+    names = ["dlid", "slid", "dgid", "sgid", "reversible", "numb_path", "mtu", "rate",
+             "packet_life_time", "preference", "pkey", "sl", "qos_class", "service_id"]
+    args = ["-r", path, "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|",
+            "-e", "frame.number"] + [x for n in names for x in ("-e", f"ibpath.pathrecord.{n}")]
+    rows = [line.split("\t") for line in tshark(args, LUA).stdout.splitlines()]
+    seen = 0
+    for row in rows:
+        fno = int(row[0])
+        if fno not in expect:
+            continue
+        recs = expect[fno]
+        for col, n in enumerate(names, 1):
+            vals = row[col].split("|")
+            want = [r[n] for r in recs]
+            if n in ("dgid", "sgid"):
+                assert [ipaddress.IPv6Address(v) for v in vals] == [ipaddress.IPv6Address(w) for w in want]
+            else:
+                assert [int(v, 0) for v in vals] == want, (fno, n)
+        seen += len(recs)
+    assert seen == 69  # every PathRecord OpenSM sent
+
+
+def test_two_pass_marks_segments_reassembled_in():
+    path = str(CAPTURES / "opensm" / "opensm-saquery.pcap")
+    out = tshark(["-2", "-r", path, "-T", "fields", "-e", "frame.number",
+                  "-e", "ibpath.rmpp.reassembled_in", "-e", "ibpath.sa.record_count"], LUA).stdout
+    rows = {int(r.split("\t")[0]): r.split("\t")[1:] for r in out.splitlines()}
+    assert all(rows[f][0] == "17" for f in range(2, 17))
+    assert rows[17][1] == "49"
+
+
+def test_agrees_with_builtin_fields_where_they_are_right():
+    path = str(EXTERNAL / "ib-erf-sminfo-cm.pcap")
+    pairs = [("ibpath.mad.transaction_id", "infiniband.mad.transactionid"),
+             ("ibpath.mad.attribute_id", "infiniband.mad.attributeid"),
+             ("ibpath.pathrecord.dlid", "infiniband.pathrecord.dlid"),
+             ("ibpath.pathrecord.slid", "infiniband.pathrecord.slid"),
+             ("ibpath.pathrecord.dgid", "infiniband.pathrecord.dgid"),
+             ("ibpath.pathrecord.mtu", "infiniband.pathrecord.mtu"),
+             ("ibpath.pathrecord.reversible", "infiniband.pathrecord.reversible"),
+             ("ibpath.cm_req.primary_local_lid", "infiniband.cm.req.prim_locallid"),
+             ("ibpath.cm_req.service_id", "infiniband.cm.req.serviceid"),
+             ("ibpath.sa.component_mask", "infiniband.sa.componentmask")]
+    args = ["-r", path, "-T", "fields"] + [x for a, b in pairs for x in ("-e", a, "-e", b)]
+    compared = 0
+    for line in tshark(args, LUA).stdout.splitlines():
+        cols = line.split("\t")
+        for i in range(0, len(cols), 2):
+            a, b = cols[i], cols[i + 1]
+            if a and b:
+                if ":" in a:
+                    assert ipaddress.IPv6Address(a) == ipaddress.IPv6Address(b)
+                else:
+                    assert int(a, 0) == int(b, 0)
+                compared += 1
+    assert compared >= 15
+
+
+def _write(tmp_path, name, frames, linktype=1):
+    path = tmp_path / name
+    with PcapWriter(str(path), linktype) as w:
+        for i, f in enumerate(frames):
+            w.write(bytes(f), float(i))
+    return str(path)
+
+
+def query(**kw):
+    return MAD(transaction_id=7) / RMPP() / SAHeader(records=[PathRecord(**kw)])
+
+
+def test_icrc_checked(tmp_path):
+    good = bytes(rocev2_frame(query(dgid="fe80::2"), src="10.0.0.1", dst="10.0.0.2"))
+    bad = good[:-1] + bytes([good[-1] ^ 1])
+    path = _write(tmp_path, "icrc.pcap", [good, bad])
+    out = tshark(["-r", path, "-T", "fields", "-e", "ibpath.check.icrc", "-e", "_ws.expert.message"],
+                 LUA).stdout.splitlines()
+    assert out[0].split("\t")[0] == "1"
+    assert out[1].split("\t")[0] == "0" and "ICRC mismatch" in out[1]
+
+
+def test_single_packet_rules_raise_expert_infos(tmp_path):
+    half = MAD(transaction_id=1) / RMPP() / SAHeader(component_mask=0x1, records=[PathRecord()])
+    whole = MAD(transaction_id=2) / RMPP() / SAHeader(component_mask=0x3, records=[PathRecord()])
+    numb0 = MAD(method=0x12, transaction_id=3) / RMPP() / SAHeader(
+        component_mask=1 << 12, records=[PathRecord(numb_path=0)])
+    frames = [rocev2_frame(m, src="10.0.0.1", dst="10.0.0.2") for m in (half, whole, numb0)]
+    path = _write(tmp_path, "rules.pcap", frames)
+    out = tshark(["-r", path, "-T", "fields", "-E", "occurrence=a", "-e", "_ws.expert.message"],
+                 LUA).stdout.splitlines()
+    assert "SAQ-SERVICEID-HALF" in out[0]
+    assert "SAQ-" not in out[1]
+    assert "SAQ-NUMBPATH-ZERO" in out[2]
+
+
+def test_truncated_at_every_length_never_raises_a_lua_error(tmp_path):
+    req = bytes(rocev2_frame(query(dgid="fe80::2", slid=3), src="10.0.0.1", dst="10.0.0.2"))
+    cm = bytes(rocev2_frame(MAD(mgmt_class=7, method=3, attribute_id=0x10) / CMReq(),
+                            src="10.0.0.1", dst="10.0.0.2"))
+    ib = native_ib_frame(MAD(method=0x81) / RMPP() / SAHeader(records=[PathRecord()]), slid=1, dlid=2)
+    eth_frames = [req[:n] for n in range(len(req) + 1)] + [cm[:n] for n in range(len(cm) + 1)]
+    p1 = _write(tmp_path, "trunc-eth.pcap", eth_frames)
+    p2 = _write(tmp_path, "trunc-ib.pcap", [erf_record(ib[:n], 0.0) for n in range(len(ib) + 1)], 197)
+    for p in (p1, p2):
+        out = tshark(["-r", p, "-V"], LUA)
+        assert "Truncated" in out.stdout  # our expert, not a Lua error
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), phases=NO_SHRINK)
+@given(st.integers(0, 2**32 - 1))
+def test_random_bytes_in_every_field_never_raise_a_lua_error(tmp_path_factory, seed):
+    """200 MADs a run whose 232 data bytes are random, under headers of every class the
+    plugin decodes (and some it does not), in RoCEv2 and native IB framing."""
+    rnd = random.Random(seed)
+    frames = []
+    for _ in range(200):
+        cls = rnd.choice([3, 7, 1, 4])
+        attr = rnd.choice([0x35, 0x10, 0x13, 0x14, 0x12, rnd.randrange(65536)])
+        head = bytes(MAD(mgmt_class=cls, method=rnd.randrange(256), attribute_id=attr))[:24]
+        mad = head + rnd.randbytes(232)
+        if rnd.random() < 0.5:
+            frames.append((1, bytes(rocev2_frame(MAD(mad), src="10.0.0.1", dst="10.0.0.2"))))
+        else:
+            frames.append((197, erf_record(native_ib_frame(mad, slid=1, dlid=2), 0.0)))
+    d = tmp_path_factory.mktemp("rnd")
+    for lt in (1, 197):
+        path = _write(d, f"r{lt}.pcap", [f for t, f in frames if t == lt], lt)
+        tshark(["-r", path, "-V"], LUA)
+
+
+def test_frames_read_equals_frames_in_file(tmp_path):
+    frames = [rocev2_frame(query(dgid="fe80::2"), src="10.0.0.1", dst="10.0.0.2")] * 5
+    path = _write(tmp_path, "n.pcap", frames)
+    out = tshark(["-r", path, "-T", "fields", "-e", "ibpath.mad.transaction_id"], LUA).stdout
+    assert out.splitlines() == ["0x0000000000000007"] * 5
