@@ -95,9 +95,14 @@ def _merge(a: dict[str, set[str]], b: dict[str, set[str]]) -> dict[str, set[str]
 
 def _lua_env(remaining: str) -> LuaEnv:
     def field(layer, name):
+        part = None
+        if name.endswith(("__hi", "__lo")):
+            name, part = name[:-4], name[-2:]
         if layer is None:
-            return f"ib_val(v, {lua_str(name)})"
-        return f"ib_under(ctx, {lua_str(layer)}, {lua_str(name)})"
+            ref = f"ib_val(v, {lua_str(name)})"
+        else:
+            ref = f"ib_under(ctx, {lua_str(layer)}, {lua_str(name)})"
+        return f"ib_{part}({ref})" if part else ref
 
     return LuaEnv(field, remaining)
 
@@ -212,7 +217,11 @@ class Emitter:
                     w(f"v[{lua_str(s.name)}] = {self._read_int(s, 'limit')}")
                 w("ctx.limit = limit")
             w(f"if off + {m.fixed_len} > limit then return ib_short(tvb, tree, P[{key}], off, limit, {m.fixed_len}) end")
-            w(f"local t = tree:add(P[{key}], tvb(off, {m.fixed_len if m.fixed_len else 0}))")
+            # With no tree (tshark -r without -V or a filter) only values are computed:
+            # every TreeItem call is skipped, which is most of a layer's cost.
+            w("local show = ctx.show")
+            w(f"local t = tree")
+            w(f"if show then t = tree:add(P[{key}], tvb(off, {m.fixed_len if m.fixed_len else 0})) end")
             w(f"local o = off + {m.fixed_len}")
             static = True
             for s in m.steps:
@@ -224,9 +233,9 @@ class Emitter:
                         s.kind == "packet" and not static):
                     static = False
                 self._step(m, s, need, static)
-            w("t:set_len(o - off)")
+            w("if show then t:set_len(o - off) end")
             for s in trailers:
-                w(f"t:add{'_le' if s.little_endian else ''}({self.pf(s.item)}, tvb(trailer_at[{lua_str(s.name)}], {s.nbytes}))")
+                w(f"if show then t:add{'_le' if s.little_endian else ''}({self.pf(s.item)}, tvb(trailer_at[{lua_str(s.name)}], {s.nbytes})) end")
             w(f"if HOOKS[{key}] then HOOKS[{key}](tvb, pinfo, t, off, o, ctx, v) end")
             for n, r in enumerate(self.spec.rules, 1):
                 if r.layer == m.key:
@@ -268,23 +277,24 @@ class Emitter:
             if s.name in need or (s.kind == "bitint" and s.wide_value):
                 w(f"v[{name}] = {self._read_int(s, at)}")
             if s.kind == "bitint" and s.wide_value:
-                w(f"t:add({self.pf(s.item)}, tvb({at}, {s.nbytes}), tvb({at}, {s.nbytes}):bitfield({s.bit_off}, {s.bits}))")
+                w(f"if show then t:add({self.pf(s.item)}, tvb({at}, {s.nbytes}), tvb({at}, {s.nbytes}):bitfield({s.bit_off}, {s.bits})) end")
             elif s.kind == "flags":
-                w(f"local ft = t:{add}({self.pf(s.item)}, tvb({at}, {s.nbytes}))")
-                for it, win_off, win_len in s.flags:
-                    rel = win_off - (s.offset or 0)
-                    w(f"ft:{add}({self.pf(it)}, tvb({at} + {rel}, {win_len}))")
+                with w.block("if show then"):
+                    w(f"local ft = t:{add}({self.pf(s.item)}, tvb({at}, {s.nbytes}))")
+                    for it, win_off, win_len in s.flags:
+                        rel = win_off - (s.offset or 0)
+                        w(f"ft:{add}({self.pf(it)}, tvb({at} + {rel}, {win_len}))")
             else:
-                w(f"t:{add}({self.pf(s.item)}, tvb({at}, {s.nbytes}))")
+                w(f"if show then t:{add}({self.pf(s.item)}, tvb({at}, {s.nbytes})) end")
         elif s.kind in ("ipv6", "ether", "bytes"):
-            w(f"t:add({self.pf(s.item)}, tvb({at}, {s.nbytes}))")
+            w(f"if show then t:add({self.pf(s.item)}, tvb({at}, {s.nbytes})) end")
         elif s.kind == "varbytes":
             length = s.hint.length.lua(_lua_env("(limit - o)"))
             self.varcount += 1
             n = f"n{self.varcount}"
             w(f"local {n} = math.max(0, {length})")
             w(f"if o + {n} > limit then return ib_short(tvb, t, P[{lua_str(m.key)}], o, limit, {n}) end")
-            w(f"if {n} > 0 then t:add({self.pf(s.item)}, tvb(o, {n})) end")
+            w(f"if show and {n} > 0 then t:add({self.pf(s.item)}, tvb(o, {n})) end")
             w(f"o = o + {n}")
         elif s.kind == "packet":
             from .model import static_length
@@ -333,16 +343,10 @@ class Emitter:
 
 
 _LUA_HELPERS = r"""
-local function ib_part(t, k)
-  local base, part = k, nil
-  if k:sub(-4) == "__hi" or k:sub(-4) == "__lo" then base, part = k:sub(1, -5), k:sub(-2) end
-  local x = t and t[base] or 0
-  if part == "hi" then return math.floor(x / 4294967296) end
-  if part == "lo" then return x % 4294967296 end
-  return x
-end
-local function ib_val(v, k) return ib_part(v, k) end
-local function ib_under(ctx, layer, k) return ib_part(ctx.v[layer], k) end
+local function ib_val(v, k) return v[k] or 0 end
+local function ib_under(ctx, layer, k) local t = ctx.v[layer]; return t and t[k] or 0 end
+local function ib_hi(x) return math.floor(x / 4294967296) end
+local function ib_lo(x) return x % 4294967296 end
 local function ib_num(x) if type(x) == "number" then return x end return x:tonumber() end
 local function ib_subctx(ctx, limit)
   return setmetatable({limit = limit}, {__index = ctx})

@@ -1,0 +1,80 @@
+"""Deterministic benchmark inputs, built with the project's layers.
+
+capture1: RoCEv2, `mad_share` of the frames QP1 MADs (SA PathRecord queries and answers, CM
+REQ/REP/RTU), the rest RC RDMA WRITE / SEND / ACK data frames. A pool of distinct frames is
+built once with Scapy and written cyclically, so a million frames take seconds.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from scapy.contrib.roce import AETH, BTH
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from ibpath_scapy.encap import rocev2_frame
+from ibpath_scapy.layers import MAD, RMPP, CMReq, CMRep, CMRtu, PathRecord, SAHeader
+from ibpath_scapy.pcapio import PcapWriter
+from ibpath_scapy.rmpp import segment
+
+A, B = "192.168.2.24", "192.168.2.25"
+
+
+def _data_frames(rnd: random.Random, n: int) -> list[bytes]:
+    out = []
+    for i in range(n):
+        op = rnd.choice([0x0A, 0x04, 0x00, 0x01, 0x02, 0x11])  # WRITE_ONLY, SEND_*, ACK
+        pay = AETH(syndrome=0, msn=i) if op == 0x11 else Raw(rnd.randbytes(rnd.choice([64, 256, 1024])))
+        out.append(bytes(Ether() / IP(src=A, dst=B) / UDP(sport=0xC000 + i % 4096, dport=4791)
+                         / BTH(opcode=op, dqpn=0x11 + i % 7, psn=i) / pay))
+    return out
+
+
+def _mad_frames(rnd: random.Random, n: int) -> list[bytes]:
+    out = []
+    tid = 0x1000
+    while len(out) < n:
+        tid += 1
+        kind = rnd.random()
+        if kind < 0.5:
+            q = MAD(transaction_id=tid) / RMPP() / SAHeader(records=[PathRecord(
+                sgid="fe80::1", dgid=f"fe80::{tid & 0xFFFF:x}", pkey=0xFFFF, numb_path=1,
+                reversible=1, service_id=0x0106000000000000 | tid)])
+            recs = [PathRecord(sgid="fe80::1", dgid=f"fe80::{tid & 0xFFFF:x}", dlid=tid & 0xBFFF,
+                               slid=1, reversible=1, pkey=0xFFFF) for _ in range(rnd.choice([1, 1, 4]))]
+            hdr = bytes(MAD(method=0x92, transaction_id=tid) / RMPP(rmpp_version=1, rmpp_type=1)
+                        / SAHeader(attribute_offset=8, component_mask=0x380F))[:56]
+            out.append(bytes(rocev2_frame(q, src=A, dst=B)))
+            out += [bytes(rocev2_frame(MAD(s), src=B, dst=A))
+                    for s in segment(hdr + b"".join(bytes(r) for r in recs))]
+        else:
+            for m in (MAD(mgmt_class=7, method=3, attribute_id=0x10, transaction_id=tid) / CMReq(
+                          local_comm_id=tid, primary_local_gid="::ffff:192.168.2.24",
+                          primary_remote_gid="::ffff:192.168.2.25"),
+                      MAD(mgmt_class=7, method=3, attribute_id=0x13, transaction_id=tid) / CMRep(
+                          remote_comm_id=tid),
+                      MAD(mgmt_class=7, method=3, attribute_id=0x14, transaction_id=tid) / CMRtu(
+                          remote_comm_id=tid)):
+                out.append(bytes(rocev2_frame(m, src=A, dst=B)))
+    return out[:n]
+
+
+def write_capture1(path: Path, frames: int, mad_share: float = 0.05, seed: int = 1) -> Path:
+    """RoCEv2 capture of `frames` frames, `mad_share` of them MADs."""
+    rnd = random.Random(seed)
+    data = _data_frames(rnd, 500)
+    mads = _mad_frames(rnd, 500)
+    every = max(1, round(1 / mad_share)) if mad_share else 0
+    with PcapWriter(str(path), 1) as w:
+        di = mi = 0
+        for i in range(frames):
+            if every and i % every == 0:
+                w.write(mads[mi % len(mads)], i * 1e-6)
+                mi += 1
+            else:
+                w.write(data[di % len(data)], i * 1e-6)
+                di += 1
+    return path
