@@ -384,7 +384,7 @@ D["LRH"] = function(tvb, pinfo, tree, off, ctx)
   v["vcrc"] = tvb(limit, 2):le_uint()
   ctx.limit = limit
   if off + 8 > limit then return ib_short(tvb, tree, P["LRH"], off, limit, 8) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["LRH"], tvb(off, 8)) end
   local o = off + 8
@@ -418,7 +418,7 @@ D["BTH"] = function(tvb, pinfo, tree, off, ctx)
   v["icrc"] = tvb(limit, 4):uint()
   ctx.limit = limit
   if off + 12 > limit then return ib_short(tvb, tree, P["BTH"], off, limit, 12) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["BTH"], tvb(off, 12)) end
   local o = off + 12
@@ -453,7 +453,7 @@ D["GRH"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["GRH"] = v
   ctx.at["GRH"] = off
   if off + 40 > limit then return ib_short(tvb, tree, P["GRH"], off, limit, 40) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["GRH"], tvb(off, 40)) end
   local o = off + 40
@@ -477,7 +477,7 @@ D["CNPPadding"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["CNPPadding"] = v
   ctx.at["CNPPadding"] = off
   if off + 16 > limit then return ib_short(tvb, tree, P["CNPPadding"], off, limit, 16) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["CNPPadding"], tvb(off, 16)) end
   local o = off + 16
@@ -494,7 +494,7 @@ D["AETH"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["AETH"] = v
   ctx.at["AETH"] = off
   if off + 4 > limit then return ib_short(tvb, tree, P["AETH"], off, limit, 4) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["AETH"], tvb(off, 4)) end
   local o = off + 4
@@ -511,7 +511,7 @@ D["DETH"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["DETH"] = v
   ctx.at["DETH"] = off
   if off + 8 > limit then return ib_short(tvb, tree, P["DETH"], off, limit, 8) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["DETH"], tvb(off, 8)) end
   local o = off + 8
@@ -533,7 +533,7 @@ D["MAD"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["MAD"] = v
   ctx.at["MAD"] = off
   if off + 24 > limit then return ib_short(tvb, tree, P["MAD"], off, limit, 24) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["MAD"], tvb(off, 24)) end
   local o = off + 24
@@ -572,7 +572,7 @@ D["RMPP"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["RMPP"] = v
   ctx.at["RMPP"] = off
   if off + 12 > limit then return ib_short(tvb, tree, P["RMPP"], off, limit, 12) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["RMPP"], tvb(off, 12)) end
   local o = off + 12
@@ -604,7 +604,7 @@ D["CMReq"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["CMReq"] = v
   ctx.at["CMReq"] = off
   if off + 232 > limit then return ib_short(tvb, tree, P["CMReq"], off, limit, 232) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["CMReq"], tvb(off, 232)) end
   local o = off + 232
@@ -674,7 +674,7 @@ D["CMMra"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["CMMra"] = v
   ctx.at["CMMra"] = off
   if off + 232 > limit then return ib_short(tvb, tree, P["CMMra"], off, limit, 232) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["CMMra"], tvb(off, 232)) end
   local o = off + 232
@@ -696,7 +696,7 @@ D["CMRej"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["CMRej"] = v
   ctx.at["CMRej"] = off
   if off + 232 > limit then return ib_short(tvb, tree, P["CMRej"], off, limit, 232) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["CMRej"], tvb(off, 232)) end
   local o = off + 232
@@ -720,7 +720,7 @@ D["CMRep"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["CMRep"] = v
   ctx.at["CMRep"] = off
   if off + 232 > limit then return ib_short(tvb, tree, P["CMRep"], off, limit, 232) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["CMRep"], tvb(off, 232)) end
   local o = off + 232
@@ -754,7 +754,7 @@ D["CMRtu"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["CMRtu"] = v
   ctx.at["CMRtu"] = off
   if off + 232 > limit then return ib_short(tvb, tree, P["CMRtu"], off, limit, 232) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["CMRtu"], tvb(off, 232)) end
   local o = off + 232
@@ -772,7 +772,7 @@ D["CMDreq"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["CMDreq"] = v
   ctx.at["CMDreq"] = off
   if off + 232 > limit then return ib_short(tvb, tree, P["CMDreq"], off, limit, 232) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["CMDreq"], tvb(off, 232)) end
   local o = off + 232
@@ -792,7 +792,7 @@ D["CMDrep"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["CMDrep"] = v
   ctx.at["CMDrep"] = off
   if off + 232 > limit then return ib_short(tvb, tree, P["CMDrep"], off, limit, 232) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["CMDrep"], tvb(off, 232)) end
   local o = off + 232
@@ -810,7 +810,7 @@ D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["SAHeader"] = v
   ctx.at["SAHeader"] = off
   if off + 20 > limit then return ib_short(tvb, tree, P["SAHeader"], off, limit, 20) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["SAHeader"], tvb(off, 20)) end
   local o = off + 20
@@ -916,7 +916,7 @@ D["PathRecord"] = function(tvb, pinfo, tree, off, ctx)
   ctx.v["PathRecord"] = v
   ctx.at["PathRecord"] = off
   if off + 64 > limit then return ib_short(tvb, tree, P["PathRecord"], off, limit, 64) end
-  local show = ctx.show
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
   local t = tree
   if show then t = tree:add(P["PathRecord"], tvb(off, 64)) end
   local o = off + 64

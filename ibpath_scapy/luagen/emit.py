@@ -219,7 +219,7 @@ class Emitter:
             w(f"if off + {m.fixed_len} > limit then return ib_short(tvb, tree, P[{key}], off, limit, {m.fixed_len}) end")
             # With no tree (tshark -r without -V or a filter) only values are computed:
             # every TreeItem call is skipped, which is most of a layer's cost.
-            w("local show = ctx.show")
+            w("local show = ctx.show ~= false  -- callers without a tree pass show = false")
             w(f"local t = tree")
             w(f"if show then t = tree:add(P[{key}], tvb(off, {m.fixed_len if m.fixed_len else 0})) end")
             w(f"local o = off + {m.fixed_len}")
