@@ -1,14 +1,20 @@
 """Frame-by-frame decoding of captures into plain, JSON-ready records.
 
 One Decoder per file: it dissects each frame with the layers, checks lengths and CRCs,
-reassembles RMPP transfers, and yields one dict per frame that carries a MAD (the contract of
-`ibpath decode --format json`, interfaces.md). Frames that should carry a MAD but cannot be
-decoded come out as kind "malformed" with the reason; nothing is dropped silently.
+reassembles RMPP transfers, and yields one dict per frame that carries a MAD, per RDMA netlink
+message (link type 253) and per blob (exported PDU "ibpath.blob", or a raw blob file), the
+contract of `ibpath decode --format json` (interfaces.md). Frames that should carry a MAD but
+cannot be decoded come out as kind "malformed" with the reason; nothing is dropped silently.
+
+A file that is neither pcap nor pcapng is a raw blob when PathArray.plausible() accepts it: at
+least 4 bytes, and the first record's flags word (host order) below 0x100. Text and other
+binary formats fail that test and are "not a capture or blob file".
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -21,7 +27,14 @@ from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Ether
 from scapy.packet import Packet, Raw
 
 from . import crc
+from .kernelview import (
+    blob_from_array,
+    blob_from_ls_response,
+    kernel_view,
+    path_record_attributes,
+)
 from .layers import cm as cm_layers
+from .layers import netlink as nl
 from .layers.ib import ERF, LRH, ExportedPDU
 from .layers.mad import (
     ATTRIBUTES_BY_CLASS,
@@ -33,9 +46,16 @@ from .layers.mad import (
     RMPP_TYPE_DATA,
     status_text,
 )
+from .layers.pathdata import (
+    RECORD_SIZE,
+    PathArray,
+    PathRecData,
+    flag_names,
+    parse_set_option_comment,
+)
 from .layers.roce import DETH
 from .layers.sa import COMPONENT_MASK_NAMES, PathRecord, SAHeader
-from .pcapio import Frame, read_frames
+from .pcapio import RAW_BLOB_LINKTYPE, Frame, read_input
 from .rmpp import Reassembler
 
 conf.debug_dissector = False
@@ -46,7 +66,9 @@ LINKTYPE_LAYERS: dict[int, type[Packet]] = {
     197: ERF,
     247: LRH,
     252: ExportedPDU,
+    nl.LINKTYPE_NETLINK: nl.NetlinkCooked,
     276: CookedLinuxV2,
+    RAW_BLOB_LINKTYPE: PathArray,
 }
 _RAW_IP_LINKTYPES = {101, 228, 229}
 
@@ -92,6 +114,17 @@ def path_record_dict(rec: PathRecord) -> dict:
     return layer_dict(rec, PATH_RECORD_FIELDS)
 
 
+def blob_record_dict(rec: PathRecData) -> dict:
+    """A blob record as interfaces.md defines it."""
+    flags = int(rec.flags)
+    return {"flags": flags, "flag_names": flag_names(flags), "reserved": rec.reserved,
+            "path_record": path_record_dict(rec.path_record)}
+
+
+def kernel_view_dict(blob) -> dict:
+    return {name: choice.to_dict() for name, choice in kernel_view(blob).items()}
+
+
 def reserved_nonzero(pkt: Packet) -> list[str]:
     return [f.name for f in pkt.fields_desc
             if f.name.startswith("reserved") and pkt.getfieldval(f.name)]
@@ -101,6 +134,8 @@ def reserved_nonzero(pkt: Packet) -> list[str]:
 class DecodeStats:
     frames: int = 0
     mad_frames: int = 0
+    netlink_frames: int = 0
+    blob_frames: int = 0
     malformed: int = 0
     by_kind: dict = field(default_factory=dict)
 
@@ -118,9 +153,14 @@ def dissect(frame: Frame) -> Packet | None:
 class Decoder:
     """Turns frames into decoded records; call feed() per frame and finish() at the end."""
 
+    # LS requests remembered for their responses (path_use by nlmsg_seq); bounded so that a
+    # long capture of unanswered requests cannot grow without limit.
+    LS_REQUEST_MEMORY = 65536
+
     def __init__(self):
         self.rmpp = Reassembler()
         self.stats = DecodeStats()
+        self.ls_requests: OrderedDict[int, tuple[int, int]] = OrderedDict()
 
     def feed(self, frame: Frame) -> Iterator[dict]:
         self.stats.frames += 1
@@ -150,6 +190,15 @@ class Decoder:
         return {"frame": frame.number, "kind": "malformed", "error": reason}
 
     def _frame_records(self, frame: Frame, pkt: Packet) -> Iterator[dict]:
+        if isinstance(pkt, nl.NetlinkCooked):
+            yield from self._netlink(frame, pkt)
+            return
+        array = pkt if isinstance(pkt, PathArray) else None
+        if isinstance(pkt, ExportedPDU) and isinstance(pkt.payload, PathArray):
+            array = pkt.payload
+        if array is not None:
+            yield self._blob(frame, array)
+            return
         mad = pkt.getlayer(MAD)
         deth = pkt.getlayer(DETH)
         bth = pkt.getlayer(BTH)
@@ -223,6 +272,199 @@ class Decoder:
             rec["errors"] = errors
         yield rec
 
+    # -- blobs ------------------------------------------------------------------------------
+    def _blob(self, frame: Frame, array: PathArray) -> dict:
+        self.stats.blob_frames += 1
+        records = [r for r in array.records if isinstance(r, PathRecData)]
+        length = len(records) * RECORD_SIZE + len(array.trailing)
+        raw = frame.linktype == RAW_BLOB_LINKTYPE
+        rec = {"frame": frame.number, "time": round(frame.time, 9), "kind": "blob",
+               "encap": "raw" if raw else "exported_pdu",
+               "blob": {"length": length, "records": len(records),
+                        "trailing_bytes": len(array.trailing)}}
+        result = parse_set_option_comment(frame.comment)
+        if result is not None:
+            rec["blob"]["set_option_result"] = result
+        rec["blob_records"] = [blob_record_dict(r) for r in records]
+        rec["kernel_view"] = kernel_view_dict(blob_from_array(array, length))
+        errors = []
+        if length % RECORD_SIZE:
+            errors.append(f"blob length {length} is not a multiple of {RECORD_SIZE} "
+                          f"(struct ib_path_rec_data): {len(array.trailing)} trailing bytes; "
+                          "ucma_set_ib_path returns EINVAL")
+        if not records:
+            errors.append("blob holds no whole record")
+        errors += _reserved_errors(records)
+        if errors:
+            rec["errors"] = errors
+        return rec
+
+    # -- RDMA netlink -------------------------------------------------------------------------
+    def _netlink(self, frame: Frame, pkt: nl.NetlinkCooked) -> Iterator[dict]:
+        if pkt.protocol != nl.NETLINK_RDMA:
+            return  # other families (route, sock_diag, ...) are not path resolution
+        self.stats.netlink_frames += 1
+        base = {"frame": frame.number, "time": round(frame.time, 9), "encap": "netlink",
+                "direction": _DIRECTIONS.get(pkt.pkttype, "unknown"), "pkttype": pkt.pkttype}
+        problems = []
+        if pkt.hatype != nl.ARPHRD_NETLINK:
+            problems.append(f"cooked header ARPHRD {pkt.hatype}, not ARPHRD_NETLINK (824)")
+        if pkt.trailing:
+            problems.append(f"{len(pkt.trailing)} bytes after the last netlink message cannot "
+                            "start another (a message needs 16 bytes and nlmsg_len >= 16)")
+        msgs = list(pkt.messages)
+        if not msgs:
+            self.stats.malformed += 1
+            yield {**base, "kind": "malformed",
+                   "error": "; ".join(problems) or "no netlink message in the record"}
+            return
+        for i, msg in enumerate(msgs):
+            rec = self._rdma_message(frame, dict(base), msg)
+            if i == len(msgs) - 1 and problems:
+                rec.setdefault("errors", []).extend(problems)
+                if not rec.get("malformed"):
+                    rec["malformed"] = True
+                    self.stats.malformed += 1
+            yield rec
+
+    def _rdma_message(self, frame: Frame, rec: dict, msg: Packet) -> dict:
+        if not isinstance(msg, nl.RdmaNLMsgHdr):
+            self.stats.malformed += 1
+            return {**rec, "kind": "malformed", "error": "netlink message could not be dissected"}
+        flags = int(msg.nlmsg_flags)
+        rec["netlink"] = {
+            "nlmsg_len": msg.nlmsg_len, "nlmsg_type": msg.nlmsg_type, "nlmsg_flags": flags,
+            "nlmsg_seq": msg.nlmsg_seq, "nlmsg_pid": msg.nlmsg_pid,
+            "rdma_client": msg.rdma_client, "rdma_op": msg.rdma_op,
+        }
+        errors, structural = [], []
+        if msg.truncated():
+            structural.append(f"nlmsg_len {msg.nlmsg_len} runs past the end of the record "
+                              f"({len(msg.original)} bytes left)")
+        if msg.rdma_client != nl.RDMA_NL_LS:
+            rec["kind"] = "rdma_netlink"
+            rec["netlink"]["client_name"] = nl.RDMA_NL_CLIENTS.get(msg.rdma_client)
+            return self._finish(rec, errors, structural)
+        rec["kind"] = "ls"
+        request = msg.is_request()
+        ls = {"op": nl.LS_OPS.get(msg.rdma_op, f"op {msg.rdma_op}"), "op_code": msg.rdma_op,
+              "seq": msg.nlmsg_seq, "flags": flags, "request": request,
+              "error": bool(flags & nl.RDMA_NL_LS_F_ERR)}
+        rec["ls"] = ls
+        body = msg.payload
+        is_response = msg.rdma_op == nl.RDMA_NL_LS_OP_RESOLVE and not request
+        if (msg.rdma_op == nl.RDMA_NL_LS_OP_RESOLVE and request
+                and rec.get("pkttype") == nl.PACKET_KERNEL):
+            # Only resolvers send RESOLVE to the kernel: this is an answer, wrongly flagged.
+            errors.append("RESOLVE answer to the kernel carries NLM_F_REQUEST: "
+                          "ib_nl_handle_resolve_resp refuses it (-EPERM)")
+            body = nl.LsResolveResponse(bytes(body)) if body else body
+            is_response = True
+        expected = nl.LsResolveResponse if is_response else nl.LS_BODIES.get((msg.rdma_op, request))
+        if expected is None:
+            errors.append(f"unknown local-service operation {msg.rdma_op}")
+        elif body and not isinstance(body, expected):
+            structural.append(f"{expected.name} body ({len(bytes(body))} bytes) could not be "
+                              "dissected (truncated family header?)")
+        if isinstance(body, nl.LsResolveRequest):
+            ls.update(device_name=body.device_name.rstrip(b"\x00").decode("ascii", "replace"),
+                      port_num=body.port_num, path_use=body.path_use,
+                      path_use_name=nl.PATH_USE.get(body.path_use, str(body.path_use)))
+            self.ls_requests[msg.nlmsg_seq] = (body.path_use, frame.number)
+            if len(self.ls_requests) > self.LS_REQUEST_MEMORY:
+                self.ls_requests.popitem(last=False)
+        elif isinstance(body, nl.LsIpResolveRequest):
+            ls["ifindex"] = body.ifindex
+        attributes = list(getattr(body, "attributes", []) or [])
+        trailing = getattr(body, "trailing", b"") or b""
+        if trailing:
+            structural.append(f"{len(trailing)} bytes after the last attribute: an incomplete "
+                              "nlattr header or nla_len below 4")
+        if is_response:
+            self._ls_response(rec, ls, msg, attributes, errors)
+        else:
+            ls["attributes"] = [_attr_dict(i, a) for i, a in enumerate(attributes)]
+        for i, attr in enumerate(attributes):
+            problem = _attr_problem(i, attr, request)
+            if problem:
+                (structural if attr.truncated() else errors).append(problem)
+        return self._finish(rec, errors, structural)
+
+    def _ls_response(self, rec: dict, ls: dict, msg: Packet, attributes: list, errors: list) -> None:
+        pairs = path_record_attributes(attributes)
+        index = {id(a): k for k, (a, _) in enumerate(pairs)}
+        ls["attributes"] = [_attr_dict(i, a, index.get(id(a))) for i, a in enumerate(attributes)]
+        rec["blob_records"] = [blob_record_dict(r) for _, r in pairs]
+        errors += _reserved_errors([r for _, r in pairs])
+        matched = self.ls_requests.get(msg.nlmsg_seq)
+        path_use = None
+        if matched is not None:
+            path_use, ls["request_frame"] = matched
+            ls["request_path_use"] = path_use
+        rec["kernel_view"] = kernel_view_dict(
+            blob_from_ls_response(int(msg.nlmsg_flags), attributes, path_use))
+
+    def _finish(self, rec: dict, errors: list, structural: list) -> dict:
+        if structural:
+            rec["malformed"] = True
+            self.stats.malformed += 1
+        if structural or errors:
+            rec["errors"] = structural + errors
+        return rec
+
+
+_DIRECTIONS = {nl.PACKET_KERNEL: "to_kernel", nl.PACKET_USER: "to_user",
+               nl.PACKET_OUTGOING: "unknown (nlmon outgoing)"}
+
+# Field of the value layer that holds each LS attribute's value.
+_LS_VALUE_FIELDS = {
+    nl.LsTimeout: "timeout_ms", nl.LsServiceId: "service_id", nl.LsDgid: "dgid",
+    nl.LsSgid: "sgid", nl.LsTclass: "tclass", nl.LsPkey: "pkey", nl.LsQosClass: "qos_class",
+    nl.LsIpv4: "ipv4", nl.LsIpv6: "ipv6",
+}
+
+
+def _attr_dict(i: int, attr: Packet, blob_index: int | None = None) -> dict:
+    d = {"index": i, "type": attr.nla_type,
+         "type_name": nl.LS_NLA_TYPES.get(attr.nla_type, f"unknown {attr.nla_type}"),
+         "nla_type": attr.raw_type(), "nla_len": attr.nla_len, "mandatory": bool(attr.mandatory)}
+    value = attr.payload
+    fname = _LS_VALUE_FIELDS.get(type(value))
+    if fname is not None:
+        v = field_value(value, fname)
+        d["value"] = str(v) if fname == "ipv4" else v
+    elif blob_index is not None:
+        d["blob_record"] = blob_index
+    elif value:
+        d["value_hex"] = bytes(value).hex()
+    return d
+
+
+def _attr_problem(i: int, attr: Packet, request: bool) -> str | None:
+    name = nl.LS_NLA_TYPES.get(attr.nla_type)
+    label = f"attribute {i} ({name or f'type {attr.nla_type}'})"
+    if attr.truncated():
+        return (f"{label}: nla_len {attr.nla_len} runs past the end of the message "
+                f"({len(attr.original)} bytes left)")
+    problems = []
+    if name is None or attr.nla_type == 0:
+        extra = ""
+        if attr.mandatory and request:
+            extra = " with RDMA_NLA_F_MANDATORY (ibacm rejects the request)"
+        problems.append(f"unknown attribute type {attr.nla_type}{extra}")
+    else:
+        want, got = nl.LS_NLA_VALUE_SIZES[attr.nla_type], attr.value_length()
+        if got != want:
+            problems.append(f"value is {got} bytes, {name} takes {want}")
+    if attr.nested or attr.net_byteorder:
+        problems.append(f"NLA_F_NESTED/NLA_F_NET_BYTEORDER set (nla_type 0x{attr.raw_type():04x})")
+    return f"{label}: " + "; ".join(problems) if problems else None
+
+
+def _reserved_errors(records: list) -> list[str]:
+    bad = [i for i, r in enumerate(records) if reserved_nonzero(r.path_record)]
+    return [f"reserved PathRecord bits set in blob record(s) {bad}"] if bad else []
+
 
 def _mad_dict(mad: Packet) -> dict:
     d = layer_dict(mad)
@@ -281,9 +523,9 @@ def _crc_errors(data: bytes, pkt: Packet) -> list[str]:
 
 
 def decode_file(path: str, decoder: Decoder | None = None) -> Iterator[dict]:
-    """Decode every frame of a capture, streaming. Raises pcapio.CaptureError on a bad file
-    after yielding everything before the damage."""
+    """Decode every frame of a capture (or the one frame of a raw blob file), streaming.
+    Raises pcapio.CaptureError on a bad file after yielding everything before the damage."""
     decoder = decoder or Decoder()
-    for frame in read_frames(path):
+    for frame in read_input(path, PathArray.plausible):
         yield from decoder.feed(frame)
     yield from decoder.finish()

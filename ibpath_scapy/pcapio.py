@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 PCAP_MAGICS = {
     b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
@@ -23,6 +23,11 @@ _BYTE_ORDER_MAGIC = 0x1A2B3C4D
 # pcapng block types
 _IDB, _PB, _SPB, _EPB = 0x00000001, 0x00000002, 0x00000003, 0x00000006
 MAX_BLOCK = 256 * 1024 * 1024  # refuse absurd lengths instead of allocating them
+
+# Not a pcap link type: the link type of the single frame read_input() makes of a raw blob file
+# (the exact optval bytes of rdma_set_option). Negative so that it can never collide.
+RAW_BLOB_LINKTYPE = -1
+MAX_RAW_BLOB = 16 * 1024 * 1024
 
 
 class CaptureError(Exception):
@@ -60,6 +65,25 @@ def read_frames(path: str) -> Iterator[Frame]:
             yield from _read_pcapng(path, f)
         else:
             raise CaptureError(f"{path}: not a pcap or pcapng file (starts with {head.hex() or 'nothing'})")
+
+
+def read_input(path: str, blob_plausible: Callable[[bytes], bool] | None = None) -> Iterator[Frame]:
+    """Frames of a pcap or pcapng file; or, when the file is neither and blob_plausible
+    accepts its content, one frame (number 1, link type RAW_BLOB_LINKTYPE) holding the whole
+    file. Captures and blobs are told apart by content, never by name."""
+    with open(path, "rb") as f:
+        is_capture = sniff_format(f.read(4)) != "other"
+        f.seek(0)
+        data = b"" if is_capture or blob_plausible is None else f.read(MAX_RAW_BLOB + 1)
+    if is_capture or blob_plausible is None:
+        yield from read_frames(path)
+        return
+    if not data:
+        raise CaptureError(f"{path}: not a capture or blob file (empty)")
+    if len(data) > MAX_RAW_BLOB or not blob_plausible(data):
+        raise CaptureError(f"{path}: not a capture or blob file "
+                           f"(starts with {data[:8].hex()} at byte offset 0)")
+    yield Frame(1, 0.0, RAW_BLOB_LINKTYPE, data, len(data))
 
 
 def _read_exact(f: BinaryIO, n: int, path: str, what: str, frame: int) -> bytes:

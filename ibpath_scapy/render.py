@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .layers.pathdata import flags_text
 from .layers.sa import MTU_CODES, RATE_CODES, SELECTORS, packet_life_time_seconds
 
 _SEL = {0: ">", 1: "<", 2: "=", 3: "best"}
@@ -45,6 +46,8 @@ def path_record_line(rec: dict) -> str:
 def frame_text(d: dict) -> list[str]:
     """Lines describing one decoded frame."""
     head = f"frame {d['frame']:>6}  "
+    if d["kind"] in ("ls", "blob", "rdma_netlink") or d.get("encap") == "netlink":
+        return _netlink_or_blob_text(head, d)
     if d["kind"] == "malformed" and "mad" not in d:
         return [head + f"MALFORMED: {d['error']}"]
     lines = []
@@ -72,9 +75,7 @@ def frame_text(d: dict) -> list[str]:
     for i, rec in enumerate(d.get("path_records", [])):
         text = query_line(rec, sa["components"]) if is_query and sa else path_record_line(rec)
         lines.append(f"        PathRecord[{i}] {text}")
-    for i, rec in enumerate(d.get("blob_records", [])):
-        lines.append(f"        record[{i}] flags 0x{rec['flags']:02x} {'|'.join(rec['flag_names'])}  "
-                     + path_record_line(rec["path_record"]))
+    lines += blob_lines(d)
     req = d.get("cm_req")
     if req:
         lines.append(f"        REQ comm_id 0x{req['local_comm_id']:08x} sid 0x{req['service_id']:016x} "
@@ -96,4 +97,72 @@ def frame_text(d: dict) -> list[str]:
     return lines
 
 
-__all__ = ["frame_text", "path_record_line", "SELECTORS"]
+def blob_lines(d: dict) -> list[str]:
+    """The records of a blob and each kernel profile's choice."""
+    lines = []
+    for i, rec in enumerate(d.get("blob_records", [])):
+        reserved = f" reserved 0x{rec['reserved']:x}" if rec["reserved"] else ""
+        lines.append(f"        record[{i}] flags 0x{rec['flags']:02x} {flags_text(rec['flags'])}{reserved}  "
+                     + path_record_line(rec["path_record"]))
+    for name, v in d.get("kernel_view", {}).items():
+        lines.append(f"        kernel {name:9} {kernel_choice_text(v)}")
+    return lines
+
+
+def kernel_choice_text(v: dict) -> str:
+    """One profile's choice: the record index of each path, or the rejection."""
+    roles = [f"{role} {v[role]}" for role in ("gmp", "forward", "inbound", "alternate")
+             if v.get(role) is not None]
+    if v["accepted"]:
+        return "takes " + ", ".join(roles)
+    why = "; ".join(v["notes"][-1:])
+    return f"{v['outcome']}: {v['action']}" + (f" ({why})" if why else "")
+
+
+def _attr_text(a: dict) -> str:
+    m = "*" if a["mandatory"] else ""  # RDMA_NLA_F_MANDATORY
+    if "value" in a:
+        v = a["value"]
+        v = hex(v) if isinstance(v, int) and a["type_name"] in ("SERVICE_ID", "PKEY", "TCLASS") else v
+        return f"{a['type_name']}{m}={v}"
+    if "blob_record" in a:
+        return f"{a['type_name']}{m}=record[{a['blob_record']}]"
+    return f"{a['type_name']}{m} len={a['nla_len']}"
+
+
+def _netlink_or_blob_text(head: str, d: dict) -> list[str]:
+    lines = []
+    if d["kind"] == "malformed":
+        lines.append(head + f"netlink {d.get('direction', '?')}  MALFORMED: {d['error']}")
+    elif d["kind"] == "blob":
+        b = d["blob"]
+        where = "raw blob file" if d.get("encap") == "raw" else "blob (exported PDU)"
+        res = f"  rdma_set_option={b['set_option_result']}" if "set_option_result" in b else ""
+        lines.append(head + f"{where}  {b['records']} record(s), {b['length']} bytes{res}")
+    elif d["kind"] == "ls":
+        ls = d["ls"]
+        what = "request" if ls["request"] else "response"
+        err = " [LS_F_ERR]" if ls["error"] else ""
+        lines.append(head + f"netlink {d['direction'].replace('_', ' ')}  LS {ls['op']} {what} "
+                     f"seq {ls['seq']}{err}")
+        if "path_use" in ls:
+            lines.append(f"        device {ls['device_name'] or '?'} port {ls['port_num']} "
+                         f"path_use {ls['path_use_name']}")
+        if "request_frame" in ls:
+            lines.append(f"        answers frame {ls['request_frame']} (path_use "
+                         f"{ls['request_path_use']})")
+        attrs = [_attr_text(a) for a in ls.get("attributes", []) if "blob_record" not in a]
+        if attrs:
+            lines.append("        attributes (* mandatory): " + " ".join(attrs))
+    else:
+        n = d["netlink"]
+        lines.append(head + f"netlink {d['direction'].replace('_', ' ')}  RDMA client "
+                     f"{n.get('client_name') or n['rdma_client']} op {n['rdma_op']} "
+                     f"seq {n['nlmsg_seq']}")
+    lines += blob_lines(d)
+    for e in d.get("errors", []):
+        lines.append(f"        ! {e}")
+    return lines
+
+
+__all__ = ["frame_text", "path_record_line", "blob_lines", "kernel_choice_text", "SELECTORS"]

@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
                        description="Decode every IB MAD (RoCEv2, native IB/ERF, exported PDU), "
                        "RDMA netlink message and blob in FILE. Exit status: 0 all frames decoded, "
                        "1 some frames malformed (reported), 2 FILE cannot be read.")
-    p.add_argument("file")
+    p.add_argument("file", help="a pcap, a pcapng, or a raw blob file (rdma_set_option optval "
+                   "bytes), told apart by content")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=run)
 
@@ -39,6 +40,8 @@ def run(args) -> int:
         print(f"ibpath: {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     s = decoder.stats
-    print(f"{args.file}: {s.frames} frames, {s.mad_frames} MAD frames, {s.malformed} malformed",
-          file=sys.stderr)
+    extra = "".join(f", {n} {what}" for n, what in ((s.netlink_frames, "RDMA netlink frames"),
+                                                     (s.blob_frames, "blob frames")) if n)
+    print(f"{args.file}: {s.frames} frames, {s.mad_frames} MAD frames, {s.malformed} malformed"
+          + extra, file=sys.stderr)
     return 1 if s.malformed else 0

@@ -14,10 +14,18 @@ from .sa import SAHeader, PathRecord, GIDField  # noqa: F401
 from .cm import CMReq, CMRep, CMRtu, CMRej, CMDreq, CMDrep, CMMra  # noqa: F401
 from .roce import DETH  # noqa: F401
 from .ib import LRH, ERF, ExportedPDU, ExportedPDUTag  # noqa: F401
+from .pathdata import PathRecData, PathArray  # noqa: F401
+from .netlink import (  # noqa: F401
+    NetlinkCooked, NLMsgHdr, RdmaNLMsgHdr, LsAttr, LsResolveRequest, LsResolveResponse,
+    LsSetTimeout, LsIpResolveRequest, LsIpResolveResponse,
+)
 
 __all__ = [
     "BTH", "GRH", "IP", "IPv6", "UDP", "Ether",
     "MAD", "RMPP", "SAHeader", "PathRecord", "GIDField",
     "CMReq", "CMRep", "CMRtu", "CMRej", "CMDreq", "CMDrep", "CMMra",
     "DETH", "LRH", "ERF", "ExportedPDU", "ExportedPDUTag",
+    "PathRecData", "PathArray",
+    "NetlinkCooked", "NLMsgHdr", "RdmaNLMsgHdr", "LsAttr", "LsResolveRequest",
+    "LsResolveResponse", "LsSetTimeout", "LsIpResolveRequest", "LsIpResolveResponse",
 ]

@@ -115,7 +115,7 @@ class ERF(Packet):
         ShortField("wlen", None),
         PacketListField(
             "extensions", [], ERFExtension, next_cls_cb=lambda pkt, lst, cur, remain: (
-                ERFExtension if (pkt.ext if not lst else lst[-1].more) else None
+                ERFExtension if (pkt.ext if cur is None else cur.more) else None
             )
         ),
     ]
@@ -196,8 +196,9 @@ class ExportedPDU(Packet):
     fields_desc = [
         PacketListField(
             "tags", [], ExportedPDUTag,
+            # scapy hands the tag just read as `cur` (not yet in lst)
             next_cls_cb=lambda pkt, lst, cur, remain: (
-                None if (lst and lst[-1].tag == EXP_PDU_TAG_END) or len(remain) < 4
+                None if (cur is not None and cur.tag == EXP_PDU_TAG_END) or len(remain) < 4
                 else ExportedPDUTag
             ),
         ),
