@@ -1,0 +1,72 @@
+"""Run the catalogue over captures: decode (or read decoded records), replay, apply rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+from . import rules as _rules  # noqa: F401  (registers the catalogue)
+from .model import RULES, AuditOptions, Finding
+from .replay import Replay
+
+
+@dataclass
+class FileAudit:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    replay: Replay | None = None
+    frames: int = 0
+    error: str | None = None  # the file could not be read to its end
+
+
+def _findings(rule_id: str, family: str, subject, path: str, resolution: str | None = None):
+    r = RULES[rule_id]
+    for hit in r.checks[family](subject):
+        frames, message = hit[0], hit[1]
+        severity = hit[2] if len(hit) > 2 else r.severity
+        yield Finding(rule_id, severity, path, tuple(sorted(set(int(f) for f in frames))),
+                      message, resolution)
+
+
+def run_rules(path: str, replay: Replay, options: AuditOptions) -> Iterator[Finding]:
+    """Every registered check over what the replay collected."""
+    ordered = sorted(RULES)
+    for rec in replay.frame_records:
+        for rid in ordered:
+            if "frame" in RULES[rid].checks:
+                yield from _findings(rid, "frame", rec, path)
+    for t in replay.sa_transactions():
+        for rid in ordered:
+            if "transaction" in RULES[rid].checks:
+                yield from _findings(rid, "transaction", t, path)
+    for b in replay.blobs:
+        for rid in ordered:
+            if "blob" in RULES[rid].checks:
+                yield from _findings(rid, "blob", (b, options), path)
+    for res in replay.resolutions.values():
+        for rid in ordered:
+            if "resolution" in RULES[rid].checks:
+                yield from _findings(rid, "resolution", (res, options), path, res.name)
+    for c in replay.cm_reqs:
+        for rid in ordered:
+            if "cm" in RULES[rid].checks:
+                yield from _findings(rid, "cm", (c, replay, options), path)
+    for entry in replay.ls.values():
+        for rid in ordered:
+            if "ls" in RULES[rid].checks:
+                yield from _findings(rid, "ls", (entry, options), path)
+
+
+def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
+                  on_frame: Callable[[int], None] | None = None) -> FileAudit:
+    """Audit one file's decoded records (from either engine)."""
+    fa = FileAudit(path)
+    replay = Replay()
+    for rec in records:
+        replay.feed(rec)
+        if on_frame:
+            on_frame(rec["frame"])
+    replay.finish()
+    fa.replay = replay
+    fa.findings = list(run_rules(path, replay, options))
+    return fa

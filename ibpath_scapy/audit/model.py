@@ -1,0 +1,81 @@
+"""Findings, the rule registry and what a rule is given to look at."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str
+    file: str
+    frames: tuple[int, ...]
+    message: str
+    resolution: str | None = None  # "local GID > remote GID pkey 0x…" when the finding has one
+
+    def as_dict(self) -> dict:
+        d = {"rule": self.rule, "severity": self.severity, "file": self.file,
+             "frames": list(self.frames), "message": self.message}
+        if self.resolution:
+            d["resolution"] = self.resolution
+        return d
+
+
+@dataclass
+class Rule:
+    """One entry of the catalogue (audit-rules.md): ID, default severity, source, and its
+    checks by family (what a check is given: a frame's decoded record, a blob, an SA
+    transaction, a resolution, a CM REQ). The first check's docstring documents the rule."""
+
+    rule_id: str
+    severity: str
+    source: str
+    checks: dict[str, Callable[..., Iterator[tuple]]] = field(default_factory=dict)
+
+    @property
+    def doc(self) -> str:
+        for fn in self.checks.values():
+            if fn.__doc__:
+                return fn.__doc__.strip()
+        return ""
+
+    @property
+    def summary(self) -> str:
+        return self.doc.splitlines()[0] if self.doc else ""
+
+
+RULES: dict[str, Rule] = {}
+FAMILIES = ("frame", "blob", "transaction", "resolution", "cm", "ls")
+
+
+def rule(rule_id: str, severity: str, family: str, source: str):
+    """Register a check under a stable ID. The check yields (frames, message) pairs, or
+    (frames, message, severity) where audit-rules.md lowers one finding's severity. A rule
+    may have one check per family (a packet rule also checked across a transaction); the same
+    ID twice in one family, or with two severities, fails at import."""
+    if severity not in SEVERITIES:
+        raise ValueError(f"{rule_id}: unknown severity {severity!r}")
+    if family not in FAMILIES:
+        raise ValueError(f"{rule_id}: unknown family {family!r}")
+
+    def deco(fn):
+        r = RULES.get(rule_id)
+        if r is None:
+            r = RULES[rule_id] = Rule(rule_id, severity, source)
+        elif family in r.checks or r.severity != severity:
+            raise ValueError(f"rule {rule_id} registered twice for {family} "
+                             f"({fn.__module__}.{fn.__name__})")
+        r.checks[family] = fn
+        return fn
+
+    return deco
+
+
+@dataclass
+class AuditOptions:
+    kernel: str = "all"  # ucma, ls-legacy, ls-multi, proposal or all
+    extra_blobs: list = field(default_factory=list)  # paths given with --blob

@@ -1,0 +1,246 @@
+"""Replay: decoded frames (decode.py records, from either engine) → transactions, LS
+exchanges, blobs, CM REQs and the resolutions that join them.
+
+Frames are consumed one at a time; only the small per-exchange summaries are kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..layers.mad import METHOD_RESP
+
+
+PATH_RECORD_ATTR = 0x0035
+SA_CLASS = 0x03
+
+
+@dataclass
+class Transaction:
+    """One SA transaction: a request (with its retries) and its answer, matched by
+    (requester, TID); RMPP segments and ACKs belong to it too."""
+
+    requester: str
+    tid: int
+    attribute_id: int = 0
+    requests: list[dict] = field(default_factory=list)
+    responses: list[dict] = field(default_factory=list)
+    records: list[dict] = field(default_factory=list)  # PathRecords of the whole answer
+    answered: bool = False
+    completing_frame: int | None = None
+
+    @property
+    def request(self) -> dict | None:
+        return self.requests[0] if self.requests else None
+
+    @property
+    def query(self) -> dict | None:
+        """The request's PathRecord template."""
+        r = self.request
+        recs = r.get("path_records") if r else None
+        return recs[0] if recs else None
+
+    @property
+    def components(self) -> set[str]:
+        r = self.request
+        return set(r["sa"]["components"]) if r and "sa" in r else set()
+
+    @property
+    def component_mask(self) -> int:
+        r = self.request
+        return r["sa"]["component_mask"] if r and "sa" in r else 0
+
+    @property
+    def status(self) -> int | None:
+        for r in self.responses:
+            return r["mad"]["status"]
+        return None
+
+    @property
+    def frames(self) -> list[int]:
+        return sorted({r["frame"] for r in self.requests + self.responses})
+
+    def asks_reversible(self) -> bool:
+        q = self.query
+        return bool(q) and "reversible" in self.components and q["reversible"] == 1
+
+
+@dataclass
+class Resolution:
+    """Paths between a local and a remote endpoint: (local GID, remote GID, P_Key)."""
+
+    local: str
+    remote: str
+    pkey: int
+    transactions: list[Transaction] = field(default_factory=list)
+    blobs: list[dict] = field(default_factory=list)
+    ls_requests: list[dict] = field(default_factory=list)
+    ls_responses: list[dict] = field(default_factory=list)
+    cm_reqs: list[dict] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.local} > {self.remote} pkey 0x{self.pkey:04x}"
+
+    def forward(self) -> list[Transaction]:
+        return [t for t in self.transactions if t.query and t.query.get("sgid") == self.local]
+
+    def returning(self) -> list[Transaction]:
+        return [t for t in self.transactions if t.query and t.query.get("sgid") == self.remote]
+
+
+def _slim(rec: dict) -> dict:
+    """What frame rules need of a record (its records are kept by the transaction)."""
+    keep = ("frame", "frames", "kind", "mad", "rmpp", "sa", "path_records", "error", "errors",
+            "malformed")
+    return {k: rec[k] for k in keep if k in rec}
+
+
+def _gid(x: str | None) -> str | None:
+    return None if x in (None, "::") else x
+
+
+class Replay:
+    """Feed decoded records in frame order; read the results after finish()."""
+
+    MAX_OPEN_TRANSACTIONS = 65536
+
+    def __init__(self):
+        self.transactions: dict[tuple, Transaction] = {}
+        self.done: list[Transaction] = []
+        self.resolutions: dict[tuple, Resolution] = {}
+        self.blobs: list[dict] = []
+        self.ls: dict[int, dict] = {}  # seq → {"request": rec, "responses": [...]}
+        self.cm_reqs: list[dict] = []
+        self.malformed: list[dict] = []
+        self.records = 0
+        self.evicted = 0
+        # decoded records that frame rules look at: SA frames and anything malformed
+        self.frame_records: list[dict] = []
+
+    # -- intake ------------------------------------------------------------------------------
+    def feed(self, rec: dict) -> None:
+        self.records += 1
+        kind = rec.get("kind")
+        if kind == "sa" or kind == "malformed" or rec.get("malformed"):
+            self.frame_records.append(_slim(rec))
+        if kind == "malformed" or rec.get("malformed"):
+            self.malformed.append(rec)
+            if kind == "malformed":
+                return
+        if kind == "sa":
+            self._sa(rec)
+        elif kind == "blob":
+            self.blobs.append(rec)
+        elif kind == "ls":
+            self._ls(rec)
+        elif kind == "cm" and "cm_req" in rec:
+            self.cm_reqs.append(rec)
+
+    def _sa(self, rec: dict) -> None:
+        mad = rec["mad"]
+        is_resp = bool(mad["method"] & METHOD_RESP)
+        requester = rec.get("dst") if is_resp else rec.get("src")
+        key = (requester, mad["transaction_id"], mad["mgmt_class"])
+        t = self.transactions.get(key)
+        if t is None:
+            if is_resp and rec.get("rmpp_control"):
+                return  # an ACK for a transfer we never saw the start of
+            t = self.transactions[key] = Transaction(requester, mad["transaction_id"],
+                                                     mad["attribute_id"])
+            if len(self.transactions) > self.MAX_OPEN_TRANSACTIONS:
+                old = next(iter(self.transactions))
+                self.done.append(self.transactions.pop(old))
+                self.evicted += 1
+        if is_resp:
+            t.responses.append(rec)
+            rmpp = rec.get("rmpp", {})
+            whole = "reassembled_from" in rec or not (rmpp.get("rmpp_flags", 0) & 1) or \
+                rmpp.get("rmpp_flags", 0) & 6 == 6
+            if whole and rmpp.get("rmpp_type", 1) in (0, 1) and not rec.get("rmpp_control"):
+                t.answered = True
+                t.completing_frame = rec["frame"]
+                t.records = list(rec.get("path_records", []))
+        elif rec.get("rmpp_control"):
+            t.responses.append(rec)  # the requester's RMPP ACKs
+        else:
+            t.requests.append(rec)
+
+    def _ls(self, rec: dict) -> None:
+        ls = rec["ls"]
+        if ls.get("op") not in ("RESOLVE", "resolve") and ls.get("op_code") != 0:
+            return
+        entry = self.ls.setdefault(ls["seq"], {"request": None, "responses": []})
+        if ls.get("request") and rec.get("direction") != "to_kernel":
+            entry["request"] = entry["request"] or rec
+        else:
+            entry["responses"].append(rec)
+
+    # -- joining ---------------------------------------------------------------------------
+    def finish(self) -> None:
+        self.done += list(self.transactions.values())
+        self.transactions.clear()
+        for t in self.done:
+            if t.attribute_id == PATH_RECORD_ATTR:
+                self._place_transaction(t)
+        for b in self.blobs:
+            res = self._resolution_for_records(b.get("blob_records", []))
+            if res is not None:
+                res.blobs.append(b)
+        for entry in self.ls.values():
+            req = entry["request"]
+            attrs = {a["type_name"]: a.get("value") for a in (req or {}).get("ls", {}).get("attributes", [])}
+            res = None
+            if req and attrs.get("SGID") and attrs.get("DGID"):
+                res = self._resolution(attrs["SGID"], attrs["DGID"], attrs.get("PKEY") or 0xFFFF)
+            for r in entry["responses"]:
+                res = res or self._resolution_for_records(r.get("blob_records", []))
+            if res is not None:
+                if req:
+                    res.ls_requests.append(req)
+                res.ls_responses += entry["responses"]
+        for c in self.cm_reqs:
+            req = c["cm_req"]
+            res = self._resolution(req["primary_local_gid"], req["primary_remote_gid"], req["pkey"],
+                                   create=False)
+            if res is not None:
+                res.cm_reqs.append(c)
+
+    def _resolution(self, local: str, remote: str, pkey: int, create: bool = True) -> Resolution | None:
+        local, remote = _gid(local), _gid(remote)
+        if not local or not remote:
+            return None
+        for key in ((local, remote, pkey), (remote, local, pkey)):
+            if key in self.resolutions:
+                return self.resolutions[key]
+        if not create:
+            return None
+        res = self.resolutions[(local, remote, pkey)] = Resolution(local, remote, pkey)
+        return res
+
+    def _place_transaction(self, t: Transaction) -> None:
+        q = t.query
+        if not q or not {"sgid", "dgid"} <= t.components:
+            return  # not a point-to-point path query (e.g. saquery -p: every path)
+        pkey = q["pkey"] if "pkey" in t.components else 0xFFFF
+        res = self._resolution(q["sgid"], q["dgid"], pkey)
+        if res is not None:
+            res.transactions.append(t)
+
+    def _resolution_for_records(self, records: list[dict]) -> Resolution | None:
+        for r in records:
+            pr = r["path_record"]
+            flags = r["flags"]
+            if flags & 0x10:  # INBOUND: SGID is the remote end
+                res = self._resolution(pr["dgid"], pr["sgid"], pr["pkey"])
+            else:
+                res = self._resolution(pr["sgid"], pr["dgid"], pr["pkey"])
+            if res is not None:
+                return res
+        return None
+
+    def sa_transactions(self) -> list[Transaction]:
+        return [t for t in self.done if t.attribute_id == PATH_RECORD_ATTR]
+
+
+__all__ = ["Replay", "Resolution", "Transaction"]

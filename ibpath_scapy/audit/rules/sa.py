@@ -1,0 +1,140 @@
+"""SA PathRecord query and response rules (audit-rules.md "SA query and response rules").
+
+Sources: OpenSM osm_sa_path_record.c / osm_sa.c (wire-formats.md §8), kernel mad_rmpp.c
+(§2), IBA MAD method/response pairing (§1).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from ...layers.mad import SA_STATUS, status_text
+from ...rmpp import RMPP_DATA_SIZE
+from ..model import rule
+from ..replay import Transaction
+
+# Query components compared one to one with every answered record (SAR-MISMATCH).
+_EXACT = ["service_id", "dgid", "sgid", "dlid", "slid", "raw_traffic", "flow_label", "hop_limit",
+          "tclass", "pkey", "qos_class", "sl"]
+# (value field, selector field): selector 0 greater than, 1 less than, 2 exactly, 3 best
+_SELECTED = [("mtu", "mtu_selector"), ("rate", "rate_selector"),
+             ("packet_life_time", "packet_life_time_selector")]
+
+
+def _same(name: str, a, b) -> bool:
+    if name in ("dgid", "sgid"):
+        return ipaddress.IPv6Address(a) == ipaddress.IPv6Address(b)
+    return a == b
+
+
+@rule("SAQ-BAD-METHOD", "error", "transaction", "IBA §13.4.5 method/response pairing")
+def response_method(t: Transaction):
+    """A response whose method is not the request's with the R bit set."""
+    if not t.request:
+        return
+    want = t.request["mad"]["method"] | 0x80
+    for r in t.responses:
+        if r.get("rmpp_control"):
+            continue
+        if r["mad"]["method"] != want:
+            yield ([t.request["frame"], r["frame"]],
+                   f"response method 0x{r['mad']['method']:02x} to request method "
+                   f"0x{t.request['mad']['method']:02x} (expected 0x{want:02x})")
+            return
+
+
+@rule("SAQ-NO-RESPONSE", "warning", "transaction", "audit-rules.md")
+def no_response(t: Transaction):
+    """A request never answered in the capture (after its retries)."""
+    if t.requests and not t.answered:
+        yield [r["frame"] for r in t.requests], (
+            f"PathRecord request tid 0x{t.tid:016x} never answered "
+            f"({len(t.requests)} transmission{'s' if len(t.requests) > 1 else ''})")
+
+
+@rule("SAQ-RETRY", "info", "transaction", "audit-rules.md")
+def retry(t: Transaction):
+    """A request retransmitted with the same TID."""
+    if len(t.requests) > 1:
+        yield [r["frame"] for r in t.requests], (
+            f"request tid 0x{t.tid:016x} sent {len(t.requests)} times")
+
+
+@rule("SAR-STATUS", "info", "transaction", "OpenSM IB_SA_MAD_STATUS_*, wire-formats.md §1")
+def status(t: Transaction):
+    """A response with a non-zero status; the message decodes it."""
+    for r in t.responses:
+        st = r["mad"]["status"]
+        if st:
+            name = SA_STATUS.get(st & 0xFF00)
+            yield [r["frame"]], f"SA status 0x{st:04x} {status_text(st, 3)}" + (
+                " (the resolver must not hand a path over)" if name else "")
+            return
+
+
+@rule("SAR-MISMATCH", "error", "transaction", "OpenSM osm_sa_path_record.c (component matching)")
+def mismatch(t: Transaction):
+    """A response record contradicts a masked field of the query (SGID, DGID, SLID, DLID,
+    P_Key, SL, ...); or Reversible was asked with bit 1 and a record is not reversible."""
+    q = t.query
+    if not q or not t.records:
+        return
+    comps = t.components
+    frame = [t.request["frame"], t.completing_frame]
+    for i, rec in enumerate(t.records):
+        bad = [n for n in _EXACT if n in comps and not _same(n, q[n], rec[n])]
+        if "reversible" in comps and q["reversible"] == 1 and rec["reversible"] != 1:
+            bad.append("reversible")
+        for val, sel in _SELECTED:
+            if val in comps and sel in comps:
+                want, got, s = q[val], rec[val], q[sel]
+                ok = {0: got > want, 1: got < want, 2: got == want, 3: True}[s]
+                if not ok:
+                    bad.append(val)
+        if bad:
+            detail = ", ".join(f"{n} {rec[n]} (asked {q[n]})" for n in bad)
+            yield frame, f"record {i} contradicts the query: {detail}"
+
+
+@rule("SAR-GET-MULTI", "error", "transaction", "OpenSM osm_sa_respond (C15-0.1.30)")
+def get_multi(t: Transaction):
+    """A GetResp (0x81) carrying more than one record."""
+    for r in t.responses:
+        if r["mad"]["method"] == 0x81 and len(r.get("path_records", [])) > 1:
+            yield [r["frame"]], f"GetResp carries {len(r['path_records'])} records; Get returns one"
+
+
+@rule("SAR-RMPP", "error", "transaction", "kernel mad_rmpp.c send_next_seg/get_mad_len")
+def rmpp_rules(t: Transaction):
+    """An RMPP segment sequence breaks the rules: segment numbers not 1..N, FIRST/LAST flags
+    wrong, PayloadLength inconsistent with the kernel's rules, missing segments."""
+    segs = [r for r in t.responses if r.get("rmpp", {}).get("rmpp_flags", 0) & 1
+            and r["rmpp"]["rmpp_type"] == 1]
+    if not segs:
+        return
+    frames = [r["frame"] for r in segs]
+    for r in segs:
+        for e in r.get("errors", []):
+            if "segment" in e or "RMPP" in e:
+                yield [r["frame"]], e
+    by_num = {r["rmpp"]["segment_number"]: r for r in segs}
+    n = max(by_num)
+    missing = [k for k in range(1, n + 1) if k not in by_num]
+    if missing or not t.answered:
+        yield frames, (f"RMPP transfer tid 0x{t.tid:016x}: segments {missing} missing"
+                       if missing else f"RMPP transfer tid 0x{t.tid:016x}: no LAST segment")
+        return
+    if n == 1:
+        return
+    first, last = by_num[1]["rmpp"], by_num[n]["rmpp"]
+    if first["rmpp_flags"] & 7 != 3 or last["rmpp_flags"] & 7 != 5:
+        yield [by_num[1]["frame"], by_num[n]["frame"]], "FIRST/LAST flags wrong"
+    for k in range(2, n):
+        m = by_num[k]["rmpp"]
+        if m["rmpp_flags"] & 6 or m["payload_length"] != 0:
+            yield [by_num[k]["frame"]], f"middle segment {k}: flags 0x{m['rmpp_flags']:x}, PayloadLength {m['payload_length']} (kernel: ACTIVE only, 0)"
+    want_first = (n - 1) * RMPP_DATA_SIZE + last["payload_length"]
+    if first["payload_length"] != want_first:
+        yield [by_num[1]["frame"], by_num[n]["frame"]], (
+            f"first PayloadLength {first['payload_length']}, expected {want_first} "
+            f"({n} segments, last PayloadLength {last['payload_length']})")

@@ -1,0 +1,71 @@
+"""Audit files from the command line: decoding engine, progress and unreadable inputs."""
+
+from __future__ import annotations
+
+import sys
+
+from ..decode import Decoder, decode_file
+from ..pcapio import CaptureError
+from .engine import FileAudit, audit_records
+from .model import AuditOptions
+
+
+class _Progress:
+    """A frame counter on stderr when it is a terminal (every 10,000 frames)."""
+
+    def __init__(self, path: str, enabled: bool):
+        self.path, self.enabled, self.last = path, enabled and sys.stderr.isatty(), 0
+
+    def __call__(self, frame: int) -> None:
+        if self.enabled and frame - self.last >= 10000:
+            self.last = frame
+            sys.stderr.write(f"\r{self.path}: frame {frame}")
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.enabled and self.last:
+            sys.stderr.write("\r" + " " * (len(self.path) + 20) + "\r")
+
+
+def _records(path: str, decoder: Decoder, engine: str):
+    if engine != "scapy":
+        raise ValueError(f"unknown engine {engine!r}")
+    yield from decode_file(path, decoder)
+
+
+def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
+                quiet: bool = False) -> tuple[list[FileAudit], list[str]]:
+    """Audit each file; an unreadable file is reported on stderr (file and reason) and its
+    findings up to the damage are kept."""
+    audits, unreadable = [], []
+    for path in paths:
+        decoder = Decoder()
+        progress = _Progress(path, not quiet)
+        try:
+            fa = audit_records(path, _records(path, decoder, engine), options, on_frame=progress)
+        except CaptureError as exc:
+            progress.done()
+            print(f"ibpath: {exc}", file=sys.stderr)
+            unreadable.append(path)
+            fa = _partial(path, decoder, options, str(exc))
+        except OSError as exc:
+            print(f"ibpath: {path}: {exc.strerror or exc}", file=sys.stderr)
+            unreadable.append(path)
+            fa = FileAudit(path, error=exc.strerror or str(exc))
+        progress.done()
+        fa.frames = decoder.stats.frames
+        audits.append(fa)
+    return audits, unreadable
+
+
+def _partial(path: str, decoder: Decoder, options: AuditOptions, error: str) -> FileAudit:
+    """Findings from the frames before the damage: decode again up to the error."""
+    out = []
+    try:
+        for rec in decode_file(path, Decoder()):
+            out.append(rec)
+    except CaptureError:
+        pass
+    fa = audit_records(path, out, options)
+    fa.error = error
+    return fa
