@@ -1,0 +1,1 @@
+"""Blob rules (audit-rules.md "Blob rules"): one kernel-bound path array at a time."""

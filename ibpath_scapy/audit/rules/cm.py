@@ -1,0 +1,1 @@
+"""CM rules (audit-rules.md "CM rules"): CM REQs against the paths the kernel took."""

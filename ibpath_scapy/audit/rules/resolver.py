@@ -1,0 +1,1 @@
+"""Resolver rules (audit-rules.md "Resolver rules"): one resolution at a time."""

@@ -1,0 +1,3 @@
+"""Crafting resolver exchanges: a capture builder (and, later, named scenarios)."""
+
+from .builder import CaptureBuilder  # noqa: F401

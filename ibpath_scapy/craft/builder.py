@@ -1,0 +1,183 @@
+"""Build capture files of resolver exchanges, one message a call, with the project's layers.
+
+    b = CaptureBuilder("out.pcapng")
+    q = b.sa_query(PathRecord(sgid=L, dgid=R, pkey=0xffff, numb_path=1))
+    b.sa_answer(q, [PathRecord(sgid=L, dgid=R, reversible=1, ...)])
+    b.blob([(0x2B, record)], set_option=0)
+    b.cm_req(record)
+    b.close()
+
+Every call returns the frame number it wrote. MADs go out as RoCEv2 (Ethernet, link type 1)
+by default or as native IB in ERF records (link type 197); LS messages as link type 253;
+blobs as exported PDUs "ibpath.blob" (252), all in one pcapng.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scapy.packet import Packet
+
+from ..encap import erf_record, native_ib_frame, rocev2_frame
+from ..layers.cm import CMReq
+from ..layers.mad import MAD, RMPP
+from ..layers.netlink import (
+    PACKET_KERNEL,
+    PACKET_USER,
+    LsAttr,
+    LsDgid,
+    LsPkey,
+    LsResolveRequest,
+    LsResolveResponse,
+    LsSgid,
+    LsServiceId,
+    LsTclass,
+    NetlinkCooked,
+    RdmaNLMsgHdr,
+)
+from ..layers.pathdata import PathArray, PathRecData, blob_pdu, set_option_comment
+from ..layers.sa import PathRecord, SAHeader, component_mask_for
+from ..pcapio import PcapNgWriter
+from ..rmpp import segment
+
+NLM_F_REQUEST = 0x01
+LS_F_ERR = 0x0100
+
+
+@dataclass
+class Query:
+    frame: int
+    tid: int
+    method: int
+    header: bytes  # the request's 56-byte MAD+RMPP+SA header, for the answer
+
+
+class CaptureBuilder:
+    """Writes frames into one pcapng, with a clock that advances 1 ms a frame."""
+
+    def __init__(self, path: str, encap: str = "rocev2", requester: str = "192.168.2.24",
+                 sa: str = "192.168.2.1", start: float = 1_700_000_000.0):
+        self.w = PcapNgWriter(path)
+        self.encap = encap
+        self.requester, self.sa = requester, sa
+        self.t = start
+        self.frame = 0
+        self.tid = 0x0000_0001_0000_1000
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _write(self, data: bytes, linktype: int, comment: str | None = None) -> int:
+        self.t += 0.001
+        self.frame += 1
+        self.w.write(data, linktype, self.t, comment=comment)
+        return self.frame
+
+    def mad(self, mad: bytes | Packet, *, from_sa: bool = False, src: str | None = None,
+            dst: str | None = None) -> int:
+        """One MAD on the wire (requester → SA, or back)."""
+        a, b = (self.sa, self.requester) if from_sa else (self.requester, self.sa)
+        a, b = src or a, dst or b
+        if self.encap == "ib":
+            lid = {self.requester: 6, self.sa: 2}
+            raw = native_ib_frame(mad, slid=lid.get(a, 7), dlid=lid.get(b, 8))
+            return self._write(erf_record(raw, self.t), 197)
+        return self._write(bytes(rocev2_frame(mad, src=a, dst=b)), 1)
+
+    def close(self) -> None:
+        self.w.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- SA ------------------------------------------------------------------------------------
+    def sa_query(self, record: PathRecord, *, method: int = 0x01, component_mask: int | None = None,
+                 tid: int | None = None, retransmit_of: Query | None = None) -> Query:
+        """A PathRecord Get (or GetTable) query; the ComponentMask is computed from the fields
+        set on `record` unless given."""
+        if retransmit_of is not None:
+            frame = self.mad(retransmit_of.header + bytes(200), from_sa=False)
+            return Query(frame, retransmit_of.tid, retransmit_of.method, retransmit_of.header)
+        if tid is None:
+            self.tid += 1
+            tid = self.tid
+        mask = component_mask_for(record) if component_mask is None else component_mask
+        mad = MAD(method=method, transaction_id=tid) / RMPP() / SAHeader(
+            component_mask=mask, records=[record])
+        raw = bytes(mad)
+        return Query(self.mad(raw), tid, method, raw[:56])
+
+    def sa_answer(self, query: Query, records: list[PathRecord], *, status: int = 0,
+                  skip_segments: tuple[int, ...] = ()) -> list[int]:
+        """OpenSM's answer (wire-formats.md §8): GetResp with one record, or a GetTableResp
+        segmented by RMPP as the kernel does; an error status carries no record."""
+        method = query.method | 0x80
+        if method == 0x81 or status:
+            mad = MAD(method=method, status=status, transaction_id=query.tid) / RMPP() / SAHeader(
+                component_mask=int.from_bytes(query.header[48:56], "big"),
+                attribute_offset=8 if records and not status else 0,
+                records=[] if status else records[:1])
+            return [self.mad(bytes(mad), from_sa=True)]
+        hdr = bytes(MAD(method=method, transaction_id=query.tid)
+                    / RMPP(rmpp_version=1, rmpp_type=1)
+                    / SAHeader(component_mask=int.from_bytes(query.header[48:56], "big"),
+                               attribute_offset=8 if records else 0))[:56]
+        data = b"".join(bytes(r) for r in records)
+        return [self.mad(s, from_sa=True) for k, s in enumerate(segment(hdr + data), 1)
+                if k not in skip_segments]
+
+    # -- RDMA netlink local service ------------------------------------------------------------
+    def ls_request(self, seq: int, *, path_use: int, sgid: str, dgid: str, pkey: int = 0xFFFF,
+                   service_id: int | None = None, tclass: int | None = None,
+                   device: bytes = b"rxe0") -> int:
+        """The kernel's RESOLVE request to the resolver (sa_query.c ib_nl_send_msg)."""
+        attrs = []
+        if service_id is not None:
+            attrs.append(LsAttr(nla_type=3, mandatory=1) / LsServiceId(service_id=service_id))
+        attrs += [LsAttr(nla_type=4, mandatory=1) / LsDgid(dgid=dgid),
+                  LsAttr(nla_type=5, mandatory=1) / LsSgid(sgid=sgid)]
+        if tclass is not None:
+            attrs.append(LsAttr(nla_type=6, mandatory=1) / LsTclass(tclass=tclass))
+        attrs.append(LsAttr(nla_type=7, mandatory=1) / LsPkey(pkey=pkey))
+        msg = RdmaNLMsgHdr(rdma_op=0, nlmsg_flags=NLM_F_REQUEST, nlmsg_seq=seq) / LsResolveRequest(
+            device_name=device, port_num=1, path_use=path_use, attributes=attrs)
+        return self._write(bytes(NetlinkCooked(pkttype=PACKET_USER, messages=[msg])), 253)
+
+    def ls_response(self, seq: int, records: list[tuple[int, PathRecord]], *,
+                    error: bool = False) -> int:
+        """The resolver's answer to the kernel: one PATH_RECORD attribute per record."""
+        attrs = [LsAttr(nla_type=1) / PathRecData(flags=f, path_record=r) for f, r in records]
+        msg = RdmaNLMsgHdr(rdma_op=0, nlmsg_flags=LS_F_ERR if error else 0, nlmsg_seq=seq) \
+            / LsResolveResponse(attributes=attrs)
+        return self._write(bytes(NetlinkCooked(pkttype=PACKET_KERNEL, messages=[msg])), 253)
+
+    # -- blobs and CM ----------------------------------------------------------------------------
+    def blob(self, records: list[tuple[int, PathRecord]] | bytes, *, set_option: int | None = None) -> int:
+        """rdma_set_option(RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) optval as a blob frame."""
+        raw = records if isinstance(records, bytes) else bytes(PathArray(records=[
+            PathRecData(flags=f, path_record=r) for f, r in records]))
+        comment = None if set_option is None else set_option_comment(set_option)
+        return self._write(bytes(blob_pdu(raw)), 252, comment)
+
+    def cm_req(self, primary: PathRecord, *, alternate: PathRecord | None = None,
+               service_id: int = 0x0106000000000000, local_ack_timeout: int | None = None,
+               comm_id: int = 0x1234, src: str | None = None, dst: str | None = None) -> int:
+        """A CM REQ whose paths are taken from PathRecords, as the kernel's cm_format_req()."""
+        kw = {}
+        for prefix, p in (("primary", primary), ("alternate", alternate)):
+            if p is None:
+                continue
+            kw.update({
+                f"{prefix}_local_lid": p.slid, f"{prefix}_remote_lid": p.dlid,
+                f"{prefix}_local_gid": p.sgid, f"{prefix}_remote_gid": p.dgid,
+                f"{prefix}_flow_label": p.flow_label, f"{prefix}_packet_rate": p.rate,
+                f"{prefix}_traffic_class": p.tclass, f"{prefix}_hop_limit": p.hop_limit,
+                f"{prefix}_sl": p.sl, f"{prefix}_subnet_local": 1,
+                f"{prefix}_local_ack_timeout": (local_ack_timeout if local_ack_timeout is not None
+                                                else min(31, p.packet_life_time + 1)),
+            })
+        req = CMReq(local_comm_id=comm_id, service_id=service_id, pkey=primary.pkey,
+                    path_packet_payload_mtu=primary.mtu, transport_service_type=0, **kw)
+        mad = MAD(mgmt_class=7, method=3, attribute_id=0x10, transaction_id=comm_id) / req
+        return self.mad(mad, src=src or self.requester, dst=dst or "192.168.2.25")
