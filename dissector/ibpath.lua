@@ -39,23 +39,26 @@ local VS, PF, P, D, EX, HOOKS = {}, {}, {}, {}, {}, {}
 local MAX_LIST_ITEMS = 4096
 VS[1] = {[0] = "Raw", [1] = "IP non-IBA", [2] = "IBA local", [3] = "IBA global"}
 VS[2] = {[0] = "RC_SEND_FIRST", [1] = "RC_SEND_MIDDLE", [2] = "RC_SEND_LAST", [3] = "RC_SEND_LAST_WITH_IMMEDIATE", [4] = "RC_SEND_ONLY", [5] = "RC_SEND_ONLY_WITH_IMMEDIATE", [6] = "RC_RDMA_WRITE_FIRST", [7] = "RC_RDMA_WRITE_MIDDLE", [8] = "RC_RDMA_WRITE_LAST", [9] = "RC_RDMA_WRITE_LAST_WITH_IMMEDIATE", [10] = "RC_RDMA_WRITE_ONLY", [11] = "RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", [12] = "RC_RDMA_READ_REQUEST", [13] = "RC_RDMA_READ_RESPONSE_FIRST", [14] = "RC_RDMA_READ_RESPONSE_MIDDLE", [15] = "RC_RDMA_READ_RESPONSE_LAST", [16] = "RC_RDMA_READ_RESPONSE_ONLY", [17] = "RC_ACKNOWLEDGE", [18] = "RC_ATOMIC_ACKNOWLEDGE", [19] = "RC_COMPARE_SWAP", [20] = "RC_FETCH_ADD", [32] = "UC_SEND_FIRST", [33] = "UC_SEND_MIDDLE", [34] = "UC_SEND_LAST", [35] = "UC_SEND_LAST_WITH_IMMEDIATE", [36] = "UC_SEND_ONLY", [37] = "UC_SEND_ONLY_WITH_IMMEDIATE", [38] = "UC_RDMA_WRITE_FIRST", [39] = "UC_RDMA_WRITE_MIDDLE", [40] = "UC_RDMA_WRITE_LAST", [41] = "UC_RDMA_WRITE_LAST_WITH_IMMEDIATE", [42] = "UC_RDMA_WRITE_ONLY", [43] = "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", [64] = "RD_SEND_FIRST", [65] = "RD_SEND_MIDDLE", [66] = "RD_SEND_LAST", [67] = "RD_SEND_LAST_WITH_IMMEDIATE", [68] = "RD_SEND_ONLY", [69] = "RD_SEND_ONLY_WITH_IMMEDIATE", [70] = "RD_RDMA_WRITE_FIRST", [71] = "RD_RDMA_WRITE_MIDDLE", [72] = "RD_RDMA_WRITE_LAST", [73] = "RD_RDMA_WRITE_LAST_WITH_IMMEDIATE", [74] = "RD_RDMA_WRITE_ONLY", [75] = "RD_RDMA_WRITE_ONLY_WITH_IMMEDIATE", [76] = "RD_RDMA_READ_REQUEST", [77] = "RD_RDMA_READ_RESPONSE_FIRST", [78] = "RD_RDMA_READ_RESPONSE_MIDDLE", [79] = "RD_RDMA_READ_RESPONSE_LAST", [80] = "RD_RDMA_READ_RESPONSE_ONLY", [81] = "RD_ACKNOWLEDGE", [82] = "RD_ATOMIC_ACKNOWLEDGE", [83] = "RD_COMPARE_SWAP", [84] = "RD_FETCH_ADD", [100] = "UD_SEND_ONLY", [101] = "UD_SEND_ONLY_WITH_IMMEDIATE", [129] = "CNP"}
-VS[3] = {[1] = "SubnMgt", [3] = "SubnAdm", [4] = "PerfMgt", [5] = "BM", [6] = "DevMgt", [7] = "CM", [8] = "SNMP", [16] = "DevAdm", [18] = "BIS", [33] = "CongestionMgt", [44] = "ibacm", [129] = "SubnMgtDirectedRoute"}
-VS[4] = {[1] = "Get", [2] = "Set", [3] = "Send", [5] = "Trap", [6] = "Report", [7] = "TrapRepress", [18] = "GetTable", [19] = "GetTraceTable", [20] = "GetMulti", [21] = "Delete", [129] = "GetResp", [134] = "ReportResp", [146] = "GetTableResp", [148] = "GetMultiResp", [149] = "DeleteResp"}
-VS[5] = {[0] = "none", [1] = "DATA", [2] = "ACK", [3] = "STOP", [4] = "ABORT"}
-VS[6] = {[0] = "OK", [1] = "RESX", [118] = "T2L", [119] = "BAD_LEN", [120] = "BAD_SEG", [121] = "BADT", [122] = "W2S", [123] = "S2B", [124] = "BAD_STATUS", [125] = "UNV", [126] = "TMR", [127] = "UNSPEC"}
-VS[7] = {[0] = "RC", [1] = "UC", [2] = "RD", [3] = "reserved"}
+VS[3] = {[1] = "RDMA_CM", [2] = "IWCM", [3] = "RSVD", [4] = "LS", [5] = "NLDEV"}
+VS[4] = {[0] = "ALL", [1] = "UNIDIRECTIONAL", [2] = "GMP"}
+VS[5] = {[1] = "SubnMgt", [3] = "SubnAdm", [4] = "PerfMgt", [5] = "BM", [6] = "DevMgt", [7] = "CM", [8] = "SNMP", [16] = "DevAdm", [18] = "BIS", [33] = "CongestionMgt", [44] = "ibacm", [129] = "SubnMgtDirectedRoute"}
+VS[6] = {[1] = "Get", [2] = "Set", [3] = "Send", [5] = "Trap", [6] = "Report", [7] = "TrapRepress", [18] = "GetTable", [19] = "GetTraceTable", [20] = "GetMulti", [21] = "Delete", [129] = "GetResp", [134] = "ReportResp", [146] = "GetTableResp", [148] = "GetMultiResp", [149] = "DeleteResp"}
+VS[7] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "largest/smallest available"}
 VS[8] = {[1] = "256", [2] = "512", [3] = "1024", [4] = "2048", [5] = "4096"}
-VS[9] = {[0] = "port current", [2] = "2.5 Gb/s", [3] = "10 Gb/s", [4] = "30 Gb/s", [5] = "5 Gb/s", [6] = "20 Gb/s", [7] = "40 Gb/s", [8] = "60 Gb/s", [9] = "80 Gb/s", [10] = "120 Gb/s", [11] = "14 Gb/s", [12] = "56 Gb/s", [13] = "112 Gb/s", [14] = "168 Gb/s", [15] = "25 Gb/s", [16] = "100 Gb/s", [17] = "200 Gb/s", [18] = "300 Gb/s", [19] = "28 Gb/s", [20] = "50 Gb/s", [21] = "400 Gb/s", [22] = "600 Gb/s", [23] = "800 Gb/s", [24] = "1200 Gb/s", [25] = "1600 Gb/s"}
+VS[9] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "largest/smallest available"}
 VS[10] = {[0] = "port current", [2] = "2.5 Gb/s", [3] = "10 Gb/s", [4] = "30 Gb/s", [5] = "5 Gb/s", [6] = "20 Gb/s", [7] = "40 Gb/s", [8] = "60 Gb/s", [9] = "80 Gb/s", [10] = "120 Gb/s", [11] = "14 Gb/s", [12] = "56 Gb/s", [13] = "112 Gb/s", [14] = "168 Gb/s", [15] = "25 Gb/s", [16] = "100 Gb/s", [17] = "200 Gb/s", [18] = "300 Gb/s", [19] = "28 Gb/s", [20] = "50 Gb/s", [21] = "400 Gb/s", [22] = "600 Gb/s", [23] = "800 Gb/s", [24] = "1200 Gb/s", [25] = "1600 Gb/s"}
-VS[11] = {[0] = "REQ", [1] = "REP", [2] = "other"}
-VS[12] = {[0] = "REQ", [1] = "REP", [2] = "other"}
-VS[13] = {[1] = "no QP", [2] = "no EEC", [3] = "no resources", [4] = "timeout", [5] = "unsupported", [6] = "invalid comm ID", [7] = "invalid comm instance", [8] = "invalid service ID", [9] = "invalid transport type", [10] = "stale conn", [11] = "RDC not exist", [12] = "invalid GID", [13] = "invalid LID", [14] = "invalid SL", [15] = "invalid traffic class", [16] = "invalid hop limit", [17] = "invalid packet rate", [18] = "invalid alt GID", [19] = "invalid alt LID", [20] = "invalid alt SL", [21] = "invalid alt traffic class", [22] = "invalid alt hop limit", [23] = "invalid alt packet rate", [24] = "port CM redirect", [25] = "port redirect", [26] = "invalid MTU", [27] = "insufficient resp resources", [28] = "consumer defined", [29] = "invalid RNR retry", [30] = "duplicate local comm ID", [31] = "invalid class version", [32] = "invalid flow label", [33] = "invalid alt flow label", [35] = "VENDOR_OPTION_NOT_SUPPORTED"}
-VS[14] = {[0] = "accepted", [1] = "rejected (not supported)", [2] = "rejected", [3] = "reserved"}
-VS[15] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "largest/smallest available"}
+VS[11] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "largest/smallest available"}
+VS[12] = {[0] = "UNSPEC", [1] = "PATH_RECORD", [2] = "TIMEOUT", [3] = "SERVICE_ID", [4] = "DGID", [5] = "SGID", [6] = "TCLASS", [7] = "PKEY", [8] = "QOS_CLASS", [9] = "IPV4", [10] = "IPV6"}
+VS[13] = {[0] = "none", [1] = "DATA", [2] = "ACK", [3] = "STOP", [4] = "ABORT"}
+VS[14] = {[0] = "OK", [1] = "RESX", [118] = "T2L", [119] = "BAD_LEN", [120] = "BAD_SEG", [121] = "BADT", [122] = "W2S", [123] = "S2B", [124] = "BAD_STATUS", [125] = "UNV", [126] = "TMR", [127] = "UNSPEC"}
+VS[15] = {[0] = "RC", [1] = "UC", [2] = "RD", [3] = "reserved"}
 VS[16] = {[1] = "256", [2] = "512", [3] = "1024", [4] = "2048", [5] = "4096"}
-VS[17] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "largest/smallest available"}
+VS[17] = {[0] = "port current", [2] = "2.5 Gb/s", [3] = "10 Gb/s", [4] = "30 Gb/s", [5] = "5 Gb/s", [6] = "20 Gb/s", [7] = "40 Gb/s", [8] = "60 Gb/s", [9] = "80 Gb/s", [10] = "120 Gb/s", [11] = "14 Gb/s", [12] = "56 Gb/s", [13] = "112 Gb/s", [14] = "168 Gb/s", [15] = "25 Gb/s", [16] = "100 Gb/s", [17] = "200 Gb/s", [18] = "300 Gb/s", [19] = "28 Gb/s", [20] = "50 Gb/s", [21] = "400 Gb/s", [22] = "600 Gb/s", [23] = "800 Gb/s", [24] = "1200 Gb/s", [25] = "1600 Gb/s"}
 VS[18] = {[0] = "port current", [2] = "2.5 Gb/s", [3] = "10 Gb/s", [4] = "30 Gb/s", [5] = "5 Gb/s", [6] = "20 Gb/s", [7] = "40 Gb/s", [8] = "60 Gb/s", [9] = "80 Gb/s", [10] = "120 Gb/s", [11] = "14 Gb/s", [12] = "56 Gb/s", [13] = "112 Gb/s", [14] = "168 Gb/s", [15] = "25 Gb/s", [16] = "100 Gb/s", [17] = "200 Gb/s", [18] = "300 Gb/s", [19] = "28 Gb/s", [20] = "50 Gb/s", [21] = "400 Gb/s", [22] = "600 Gb/s", [23] = "800 Gb/s", [24] = "1200 Gb/s", [25] = "1600 Gb/s"}
-VS[19] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "largest/smallest available"}
+VS[19] = {[0] = "REQ", [1] = "REP", [2] = "other"}
+VS[20] = {[0] = "REQ", [1] = "REP", [2] = "other"}
+VS[21] = {[1] = "no QP", [2] = "no EEC", [3] = "no resources", [4] = "timeout", [5] = "unsupported", [6] = "invalid comm ID", [7] = "invalid comm instance", [8] = "invalid service ID", [9] = "invalid transport type", [10] = "stale conn", [11] = "RDC not exist", [12] = "invalid GID", [13] = "invalid LID", [14] = "invalid SL", [15] = "invalid traffic class", [16] = "invalid hop limit", [17] = "invalid packet rate", [18] = "invalid alt GID", [19] = "invalid alt LID", [20] = "invalid alt SL", [21] = "invalid alt traffic class", [22] = "invalid alt hop limit", [23] = "invalid alt packet rate", [24] = "port CM redirect", [25] = "port redirect", [26] = "invalid MTU", [27] = "insufficient resp resources", [28] = "consumer defined", [29] = "invalid RNR retry", [30] = "duplicate local comm ID", [31] = "invalid class version", [32] = "invalid flow label", [33] = "invalid alt flow label", [35] = "VENDOR_OPTION_NOT_SUPPORTED"}
+VS[22] = {[0] = "accepted", [1] = "rejected (not supported)", [2] = "rejected", [3] = "reserved"}
 PF[1] = ProtoField.uint8("ibpath.lrh.vl", "VL", base.DEC, nil, 0xf0, "")
 PF[2] = ProtoField.uint8("ibpath.lrh.lver", "LVer", base.DEC, nil, 0xf, "")
 PF[3] = ProtoField.uint8("ibpath.lrh.sl", "SL", base.DEC, nil, 0xf0, "")
@@ -80,269 +83,312 @@ PF[21] = ProtoField.uint8("ibpath.bth.ackreq", "AckReq", base.DEC, nil, 0x80, ""
 PF[22] = ProtoField.uint8("ibpath.bth.resv7", "Resv7", base.DEC, nil, 0x7f, "")
 PF[23] = ProtoField.uint24("ibpath.bth.psn", "PSN", base.DEC, nil, nil, "")
 PF[24] = ProtoField.uint32("ibpath.bth.icrc", "ICRC", base.HEX, nil, nil, "")
-PF[25] = ProtoField.uint8("ibpath.grh.ipver", "Ipver", base.DEC, nil, 0xf0, "")
-PF[26] = ProtoField.uint16("ibpath.grh.tclass", "TClass", base.DEC, nil, 0xff0, "")
-PF[27] = ProtoField.uint24("ibpath.grh.flowlabel", "Flowlabel", base.DEC, nil, 0xfffff, "")
-PF[28] = ProtoField.uint16("ibpath.grh.paylen", "Paylen", base.DEC, nil, nil, "")
-PF[29] = ProtoField.uint8("ibpath.grh.nexthdr", "Nexthdr", base.DEC, nil, nil, "")
-PF[30] = ProtoField.uint8("ibpath.grh.hoplmt", "Hoplmt", base.DEC, nil, nil, "")
-PF[31] = ProtoField.ipv6("ibpath.grh.sgid", "SGID", "")
-PF[32] = ProtoField.ipv6("ibpath.grh.dgid", "DGID", "")
-PF[33] = ProtoField.uint64("ibpath.cnppadding.reserved1", "Reserved1", base.HEX, nil, nil, "")
-PF[34] = ProtoField.uint64("ibpath.cnppadding.reserved2", "Reserved2", base.HEX, nil, nil, "")
-PF[35] = ProtoField.uint8("ibpath.aeth.syndrome", "Syndrome", base.HEX, nil, nil, "")
-PF[36] = ProtoField.uint24("ibpath.aeth.msn", "Msn", base.HEX, nil, nil, "")
-PF[37] = ProtoField.uint32("ibpath.deth.q_key", "Q Key", base.HEX, nil, nil, "")
-PF[38] = ProtoField.uint8("ibpath.deth.reserved_32", "Reserved 32", base.HEX, nil, nil, "")
-PF[39] = ProtoField.uint24("ibpath.deth.src_qp", "Src QP", base.HEX, nil, nil, "")
-PF[40] = ProtoField.uint8("ibpath.mad.base_version", "Base Version", base.DEC, nil, nil, "")
-PF[41] = ProtoField.uint8("ibpath.mad.mgmt_class", "Mgmt Class", base.DEC, VS[3], nil, "")
-PF[42] = ProtoField.uint8("ibpath.mad.class_version", "Class Version", base.DEC, nil, nil, "")
-PF[43] = ProtoField.uint8("ibpath.mad.method", "Method", base.DEC, VS[4], nil, "")
-PF[44] = ProtoField.uint16("ibpath.mad.status", "Status", base.HEX, nil, nil, "")
-PF[45] = ProtoField.uint16("ibpath.mad.class_specific", "Class Specific", base.HEX, nil, nil, "")
-PF[46] = ProtoField.uint64("ibpath.mad.transaction_id", "Transaction ID", base.HEX, nil, nil, "")
-PF[47] = ProtoField.uint16("ibpath.mad.attribute_id", "Attribute ID", base.HEX, nil, nil, "")
-PF[48] = ProtoField.uint16("ibpath.mad.reserved_144", "Reserved 144", base.HEX, nil, nil, "")
-PF[49] = ProtoField.uint32("ibpath.mad.attribute_modifier", "Attribute Modifier", base.HEX, nil, nil, "")
-PF[50] = ProtoField.uint8("ibpath.rmpp.rmpp_version", "RMPP Version", base.DEC, nil, nil, "")
-PF[51] = ProtoField.uint8("ibpath.rmpp.rmpp_type", "RMPP Type", base.DEC, VS[5], nil, "")
-PF[52] = ProtoField.uint8("ibpath.rmpp.r_resp_time", "R Resp Time", base.DEC, nil, 0xf8, "")
-PF[53] = ProtoField.uint8("ibpath.rmpp.rmpp_flags", "RMPP Flags", base.HEX, nil, 7, "")
-PF[54] = ProtoField.bool("ibpath.rmpp.rmpp_flags.active", "Active", 8, nil, 1, "")
-PF[55] = ProtoField.bool("ibpath.rmpp.rmpp_flags.first", "First", 8, nil, 2, "")
-PF[56] = ProtoField.bool("ibpath.rmpp.rmpp_flags.last", "Last", 8, nil, 4, "")
-PF[57] = ProtoField.uint8("ibpath.rmpp.rmpp_status", "RMPP Status", base.DEC, VS[6], nil, "")
-PF[58] = ProtoField.uint32("ibpath.rmpp.segment_number", "Segment Number", base.DEC, nil, nil, "")
-PF[59] = ProtoField.uint32("ibpath.rmpp.payload_length", "Payload Length", base.DEC, nil, nil, "")
-PF[60] = ProtoField.uint32("ibpath.cm_req.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[61] = ProtoField.uint32("ibpath.cm_req.reserved_32", "Reserved 32", base.HEX, nil, nil, "")
-PF[62] = ProtoField.uint64("ibpath.cm_req.service_id", "Service ID", base.HEX, nil, nil, "")
-PF[63] = ProtoField.uint64("ibpath.cm_req.local_ca_guid", "Local CA GUID", base.HEX, nil, nil, "")
-PF[64] = ProtoField.uint32("ibpath.cm_req.reserved_192", "Reserved 192", base.HEX, nil, nil, "")
-PF[65] = ProtoField.uint32("ibpath.cm_req.local_q_key", "Local Q Key", base.HEX, nil, nil, "")
-PF[66] = ProtoField.uint24("ibpath.cm_req.local_qpn", "Local QPN", base.HEX, nil, nil, "")
-PF[67] = ProtoField.uint8("ibpath.cm_req.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
-PF[68] = ProtoField.uint24("ibpath.cm_req.local_eecn", "Local EECN", base.HEX, nil, nil, "")
-PF[69] = ProtoField.uint8("ibpath.cm_req.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
-PF[70] = ProtoField.uint24("ibpath.cm_req.remote_eecn", "Remote EECN", base.HEX, nil, nil, "")
-PF[71] = ProtoField.uint8("ibpath.cm_req.remote_cm_response_timeout", "Remote CM Response Timeout", base.DEC, nil, 0xf8, "")
-PF[72] = ProtoField.uint8("ibpath.cm_req.transport_service_type", "Transport Service Type", base.DEC, VS[7], 6, "")
-PF[73] = ProtoField.uint8("ibpath.cm_req.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
-PF[74] = ProtoField.uint24("ibpath.cm_req.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
-PF[75] = ProtoField.uint8("ibpath.cm_req.local_cm_response_timeout", "Local CM Response Timeout", base.DEC, nil, 0xf8, "")
-PF[76] = ProtoField.uint8("ibpath.cm_req.retry_count", "Retry Count", base.DEC, nil, 7, "")
-PF[77] = ProtoField.uint16("ibpath.cm_req.pkey", "P_Key", base.HEX, nil, nil, "")
-PF[78] = ProtoField.uint8("ibpath.cm_req.path_packet_payload_mtu", "Path Packet Payload MTU", base.DEC, VS[8], 0xf0, "")
-PF[79] = ProtoField.uint8("ibpath.cm_req.rdc_exists", "RDC Exists", base.DEC, nil, 8, "")
-PF[80] = ProtoField.uint8("ibpath.cm_req.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 7, "")
-PF[81] = ProtoField.uint8("ibpath.cm_req.max_cm_retries", "Max CM Retries", base.DEC, nil, 0xf0, "")
-PF[82] = ProtoField.uint8("ibpath.cm_req.srq", "SRQ", base.DEC, nil, 8, "")
-PF[83] = ProtoField.uint8("ibpath.cm_req.extended_transport_type", "Extended Transport Type", base.DEC, nil, 7, "")
-PF[84] = ProtoField.uint16("ibpath.cm_req.primary_local_lid", "Primary Local LID", base.HEX, nil, nil, "")
-PF[85] = ProtoField.uint16("ibpath.cm_req.primary_remote_lid", "Primary Remote LID", base.HEX, nil, nil, "")
-PF[86] = ProtoField.ipv6("ibpath.cm_req.primary_local_gid", "Primary Local GID", "")
-PF[87] = ProtoField.ipv6("ibpath.cm_req.primary_remote_gid", "Primary Remote GID", "")
-PF[88] = ProtoField.uint24("ibpath.cm_req.primary_flow_label", "Primary Flow Label", base.HEX, nil, 0xfffff0, "")
-PF[89] = ProtoField.uint16("ibpath.cm_req.reserved_724", "Reserved 724", base.HEX, nil, 0xfc0, "")
-PF[90] = ProtoField.uint8("ibpath.cm_req.primary_packet_rate", "Primary Packet Rate", base.DEC, VS[9], 0x3f, "")
-PF[91] = ProtoField.uint8("ibpath.cm_req.primary_traffic_class", "Primary Traffic Class", base.HEX, nil, nil, "")
-PF[92] = ProtoField.uint8("ibpath.cm_req.primary_hop_limit", "Primary Hop Limit", base.DEC, nil, nil, "")
-PF[93] = ProtoField.uint8("ibpath.cm_req.primary_sl", "Primary SL", base.DEC, nil, 0xf0, "")
-PF[94] = ProtoField.uint8("ibpath.cm_req.primary_subnet_local", "Primary Subnet Local", base.DEC, nil, 8, "")
-PF[95] = ProtoField.uint8("ibpath.cm_req.reserved_757", "Reserved 757", base.HEX, nil, 7, "")
-PF[96] = ProtoField.uint8("ibpath.cm_req.primary_local_ack_timeout", "Primary Local ACK Timeout", base.DEC, nil, 0xf8, "")
-PF[97] = ProtoField.uint8("ibpath.cm_req.reserved_765", "Reserved 765", base.HEX, nil, 4, "")
-PF[98] = ProtoField.uint8("ibpath.cm_req.reserved_766", "Reserved 766", base.HEX, nil, 3, "")
-PF[99] = ProtoField.uint16("ibpath.cm_req.alternate_local_lid", "Alternate Local LID", base.HEX, nil, nil, "")
-PF[100] = ProtoField.uint16("ibpath.cm_req.alternate_remote_lid", "Alternate Remote LID", base.HEX, nil, nil, "")
-PF[101] = ProtoField.ipv6("ibpath.cm_req.alternate_local_gid", "Alternate Local GID", "")
-PF[102] = ProtoField.ipv6("ibpath.cm_req.alternate_remote_gid", "Alternate Remote GID", "")
-PF[103] = ProtoField.uint24("ibpath.cm_req.alternate_flow_label", "Alternate Flow Label", base.HEX, nil, 0xfffff0, "")
-PF[104] = ProtoField.uint16("ibpath.cm_req.reserved_1076", "Reserved 1076", base.HEX, nil, 0xfc0, "")
-PF[105] = ProtoField.uint8("ibpath.cm_req.alternate_packet_rate", "Alternate Packet Rate", base.DEC, VS[10], 0x3f, "")
-PF[106] = ProtoField.uint8("ibpath.cm_req.alternate_traffic_class", "Alternate Traffic Class", base.HEX, nil, nil, "")
-PF[107] = ProtoField.uint8("ibpath.cm_req.alternate_hop_limit", "Alternate Hop Limit", base.DEC, nil, nil, "")
-PF[108] = ProtoField.uint8("ibpath.cm_req.alternate_sl", "Alternate SL", base.DEC, nil, 0xf0, "")
-PF[109] = ProtoField.uint8("ibpath.cm_req.alternate_subnet_local", "Alternate Subnet Local", base.DEC, nil, 8, "")
-PF[110] = ProtoField.uint8("ibpath.cm_req.reserved_1109", "Reserved 1109", base.HEX, nil, 7, "")
-PF[111] = ProtoField.uint8("ibpath.cm_req.alternate_local_ack_timeout", "Alternate Local ACK Timeout", base.DEC, nil, 0xf8, "")
-PF[112] = ProtoField.uint8("ibpath.cm_req.sap_supported", "SAP Supported", base.DEC, nil, 4, "")
-PF[113] = ProtoField.uint8("ibpath.cm_req.reserved_1118", "Reserved 1118", base.HEX, nil, 3, "")
-PF[114] = ProtoField.bytes("ibpath.cm_req.private_data", "Private Data", "")
-PF[115] = ProtoField.uint32("ibpath.cm_mra.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[116] = ProtoField.uint32("ibpath.cm_mra.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[117] = ProtoField.uint8("ibpath.cm_mra.message_mraed", "Message Mraed", base.DEC, VS[11], 0xc0, "")
-PF[118] = ProtoField.uint8("ibpath.cm_mra.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
-PF[119] = ProtoField.uint8("ibpath.cm_mra.service_timeout", "Service Timeout", base.DEC, nil, 0xf8, "")
-PF[120] = ProtoField.uint8("ibpath.cm_mra.reserved_77", "Reserved 77", base.HEX, nil, 7, "")
-PF[121] = ProtoField.bytes("ibpath.cm_mra.private_data", "Private Data", "")
-PF[122] = ProtoField.uint32("ibpath.cm_rej.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[123] = ProtoField.uint32("ibpath.cm_rej.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[124] = ProtoField.uint8("ibpath.cm_rej.message_rejected", "Message Rejected", base.DEC, VS[12], 0xc0, "")
-PF[125] = ProtoField.uint8("ibpath.cm_rej.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
-PF[126] = ProtoField.uint8("ibpath.cm_rej.reject_info_length", "Reject Info Length", base.DEC, nil, 0xfe, "")
-PF[127] = ProtoField.uint8("ibpath.cm_rej.reserved_79", "Reserved 79", base.HEX, nil, 1, "")
-PF[128] = ProtoField.uint16("ibpath.cm_rej.reason", "Reason", base.DEC, VS[13], nil, "")
-PF[129] = ProtoField.bytes("ibpath.cm_rej.ari", "ARI", "")
-PF[130] = ProtoField.bytes("ibpath.cm_rej.private_data", "Private Data", "")
-PF[131] = ProtoField.uint32("ibpath.cm_rep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[132] = ProtoField.uint32("ibpath.cm_rep.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[133] = ProtoField.uint32("ibpath.cm_rep.local_q_key", "Local Q Key", base.HEX, nil, nil, "")
-PF[134] = ProtoField.uint24("ibpath.cm_rep.local_qpn", "Local QPN", base.HEX, nil, nil, "")
-PF[135] = ProtoField.uint8("ibpath.cm_rep.reserved_120", "Reserved 120", base.HEX, nil, nil, "")
-PF[136] = ProtoField.uint24("ibpath.cm_rep.local_ee_context_number", "Local EE Context Number", base.HEX, nil, nil, "")
-PF[137] = ProtoField.uint8("ibpath.cm_rep.reserved_152", "Reserved 152", base.HEX, nil, nil, "")
-PF[138] = ProtoField.uint24("ibpath.cm_rep.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
-PF[139] = ProtoField.uint8("ibpath.cm_rep.reserved_184", "Reserved 184", base.HEX, nil, nil, "")
-PF[140] = ProtoField.uint8("ibpath.cm_rep.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
-PF[141] = ProtoField.uint8("ibpath.cm_rep.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
-PF[142] = ProtoField.uint8("ibpath.cm_rep.target_ack_delay", "Target ACK Delay", base.DEC, nil, 0xf8, "")
-PF[143] = ProtoField.uint8("ibpath.cm_rep.failover_accepted", "Failover Accepted", base.DEC, VS[14], 6, "")
-PF[144] = ProtoField.uint8("ibpath.cm_rep.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
-PF[145] = ProtoField.uint8("ibpath.cm_rep.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 0xe0, "")
-PF[146] = ProtoField.uint8("ibpath.cm_rep.srq", "SRQ", base.DEC, nil, 0x10, "")
-PF[147] = ProtoField.uint8("ibpath.cm_rep.reserved_220", "Reserved 220", base.HEX, nil, 0xf, "")
-PF[148] = ProtoField.uint64("ibpath.cm_rep.local_ca_guid", "Local CA GUID", base.HEX, nil, nil, "")
-PF[149] = ProtoField.bytes("ibpath.cm_rep.private_data", "Private Data", "")
-PF[150] = ProtoField.uint32("ibpath.cm_rtu.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[151] = ProtoField.uint32("ibpath.cm_rtu.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[152] = ProtoField.bytes("ibpath.cm_rtu.private_data", "Private Data", "")
-PF[153] = ProtoField.uint32("ibpath.cm_dreq.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[154] = ProtoField.uint32("ibpath.cm_dreq.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[155] = ProtoField.uint24("ibpath.cm_dreq.remote_qpn_eecn", "Remote QPN EECN", base.HEX, nil, nil, "")
-PF[156] = ProtoField.uint8("ibpath.cm_dreq.reserved_88", "Reserved 88", base.HEX, nil, nil, "")
-PF[157] = ProtoField.bytes("ibpath.cm_dreq.private_data", "Private Data", "")
-PF[158] = ProtoField.uint32("ibpath.cm_drep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[159] = ProtoField.uint32("ibpath.cm_drep.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[160] = ProtoField.bytes("ibpath.cm_drep.private_data", "Private Data", "")
-PF[161] = ProtoField.uint64("ibpath.sa.sm_key", "SM Key", base.HEX, nil, nil, "")
-PF[162] = ProtoField.uint16("ibpath.sa.attribute_offset", "Attribute Offset", base.DEC, nil, nil, "")
-PF[163] = ProtoField.uint16("ibpath.sa.reserved_80", "Reserved 80", base.HEX, nil, nil, "")
-PF[164] = ProtoField.uint64("ibpath.sa.component_mask", "Component Mask", base.HEX, nil, nil, "")
-PF[165] = ProtoField.bool("ibpath.sa.component_mask.service_id_msb", "Service ID MSB", 32, nil, 1, "")
-PF[166] = ProtoField.bool("ibpath.sa.component_mask.service_id_lsb", "Service ID LSB", 32, nil, 2, "")
-PF[167] = ProtoField.bool("ibpath.sa.component_mask.dgid", "DGID", 32, nil, 4, "")
-PF[168] = ProtoField.bool("ibpath.sa.component_mask.sgid", "SGID", 32, nil, 8, "")
-PF[169] = ProtoField.bool("ibpath.sa.component_mask.dlid", "DLID", 32, nil, 0x10, "")
-PF[170] = ProtoField.bool("ibpath.sa.component_mask.slid", "SLID", 32, nil, 0x20, "")
-PF[171] = ProtoField.bool("ibpath.sa.component_mask.raw_traffic", "Raw Traffic", 32, nil, 0x40, "")
-PF[172] = ProtoField.bool("ibpath.sa.component_mask.reserved_7", "Reserved 7", 32, nil, 0x80, "")
-PF[173] = ProtoField.bool("ibpath.sa.component_mask.flow_label", "Flow Label", 32, nil, 0x100, "")
-PF[174] = ProtoField.bool("ibpath.sa.component_mask.hop_limit", "Hop Limit", 32, nil, 0x200, "")
-PF[175] = ProtoField.bool("ibpath.sa.component_mask.tclass", "TClass", 32, nil, 0x400, "")
-PF[176] = ProtoField.bool("ibpath.sa.component_mask.reversible", "Reversible", 32, nil, 0x800, "")
-PF[177] = ProtoField.bool("ibpath.sa.component_mask.numb_path", "Numb Path", 32, nil, 0x1000, "")
-PF[178] = ProtoField.bool("ibpath.sa.component_mask.pkey", "P_Key", 32, nil, 0x2000, "")
-PF[179] = ProtoField.bool("ibpath.sa.component_mask.qos_class", "QoS Class", 32, nil, 0x4000, "")
-PF[180] = ProtoField.bool("ibpath.sa.component_mask.sl", "SL", 32, nil, 0x8000, "")
-PF[181] = ProtoField.bool("ibpath.sa.component_mask.mtu_selector", "MTU Selector", 32, nil, 0x10000, "")
-PF[182] = ProtoField.bool("ibpath.sa.component_mask.mtu", "MTU", 32, nil, 0x20000, "")
-PF[183] = ProtoField.bool("ibpath.sa.component_mask.rate_selector", "Rate Selector", 32, nil, 0x40000, "")
-PF[184] = ProtoField.bool("ibpath.sa.component_mask.rate", "Rate", 32, nil, 0x80000, "")
-PF[185] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time_selector", "Packet Life Time Selector", 32, nil, 0x100000, "")
-PF[186] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time", "Packet Life Time", 32, nil, 0x200000, "")
-PF[187] = ProtoField.bool("ibpath.sa.component_mask.preference", "Preference", 32, nil, 0x400000, "")
-PF[188] = ProtoField.bool("ibpath.sa.component_mask.reserved_23", "Reserved 23", 32, nil, 0x800000, "")
-PF[189] = ProtoField.bool("ibpath.sa.component_mask.reserved_24", "Reserved 24", 32, nil, 0x1000000, "")
-PF[190] = ProtoField.bool("ibpath.sa.component_mask.reserved_25", "Reserved 25", 32, nil, 0x2000000, "")
-PF[191] = ProtoField.bool("ibpath.sa.component_mask.reserved_26", "Reserved 26", 32, nil, 0x4000000, "")
-PF[192] = ProtoField.bool("ibpath.sa.component_mask.reserved_27", "Reserved 27", 32, nil, 0x8000000, "")
-PF[193] = ProtoField.bool("ibpath.sa.component_mask.reserved_28", "Reserved 28", 32, nil, 0x10000000, "")
-PF[194] = ProtoField.bool("ibpath.sa.component_mask.reserved_29", "Reserved 29", 32, nil, 0x20000000, "")
-PF[195] = ProtoField.bool("ibpath.sa.component_mask.reserved_30", "Reserved 30", 32, nil, 0x40000000, "")
-PF[196] = ProtoField.bool("ibpath.sa.component_mask.reserved_31", "Reserved 31", 32, nil, 0x80000000, "")
-PF[197] = ProtoField.bool("ibpath.sa.component_mask.reserved_32", "Reserved 32", 32, nil, 1, "")
-PF[198] = ProtoField.bool("ibpath.sa.component_mask.reserved_33", "Reserved 33", 32, nil, 2, "")
-PF[199] = ProtoField.bool("ibpath.sa.component_mask.reserved_34", "Reserved 34", 32, nil, 4, "")
-PF[200] = ProtoField.bool("ibpath.sa.component_mask.reserved_35", "Reserved 35", 32, nil, 8, "")
-PF[201] = ProtoField.bool("ibpath.sa.component_mask.reserved_36", "Reserved 36", 32, nil, 0x10, "")
-PF[202] = ProtoField.bool("ibpath.sa.component_mask.reserved_37", "Reserved 37", 32, nil, 0x20, "")
-PF[203] = ProtoField.bool("ibpath.sa.component_mask.reserved_38", "Reserved 38", 32, nil, 0x40, "")
-PF[204] = ProtoField.bool("ibpath.sa.component_mask.reserved_39", "Reserved 39", 32, nil, 0x80, "")
-PF[205] = ProtoField.bool("ibpath.sa.component_mask.reserved_40", "Reserved 40", 32, nil, 0x100, "")
-PF[206] = ProtoField.bool("ibpath.sa.component_mask.reserved_41", "Reserved 41", 32, nil, 0x200, "")
-PF[207] = ProtoField.bool("ibpath.sa.component_mask.reserved_42", "Reserved 42", 32, nil, 0x400, "")
-PF[208] = ProtoField.bool("ibpath.sa.component_mask.reserved_43", "Reserved 43", 32, nil, 0x800, "")
-PF[209] = ProtoField.bool("ibpath.sa.component_mask.reserved_44", "Reserved 44", 32, nil, 0x1000, "")
-PF[210] = ProtoField.bool("ibpath.sa.component_mask.reserved_45", "Reserved 45", 32, nil, 0x2000, "")
-PF[211] = ProtoField.bool("ibpath.sa.component_mask.reserved_46", "Reserved 46", 32, nil, 0x4000, "")
-PF[212] = ProtoField.bool("ibpath.sa.component_mask.reserved_47", "Reserved 47", 32, nil, 0x8000, "")
-PF[213] = ProtoField.bool("ibpath.sa.component_mask.reserved_48", "Reserved 48", 32, nil, 0x10000, "")
-PF[214] = ProtoField.bool("ibpath.sa.component_mask.reserved_49", "Reserved 49", 32, nil, 0x20000, "")
-PF[215] = ProtoField.bool("ibpath.sa.component_mask.reserved_50", "Reserved 50", 32, nil, 0x40000, "")
-PF[216] = ProtoField.bool("ibpath.sa.component_mask.reserved_51", "Reserved 51", 32, nil, 0x80000, "")
-PF[217] = ProtoField.bool("ibpath.sa.component_mask.reserved_52", "Reserved 52", 32, nil, 0x100000, "")
-PF[218] = ProtoField.bool("ibpath.sa.component_mask.reserved_53", "Reserved 53", 32, nil, 0x200000, "")
-PF[219] = ProtoField.bool("ibpath.sa.component_mask.reserved_54", "Reserved 54", 32, nil, 0x400000, "")
-PF[220] = ProtoField.bool("ibpath.sa.component_mask.reserved_55", "Reserved 55", 32, nil, 0x800000, "")
-PF[221] = ProtoField.bool("ibpath.sa.component_mask.reserved_56", "Reserved 56", 32, nil, 0x1000000, "")
-PF[222] = ProtoField.bool("ibpath.sa.component_mask.reserved_57", "Reserved 57", 32, nil, 0x2000000, "")
-PF[223] = ProtoField.bool("ibpath.sa.component_mask.reserved_58", "Reserved 58", 32, nil, 0x4000000, "")
-PF[224] = ProtoField.bool("ibpath.sa.component_mask.reserved_59", "Reserved 59", 32, nil, 0x8000000, "")
-PF[225] = ProtoField.bool("ibpath.sa.component_mask.reserved_60", "Reserved 60", 32, nil, 0x10000000, "")
-PF[226] = ProtoField.bool("ibpath.sa.component_mask.reserved_61", "Reserved 61", 32, nil, 0x20000000, "")
-PF[227] = ProtoField.bool("ibpath.sa.component_mask.reserved_62", "Reserved 62", 32, nil, 0x40000000, "")
-PF[228] = ProtoField.bool("ibpath.sa.component_mask.reserved_63", "Reserved 63", 32, nil, 0x80000000, "")
-PF[229] = ProtoField.uint64("ibpath.pathrecord.service_id", "Service ID", base.HEX, nil, nil, "")
-PF[230] = ProtoField.ipv6("ibpath.pathrecord.dgid", "DGID", "")
-PF[231] = ProtoField.ipv6("ibpath.pathrecord.sgid", "SGID", "")
-PF[232] = ProtoField.uint16("ibpath.pathrecord.dlid", "DLID", base.HEX, nil, nil, "")
-PF[233] = ProtoField.uint16("ibpath.pathrecord.slid", "SLID", base.HEX, nil, nil, "")
-PF[234] = ProtoField.uint8("ibpath.pathrecord.raw_traffic", "Raw Traffic", base.DEC, nil, 0x80, "")
-PF[235] = ProtoField.uint8("ibpath.pathrecord.reserved_353", "Reserved 353", base.HEX, nil, 0x70, "")
-PF[236] = ProtoField.uint24("ibpath.pathrecord.flow_label", "Flow Label", base.HEX, nil, 0xfffff, "")
-PF[237] = ProtoField.uint8("ibpath.pathrecord.hop_limit", "Hop Limit", base.DEC, nil, nil, "")
-PF[238] = ProtoField.uint8("ibpath.pathrecord.tclass", "TClass", base.HEX, nil, nil, "")
-PF[239] = ProtoField.uint8("ibpath.pathrecord.reversible", "Reversible", base.DEC, nil, 0x80, "")
-PF[240] = ProtoField.uint8("ibpath.pathrecord.numb_path", "Numb Path", base.DEC, nil, 0x7f, "")
-PF[241] = ProtoField.uint16("ibpath.pathrecord.pkey", "P_Key", base.HEX, nil, nil, "")
-PF[242] = ProtoField.uint16("ibpath.pathrecord.qos_class", "QoS Class", base.HEX, nil, 0xfff0, "")
-PF[243] = ProtoField.uint8("ibpath.pathrecord.sl", "SL", base.DEC, nil, 0xf, "")
-PF[244] = ProtoField.uint8("ibpath.pathrecord.mtu_selector", "MTU Selector", base.DEC, VS[15], 0xc0, "")
-PF[245] = ProtoField.uint8("ibpath.pathrecord.mtu", "MTU", base.DEC, VS[16], 0x3f, "")
-PF[246] = ProtoField.uint8("ibpath.pathrecord.rate_selector", "Rate Selector", base.DEC, VS[17], 0xc0, "")
-PF[247] = ProtoField.uint8("ibpath.pathrecord.rate", "Rate", base.DEC, VS[18], 0x3f, "")
-PF[248] = ProtoField.uint8("ibpath.pathrecord.packet_life_time_selector", "Packet Life Time Selector", base.DEC, VS[19], 0xc0, "")
-PF[249] = ProtoField.uint8("ibpath.pathrecord.packet_life_time", "Packet Life Time", base.DEC, nil, 0x3f, "")
-PF[250] = ProtoField.uint8("ibpath.pathrecord.preference", "Preference", base.DEC, nil, nil, "")
-PF[251] = ProtoField.uint64("ibpath.pathrecord.reserved_464", "Reserved 464", base.HEX, nil, nil, "")
+PF[25] = ProtoField.bytes("ibpath.blob.trailing", "Trailing", "")
+PF[26] = ProtoField.uint32("ibpath.nl.nlmsg_len", "nlmsg Len", base.DEC, nil, nil, "")
+PF[27] = ProtoField.uint16("ibpath.nl.rdma_client", "Rdma Client", base.DEC, VS[3], 0xfc00, "")
+PF[28] = ProtoField.uint16("ibpath.nl.rdma_op", "Rdma Op", base.DEC, nil, 0x3ff, "")
+PF[29] = ProtoField.uint16("ibpath.nl.nlmsg_flags", "nlmsg Flags", base.HEX, nil, nil, "")
+PF[30] = ProtoField.bool("ibpath.nl.nlmsg_flags.request", "REQUEST", 16, nil, 1, "")
+PF[31] = ProtoField.bool("ibpath.nl.nlmsg_flags.multi", "MULTI", 16, nil, 2, "")
+PF[32] = ProtoField.bool("ibpath.nl.nlmsg_flags.ack", "ACK", 16, nil, 4, "")
+PF[33] = ProtoField.bool("ibpath.nl.nlmsg_flags.echo", "ECHO", 16, nil, 8, "")
+PF[34] = ProtoField.bool("ibpath.nl.nlmsg_flags.dump_intr", "DUMP INTR", 16, nil, 0x10, "")
+PF[35] = ProtoField.bool("ibpath.nl.nlmsg_flags.dump_filtered", "DUMP FILTERED", 16, nil, 0x20, "")
+PF[36] = ProtoField.bool("ibpath.nl.nlmsg_flags.ls_f_err", "LS F ERR", 16, nil, 0x100, "")
+PF[37] = ProtoField.bool("ibpath.nl.nlmsg_flags.match", "MATCH", 16, nil, 0x200, "")
+PF[38] = ProtoField.bool("ibpath.nl.nlmsg_flags.atomic", "ATOMIC", 16, nil, 0x400, "")
+PF[39] = ProtoField.bool("ibpath.nl.nlmsg_flags.append", "APPEND", 16, nil, 0x800, "")
+PF[40] = ProtoField.uint32("ibpath.nl.nlmsg_seq", "nlmsg Seq", base.DEC, nil, nil, "")
+PF[41] = ProtoField.uint32("ibpath.nl.nlmsg_pid", "nlmsg Pid", base.DEC, nil, nil, "")
+PF[42] = ProtoField.uint8("ibpath.grh.ipver", "Ipver", base.DEC, nil, 0xf0, "")
+PF[43] = ProtoField.uint16("ibpath.grh.tclass", "TClass", base.DEC, nil, 0xff0, "")
+PF[44] = ProtoField.uint24("ibpath.grh.flowlabel", "Flowlabel", base.DEC, nil, 0xfffff, "")
+PF[45] = ProtoField.uint16("ibpath.grh.paylen", "Paylen", base.DEC, nil, nil, "")
+PF[46] = ProtoField.uint8("ibpath.grh.nexthdr", "Nexthdr", base.DEC, nil, nil, "")
+PF[47] = ProtoField.uint8("ibpath.grh.hoplmt", "Hoplmt", base.DEC, nil, nil, "")
+PF[48] = ProtoField.ipv6("ibpath.grh.sgid", "SGID", "")
+PF[49] = ProtoField.ipv6("ibpath.grh.dgid", "DGID", "")
+PF[50] = ProtoField.uint64("ibpath.cnppadding.reserved1", "Reserved1", base.HEX, nil, nil, "")
+PF[51] = ProtoField.uint64("ibpath.cnppadding.reserved2", "Reserved2", base.HEX, nil, nil, "")
+PF[52] = ProtoField.uint8("ibpath.aeth.syndrome", "Syndrome", base.HEX, nil, nil, "")
+PF[53] = ProtoField.uint24("ibpath.aeth.msn", "Msn", base.HEX, nil, nil, "")
+PF[54] = ProtoField.uint32("ibpath.deth.q_key", "Q Key", base.HEX, nil, nil, "")
+PF[55] = ProtoField.uint8("ibpath.deth.reserved_32", "Reserved 32", base.HEX, nil, nil, "")
+PF[56] = ProtoField.uint24("ibpath.deth.src_qp", "Src QP", base.HEX, nil, nil, "")
+PF[57] = ProtoField.uint32("ibpath.pathdata.flags", "Flags", base.HEX, nil, nil, "")
+PF[58] = ProtoField.bool("ibpath.pathdata.flags.gmp", "GMP", 32, nil, 1, "")
+PF[59] = ProtoField.bool("ibpath.pathdata.flags.primary", "PRIMARY", 32, nil, 2, "")
+PF[60] = ProtoField.bool("ibpath.pathdata.flags.alternate", "ALTERNATE", 32, nil, 4, "")
+PF[61] = ProtoField.bool("ibpath.pathdata.flags.outbound", "OUTBOUND", 32, nil, 8, "")
+PF[62] = ProtoField.bool("ibpath.pathdata.flags.inbound", "INBOUND", 32, nil, 0x10, "")
+PF[63] = ProtoField.bool("ibpath.pathdata.flags.inbound_reverse", "INBOUND REVERSE", 32, nil, 0x20, "")
+PF[64] = ProtoField.uint32("ibpath.pathdata.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[65] = ProtoField.bytes("ibpath.ls_resolve_request.device_name", "Device Name", "")
+PF[66] = ProtoField.uint8("ibpath.ls_resolve_request.port_num", "Port Num", base.DEC, nil, nil, "")
+PF[67] = ProtoField.uint8("ibpath.ls_resolve_request.path_use", "Path Use", base.DEC, VS[4], nil, "")
+PF[68] = ProtoField.uint16("ibpath.ls_resolve_request.reserved_528", "Reserved 528", base.HEX, nil, nil, "")
+PF[69] = ProtoField.bytes("ibpath.ls_resolve_request.trailing", "Trailing", "")
+PF[70] = ProtoField.bytes("ibpath.ls_resolve_response.trailing", "Trailing", "")
+PF[71] = ProtoField.bytes("ibpath.ls_set_timeout.trailing", "Trailing", "")
+PF[72] = ProtoField.uint32("ibpath.ls_ip_resolve_request.ifindex", "Ifindex", base.DEC, nil, nil, "")
+PF[73] = ProtoField.bytes("ibpath.ls_ip_resolve_request.trailing", "Trailing", "")
+PF[74] = ProtoField.bytes("ibpath.ls_ip_resolve_response.trailing", "Trailing", "")
+PF[75] = ProtoField.uint8("ibpath.mad.base_version", "Base Version", base.DEC, nil, nil, "")
+PF[76] = ProtoField.uint8("ibpath.mad.mgmt_class", "Mgmt Class", base.DEC, VS[5], nil, "")
+PF[77] = ProtoField.uint8("ibpath.mad.class_version", "Class Version", base.DEC, nil, nil, "")
+PF[78] = ProtoField.uint8("ibpath.mad.method", "Method", base.DEC, VS[6], nil, "")
+PF[79] = ProtoField.uint16("ibpath.mad.status", "Status", base.HEX, nil, nil, "")
+PF[80] = ProtoField.uint16("ibpath.mad.class_specific", "Class Specific", base.HEX, nil, nil, "")
+PF[81] = ProtoField.uint64("ibpath.mad.transaction_id", "Transaction ID", base.HEX, nil, nil, "")
+PF[82] = ProtoField.uint16("ibpath.mad.attribute_id", "Attribute ID", base.HEX, nil, nil, "")
+PF[83] = ProtoField.uint16("ibpath.mad.reserved_144", "Reserved 144", base.HEX, nil, nil, "")
+PF[84] = ProtoField.uint32("ibpath.mad.attribute_modifier", "Attribute Modifier", base.HEX, nil, nil, "")
+PF[85] = ProtoField.uint64("ibpath.pathrecord.service_id", "Service ID", base.HEX, nil, nil, "")
+PF[86] = ProtoField.ipv6("ibpath.pathrecord.dgid", "DGID", "")
+PF[87] = ProtoField.ipv6("ibpath.pathrecord.sgid", "SGID", "")
+PF[88] = ProtoField.uint16("ibpath.pathrecord.dlid", "DLID", base.HEX, nil, nil, "")
+PF[89] = ProtoField.uint16("ibpath.pathrecord.slid", "SLID", base.HEX, nil, nil, "")
+PF[90] = ProtoField.uint8("ibpath.pathrecord.raw_traffic", "Raw Traffic", base.DEC, nil, 0x80, "")
+PF[91] = ProtoField.uint8("ibpath.pathrecord.reserved_353", "Reserved 353", base.HEX, nil, 0x70, "")
+PF[92] = ProtoField.uint24("ibpath.pathrecord.flow_label", "Flow Label", base.HEX, nil, 0xfffff, "")
+PF[93] = ProtoField.uint8("ibpath.pathrecord.hop_limit", "Hop Limit", base.DEC, nil, nil, "")
+PF[94] = ProtoField.uint8("ibpath.pathrecord.tclass", "TClass", base.HEX, nil, nil, "")
+PF[95] = ProtoField.uint8("ibpath.pathrecord.reversible", "Reversible", base.DEC, nil, 0x80, "")
+PF[96] = ProtoField.uint8("ibpath.pathrecord.numb_path", "Numb Path", base.DEC, nil, 0x7f, "")
+PF[97] = ProtoField.uint16("ibpath.pathrecord.pkey", "P_Key", base.HEX, nil, nil, "")
+PF[98] = ProtoField.uint16("ibpath.pathrecord.qos_class", "QoS Class", base.HEX, nil, 0xfff0, "")
+PF[99] = ProtoField.uint8("ibpath.pathrecord.sl", "SL", base.DEC, nil, 0xf, "")
+PF[100] = ProtoField.uint8("ibpath.pathrecord.mtu_selector", "MTU Selector", base.DEC, VS[7], 0xc0, "")
+PF[101] = ProtoField.uint8("ibpath.pathrecord.mtu", "MTU", base.DEC, VS[8], 0x3f, "")
+PF[102] = ProtoField.uint8("ibpath.pathrecord.rate_selector", "Rate Selector", base.DEC, VS[9], 0xc0, "")
+PF[103] = ProtoField.uint8("ibpath.pathrecord.rate", "Rate", base.DEC, VS[10], 0x3f, "")
+PF[104] = ProtoField.uint8("ibpath.pathrecord.packet_life_time_selector", "Packet Life Time Selector", base.DEC, VS[11], 0xc0, "")
+PF[105] = ProtoField.uint8("ibpath.pathrecord.packet_life_time", "Packet Life Time", base.DEC, nil, 0x3f, "")
+PF[106] = ProtoField.uint8("ibpath.pathrecord.preference", "Preference", base.DEC, nil, nil, "")
+PF[107] = ProtoField.uint64("ibpath.pathrecord.reserved_464", "Reserved 464", base.HEX, nil, nil, "")
+PF[108] = ProtoField.uint16("ibpath.ls_attr.nla_len", "NLA Len", base.DEC, nil, nil, "")
+PF[109] = ProtoField.uint16("ibpath.ls_attr.nested", "Nested", base.DEC, nil, 0x8000, "")
+PF[110] = ProtoField.uint16("ibpath.ls_attr.net_byteorder", "Net Byteorder", base.DEC, nil, 0x4000, "")
+PF[111] = ProtoField.uint16("ibpath.ls_attr.mandatory", "Mandatory", base.DEC, nil, 0x2000, "")
+PF[112] = ProtoField.uint16("ibpath.ls_attr.nla_type", "NLA Type", base.DEC, VS[12], 0x1fff, "")
+PF[113] = ProtoField.uint8("ibpath.rmpp.rmpp_version", "RMPP Version", base.DEC, nil, nil, "")
+PF[114] = ProtoField.uint8("ibpath.rmpp.rmpp_type", "RMPP Type", base.DEC, VS[13], nil, "")
+PF[115] = ProtoField.uint8("ibpath.rmpp.r_resp_time", "R Resp Time", base.DEC, nil, 0xf8, "")
+PF[116] = ProtoField.uint8("ibpath.rmpp.rmpp_flags", "RMPP Flags", base.HEX, nil, 7, "")
+PF[117] = ProtoField.bool("ibpath.rmpp.rmpp_flags.active", "Active", 8, nil, 1, "")
+PF[118] = ProtoField.bool("ibpath.rmpp.rmpp_flags.first", "First", 8, nil, 2, "")
+PF[119] = ProtoField.bool("ibpath.rmpp.rmpp_flags.last", "Last", 8, nil, 4, "")
+PF[120] = ProtoField.uint8("ibpath.rmpp.rmpp_status", "RMPP Status", base.DEC, VS[14], nil, "")
+PF[121] = ProtoField.uint32("ibpath.rmpp.segment_number", "Segment Number", base.DEC, nil, nil, "")
+PF[122] = ProtoField.uint32("ibpath.rmpp.payload_length", "Payload Length", base.DEC, nil, nil, "")
+PF[123] = ProtoField.uint32("ibpath.cm_req.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[124] = ProtoField.uint32("ibpath.cm_req.reserved_32", "Reserved 32", base.HEX, nil, nil, "")
+PF[125] = ProtoField.uint64("ibpath.cm_req.service_id", "Service ID", base.HEX, nil, nil, "")
+PF[126] = ProtoField.uint64("ibpath.cm_req.local_ca_guid", "Local CA GUID", base.HEX, nil, nil, "")
+PF[127] = ProtoField.uint32("ibpath.cm_req.reserved_192", "Reserved 192", base.HEX, nil, nil, "")
+PF[128] = ProtoField.uint32("ibpath.cm_req.local_q_key", "Local Q Key", base.HEX, nil, nil, "")
+PF[129] = ProtoField.uint24("ibpath.cm_req.local_qpn", "Local QPN", base.HEX, nil, nil, "")
+PF[130] = ProtoField.uint8("ibpath.cm_req.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
+PF[131] = ProtoField.uint24("ibpath.cm_req.local_eecn", "Local EECN", base.HEX, nil, nil, "")
+PF[132] = ProtoField.uint8("ibpath.cm_req.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
+PF[133] = ProtoField.uint24("ibpath.cm_req.remote_eecn", "Remote EECN", base.HEX, nil, nil, "")
+PF[134] = ProtoField.uint8("ibpath.cm_req.remote_cm_response_timeout", "Remote CM Response Timeout", base.DEC, nil, 0xf8, "")
+PF[135] = ProtoField.uint8("ibpath.cm_req.transport_service_type", "Transport Service Type", base.DEC, VS[15], 6, "")
+PF[136] = ProtoField.uint8("ibpath.cm_req.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
+PF[137] = ProtoField.uint24("ibpath.cm_req.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
+PF[138] = ProtoField.uint8("ibpath.cm_req.local_cm_response_timeout", "Local CM Response Timeout", base.DEC, nil, 0xf8, "")
+PF[139] = ProtoField.uint8("ibpath.cm_req.retry_count", "Retry Count", base.DEC, nil, 7, "")
+PF[140] = ProtoField.uint16("ibpath.cm_req.pkey", "P_Key", base.HEX, nil, nil, "")
+PF[141] = ProtoField.uint8("ibpath.cm_req.path_packet_payload_mtu", "Path Packet Payload MTU", base.DEC, VS[16], 0xf0, "")
+PF[142] = ProtoField.uint8("ibpath.cm_req.rdc_exists", "RDC Exists", base.DEC, nil, 8, "")
+PF[143] = ProtoField.uint8("ibpath.cm_req.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 7, "")
+PF[144] = ProtoField.uint8("ibpath.cm_req.max_cm_retries", "Max CM Retries", base.DEC, nil, 0xf0, "")
+PF[145] = ProtoField.uint8("ibpath.cm_req.srq", "SRQ", base.DEC, nil, 8, "")
+PF[146] = ProtoField.uint8("ibpath.cm_req.extended_transport_type", "Extended Transport Type", base.DEC, nil, 7, "")
+PF[147] = ProtoField.uint16("ibpath.cm_req.primary_local_lid", "Primary Local LID", base.HEX, nil, nil, "")
+PF[148] = ProtoField.uint16("ibpath.cm_req.primary_remote_lid", "Primary Remote LID", base.HEX, nil, nil, "")
+PF[149] = ProtoField.ipv6("ibpath.cm_req.primary_local_gid", "Primary Local GID", "")
+PF[150] = ProtoField.ipv6("ibpath.cm_req.primary_remote_gid", "Primary Remote GID", "")
+PF[151] = ProtoField.uint24("ibpath.cm_req.primary_flow_label", "Primary Flow Label", base.HEX, nil, 0xfffff0, "")
+PF[152] = ProtoField.uint16("ibpath.cm_req.reserved_724", "Reserved 724", base.HEX, nil, 0xfc0, "")
+PF[153] = ProtoField.uint8("ibpath.cm_req.primary_packet_rate", "Primary Packet Rate", base.DEC, VS[17], 0x3f, "")
+PF[154] = ProtoField.uint8("ibpath.cm_req.primary_traffic_class", "Primary Traffic Class", base.HEX, nil, nil, "")
+PF[155] = ProtoField.uint8("ibpath.cm_req.primary_hop_limit", "Primary Hop Limit", base.DEC, nil, nil, "")
+PF[156] = ProtoField.uint8("ibpath.cm_req.primary_sl", "Primary SL", base.DEC, nil, 0xf0, "")
+PF[157] = ProtoField.uint8("ibpath.cm_req.primary_subnet_local", "Primary Subnet Local", base.DEC, nil, 8, "")
+PF[158] = ProtoField.uint8("ibpath.cm_req.reserved_757", "Reserved 757", base.HEX, nil, 7, "")
+PF[159] = ProtoField.uint8("ibpath.cm_req.primary_local_ack_timeout", "Primary Local ACK Timeout", base.DEC, nil, 0xf8, "")
+PF[160] = ProtoField.uint8("ibpath.cm_req.reserved_765", "Reserved 765", base.HEX, nil, 4, "")
+PF[161] = ProtoField.uint8("ibpath.cm_req.reserved_766", "Reserved 766", base.HEX, nil, 3, "")
+PF[162] = ProtoField.uint16("ibpath.cm_req.alternate_local_lid", "Alternate Local LID", base.HEX, nil, nil, "")
+PF[163] = ProtoField.uint16("ibpath.cm_req.alternate_remote_lid", "Alternate Remote LID", base.HEX, nil, nil, "")
+PF[164] = ProtoField.ipv6("ibpath.cm_req.alternate_local_gid", "Alternate Local GID", "")
+PF[165] = ProtoField.ipv6("ibpath.cm_req.alternate_remote_gid", "Alternate Remote GID", "")
+PF[166] = ProtoField.uint24("ibpath.cm_req.alternate_flow_label", "Alternate Flow Label", base.HEX, nil, 0xfffff0, "")
+PF[167] = ProtoField.uint16("ibpath.cm_req.reserved_1076", "Reserved 1076", base.HEX, nil, 0xfc0, "")
+PF[168] = ProtoField.uint8("ibpath.cm_req.alternate_packet_rate", "Alternate Packet Rate", base.DEC, VS[18], 0x3f, "")
+PF[169] = ProtoField.uint8("ibpath.cm_req.alternate_traffic_class", "Alternate Traffic Class", base.HEX, nil, nil, "")
+PF[170] = ProtoField.uint8("ibpath.cm_req.alternate_hop_limit", "Alternate Hop Limit", base.DEC, nil, nil, "")
+PF[171] = ProtoField.uint8("ibpath.cm_req.alternate_sl", "Alternate SL", base.DEC, nil, 0xf0, "")
+PF[172] = ProtoField.uint8("ibpath.cm_req.alternate_subnet_local", "Alternate Subnet Local", base.DEC, nil, 8, "")
+PF[173] = ProtoField.uint8("ibpath.cm_req.reserved_1109", "Reserved 1109", base.HEX, nil, 7, "")
+PF[174] = ProtoField.uint8("ibpath.cm_req.alternate_local_ack_timeout", "Alternate Local ACK Timeout", base.DEC, nil, 0xf8, "")
+PF[175] = ProtoField.uint8("ibpath.cm_req.sap_supported", "SAP Supported", base.DEC, nil, 4, "")
+PF[176] = ProtoField.uint8("ibpath.cm_req.reserved_1118", "Reserved 1118", base.HEX, nil, 3, "")
+PF[177] = ProtoField.bytes("ibpath.cm_req.private_data", "Private Data", "")
+PF[178] = ProtoField.uint32("ibpath.cm_mra.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[179] = ProtoField.uint32("ibpath.cm_mra.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[180] = ProtoField.uint8("ibpath.cm_mra.message_mraed", "Message Mraed", base.DEC, VS[19], 0xc0, "")
+PF[181] = ProtoField.uint8("ibpath.cm_mra.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
+PF[182] = ProtoField.uint8("ibpath.cm_mra.service_timeout", "Service Timeout", base.DEC, nil, 0xf8, "")
+PF[183] = ProtoField.uint8("ibpath.cm_mra.reserved_77", "Reserved 77", base.HEX, nil, 7, "")
+PF[184] = ProtoField.bytes("ibpath.cm_mra.private_data", "Private Data", "")
+PF[185] = ProtoField.uint32("ibpath.cm_rej.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[186] = ProtoField.uint32("ibpath.cm_rej.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[187] = ProtoField.uint8("ibpath.cm_rej.message_rejected", "Message Rejected", base.DEC, VS[20], 0xc0, "")
+PF[188] = ProtoField.uint8("ibpath.cm_rej.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
+PF[189] = ProtoField.uint8("ibpath.cm_rej.reject_info_length", "Reject Info Length", base.DEC, nil, 0xfe, "")
+PF[190] = ProtoField.uint8("ibpath.cm_rej.reserved_79", "Reserved 79", base.HEX, nil, 1, "")
+PF[191] = ProtoField.uint16("ibpath.cm_rej.reason", "Reason", base.DEC, VS[21], nil, "")
+PF[192] = ProtoField.bytes("ibpath.cm_rej.ari", "ARI", "")
+PF[193] = ProtoField.bytes("ibpath.cm_rej.private_data", "Private Data", "")
+PF[194] = ProtoField.uint32("ibpath.cm_rep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[195] = ProtoField.uint32("ibpath.cm_rep.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[196] = ProtoField.uint32("ibpath.cm_rep.local_q_key", "Local Q Key", base.HEX, nil, nil, "")
+PF[197] = ProtoField.uint24("ibpath.cm_rep.local_qpn", "Local QPN", base.HEX, nil, nil, "")
+PF[198] = ProtoField.uint8("ibpath.cm_rep.reserved_120", "Reserved 120", base.HEX, nil, nil, "")
+PF[199] = ProtoField.uint24("ibpath.cm_rep.local_ee_context_number", "Local EE Context Number", base.HEX, nil, nil, "")
+PF[200] = ProtoField.uint8("ibpath.cm_rep.reserved_152", "Reserved 152", base.HEX, nil, nil, "")
+PF[201] = ProtoField.uint24("ibpath.cm_rep.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
+PF[202] = ProtoField.uint8("ibpath.cm_rep.reserved_184", "Reserved 184", base.HEX, nil, nil, "")
+PF[203] = ProtoField.uint8("ibpath.cm_rep.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
+PF[204] = ProtoField.uint8("ibpath.cm_rep.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
+PF[205] = ProtoField.uint8("ibpath.cm_rep.target_ack_delay", "Target ACK Delay", base.DEC, nil, 0xf8, "")
+PF[206] = ProtoField.uint8("ibpath.cm_rep.failover_accepted", "Failover Accepted", base.DEC, VS[22], 6, "")
+PF[207] = ProtoField.uint8("ibpath.cm_rep.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
+PF[208] = ProtoField.uint8("ibpath.cm_rep.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 0xe0, "")
+PF[209] = ProtoField.uint8("ibpath.cm_rep.srq", "SRQ", base.DEC, nil, 0x10, "")
+PF[210] = ProtoField.uint8("ibpath.cm_rep.reserved_220", "Reserved 220", base.HEX, nil, 0xf, "")
+PF[211] = ProtoField.uint64("ibpath.cm_rep.local_ca_guid", "Local CA GUID", base.HEX, nil, nil, "")
+PF[212] = ProtoField.bytes("ibpath.cm_rep.private_data", "Private Data", "")
+PF[213] = ProtoField.uint32("ibpath.cm_rtu.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[214] = ProtoField.uint32("ibpath.cm_rtu.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[215] = ProtoField.bytes("ibpath.cm_rtu.private_data", "Private Data", "")
+PF[216] = ProtoField.uint32("ibpath.cm_dreq.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[217] = ProtoField.uint32("ibpath.cm_dreq.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[218] = ProtoField.uint24("ibpath.cm_dreq.remote_qpn_eecn", "Remote QPN EECN", base.HEX, nil, nil, "")
+PF[219] = ProtoField.uint8("ibpath.cm_dreq.reserved_88", "Reserved 88", base.HEX, nil, nil, "")
+PF[220] = ProtoField.bytes("ibpath.cm_dreq.private_data", "Private Data", "")
+PF[221] = ProtoField.uint32("ibpath.cm_drep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[222] = ProtoField.uint32("ibpath.cm_drep.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[223] = ProtoField.bytes("ibpath.cm_drep.private_data", "Private Data", "")
+PF[224] = ProtoField.uint32("ibpath.ls_timeout.timeout_ms", "Timeout Ms", base.DEC, nil, nil, "")
+PF[225] = ProtoField.uint64("ibpath.ls_service_id.service_id", "Service ID", base.HEX, nil, nil, "")
+PF[226] = ProtoField.ipv6("ibpath.ls_dgid.dgid", "DGID", "")
+PF[227] = ProtoField.ipv6("ibpath.ls_sgid.sgid", "SGID", "")
+PF[228] = ProtoField.uint8("ibpath.ls_tclass.tclass", "TClass", base.HEX, nil, nil, "")
+PF[229] = ProtoField.uint16("ibpath.ls_pkey.pkey", "P_Key", base.HEX, nil, nil, "")
+PF[230] = ProtoField.uint16("ibpath.ls_qos_class.qos_class", "QoS Class", base.DEC, nil, nil, "")
+PF[231] = ProtoField.ipv4("ibpath.ls_ipv4.ipv4", "Ipv4", "")
+PF[232] = ProtoField.ipv6("ibpath.ls_ipv6.ipv6", "Ipv6", "")
+PF[233] = ProtoField.uint64("ibpath.sa.sm_key", "SM Key", base.HEX, nil, nil, "")
+PF[234] = ProtoField.uint16("ibpath.sa.attribute_offset", "Attribute Offset", base.DEC, nil, nil, "")
+PF[235] = ProtoField.uint16("ibpath.sa.reserved_80", "Reserved 80", base.HEX, nil, nil, "")
+PF[236] = ProtoField.uint64("ibpath.sa.component_mask", "Component Mask", base.HEX, nil, nil, "")
+PF[237] = ProtoField.bool("ibpath.sa.component_mask.service_id_msb", "Service ID MSB", 32, nil, 1, "")
+PF[238] = ProtoField.bool("ibpath.sa.component_mask.service_id_lsb", "Service ID LSB", 32, nil, 2, "")
+PF[239] = ProtoField.bool("ibpath.sa.component_mask.dgid", "DGID", 32, nil, 4, "")
+PF[240] = ProtoField.bool("ibpath.sa.component_mask.sgid", "SGID", 32, nil, 8, "")
+PF[241] = ProtoField.bool("ibpath.sa.component_mask.dlid", "DLID", 32, nil, 0x10, "")
+PF[242] = ProtoField.bool("ibpath.sa.component_mask.slid", "SLID", 32, nil, 0x20, "")
+PF[243] = ProtoField.bool("ibpath.sa.component_mask.raw_traffic", "Raw Traffic", 32, nil, 0x40, "")
+PF[244] = ProtoField.bool("ibpath.sa.component_mask.flow_label", "Flow Label", 32, nil, 0x100, "")
+PF[245] = ProtoField.bool("ibpath.sa.component_mask.hop_limit", "Hop Limit", 32, nil, 0x200, "")
+PF[246] = ProtoField.bool("ibpath.sa.component_mask.tclass", "TClass", 32, nil, 0x400, "")
+PF[247] = ProtoField.bool("ibpath.sa.component_mask.reversible", "Reversible", 32, nil, 0x800, "")
+PF[248] = ProtoField.bool("ibpath.sa.component_mask.numb_path", "Numb Path", 32, nil, 0x1000, "")
+PF[249] = ProtoField.bool("ibpath.sa.component_mask.pkey", "P_Key", 32, nil, 0x2000, "")
+PF[250] = ProtoField.bool("ibpath.sa.component_mask.qos_class", "QoS Class", 32, nil, 0x4000, "")
+PF[251] = ProtoField.bool("ibpath.sa.component_mask.sl", "SL", 32, nil, 0x8000, "")
+PF[252] = ProtoField.bool("ibpath.sa.component_mask.mtu_selector", "MTU Selector", 32, nil, 0x10000, "")
+PF[253] = ProtoField.bool("ibpath.sa.component_mask.mtu", "MTU", 32, nil, 0x20000, "")
+PF[254] = ProtoField.bool("ibpath.sa.component_mask.rate_selector", "Rate Selector", 32, nil, 0x40000, "")
+PF[255] = ProtoField.bool("ibpath.sa.component_mask.rate", "Rate", 32, nil, 0x80000, "")
+PF[256] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time_selector", "Packet Life Time Selector", 32, nil, 0x100000, "")
+PF[257] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time", "Packet Life Time", 32, nil, 0x200000, "")
+PF[258] = ProtoField.bool("ibpath.sa.component_mask.preference", "Preference", 32, nil, 0x400000, "")
 
 local ib_main = Proto("ibpath", "ibpath (generated from Scapy layers)")
 P["LRH"] = Proto("ibpath.lrh", "ibpath LRH")
 P["LRH"].fields = {PF[1], PF[2], PF[3], PF[4], PF[5], PF[6], PF[7], PF[8], PF[9], PF[10]}
 P["BTH"] = Proto("ibpath.bth", "ibpath BTH")
 P["BTH"].fields = {PF[11], PF[12], PF[13], PF[14], PF[15], PF[16], PF[17], PF[18], PF[19], PF[20], PF[21], PF[22], PF[23], PF[24]}
+P["PathArray"] = Proto("ibpath.blob", "ibpath PathArray")
+P["PathArray"].fields = {PF[25]}
+P["RdmaNLMsgHdr"] = Proto("ibpath.nl", "ibpath RDMA nlmsghdr")
+P["RdmaNLMsgHdr"].fields = {PF[26], PF[27], PF[28], PF[29], PF[30], PF[31], PF[32], PF[33], PF[34], PF[35], PF[36], PF[37], PF[38], PF[39], PF[40], PF[41]}
 P["GRH"] = Proto("ibpath.grh", "ibpath GRH")
-P["GRH"].fields = {PF[25], PF[26], PF[27], PF[28], PF[29], PF[30], PF[31], PF[32]}
+P["GRH"].fields = {PF[42], PF[43], PF[44], PF[45], PF[46], PF[47], PF[48], PF[49]}
 P["CNPPadding"] = Proto("ibpath.cnppadding", "ibpath CNPPadding")
-P["CNPPadding"].fields = {PF[33], PF[34]}
+P["CNPPadding"].fields = {PF[50], PF[51]}
 P["AETH"] = Proto("ibpath.aeth", "ibpath AETH")
-P["AETH"].fields = {PF[35], PF[36]}
+P["AETH"].fields = {PF[52], PF[53]}
 P["DETH"] = Proto("ibpath.deth", "ibpath DETH")
-P["DETH"].fields = {PF[37], PF[38], PF[39]}
+P["DETH"].fields = {PF[54], PF[55], PF[56]}
+P["PathRecData"] = Proto("ibpath.pathdata", "ibpath PathRecData")
+P["PathRecData"].fields = {PF[57], PF[58], PF[59], PF[60], PF[61], PF[62], PF[63], PF[64]}
+P["LsResolveRequest"] = Proto("ibpath.ls_resolve_request", "ibpath LS RESOLVE request")
+P["LsResolveRequest"].fields = {PF[65], PF[66], PF[67], PF[68], PF[69]}
+P["LsResolveResponse"] = Proto("ibpath.ls_resolve_response", "ibpath LS RESOLVE response")
+P["LsResolveResponse"].fields = {PF[70]}
+P["LsSetTimeout"] = Proto("ibpath.ls_set_timeout", "ibpath LS SET_TIMEOUT")
+P["LsSetTimeout"].fields = {PF[71]}
+P["LsIpResolveRequest"] = Proto("ibpath.ls_ip_resolve_request", "ibpath LS IP_RESOLVE request")
+P["LsIpResolveRequest"].fields = {PF[72], PF[73]}
+P["LsIpResolveResponse"] = Proto("ibpath.ls_ip_resolve_response", "ibpath LS IP_RESOLVE response")
+P["LsIpResolveResponse"].fields = {PF[74]}
 P["MAD"] = Proto("ibpath.mad", "ibpath MAD")
-P["MAD"].fields = {PF[40], PF[41], PF[42], PF[43], PF[44], PF[45], PF[46], PF[47], PF[48], PF[49]}
-P["RMPP"] = Proto("ibpath.rmpp", "ibpath RMPP")
-P["RMPP"].fields = {PF[50], PF[51], PF[52], PF[53], PF[54], PF[55], PF[56], PF[57], PF[58], PF[59]}
-P["CMReq"] = Proto("ibpath.cm_req", "ibpath CM REQ")
-P["CMReq"].fields = {PF[60], PF[61], PF[62], PF[63], PF[64], PF[65], PF[66], PF[67], PF[68], PF[69], PF[70], PF[71], PF[72], PF[73], PF[74], PF[75], PF[76], PF[77], PF[78], PF[79], PF[80], PF[81], PF[82], PF[83], PF[84], PF[85], PF[86], PF[87], PF[88], PF[89], PF[90], PF[91], PF[92], PF[93], PF[94], PF[95], PF[96], PF[97], PF[98], PF[99], PF[100], PF[101], PF[102], PF[103], PF[104], PF[105], PF[106], PF[107], PF[108], PF[109], PF[110], PF[111], PF[112], PF[113], PF[114]}
-P["CMMra"] = Proto("ibpath.cm_mra", "ibpath CM MRA")
-P["CMMra"].fields = {PF[115], PF[116], PF[117], PF[118], PF[119], PF[120], PF[121]}
-P["CMRej"] = Proto("ibpath.cm_rej", "ibpath CM REJ")
-P["CMRej"].fields = {PF[122], PF[123], PF[124], PF[125], PF[126], PF[127], PF[128], PF[129], PF[130]}
-P["CMRep"] = Proto("ibpath.cm_rep", "ibpath CM REP")
-P["CMRep"].fields = {PF[131], PF[132], PF[133], PF[134], PF[135], PF[136], PF[137], PF[138], PF[139], PF[140], PF[141], PF[142], PF[143], PF[144], PF[145], PF[146], PF[147], PF[148], PF[149]}
-P["CMRtu"] = Proto("ibpath.cm_rtu", "ibpath CM RTU")
-P["CMRtu"].fields = {PF[150], PF[151], PF[152]}
-P["CMDreq"] = Proto("ibpath.cm_dreq", "ibpath CM DREQ")
-P["CMDreq"].fields = {PF[153], PF[154], PF[155], PF[156], PF[157]}
-P["CMDrep"] = Proto("ibpath.cm_drep", "ibpath CM DREP")
-P["CMDrep"].fields = {PF[158], PF[159], PF[160]}
-P["SAHeader"] = Proto("ibpath.sa", "ibpath SA")
-P["SAHeader"].fields = {PF[161], PF[162], PF[163], PF[164], PF[165], PF[166], PF[167], PF[168], PF[169], PF[170], PF[171], PF[172], PF[173], PF[174], PF[175], PF[176], PF[177], PF[178], PF[179], PF[180], PF[181], PF[182], PF[183], PF[184], PF[185], PF[186], PF[187], PF[188], PF[189], PF[190], PF[191], PF[192], PF[193], PF[194], PF[195], PF[196], PF[197], PF[198], PF[199], PF[200], PF[201], PF[202], PF[203], PF[204], PF[205], PF[206], PF[207], PF[208], PF[209], PF[210], PF[211], PF[212], PF[213], PF[214], PF[215], PF[216], PF[217], PF[218], PF[219], PF[220], PF[221], PF[222], PF[223], PF[224], PF[225], PF[226], PF[227], PF[228]}
+P["MAD"].fields = {PF[75], PF[76], PF[77], PF[78], PF[79], PF[80], PF[81], PF[82], PF[83], PF[84]}
 P["PathRecord"] = Proto("ibpath.pathrecord", "ibpath PathRecord")
-P["PathRecord"].fields = {PF[229], PF[230], PF[231], PF[232], PF[233], PF[234], PF[235], PF[236], PF[237], PF[238], PF[239], PF[240], PF[241], PF[242], PF[243], PF[244], PF[245], PF[246], PF[247], PF[248], PF[249], PF[250], PF[251]}
+P["PathRecord"].fields = {PF[85], PF[86], PF[87], PF[88], PF[89], PF[90], PF[91], PF[92], PF[93], PF[94], PF[95], PF[96], PF[97], PF[98], PF[99], PF[100], PF[101], PF[102], PF[103], PF[104], PF[105], PF[106], PF[107]}
+P["LsAttr"] = Proto("ibpath.ls_attr", "ibpath LS attribute")
+P["LsAttr"].fields = {PF[108], PF[109], PF[110], PF[111], PF[112]}
+P["RMPP"] = Proto("ibpath.rmpp", "ibpath RMPP")
+P["RMPP"].fields = {PF[113], PF[114], PF[115], PF[116], PF[117], PF[118], PF[119], PF[120], PF[121], PF[122]}
+P["CMReq"] = Proto("ibpath.cm_req", "ibpath CM REQ")
+P["CMReq"].fields = {PF[123], PF[124], PF[125], PF[126], PF[127], PF[128], PF[129], PF[130], PF[131], PF[132], PF[133], PF[134], PF[135], PF[136], PF[137], PF[138], PF[139], PF[140], PF[141], PF[142], PF[143], PF[144], PF[145], PF[146], PF[147], PF[148], PF[149], PF[150], PF[151], PF[152], PF[153], PF[154], PF[155], PF[156], PF[157], PF[158], PF[159], PF[160], PF[161], PF[162], PF[163], PF[164], PF[165], PF[166], PF[167], PF[168], PF[169], PF[170], PF[171], PF[172], PF[173], PF[174], PF[175], PF[176], PF[177]}
+P["CMMra"] = Proto("ibpath.cm_mra", "ibpath CM MRA")
+P["CMMra"].fields = {PF[178], PF[179], PF[180], PF[181], PF[182], PF[183], PF[184]}
+P["CMRej"] = Proto("ibpath.cm_rej", "ibpath CM REJ")
+P["CMRej"].fields = {PF[185], PF[186], PF[187], PF[188], PF[189], PF[190], PF[191], PF[192], PF[193]}
+P["CMRep"] = Proto("ibpath.cm_rep", "ibpath CM REP")
+P["CMRep"].fields = {PF[194], PF[195], PF[196], PF[197], PF[198], PF[199], PF[200], PF[201], PF[202], PF[203], PF[204], PF[205], PF[206], PF[207], PF[208], PF[209], PF[210], PF[211], PF[212]}
+P["CMRtu"] = Proto("ibpath.cm_rtu", "ibpath CM RTU")
+P["CMRtu"].fields = {PF[213], PF[214], PF[215]}
+P["CMDreq"] = Proto("ibpath.cm_dreq", "ibpath CM DREQ")
+P["CMDreq"].fields = {PF[216], PF[217], PF[218], PF[219], PF[220]}
+P["CMDrep"] = Proto("ibpath.cm_drep", "ibpath CM DREP")
+P["CMDrep"].fields = {PF[221], PF[222], PF[223]}
+P["LsTimeout"] = Proto("ibpath.ls_timeout", "ibpath LS TIMEOUT")
+P["LsTimeout"].fields = {PF[224]}
+P["LsServiceId"] = Proto("ibpath.ls_service_id", "ibpath LS SERVICE_ID")
+P["LsServiceId"].fields = {PF[225]}
+P["LsDgid"] = Proto("ibpath.ls_dgid", "ibpath LS DGID")
+P["LsDgid"].fields = {PF[226]}
+P["LsSgid"] = Proto("ibpath.ls_sgid", "ibpath LS SGID")
+P["LsSgid"].fields = {PF[227]}
+P["LsTclass"] = Proto("ibpath.ls_tclass", "ibpath LS TCLASS")
+P["LsTclass"].fields = {PF[228]}
+P["LsPkey"] = Proto("ibpath.ls_pkey", "ibpath LS PKEY")
+P["LsPkey"].fields = {PF[229]}
+P["LsQosClass"] = Proto("ibpath.ls_qos_class", "ibpath LS QOS_CLASS")
+P["LsQosClass"].fields = {PF[230]}
+P["LsIpv4"] = Proto("ibpath.ls_ipv4", "ibpath LS IPV4")
+P["LsIpv4"].fields = {PF[231]}
+P["LsIpv6"] = Proto("ibpath.ls_ipv6", "ibpath LS IPV6")
+P["LsIpv6"].fields = {PF[232]}
+P["SAHeader"] = Proto("ibpath.sa", "ibpath SA")
+P["SAHeader"].fields = {PF[233], PF[234], PF[235], PF[236], PF[237], PF[238], PF[239], PF[240], PF[241], PF[242], PF[243], PF[244], PF[245], PF[246], PF[247], PF[248], PF[249], PF[250], PF[251], PF[252], PF[253], PF[254], PF[255], PF[256], PF[257], PF[258]}
 
 EX.short = ProtoExpert.new("ibpath.truncated", "Truncated", expert.group.MALFORMED, expert.severity.ERROR)
 EX.count = ProtoExpert.new("ibpath.list_capped", "List longer than the dissector shows", expert.group.MALFORMED, expert.severity.WARN)
@@ -351,7 +397,11 @@ EX[2] = ProtoExpert.new("ibpath.rule.saq_reserved_comp", "SAQ-RESERVED-COMP: res
 EX[3] = ProtoExpert.new("ibpath.rule.saq_bad_method", "SAQ-BAD-METHOD: PathRecord MAD with a method other than Get/GetTable or class version not 2", expert.group.PROTOCOL, expert.severity.ERROR)
 EX[4] = ProtoExpert.new("ibpath.rule.saq_numbpath_zero", "SAQ-NUMBPATH-ZERO: GetTable with the NumbPath component set and NumbPath 0: OpenSM returns no record", expert.group.PROTOCOL, expert.severity.WARN)
 EX[5] = ProtoExpert.new("ibpath.rule.sar_get_multi", "SAR-GET-MULTI: GetResp whose AttributeOffset does not match the PathRecord size (8 words)", expert.group.PROTOCOL, expert.severity.ERROR)
-local EXPERT_LIST = {EX.short, EX.count, EX[1], EX[2], EX[3], EX[4], EX[5]}
+EX[6] = ProtoExpert.new("ibpath.rule.blob_length", "BLOB-LENGTH: blob length is not a multiple of 72 (ucma_set_ib_path returns EINVAL)", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[7] = ProtoExpert.new("ibpath.rule.blob_unknown_flags", "BLOB-UNKNOWN-FLAGS: flag bit outside 0x3F set", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[8] = ProtoExpert.new("ibpath.rule.blob_gmp_not_reversible", "BLOB-GMP-NOT-REVERSIBLE: record flagged GMP carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[9] = ProtoExpert.new("ibpath.rule.blob_bidir_not_reversible", "BLOB-BIDIR-NOT-REVERSIBLE: record flagged BIDIRECTIONAL carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
+local EXPERT_LIST = {EX.short, EX.count, EX[1], EX[2], EX[3], EX[4], EX[5], EX[6], EX[7], EX[8], EX[9]}
 
 local function ib_val(v, k) return v[k] or 0 end
 local function ib_under(ctx, layer, k) local t = ctx.v[layer]; return t and t[k] or 0 end
@@ -374,6 +424,7 @@ end
 
 D["LRH"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["LRH"] = v
   ctx.at["LRH"] = off
@@ -401,13 +452,16 @@ D["LRH"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:set_len(o - off) end
   if show then t:add_le(PF[10], tvb(trailer_at["vcrc"], 2)) end
   if HOOKS["LRH"] then HOOKS["LRH"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_val(v, "lnh") == 2 then return D["BTH"](tvb, pinfo, tree, o, ctx) end
-  if ib_val(v, "lnh") == 3 then return D["GRH"](tvb, pinfo, tree, o, ctx) end
-  return o
+  local r = o
+  if ib_val(v, "lnh") == 2 then r = D["BTH"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "lnh") == 3 then r = D["GRH"](tvb, pinfo, tree, o, ctx)
+  end
+  return r
 end
 
 D["BTH"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["BTH"] = v
   ctx.at["BTH"] = off
@@ -440,15 +494,107 @@ D["BTH"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:set_len(o - off) end
   if show then t:add(PF[24], tvb(trailer_at["icrc"], 4)) end
   if HOOKS["BTH"] then HOOKS["BTH"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_val(v, "opcode") == 129 then return D["CNPPadding"](tvb, pinfo, tree, o, ctx) end
-  if ib_val(v, "opcode") == 17 then return D["AETH"](tvb, pinfo, tree, o, ctx) end
-  if ib_val(v, "opcode") == 81 then return D["AETH"](tvb, pinfo, tree, o, ctx) end
-  if ib_val(v, "opcode") == 100 then return D["DETH"](tvb, pinfo, tree, o, ctx) end
-  return o
+  local r = o
+  if ib_val(v, "opcode") == 129 then r = D["CNPPadding"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "opcode") == 17 then r = D["AETH"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "opcode") == 81 then r = D["AETH"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "opcode") == 100 then r = D["DETH"](tvb, pinfo, tree, o, ctx)
+  end
+  return r
+end
+
+D["PathArray"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["PathArray"] = v
+  ctx.at["PathArray"] = off
+  if off + 0 > limit then return ib_short(tvb, tree, P["PathArray"], off, limit, 0) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["PathArray"], tvb(off, 0)) end
+  local o = off + 0
+  do
+    local count = math.floor(ib_idiv((limit - o), 72))
+    local stride = math.floor(72)
+    local sel = 0
+    if stride < 1 then count = 0 end
+    if count > MAX_LIST_ITEMS then t:add_proto_expert_info(EX.count); count = MAX_LIST_ITEMS end
+    for i = 0, count - 1 do
+      local s = o + i * stride
+      if s + stride > limit then ib_short(tvb, t, P["PathArray"], s, limit, stride); count = i; break end
+      if sel == 0 then D["PathRecData"](tvb, pinfo, t, s, ib_subctx(ctx, s + stride))
+      end
+    end
+    o = o + math.max(count, 0) * math.max(stride, 0)
+    v["records_count"] = count
+  end
+  local n1 = math.max(0, (limit - o))
+  if o + n1 > limit then return ib_short(tvb, t, P["PathArray"], o, limit, n1) end
+  if show and n1 > 0 then t:add(PF[25], tvb(o, n1)) end
+  o = o + n1
+  if show then t:set_len(o - off) end
+  if HOOKS["PathArray"] then HOOKS["PathArray"](tvb, pinfo, t, off, o, ctx, v) end
+  if ib_truthy(ib_bool((ib_mod((limit - off), 72) ~= 0))) then t:add_proto_expert_info(EX[6]) end
+  local r = o
+  return r
+end
+
+D["RdmaNLMsgHdr"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["RdmaNLMsgHdr"] = v
+  ctx.at["RdmaNLMsgHdr"] = off
+  if off + 16 > limit then return ib_short(tvb, tree, P["RdmaNLMsgHdr"], off, limit, 16) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["RdmaNLMsgHdr"], tvb(off, 16)) end
+  local o = off + 16
+  v["nlmsg_len"] = tvb(off + 0, 4):le_uint()
+  if show then t:add_le(PF[26], tvb(off + 0, 4)) end
+  v["rdma_client"] = ib_band(ib_rshift(tvb(off + 4, 2):le_uint(), 10), 63)
+  if show then t:add_le(PF[27], tvb(off + 4, 2)) end
+  v["rdma_op"] = ib_band(ib_rshift(tvb(off + 4, 2):le_uint(), 0), 1023)
+  if show then t:add_le(PF[28], tvb(off + 4, 2)) end
+  v["nlmsg_flags"] = tvb(off + 6, 2):le_uint()
+  if show then
+    local ft = t:add_le(PF[29], tvb(off + 6, 2))
+    ft:add_le(PF[30], tvb(off + 6 + 0, 2))
+    ft:add_le(PF[31], tvb(off + 6 + 0, 2))
+    ft:add_le(PF[32], tvb(off + 6 + 0, 2))
+    ft:add_le(PF[33], tvb(off + 6 + 0, 2))
+    ft:add_le(PF[34], tvb(off + 6 + 0, 2))
+    ft:add_le(PF[35], tvb(off + 6 + 0, 2))
+    ft:add_le(PF[36], tvb(off + 6 + 0, 2))
+    ft:add_le(PF[37], tvb(off + 6 + 0, 2))
+    ft:add_le(PF[38], tvb(off + 6 + 0, 2))
+    ft:add_le(PF[39], tvb(off + 6 + 0, 2))
+  end
+  v["nlmsg_seq"] = tvb(off + 8, 4):le_uint()
+  if show then t:add_le(PF[40], tvb(off + 8, 4)) end
+  if show then t:add_le(PF[41], tvb(off + 12, 4)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["RdmaNLMsgHdr"] then HOOKS["RdmaNLMsgHdr"](tvb, pinfo, t, off, o, ctx, v) end
+  local item_len = ib_val(v, "nlmsg_len")
+  if item_len < 16 then return off end
+  limit = math.min(limit, off + item_len)
+  ctx.limit = limit
+  local item_next = math.min(ctx_limit, off + ib_idiv(item_len + 3, 4) * 4)
+  local r = o
+  if ib_truthy(ib_and(ib_bool((ib_val(v, "rdma_client") == 4)), ib_bool((ib_val(v, "rdma_op") == 0)), ib_bool((ib_band(ib_val(v, "nlmsg_flags"), 1) == 1)))) then r = D["LsResolveRequest"](tvb, pinfo, tree, o, ctx)
+  elseif ib_truthy(ib_and(ib_bool((ib_val(v, "rdma_client") == 4)), ib_bool((ib_val(v, "rdma_op") == 0)), ib_bool((ib_band(ib_val(v, "nlmsg_flags"), 1) == 0)))) then r = D["LsResolveResponse"](tvb, pinfo, tree, o, ctx)
+  elseif ib_truthy(ib_and(ib_bool((ib_val(v, "rdma_client") == 4)), ib_bool((ib_val(v, "rdma_op") == 1)), ib_bool((ib_band(ib_val(v, "nlmsg_flags"), 1) == 1)))) then r = D["LsSetTimeout"](tvb, pinfo, tree, o, ctx)
+  elseif ib_truthy(ib_and(ib_bool((ib_val(v, "rdma_client") == 4)), ib_bool((ib_val(v, "rdma_op") == 1)), ib_bool((ib_band(ib_val(v, "nlmsg_flags"), 1) == 0)))) then r = D["LsSetTimeout"](tvb, pinfo, tree, o, ctx)
+  elseif ib_truthy(ib_and(ib_bool((ib_val(v, "rdma_client") == 4)), ib_bool((ib_val(v, "rdma_op") == 2)), ib_bool((ib_band(ib_val(v, "nlmsg_flags"), 1) == 1)))) then r = D["LsIpResolveRequest"](tvb, pinfo, tree, o, ctx)
+  elseif ib_truthy(ib_and(ib_bool((ib_val(v, "rdma_client") == 4)), ib_bool((ib_val(v, "rdma_op") == 2)), ib_bool((ib_band(ib_val(v, "nlmsg_flags"), 1) == 0)))) then r = D["LsIpResolveResponse"](tvb, pinfo, tree, o, ctx)
+  end
+  return item_next or r
 end
 
 D["GRH"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["GRH"] = v
   ctx.at["GRH"] = off
@@ -457,22 +603,25 @@ D["GRH"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["GRH"], tvb(off, 40)) end
   local o = off + 40
-  if show then t:add(PF[25], tvb(off + 0, 1)) end
-  if show then t:add(PF[26], tvb(off + 0, 2)) end
-  if show then t:add(PF[27], tvb(off + 1, 3)) end
-  if show then t:add(PF[28], tvb(off + 4, 2)) end
-  if show then t:add(PF[29], tvb(off + 6, 1)) end
-  if show then t:add(PF[30], tvb(off + 7, 1)) end
-  if show then t:add(PF[31], tvb(off + 8, 16)) end
-  if show then t:add(PF[32], tvb(off + 24, 16)) end
+  if show then t:add(PF[42], tvb(off + 0, 1)) end
+  if show then t:add(PF[43], tvb(off + 0, 2)) end
+  if show then t:add(PF[44], tvb(off + 1, 3)) end
+  if show then t:add(PF[45], tvb(off + 4, 2)) end
+  if show then t:add(PF[46], tvb(off + 6, 1)) end
+  if show then t:add(PF[47], tvb(off + 7, 1)) end
+  if show then t:add(PF[48], tvb(off + 8, 16)) end
+  if show then t:add(PF[49], tvb(off + 24, 16)) end
   if show then t:set_len(o - off) end
   if HOOKS["GRH"] then HOOKS["GRH"](tvb, pinfo, t, off, o, ctx, v) end
-  if true then return D["BTH"](tvb, pinfo, tree, o, ctx) end
-  return o
+  local r = o
+  if true then r = D["BTH"](tvb, pinfo, tree, o, ctx)
+  end
+  return r
 end
 
 D["CNPPadding"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["CNPPadding"] = v
   ctx.at["CNPPadding"] = off
@@ -481,15 +630,17 @@ D["CNPPadding"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CNPPadding"], tvb(off, 16)) end
   local o = off + 16
-  if show then t:add(PF[33], tvb(off + 0, 8)) end
-  if show then t:add(PF[34], tvb(off + 8, 8)) end
+  if show then t:add(PF[50], tvb(off + 0, 8)) end
+  if show then t:add(PF[51], tvb(off + 8, 8)) end
   if show then t:set_len(o - off) end
   if HOOKS["CNPPadding"] then HOOKS["CNPPadding"](tvb, pinfo, t, off, o, ctx, v) end
-  return o
+  local r = o
+  return r
 end
 
 D["AETH"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["AETH"] = v
   ctx.at["AETH"] = off
@@ -498,15 +649,17 @@ D["AETH"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["AETH"], tvb(off, 4)) end
   local o = off + 4
-  if show then t:add(PF[35], tvb(off + 0, 1)) end
-  if show then t:add(PF[36], tvb(off + 1, 3)) end
+  if show then t:add(PF[52], tvb(off + 0, 1)) end
+  if show then t:add(PF[53], tvb(off + 1, 3)) end
   if show then t:set_len(o - off) end
   if HOOKS["AETH"] then HOOKS["AETH"](tvb, pinfo, t, off, o, ctx, v) end
-  return o
+  local r = o
+  return r
 end
 
 D["DETH"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["DETH"] = v
   ctx.at["DETH"] = off
@@ -515,20 +668,228 @@ D["DETH"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["DETH"], tvb(off, 8)) end
   local o = off + 8
-  if show then t:add(PF[37], tvb(off + 0, 4)) end
-  if show then t:add(PF[38], tvb(off + 4, 1)) end
+  if show then t:add(PF[54], tvb(off + 0, 4)) end
+  if show then t:add(PF[55], tvb(off + 4, 1)) end
   v["src_qp"] = tvb(off + 5, 3):uint()
-  if show then t:add(PF[39], tvb(off + 5, 3)) end
+  if show then t:add(PF[56], tvb(off + 5, 3)) end
   if show then t:set_len(o - off) end
   if HOOKS["DETH"] then HOOKS["DETH"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_val(v, "src_qp") == 1 then return D["MAD"](tvb, pinfo, tree, o, ctx) end
-  if ib_val(v, "src_qp") == 0 then return D["MAD"](tvb, pinfo, tree, o, ctx) end
-  if ib_truthy(ib_bool((ib_under(ctx, "BTH", "dqpn") <= 1))) then return D["MAD"](tvb, pinfo, tree, o, ctx) end
-  return o
+  local r = o
+  if ib_val(v, "src_qp") == 1 then r = D["MAD"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "src_qp") == 0 then r = D["MAD"](tvb, pinfo, tree, o, ctx)
+  elseif ib_truthy(ib_bool((ib_under(ctx, "BTH", "dqpn") <= 1))) then r = D["MAD"](tvb, pinfo, tree, o, ctx)
+  end
+  return r
+end
+
+D["PathRecData"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["PathRecData"] = v
+  ctx.at["PathRecData"] = off
+  if off + 72 > limit then return ib_short(tvb, tree, P["PathRecData"], off, limit, 72) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["PathRecData"], tvb(off, 72)) end
+  local o = off + 72
+  v["flags"] = tvb(off + 0, 4):le_uint()
+  if show then
+    local ft = t:add_le(PF[57], tvb(off + 0, 4))
+    ft:add_le(PF[58], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[59], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[60], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[61], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[62], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[63], tvb(off + 0 + 0, 4))
+  end
+  if show then t:add_le(PF[64], tvb(off + 4, 4)) end
+  D["PathRecord"](tvb, pinfo, t, off + 8, ib_subctx(ctx, off + 8 + 64))
+  if show then t:set_len(o - off) end
+  if HOOKS["PathRecData"] then HOOKS["PathRecData"](tvb, pinfo, t, off, o, ctx, v) end
+  if ib_truthy(ib_bool((ib_band(ib_val(v, "flags"), 4294967232) ~= 0))) then t:add_proto_expert_info(EX[7]) end
+  local r = o
+  return r
+end
+
+D["LsResolveRequest"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsResolveRequest"] = v
+  ctx.at["LsResolveRequest"] = off
+  if off + 68 > limit then return ib_short(tvb, tree, P["LsResolveRequest"], off, limit, 68) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsResolveRequest"], tvb(off, 68)) end
+  local o = off + 68
+  if show then t:add(PF[65], tvb(off + 0, 64)) end
+  if show then t:add(PF[66], tvb(off + 64, 1)) end
+  if show then t:add(PF[67], tvb(off + 65, 1)) end
+  if show then t:add(PF[68], tvb(off + 66, 2)) end
+  do
+    local count = 0
+    while o + 4 <= limit and count < MAX_LIST_ITEMS do
+      local sel = 0
+      local nexto = o
+      if sel == 0 then nexto = D["LsAttr"](tvb, pinfo, t, o, ib_subctx(ctx, limit))
+      end
+      if nexto <= o then break end
+      o = nexto
+      count = count + 1
+    end
+    v["attributes_count"] = count
+  end
+  local n2 = math.max(0, (limit - o))
+  if o + n2 > limit then return ib_short(tvb, t, P["LsResolveRequest"], o, limit, n2) end
+  if show and n2 > 0 then t:add(PF[69], tvb(o, n2)) end
+  o = o + n2
+  if show then t:set_len(o - off) end
+  if HOOKS["LsResolveRequest"] then HOOKS["LsResolveRequest"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["LsResolveResponse"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsResolveResponse"] = v
+  ctx.at["LsResolveResponse"] = off
+  if off + 0 > limit then return ib_short(tvb, tree, P["LsResolveResponse"], off, limit, 0) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsResolveResponse"], tvb(off, 0)) end
+  local o = off + 0
+  do
+    local count = 0
+    while o + 4 <= limit and count < MAX_LIST_ITEMS do
+      local sel = 0
+      local nexto = o
+      if sel == 0 then nexto = D["LsAttr"](tvb, pinfo, t, o, ib_subctx(ctx, limit))
+      end
+      if nexto <= o then break end
+      o = nexto
+      count = count + 1
+    end
+    v["attributes_count"] = count
+  end
+  local n3 = math.max(0, (limit - o))
+  if o + n3 > limit then return ib_short(tvb, t, P["LsResolveResponse"], o, limit, n3) end
+  if show and n3 > 0 then t:add(PF[70], tvb(o, n3)) end
+  o = o + n3
+  if show then t:set_len(o - off) end
+  if HOOKS["LsResolveResponse"] then HOOKS["LsResolveResponse"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["LsSetTimeout"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsSetTimeout"] = v
+  ctx.at["LsSetTimeout"] = off
+  if off + 0 > limit then return ib_short(tvb, tree, P["LsSetTimeout"], off, limit, 0) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsSetTimeout"], tvb(off, 0)) end
+  local o = off + 0
+  do
+    local count = 0
+    while o + 4 <= limit and count < MAX_LIST_ITEMS do
+      local sel = 0
+      local nexto = o
+      if sel == 0 then nexto = D["LsAttr"](tvb, pinfo, t, o, ib_subctx(ctx, limit))
+      end
+      if nexto <= o then break end
+      o = nexto
+      count = count + 1
+    end
+    v["attributes_count"] = count
+  end
+  local n4 = math.max(0, (limit - o))
+  if o + n4 > limit then return ib_short(tvb, t, P["LsSetTimeout"], o, limit, n4) end
+  if show and n4 > 0 then t:add(PF[71], tvb(o, n4)) end
+  o = o + n4
+  if show then t:set_len(o - off) end
+  if HOOKS["LsSetTimeout"] then HOOKS["LsSetTimeout"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["LsIpResolveRequest"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsIpResolveRequest"] = v
+  ctx.at["LsIpResolveRequest"] = off
+  if off + 4 > limit then return ib_short(tvb, tree, P["LsIpResolveRequest"], off, limit, 4) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsIpResolveRequest"], tvb(off, 4)) end
+  local o = off + 4
+  if show then t:add_le(PF[72], tvb(off + 0, 4)) end
+  do
+    local count = 0
+    while o + 4 <= limit and count < MAX_LIST_ITEMS do
+      local sel = 0
+      local nexto = o
+      if sel == 0 then nexto = D["LsAttr"](tvb, pinfo, t, o, ib_subctx(ctx, limit))
+      end
+      if nexto <= o then break end
+      o = nexto
+      count = count + 1
+    end
+    v["attributes_count"] = count
+  end
+  local n5 = math.max(0, (limit - o))
+  if o + n5 > limit then return ib_short(tvb, t, P["LsIpResolveRequest"], o, limit, n5) end
+  if show and n5 > 0 then t:add(PF[73], tvb(o, n5)) end
+  o = o + n5
+  if show then t:set_len(o - off) end
+  if HOOKS["LsIpResolveRequest"] then HOOKS["LsIpResolveRequest"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["LsIpResolveResponse"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsIpResolveResponse"] = v
+  ctx.at["LsIpResolveResponse"] = off
+  if off + 0 > limit then return ib_short(tvb, tree, P["LsIpResolveResponse"], off, limit, 0) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsIpResolveResponse"], tvb(off, 0)) end
+  local o = off + 0
+  do
+    local count = 0
+    while o + 4 <= limit and count < MAX_LIST_ITEMS do
+      local sel = 0
+      local nexto = o
+      if sel == 0 then nexto = D["LsAttr"](tvb, pinfo, t, o, ib_subctx(ctx, limit))
+      end
+      if nexto <= o then break end
+      o = nexto
+      count = count + 1
+    end
+    v["attributes_count"] = count
+  end
+  local n6 = math.max(0, (limit - o))
+  if o + n6 > limit then return ib_short(tvb, t, P["LsIpResolveResponse"], o, limit, n6) end
+  if show and n6 > 0 then t:add(PF[74], tvb(o, n6)) end
+  o = o + n6
+  if show then t:set_len(o - off) end
+  if HOOKS["LsIpResolveResponse"] then HOOKS["LsIpResolveResponse"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
 end
 
 D["MAD"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["MAD"] = v
   ctx.at["MAD"] = off
@@ -537,37 +898,125 @@ D["MAD"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["MAD"], tvb(off, 24)) end
   local o = off + 24
-  if show then t:add(PF[40], tvb(off + 0, 1)) end
+  if show then t:add(PF[75], tvb(off + 0, 1)) end
   v["mgmt_class"] = tvb(off + 1, 1):uint()
-  if show then t:add(PF[41], tvb(off + 1, 1)) end
+  if show then t:add(PF[76], tvb(off + 1, 1)) end
   v["class_version"] = tvb(off + 2, 1):uint()
-  if show then t:add(PF[42], tvb(off + 2, 1)) end
+  if show then t:add(PF[77], tvb(off + 2, 1)) end
   v["method"] = tvb(off + 3, 1):uint()
-  if show then t:add(PF[43], tvb(off + 3, 1)) end
+  if show then t:add(PF[78], tvb(off + 3, 1)) end
   v["status"] = tvb(off + 4, 2):uint()
-  if show then t:add(PF[44], tvb(off + 4, 2)) end
-  if show then t:add(PF[45], tvb(off + 6, 2)) end
+  if show then t:add(PF[79], tvb(off + 4, 2)) end
+  if show then t:add(PF[80], tvb(off + 6, 2)) end
   v["transaction_id"] = tvb(off + 8, 8):uint64():tonumber()
-  if show then t:add(PF[46], tvb(off + 8, 8)) end
+  if show then t:add(PF[81], tvb(off + 8, 8)) end
   v["attribute_id"] = tvb(off + 16, 2):uint()
-  if show then t:add(PF[47], tvb(off + 16, 2)) end
-  if show then t:add(PF[48], tvb(off + 18, 2)) end
-  if show then t:add(PF[49], tvb(off + 20, 4)) end
+  if show then t:add(PF[82], tvb(off + 16, 2)) end
+  if show then t:add(PF[83], tvb(off + 18, 2)) end
+  if show then t:add(PF[84], tvb(off + 20, 4)) end
   if show then t:set_len(o - off) end
   if HOOKS["MAD"] then HOOKS["MAD"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_val(v, "mgmt_class") == 3 then return D["RMPP"](tvb, pinfo, tree, o, ctx) end
-  if ib_val(v, "attribute_id") == 16 and ib_val(v, "mgmt_class") == 7 then return D["CMReq"](tvb, pinfo, tree, o, ctx) end
-  if ib_val(v, "attribute_id") == 17 and ib_val(v, "mgmt_class") == 7 then return D["CMMra"](tvb, pinfo, tree, o, ctx) end
-  if ib_val(v, "attribute_id") == 18 and ib_val(v, "mgmt_class") == 7 then return D["CMRej"](tvb, pinfo, tree, o, ctx) end
-  if ib_val(v, "attribute_id") == 19 and ib_val(v, "mgmt_class") == 7 then return D["CMRep"](tvb, pinfo, tree, o, ctx) end
-  if ib_val(v, "attribute_id") == 20 and ib_val(v, "mgmt_class") == 7 then return D["CMRtu"](tvb, pinfo, tree, o, ctx) end
-  if ib_val(v, "attribute_id") == 21 and ib_val(v, "mgmt_class") == 7 then return D["CMDreq"](tvb, pinfo, tree, o, ctx) end
-  if ib_val(v, "attribute_id") == 22 and ib_val(v, "mgmt_class") == 7 then return D["CMDrep"](tvb, pinfo, tree, o, ctx) end
-  return o
+  local r = o
+  if ib_val(v, "mgmt_class") == 3 then r = D["RMPP"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "attribute_id") == 16 and ib_val(v, "mgmt_class") == 7 then r = D["CMReq"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "attribute_id") == 17 and ib_val(v, "mgmt_class") == 7 then r = D["CMMra"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "attribute_id") == 18 and ib_val(v, "mgmt_class") == 7 then r = D["CMRej"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "attribute_id") == 19 and ib_val(v, "mgmt_class") == 7 then r = D["CMRep"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "attribute_id") == 20 and ib_val(v, "mgmt_class") == 7 then r = D["CMRtu"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "attribute_id") == 21 and ib_val(v, "mgmt_class") == 7 then r = D["CMDreq"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "attribute_id") == 22 and ib_val(v, "mgmt_class") == 7 then r = D["CMDrep"](tvb, pinfo, tree, o, ctx)
+  end
+  return r
+end
+
+D["PathRecord"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["PathRecord"] = v
+  ctx.at["PathRecord"] = off
+  if off + 64 > limit then return ib_short(tvb, tree, P["PathRecord"], off, limit, 64) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["PathRecord"], tvb(off, 64)) end
+  local o = off + 64
+  if show then t:add(PF[85], tvb(off + 0, 8)) end
+  if show then t:add(PF[86], tvb(off + 8, 16)) end
+  if show then t:add(PF[87], tvb(off + 24, 16)) end
+  if show then t:add(PF[88], tvb(off + 40, 2)) end
+  if show then t:add(PF[89], tvb(off + 42, 2)) end
+  if show then t:add(PF[90], tvb(off + 44, 1)) end
+  if show then t:add(PF[91], tvb(off + 44, 1)) end
+  if show then t:add(PF[92], tvb(off + 44, 3)) end
+  if show then t:add(PF[93], tvb(off + 47, 1)) end
+  if show then t:add(PF[94], tvb(off + 48, 1)) end
+  v["reversible"] = tvb(off + 49, 1):bitfield(0, 1)
+  if show then t:add(PF[95], tvb(off + 49, 1)) end
+  v["numb_path"] = tvb(off + 49, 1):bitfield(1, 7)
+  if show then t:add(PF[96], tvb(off + 49, 1)) end
+  if show then t:add(PF[97], tvb(off + 50, 2)) end
+  if show then t:add(PF[98], tvb(off + 52, 2)) end
+  if show then t:add(PF[99], tvb(off + 53, 1)) end
+  if show then t:add(PF[100], tvb(off + 54, 1)) end
+  if show then t:add(PF[101], tvb(off + 54, 1)) end
+  if show then t:add(PF[102], tvb(off + 55, 1)) end
+  if show then t:add(PF[103], tvb(off + 55, 1)) end
+  if show then t:add(PF[104], tvb(off + 56, 1)) end
+  if show then t:add(PF[105], tvb(off + 56, 1)) end
+  if show then t:add(PF[106], tvb(off + 57, 1)) end
+  if show then t:add(PF[107], tvb(off + 58, 6)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["PathRecord"] then HOOKS["PathRecord"](tvb, pinfo, t, off, o, ctx, v) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 18)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_band(ib_lo(ib_under(ctx, "SAHeader", "component_mask")), 4096) ~= 0)), ib_bool((ib_val(v, "numb_path") == 0)))) then t:add_proto_expert_info(EX[4]) end
+  if ib_truthy(ib_and(ib_band(ib_under(ctx, "PathRecData", "flags"), 1), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[8]) end
+  if ib_truthy(ib_and(ib_bool((ib_band(ib_under(ctx, "PathRecData", "flags"), 40) == 40)), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[9]) end
+  local r = o
+  return r
+end
+
+D["LsAttr"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsAttr"] = v
+  ctx.at["LsAttr"] = off
+  if off + 4 > limit then return ib_short(tvb, tree, P["LsAttr"], off, limit, 4) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsAttr"], tvb(off, 4)) end
+  local o = off + 4
+  v["nla_len"] = tvb(off + 0, 2):le_uint()
+  if show then t:add_le(PF[108], tvb(off + 0, 2)) end
+  if show then t:add_le(PF[109], tvb(off + 2, 2)) end
+  if show then t:add_le(PF[110], tvb(off + 2, 2)) end
+  if show then t:add_le(PF[111], tvb(off + 2, 2)) end
+  v["nla_type"] = ib_band(ib_rshift(tvb(off + 2, 2):le_uint(), 0), 8191)
+  if show then t:add_le(PF[112], tvb(off + 2, 2)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["LsAttr"] then HOOKS["LsAttr"](tvb, pinfo, t, off, o, ctx, v) end
+  local item_len = ib_val(v, "nla_len")
+  if item_len < 4 then return off end
+  limit = math.min(limit, off + item_len)
+  ctx.limit = limit
+  local item_next = math.min(ctx_limit, off + ib_idiv(item_len + 3, 4) * 4)
+  local r = o
+  if ib_val(v, "nla_type") == 1 then r = D["PathRecData"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "nla_type") == 2 then r = D["LsTimeout"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "nla_type") == 3 then r = D["LsServiceId"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "nla_type") == 4 then r = D["LsDgid"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "nla_type") == 5 then r = D["LsSgid"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "nla_type") == 6 then r = D["LsTclass"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "nla_type") == 7 then r = D["LsPkey"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "nla_type") == 8 then r = D["LsQosClass"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "nla_type") == 9 then r = D["LsIpv4"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "nla_type") == 10 then r = D["LsIpv6"](tvb, pinfo, tree, o, ctx)
+  end
+  return item_next or r
 end
 
 D["RMPP"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["RMPP"] = v
   ctx.at["RMPP"] = off
@@ -576,30 +1025,33 @@ D["RMPP"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["RMPP"], tvb(off, 12)) end
   local o = off + 12
-  if show then t:add(PF[50], tvb(off + 0, 1)) end
+  if show then t:add(PF[113], tvb(off + 0, 1)) end
   v["rmpp_type"] = tvb(off + 1, 1):uint()
-  if show then t:add(PF[51], tvb(off + 1, 1)) end
-  if show then t:add(PF[52], tvb(off + 2, 1)) end
+  if show then t:add(PF[114], tvb(off + 1, 1)) end
+  if show then t:add(PF[115], tvb(off + 2, 1)) end
   v["rmpp_flags"] = tvb(off + 2, 1):bitfield(5, 3)
   if show then
-    local ft = t:add(PF[53], tvb(off + 2, 1))
-    ft:add(PF[54], tvb(off + 2 + 0, 1))
-    ft:add(PF[55], tvb(off + 2 + 0, 1))
-    ft:add(PF[56], tvb(off + 2 + 0, 1))
+    local ft = t:add(PF[116], tvb(off + 2, 1))
+    ft:add(PF[117], tvb(off + 2 + 0, 1))
+    ft:add(PF[118], tvb(off + 2 + 0, 1))
+    ft:add(PF[119], tvb(off + 2 + 0, 1))
   end
-  if show then t:add(PF[57], tvb(off + 3, 1)) end
+  if show then t:add(PF[120], tvb(off + 3, 1)) end
   v["segment_number"] = tvb(off + 4, 4):uint()
-  if show then t:add(PF[58], tvb(off + 4, 4)) end
+  if show then t:add(PF[121], tvb(off + 4, 4)) end
   v["payload_length"] = tvb(off + 8, 4):uint()
-  if show then t:add(PF[59], tvb(off + 8, 4)) end
+  if show then t:add(PF[122], tvb(off + 8, 4)) end
   if show then t:set_len(o - off) end
   if HOOKS["RMPP"] then HOOKS["RMPP"](tvb, pinfo, t, off, o, ctx, v) end
-  if true then return D["SAHeader"](tvb, pinfo, tree, o, ctx) end
-  return o
+  local r = o
+  if true then r = D["SAHeader"](tvb, pinfo, tree, o, ctx)
+  end
+  return r
 end
 
 D["CMReq"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["CMReq"] = v
   ctx.at["CMReq"] = off
@@ -608,68 +1060,70 @@ D["CMReq"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMReq"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[60], tvb(off + 0, 4)) end
-  if show then t:add(PF[61], tvb(off + 4, 4)) end
-  if show then t:add(PF[62], tvb(off + 8, 8)) end
-  if show then t:add(PF[63], tvb(off + 16, 8)) end
-  if show then t:add(PF[64], tvb(off + 24, 4)) end
-  if show then t:add(PF[65], tvb(off + 28, 4)) end
-  if show then t:add(PF[66], tvb(off + 32, 3)) end
-  if show then t:add(PF[67], tvb(off + 35, 1)) end
-  if show then t:add(PF[68], tvb(off + 36, 3)) end
-  if show then t:add(PF[69], tvb(off + 39, 1)) end
-  if show then t:add(PF[70], tvb(off + 40, 3)) end
-  if show then t:add(PF[71], tvb(off + 43, 1)) end
-  if show then t:add(PF[72], tvb(off + 43, 1)) end
-  if show then t:add(PF[73], tvb(off + 43, 1)) end
-  if show then t:add(PF[74], tvb(off + 44, 3)) end
-  if show then t:add(PF[75], tvb(off + 47, 1)) end
-  if show then t:add(PF[76], tvb(off + 47, 1)) end
-  if show then t:add(PF[77], tvb(off + 48, 2)) end
-  if show then t:add(PF[78], tvb(off + 50, 1)) end
-  if show then t:add(PF[79], tvb(off + 50, 1)) end
-  if show then t:add(PF[80], tvb(off + 50, 1)) end
-  if show then t:add(PF[81], tvb(off + 51, 1)) end
-  if show then t:add(PF[82], tvb(off + 51, 1)) end
-  if show then t:add(PF[83], tvb(off + 51, 1)) end
-  if show then t:add(PF[84], tvb(off + 52, 2)) end
-  if show then t:add(PF[85], tvb(off + 54, 2)) end
-  if show then t:add(PF[86], tvb(off + 56, 16)) end
-  if show then t:add(PF[87], tvb(off + 72, 16)) end
-  if show then t:add(PF[88], tvb(off + 88, 3)) end
-  if show then t:add(PF[89], tvb(off + 90, 2)) end
-  if show then t:add(PF[90], tvb(off + 91, 1)) end
-  if show then t:add(PF[91], tvb(off + 92, 1)) end
-  if show then t:add(PF[92], tvb(off + 93, 1)) end
-  if show then t:add(PF[93], tvb(off + 94, 1)) end
-  if show then t:add(PF[94], tvb(off + 94, 1)) end
-  if show then t:add(PF[95], tvb(off + 94, 1)) end
-  if show then t:add(PF[96], tvb(off + 95, 1)) end
-  if show then t:add(PF[97], tvb(off + 95, 1)) end
-  if show then t:add(PF[98], tvb(off + 95, 1)) end
-  if show then t:add(PF[99], tvb(off + 96, 2)) end
-  if show then t:add(PF[100], tvb(off + 98, 2)) end
-  if show then t:add(PF[101], tvb(off + 100, 16)) end
-  if show then t:add(PF[102], tvb(off + 116, 16)) end
-  if show then t:add(PF[103], tvb(off + 132, 3)) end
-  if show then t:add(PF[104], tvb(off + 134, 2)) end
-  if show then t:add(PF[105], tvb(off + 135, 1)) end
-  if show then t:add(PF[106], tvb(off + 136, 1)) end
-  if show then t:add(PF[107], tvb(off + 137, 1)) end
-  if show then t:add(PF[108], tvb(off + 138, 1)) end
-  if show then t:add(PF[109], tvb(off + 138, 1)) end
-  if show then t:add(PF[110], tvb(off + 138, 1)) end
-  if show then t:add(PF[111], tvb(off + 139, 1)) end
-  if show then t:add(PF[112], tvb(off + 139, 1)) end
-  if show then t:add(PF[113], tvb(off + 139, 1)) end
-  if show then t:add(PF[114], tvb(off + 140, 92)) end
+  if show then t:add(PF[123], tvb(off + 0, 4)) end
+  if show then t:add(PF[124], tvb(off + 4, 4)) end
+  if show then t:add(PF[125], tvb(off + 8, 8)) end
+  if show then t:add(PF[126], tvb(off + 16, 8)) end
+  if show then t:add(PF[127], tvb(off + 24, 4)) end
+  if show then t:add(PF[128], tvb(off + 28, 4)) end
+  if show then t:add(PF[129], tvb(off + 32, 3)) end
+  if show then t:add(PF[130], tvb(off + 35, 1)) end
+  if show then t:add(PF[131], tvb(off + 36, 3)) end
+  if show then t:add(PF[132], tvb(off + 39, 1)) end
+  if show then t:add(PF[133], tvb(off + 40, 3)) end
+  if show then t:add(PF[134], tvb(off + 43, 1)) end
+  if show then t:add(PF[135], tvb(off + 43, 1)) end
+  if show then t:add(PF[136], tvb(off + 43, 1)) end
+  if show then t:add(PF[137], tvb(off + 44, 3)) end
+  if show then t:add(PF[138], tvb(off + 47, 1)) end
+  if show then t:add(PF[139], tvb(off + 47, 1)) end
+  if show then t:add(PF[140], tvb(off + 48, 2)) end
+  if show then t:add(PF[141], tvb(off + 50, 1)) end
+  if show then t:add(PF[142], tvb(off + 50, 1)) end
+  if show then t:add(PF[143], tvb(off + 50, 1)) end
+  if show then t:add(PF[144], tvb(off + 51, 1)) end
+  if show then t:add(PF[145], tvb(off + 51, 1)) end
+  if show then t:add(PF[146], tvb(off + 51, 1)) end
+  if show then t:add(PF[147], tvb(off + 52, 2)) end
+  if show then t:add(PF[148], tvb(off + 54, 2)) end
+  if show then t:add(PF[149], tvb(off + 56, 16)) end
+  if show then t:add(PF[150], tvb(off + 72, 16)) end
+  if show then t:add(PF[151], tvb(off + 88, 3)) end
+  if show then t:add(PF[152], tvb(off + 90, 2)) end
+  if show then t:add(PF[153], tvb(off + 91, 1)) end
+  if show then t:add(PF[154], tvb(off + 92, 1)) end
+  if show then t:add(PF[155], tvb(off + 93, 1)) end
+  if show then t:add(PF[156], tvb(off + 94, 1)) end
+  if show then t:add(PF[157], tvb(off + 94, 1)) end
+  if show then t:add(PF[158], tvb(off + 94, 1)) end
+  if show then t:add(PF[159], tvb(off + 95, 1)) end
+  if show then t:add(PF[160], tvb(off + 95, 1)) end
+  if show then t:add(PF[161], tvb(off + 95, 1)) end
+  if show then t:add(PF[162], tvb(off + 96, 2)) end
+  if show then t:add(PF[163], tvb(off + 98, 2)) end
+  if show then t:add(PF[164], tvb(off + 100, 16)) end
+  if show then t:add(PF[165], tvb(off + 116, 16)) end
+  if show then t:add(PF[166], tvb(off + 132, 3)) end
+  if show then t:add(PF[167], tvb(off + 134, 2)) end
+  if show then t:add(PF[168], tvb(off + 135, 1)) end
+  if show then t:add(PF[169], tvb(off + 136, 1)) end
+  if show then t:add(PF[170], tvb(off + 137, 1)) end
+  if show then t:add(PF[171], tvb(off + 138, 1)) end
+  if show then t:add(PF[172], tvb(off + 138, 1)) end
+  if show then t:add(PF[173], tvb(off + 138, 1)) end
+  if show then t:add(PF[174], tvb(off + 139, 1)) end
+  if show then t:add(PF[175], tvb(off + 139, 1)) end
+  if show then t:add(PF[176], tvb(off + 139, 1)) end
+  if show then t:add(PF[177], tvb(off + 140, 92)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMReq"] then HOOKS["CMReq"](tvb, pinfo, t, off, o, ctx, v) end
-  return o
+  local r = o
+  return r
 end
 
 D["CMMra"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["CMMra"] = v
   ctx.at["CMMra"] = off
@@ -678,20 +1132,22 @@ D["CMMra"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMMra"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[115], tvb(off + 0, 4)) end
-  if show then t:add(PF[116], tvb(off + 4, 4)) end
-  if show then t:add(PF[117], tvb(off + 8, 1)) end
-  if show then t:add(PF[118], tvb(off + 8, 1)) end
-  if show then t:add(PF[119], tvb(off + 9, 1)) end
-  if show then t:add(PF[120], tvb(off + 9, 1)) end
-  if show then t:add(PF[121], tvb(off + 10, 222)) end
+  if show then t:add(PF[178], tvb(off + 0, 4)) end
+  if show then t:add(PF[179], tvb(off + 4, 4)) end
+  if show then t:add(PF[180], tvb(off + 8, 1)) end
+  if show then t:add(PF[181], tvb(off + 8, 1)) end
+  if show then t:add(PF[182], tvb(off + 9, 1)) end
+  if show then t:add(PF[183], tvb(off + 9, 1)) end
+  if show then t:add(PF[184], tvb(off + 10, 222)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMMra"] then HOOKS["CMMra"](tvb, pinfo, t, off, o, ctx, v) end
-  return o
+  local r = o
+  return r
 end
 
 D["CMRej"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["CMRej"] = v
   ctx.at["CMRej"] = off
@@ -700,22 +1156,24 @@ D["CMRej"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMRej"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[122], tvb(off + 0, 4)) end
-  if show then t:add(PF[123], tvb(off + 4, 4)) end
-  if show then t:add(PF[124], tvb(off + 8, 1)) end
-  if show then t:add(PF[125], tvb(off + 8, 1)) end
-  if show then t:add(PF[126], tvb(off + 9, 1)) end
-  if show then t:add(PF[127], tvb(off + 9, 1)) end
-  if show then t:add(PF[128], tvb(off + 10, 2)) end
-  if show then t:add(PF[129], tvb(off + 12, 72)) end
-  if show then t:add(PF[130], tvb(off + 84, 148)) end
+  if show then t:add(PF[185], tvb(off + 0, 4)) end
+  if show then t:add(PF[186], tvb(off + 4, 4)) end
+  if show then t:add(PF[187], tvb(off + 8, 1)) end
+  if show then t:add(PF[188], tvb(off + 8, 1)) end
+  if show then t:add(PF[189], tvb(off + 9, 1)) end
+  if show then t:add(PF[190], tvb(off + 9, 1)) end
+  if show then t:add(PF[191], tvb(off + 10, 2)) end
+  if show then t:add(PF[192], tvb(off + 12, 72)) end
+  if show then t:add(PF[193], tvb(off + 84, 148)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMRej"] then HOOKS["CMRej"](tvb, pinfo, t, off, o, ctx, v) end
-  return o
+  local r = o
+  return r
 end
 
 D["CMRep"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["CMRep"] = v
   ctx.at["CMRep"] = off
@@ -724,32 +1182,34 @@ D["CMRep"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMRep"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[131], tvb(off + 0, 4)) end
-  if show then t:add(PF[132], tvb(off + 4, 4)) end
-  if show then t:add(PF[133], tvb(off + 8, 4)) end
-  if show then t:add(PF[134], tvb(off + 12, 3)) end
-  if show then t:add(PF[135], tvb(off + 15, 1)) end
-  if show then t:add(PF[136], tvb(off + 16, 3)) end
-  if show then t:add(PF[137], tvb(off + 19, 1)) end
-  if show then t:add(PF[138], tvb(off + 20, 3)) end
-  if show then t:add(PF[139], tvb(off + 23, 1)) end
-  if show then t:add(PF[140], tvb(off + 24, 1)) end
-  if show then t:add(PF[141], tvb(off + 25, 1)) end
-  if show then t:add(PF[142], tvb(off + 26, 1)) end
-  if show then t:add(PF[143], tvb(off + 26, 1)) end
-  if show then t:add(PF[144], tvb(off + 26, 1)) end
-  if show then t:add(PF[145], tvb(off + 27, 1)) end
-  if show then t:add(PF[146], tvb(off + 27, 1)) end
-  if show then t:add(PF[147], tvb(off + 27, 1)) end
-  if show then t:add(PF[148], tvb(off + 28, 8)) end
-  if show then t:add(PF[149], tvb(off + 36, 196)) end
+  if show then t:add(PF[194], tvb(off + 0, 4)) end
+  if show then t:add(PF[195], tvb(off + 4, 4)) end
+  if show then t:add(PF[196], tvb(off + 8, 4)) end
+  if show then t:add(PF[197], tvb(off + 12, 3)) end
+  if show then t:add(PF[198], tvb(off + 15, 1)) end
+  if show then t:add(PF[199], tvb(off + 16, 3)) end
+  if show then t:add(PF[200], tvb(off + 19, 1)) end
+  if show then t:add(PF[201], tvb(off + 20, 3)) end
+  if show then t:add(PF[202], tvb(off + 23, 1)) end
+  if show then t:add(PF[203], tvb(off + 24, 1)) end
+  if show then t:add(PF[204], tvb(off + 25, 1)) end
+  if show then t:add(PF[205], tvb(off + 26, 1)) end
+  if show then t:add(PF[206], tvb(off + 26, 1)) end
+  if show then t:add(PF[207], tvb(off + 26, 1)) end
+  if show then t:add(PF[208], tvb(off + 27, 1)) end
+  if show then t:add(PF[209], tvb(off + 27, 1)) end
+  if show then t:add(PF[210], tvb(off + 27, 1)) end
+  if show then t:add(PF[211], tvb(off + 28, 8)) end
+  if show then t:add(PF[212], tvb(off + 36, 196)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMRep"] then HOOKS["CMRep"](tvb, pinfo, t, off, o, ctx, v) end
-  return o
+  local r = o
+  return r
 end
 
 D["CMRtu"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["CMRtu"] = v
   ctx.at["CMRtu"] = off
@@ -758,16 +1218,18 @@ D["CMRtu"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMRtu"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[150], tvb(off + 0, 4)) end
-  if show then t:add(PF[151], tvb(off + 4, 4)) end
-  if show then t:add(PF[152], tvb(off + 8, 224)) end
+  if show then t:add(PF[213], tvb(off + 0, 4)) end
+  if show then t:add(PF[214], tvb(off + 4, 4)) end
+  if show then t:add(PF[215], tvb(off + 8, 224)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMRtu"] then HOOKS["CMRtu"](tvb, pinfo, t, off, o, ctx, v) end
-  return o
+  local r = o
+  return r
 end
 
 D["CMDreq"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["CMDreq"] = v
   ctx.at["CMDreq"] = off
@@ -776,18 +1238,20 @@ D["CMDreq"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMDreq"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[153], tvb(off + 0, 4)) end
-  if show then t:add(PF[154], tvb(off + 4, 4)) end
-  if show then t:add(PF[155], tvb(off + 8, 3)) end
-  if show then t:add(PF[156], tvb(off + 11, 1)) end
-  if show then t:add(PF[157], tvb(off + 12, 220)) end
+  if show then t:add(PF[216], tvb(off + 0, 4)) end
+  if show then t:add(PF[217], tvb(off + 4, 4)) end
+  if show then t:add(PF[218], tvb(off + 8, 3)) end
+  if show then t:add(PF[219], tvb(off + 11, 1)) end
+  if show then t:add(PF[220], tvb(off + 12, 220)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMDreq"] then HOOKS["CMDreq"](tvb, pinfo, t, off, o, ctx, v) end
-  return o
+  local r = o
+  return r
 end
 
 D["CMDrep"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["CMDrep"] = v
   ctx.at["CMDrep"] = off
@@ -796,16 +1260,180 @@ D["CMDrep"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMDrep"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[158], tvb(off + 0, 4)) end
-  if show then t:add(PF[159], tvb(off + 4, 4)) end
-  if show then t:add(PF[160], tvb(off + 8, 224)) end
+  if show then t:add(PF[221], tvb(off + 0, 4)) end
+  if show then t:add(PF[222], tvb(off + 4, 4)) end
+  if show then t:add(PF[223], tvb(off + 8, 224)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMDrep"] then HOOKS["CMDrep"](tvb, pinfo, t, off, o, ctx, v) end
-  return o
+  local r = o
+  return r
+end
+
+D["LsTimeout"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsTimeout"] = v
+  ctx.at["LsTimeout"] = off
+  if off + 4 > limit then return ib_short(tvb, tree, P["LsTimeout"], off, limit, 4) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsTimeout"], tvb(off, 4)) end
+  local o = off + 4
+  if show then t:add_le(PF[224], tvb(off + 0, 4)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["LsTimeout"] then HOOKS["LsTimeout"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["LsServiceId"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsServiceId"] = v
+  ctx.at["LsServiceId"] = off
+  if off + 8 > limit then return ib_short(tvb, tree, P["LsServiceId"], off, limit, 8) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsServiceId"], tvb(off, 8)) end
+  local o = off + 8
+  if show then t:add_le(PF[225], tvb(off + 0, 8)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["LsServiceId"] then HOOKS["LsServiceId"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["LsDgid"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsDgid"] = v
+  ctx.at["LsDgid"] = off
+  if off + 16 > limit then return ib_short(tvb, tree, P["LsDgid"], off, limit, 16) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsDgid"], tvb(off, 16)) end
+  local o = off + 16
+  if show then t:add(PF[226], tvb(off + 0, 16)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["LsDgid"] then HOOKS["LsDgid"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["LsSgid"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsSgid"] = v
+  ctx.at["LsSgid"] = off
+  if off + 16 > limit then return ib_short(tvb, tree, P["LsSgid"], off, limit, 16) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsSgid"], tvb(off, 16)) end
+  local o = off + 16
+  if show then t:add(PF[227], tvb(off + 0, 16)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["LsSgid"] then HOOKS["LsSgid"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["LsTclass"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsTclass"] = v
+  ctx.at["LsTclass"] = off
+  if off + 1 > limit then return ib_short(tvb, tree, P["LsTclass"], off, limit, 1) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsTclass"], tvb(off, 1)) end
+  local o = off + 1
+  if show then t:add(PF[228], tvb(off + 0, 1)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["LsTclass"] then HOOKS["LsTclass"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["LsPkey"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsPkey"] = v
+  ctx.at["LsPkey"] = off
+  if off + 2 > limit then return ib_short(tvb, tree, P["LsPkey"], off, limit, 2) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsPkey"], tvb(off, 2)) end
+  local o = off + 2
+  if show then t:add_le(PF[229], tvb(off + 0, 2)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["LsPkey"] then HOOKS["LsPkey"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["LsQosClass"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsQosClass"] = v
+  ctx.at["LsQosClass"] = off
+  if off + 2 > limit then return ib_short(tvb, tree, P["LsQosClass"], off, limit, 2) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsQosClass"], tvb(off, 2)) end
+  local o = off + 2
+  if show then t:add_le(PF[230], tvb(off + 0, 2)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["LsQosClass"] then HOOKS["LsQosClass"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["LsIpv4"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsIpv4"] = v
+  ctx.at["LsIpv4"] = off
+  if off + 4 > limit then return ib_short(tvb, tree, P["LsIpv4"], off, limit, 4) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsIpv4"], tvb(off, 4)) end
+  local o = off + 4
+  if show then t:add(PF[231], tvb(off + 0, 4)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["LsIpv4"] then HOOKS["LsIpv4"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["LsIpv6"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["LsIpv6"] = v
+  ctx.at["LsIpv6"] = off
+  if off + 16 > limit then return ib_short(tvb, tree, P["LsIpv6"], off, limit, 16) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["LsIpv6"], tvb(off, 16)) end
+  local o = off + 16
+  if show then t:add(PF[232], tvb(off + 0, 16)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["LsIpv6"] then HOOKS["LsIpv6"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
 end
 
 D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
+  local ctx_limit = limit
   local v = {}
   ctx.v["SAHeader"] = v
   ctx.at["SAHeader"] = off
@@ -814,77 +1442,35 @@ D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["SAHeader"], tvb(off, 20)) end
   local o = off + 20
-  if show then t:add(PF[161], tvb(off + 0, 8)) end
+  if show then t:add(PF[233], tvb(off + 0, 8)) end
   v["attribute_offset"] = tvb(off + 8, 2):uint()
-  if show then t:add(PF[162], tvb(off + 8, 2)) end
-  if show then t:add(PF[163], tvb(off + 10, 2)) end
+  if show then t:add(PF[234], tvb(off + 8, 2)) end
+  if show then t:add(PF[235], tvb(off + 10, 2)) end
   v["component_mask"] = tvb(off + 12, 8):uint64():tonumber()
   if show then
-    local ft = t:add(PF[164], tvb(off + 12, 8))
-    ft:add(PF[165], tvb(off + 12 + 4, 4))
-    ft:add(PF[166], tvb(off + 12 + 4, 4))
-    ft:add(PF[167], tvb(off + 12 + 4, 4))
-    ft:add(PF[168], tvb(off + 12 + 4, 4))
-    ft:add(PF[169], tvb(off + 12 + 4, 4))
-    ft:add(PF[170], tvb(off + 12 + 4, 4))
-    ft:add(PF[171], tvb(off + 12 + 4, 4))
-    ft:add(PF[172], tvb(off + 12 + 4, 4))
-    ft:add(PF[173], tvb(off + 12 + 4, 4))
-    ft:add(PF[174], tvb(off + 12 + 4, 4))
-    ft:add(PF[175], tvb(off + 12 + 4, 4))
-    ft:add(PF[176], tvb(off + 12 + 4, 4))
-    ft:add(PF[177], tvb(off + 12 + 4, 4))
-    ft:add(PF[178], tvb(off + 12 + 4, 4))
-    ft:add(PF[179], tvb(off + 12 + 4, 4))
-    ft:add(PF[180], tvb(off + 12 + 4, 4))
-    ft:add(PF[181], tvb(off + 12 + 4, 4))
-    ft:add(PF[182], tvb(off + 12 + 4, 4))
-    ft:add(PF[183], tvb(off + 12 + 4, 4))
-    ft:add(PF[184], tvb(off + 12 + 4, 4))
-    ft:add(PF[185], tvb(off + 12 + 4, 4))
-    ft:add(PF[186], tvb(off + 12 + 4, 4))
-    ft:add(PF[187], tvb(off + 12 + 4, 4))
-    ft:add(PF[188], tvb(off + 12 + 4, 4))
-    ft:add(PF[189], tvb(off + 12 + 4, 4))
-    ft:add(PF[190], tvb(off + 12 + 4, 4))
-    ft:add(PF[191], tvb(off + 12 + 4, 4))
-    ft:add(PF[192], tvb(off + 12 + 4, 4))
-    ft:add(PF[193], tvb(off + 12 + 4, 4))
-    ft:add(PF[194], tvb(off + 12 + 4, 4))
-    ft:add(PF[195], tvb(off + 12 + 4, 4))
-    ft:add(PF[196], tvb(off + 12 + 4, 4))
-    ft:add(PF[197], tvb(off + 12 + 0, 4))
-    ft:add(PF[198], tvb(off + 12 + 0, 4))
-    ft:add(PF[199], tvb(off + 12 + 0, 4))
-    ft:add(PF[200], tvb(off + 12 + 0, 4))
-    ft:add(PF[201], tvb(off + 12 + 0, 4))
-    ft:add(PF[202], tvb(off + 12 + 0, 4))
-    ft:add(PF[203], tvb(off + 12 + 0, 4))
-    ft:add(PF[204], tvb(off + 12 + 0, 4))
-    ft:add(PF[205], tvb(off + 12 + 0, 4))
-    ft:add(PF[206], tvb(off + 12 + 0, 4))
-    ft:add(PF[207], tvb(off + 12 + 0, 4))
-    ft:add(PF[208], tvb(off + 12 + 0, 4))
-    ft:add(PF[209], tvb(off + 12 + 0, 4))
-    ft:add(PF[210], tvb(off + 12 + 0, 4))
-    ft:add(PF[211], tvb(off + 12 + 0, 4))
-    ft:add(PF[212], tvb(off + 12 + 0, 4))
-    ft:add(PF[213], tvb(off + 12 + 0, 4))
-    ft:add(PF[214], tvb(off + 12 + 0, 4))
-    ft:add(PF[215], tvb(off + 12 + 0, 4))
-    ft:add(PF[216], tvb(off + 12 + 0, 4))
-    ft:add(PF[217], tvb(off + 12 + 0, 4))
-    ft:add(PF[218], tvb(off + 12 + 0, 4))
-    ft:add(PF[219], tvb(off + 12 + 0, 4))
-    ft:add(PF[220], tvb(off + 12 + 0, 4))
-    ft:add(PF[221], tvb(off + 12 + 0, 4))
-    ft:add(PF[222], tvb(off + 12 + 0, 4))
-    ft:add(PF[223], tvb(off + 12 + 0, 4))
-    ft:add(PF[224], tvb(off + 12 + 0, 4))
-    ft:add(PF[225], tvb(off + 12 + 0, 4))
-    ft:add(PF[226], tvb(off + 12 + 0, 4))
-    ft:add(PF[227], tvb(off + 12 + 0, 4))
-    ft:add(PF[228], tvb(off + 12 + 0, 4))
+    local ft = t:add(PF[236], tvb(off + 12, 8))
+    ft:add(PF[237], tvb(off + 12 + 4, 4))
+    ft:add(PF[238], tvb(off + 12 + 4, 4))
+    ft:add(PF[239], tvb(off + 12 + 4, 4))
+    ft:add(PF[240], tvb(off + 12 + 4, 4))
+    ft:add(PF[241], tvb(off + 12 + 4, 4))
+    ft:add(PF[242], tvb(off + 12 + 4, 4))
+    ft:add(PF[243], tvb(off + 12 + 4, 4))
+    ft:add(PF[244], tvb(off + 12 + 4, 4))
+    ft:add(PF[245], tvb(off + 12 + 4, 4))
+    ft:add(PF[246], tvb(off + 12 + 4, 4))
+    ft:add(PF[247], tvb(off + 12 + 4, 4))
+    ft:add(PF[248], tvb(off + 12 + 4, 4))
+    ft:add(PF[249], tvb(off + 12 + 4, 4))
+    ft:add(PF[250], tvb(off + 12 + 4, 4))
+    ft:add(PF[251], tvb(off + 12 + 4, 4))
+    ft:add(PF[252], tvb(off + 12 + 4, 4))
+    ft:add(PF[253], tvb(off + 12 + 4, 4))
+    ft:add(PF[254], tvb(off + 12 + 4, 4))
+    ft:add(PF[255], tvb(off + 12 + 4, 4))
+    ft:add(PF[256], tvb(off + 12 + 4, 4))
+    ft:add(PF[257], tvb(off + 12 + 4, 4))
+    ft:add(PF[258], tvb(off + 12 + 4, 4))
   end
   do
     local count = math.floor((ib_truthy(ib_and(ib_band(ib_under(ctx, "MAD", "method"), 128), ib_bool((ib_under(ctx, "MAD", "status") ~= 0)))) and 0 or (ib_truthy(ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 1)) and (ib_truthy(ib_and(ib_bool((ib_under(ctx, "RMPP", "rmpp_type") == 1)), ib_bool((ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 6) == 6)))) and ib_idiv(math.min(math.max((ib_under(ctx, "RMPP", "payload_length") - 20), 0), (limit - o)), math.max((ib_val(v, "attribute_offset") * 8), 64)) or 0) or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "method") == 146))) and (ib_truthy(ib_and(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), 64))), ib_bool((ib_val(v, "attribute_offset") ~= 0)))) and 1 or 0) or (ib_truthy(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), 64)))) and 1 or 0)))))
@@ -907,47 +1493,8 @@ D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
   if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 4286578816) ~= 0)), ib_bool((ib_hi(ib_val(v, "component_mask")) ~= 0))))) then t:add_proto_expert_info(EX[2]) end
   if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_or(ib_bool((ib_under(ctx, "MAD", "class_version") ~= 2)), ib_and(ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128)), ib_not(ib_or(ib_bool((ib_under(ctx, "MAD", "method") == 1)), ib_bool((ib_under(ctx, "MAD", "method") == 18)))))))) then t:add_proto_expert_info(EX[3]) end
   if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 129)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[5]) end
-  return o
-end
-
-D["PathRecord"] = function(tvb, pinfo, tree, off, ctx)
-  local limit = ctx.limit
-  local v = {}
-  ctx.v["PathRecord"] = v
-  ctx.at["PathRecord"] = off
-  if off + 64 > limit then return ib_short(tvb, tree, P["PathRecord"], off, limit, 64) end
-  local show = ctx.show ~= false  -- callers without a tree pass show = false
-  local t = tree
-  if show then t = tree:add(P["PathRecord"], tvb(off, 64)) end
-  local o = off + 64
-  if show then t:add(PF[229], tvb(off + 0, 8)) end
-  if show then t:add(PF[230], tvb(off + 8, 16)) end
-  if show then t:add(PF[231], tvb(off + 24, 16)) end
-  if show then t:add(PF[232], tvb(off + 40, 2)) end
-  if show then t:add(PF[233], tvb(off + 42, 2)) end
-  if show then t:add(PF[234], tvb(off + 44, 1)) end
-  if show then t:add(PF[235], tvb(off + 44, 1)) end
-  if show then t:add(PF[236], tvb(off + 44, 3)) end
-  if show then t:add(PF[237], tvb(off + 47, 1)) end
-  if show then t:add(PF[238], tvb(off + 48, 1)) end
-  if show then t:add(PF[239], tvb(off + 49, 1)) end
-  v["numb_path"] = tvb(off + 49, 1):bitfield(1, 7)
-  if show then t:add(PF[240], tvb(off + 49, 1)) end
-  if show then t:add(PF[241], tvb(off + 50, 2)) end
-  if show then t:add(PF[242], tvb(off + 52, 2)) end
-  if show then t:add(PF[243], tvb(off + 53, 1)) end
-  if show then t:add(PF[244], tvb(off + 54, 1)) end
-  if show then t:add(PF[245], tvb(off + 54, 1)) end
-  if show then t:add(PF[246], tvb(off + 55, 1)) end
-  if show then t:add(PF[247], tvb(off + 55, 1)) end
-  if show then t:add(PF[248], tvb(off + 56, 1)) end
-  if show then t:add(PF[249], tvb(off + 56, 1)) end
-  if show then t:add(PF[250], tvb(off + 57, 1)) end
-  if show then t:add(PF[251], tvb(off + 58, 6)) end
-  if show then t:set_len(o - off) end
-  if HOOKS["PathRecord"] then HOOKS["PathRecord"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 18)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_band(ib_lo(ib_under(ctx, "SAHeader", "component_mask")), 4096) ~= 0)), ib_bool((ib_val(v, "numb_path") == 0)))) then t:add_proto_expert_info(EX[4]) end
-  return o
+  local r = o
+  return r
 end
 
 
@@ -1353,6 +1900,36 @@ wrap_encap(wtap_encaps.WIRESHARK_UPPER_PDU, "ibpath.exported_pdu", function(tvb)
   if name ~= "infiniband" then return nil end
   return off, tvb:len()
 end)
+
+-- NETLINK_RDMA (20): Wireshark's netlink dissector hands each message, from its nlmsghdr
+local nl_table = DissectorTable.get("netlink.protocol")
+local rdma_nl = Proto("ibpath.netlink_rdma", "ibpath RDMA netlink")
+function rdma_nl.dissector(tvb, pinfo, tree)
+  pinfo.cols.protocol:set("RDMA netlink")
+  local ctx = {limit = tvb:len(), v = {}, at = {}, encap = "netlink", show = true}
+  D["RdmaNLMsgHdr"](tvb, pinfo, tree, 0, ctx)
+  local msg = ctx.v["RdmaNLMsgHdr"] or {}
+  local ops = {[0] = "RESOLVE", [1] = "SET_TIMEOUT", [2] = "IP_RESOLVE"}
+  if msg.rdma_client == 4 then
+    local kind = ib_band(msg.nlmsg_flags or 0, 1) ~= 0 and "request" or "response"
+    local err = ib_band(msg.nlmsg_flags or 0, 0x100) ~= 0 and " [LS_F_ERR]" or ""
+    pinfo.cols.info:set(string.format("LS %s %s seq %d%s", ops[msg.rdma_op] or tostring(msg.rdma_op),
+                                      kind, msg.nlmsg_seq or 0, err))
+  end
+  return tvb:len()
+end
+if nl_table ~= nil then nl_table:add(20, rdma_nl) end
+
+-- Blobs: exported PDUs named "ibpath.blob" reach the generated PathArray proto by name
+P["PathArray"].dissector = function(tvb, pinfo, tree)
+  pinfo.cols.protocol:set("ibpath blob")
+  local ctx = {limit = tvb:len(), v = {}, at = {}, encap = "blob", show = true}
+  D["PathArray"](tvb, pinfo, tree, 0, ctx)
+  local arr = ctx.v["PathArray"] or {}
+  pinfo.cols.info:set(string.format("rdma_set_option path array: %d record(s), %d bytes",
+                                    arr.records_count or 0, tvb:len()))
+  return tvb:len()
+end
 
 -- experts are registered once, after the runtime added its own
 ib_main.experts = EXPERT_LIST

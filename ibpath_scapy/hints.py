@@ -12,10 +12,15 @@ from .expr import Expr
 @dataclass(frozen=True)
 class ListHint:
     """A list field: `count` items of `stride` bytes each; the item class is chosen by the
-    value of `selector` in `classes` (items of unknown selector values stay raw bytes)."""
+    value of `selector` in `classes` (items of unknown selector values stay raw bytes).
 
-    count: Expr
-    stride: Expr
+    With count and stride None the items are self-delimiting and run to the end of the data:
+    each item class says its own length with a `length_hint` (an Expr over its own fields,
+    e.g. nla_len) and `length_align`; a list stops at an item whose length is shorter than
+    its fixed header."""
+
+    count: Expr | None
+    stride: Expr | None
     selector: Expr
     classes: dict = field(default_factory=dict)
 

@@ -6,19 +6,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .expr import And, Expr, F, Not, Or, Under
+from .expr import And, Expr, F, Not, Or, Remaining, Under
 from .layers.mad import ATTR_PATH_RECORD, METHOD_GET, METHOD_GET_RESP, METHOD_GET_TABLE, METHOD_RESP
 
 
 @dataclass(frozen=True)
 class PacketRule:
-    """Fires when `condition` holds on a layer of class `layer`."""
+    """Fires when `condition` holds on a layer of class `layer`. `audit` says whether the
+    analyser evaluates this Expr itself (SA frames); the blob rules' Exprs feed only the
+    plugin, the analyser's blob rules judge the same conditions (tests compare the two)."""
 
     rule_id: str
     severity: str  # error, warning, info
     layer: str
     condition: Expr
     message: str
+    audit: bool = True
 
 
 _mad = Under("MAD")
@@ -49,4 +52,21 @@ PACKET_RULES = [
                And(_mad.method == METHOD_GET_RESP, _mad.attribute_id == ATTR_PATH_RECORD,
                    _mad.status == 0, F("attribute_offset") != 0, F("attribute_offset") != 8),
                "GetResp whose AttributeOffset does not match the PathRecord size (8 words)"),
+]
+
+_pd = Under("PathRecData")
+_BIDIR = 0x28
+PACKET_RULES += [
+    PacketRule("BLOB-LENGTH", "error", "PathArray", (Remaining() % 72) != 0,
+               "blob length is not a multiple of 72 (ucma_set_ib_path returns EINVAL)",
+               audit=False),
+    PacketRule("BLOB-UNKNOWN-FLAGS", "error", "PathRecData", (F("flags") & 0xFFFFFFC0) != 0,
+               "flag bit outside 0x3F set", audit=False),
+    PacketRule("BLOB-GMP-NOT-REVERSIBLE", "error", "PathRecord",
+               And(_pd.flags & 1, F("reversible") == 0),
+               "record flagged GMP carries a PathRecord that is not reversible", audit=False),
+    PacketRule("BLOB-BIDIR-NOT-REVERSIBLE", "error", "PathRecord",
+               And((_pd.flags & _BIDIR) == _BIDIR, F("reversible") == 0),
+               "record flagged BIDIRECTIONAL carries a PathRecord that is not reversible",
+               audit=False),
 ]

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from scapy.fields import ConditionalField, IP6Field, MACField, TrailerField
 
-from ibpath_scapy.luagen.model import build_layer
+from ibpath_scapy.luagen.model import build_layer, flag_items
 
 TSHARK = shutil.which("tshark")
 
@@ -77,10 +77,8 @@ def _expected(pkt, fname: str, abbrevs: list[str]) -> list[tuple[str, object]]:
         return [(abbrevs[0], int(val))]
     out = [(abbrevs[0], int(val))]
     if len(abbrevs) > 1:
-        names = [n for n in fld.names if n]
-        for n, sub in zip([i for i, x in enumerate(fld.names) if x], abbrevs[1:]):
+        for (n, _), sub in zip(flag_items(fld), abbrevs[1:]):
             out.append((sub, (int(val) >> n) & 1))
-        del names
     return out
 
 

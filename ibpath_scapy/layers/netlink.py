@@ -41,6 +41,8 @@ from scapy.fields import (
 )
 from scapy.packet import Packet, Raw, bind_layers
 
+from ..expr import And, Const, F, Remaining
+from ..hints import LengthHint, ListHint, NextLayer, next_layer_by_hints
 from .pathdata import PathRecData
 from .sa import GIDField
 
@@ -202,6 +204,10 @@ class LsAttr(Packet):
         BitEnumField("nla_type", 0, 13, LS_NLA_TYPES, end_tot_size=-2),
     ]
 
+    # nla_len counts the header and the value; the next attribute starts NLA_ALIGN'ed
+    length_hint = F("nla_len")
+    length_align = 4
+
     def extract_padding(self, s):
         want = max(0, (self.nla_len or NLA_HDRLEN) - NLA_HDRLEN)
         return s[:want], s[nlmsg_align(want):]
@@ -358,6 +364,9 @@ class _NLMsg(Packet):
     """Behaviour shared by the nlmsghdr layers: the body is nlmsg_len - 16 bytes and the next
     message starts at NLMSG_ALIGN(nlmsg_len)."""
 
+    length_hint = F("nlmsg_len")
+    length_align = 4
+
     def extract_padding(self, s):
         want = max(0, (self.nlmsg_len or NLMSG_HDRLEN) - NLMSG_HDRLEN)
         return s[:want], s[nlmsg_align(want):]
@@ -415,9 +424,7 @@ class RdmaNLMsgHdr(_NLMsg):
         return bool(int(self.nlmsg_flags) & NLM_F_REQUEST)
 
     def guess_payload_class(self, payload):
-        if self.rdma_client == RDMA_NL_LS:
-            return LS_BODIES.get((self.rdma_op, self.is_request()), Raw)
-        return Raw
+        return next_layer_by_hints(self, Raw)
 
     def mysummary(self):
         op = RDMA_NL_OPS.get(self.rdma_client, {}).get(self.rdma_op, self.rdma_op)
@@ -485,3 +492,29 @@ bind_layers(LsAttr, LsIpv4, nla_type=LS_NLA_TYPE_IPV4)
 bind_layers(LsAttr, LsIpv6, nla_type=LS_NLA_TYPE_IPV6)
 
 conf.l2types.register(LINKTYPE_NETLINK, NetlinkCooked)
+
+
+# The body of an RDMA message by client, op and NLM_F_REQUEST, as hints the Lua generator
+# reads too (RdmaNLMsgHdr.guess_payload_class uses them).
+RdmaNLMsgHdr.payload_hints = [
+    NextLayer(And(F("rdma_client") == RDMA_NL_LS, F("rdma_op") == op,
+                  (F("nlmsg_flags") & NLM_F_REQUEST) == (NLM_F_REQUEST if request else 0)), body)
+    for (op, request), body in LS_BODIES.items()
+]
+_ATTRIBUTE_HINTS = {
+    "attributes": ListHint(count=None, stride=None, selector=Const(0), classes={0: LsAttr}),
+    "trailing": LengthHint(Remaining()),
+}
+for _body in set(LS_BODIES.values()):
+    _body.field_hints = _ATTRIBUTE_HINTS
+
+# Display-filter names in the plugin: ibpath.<layer>.<field>
+for _cls, _layer in {
+    RdmaNLMsgHdr: "nl", LsAttr: "ls_attr", LsResolveRequest: "ls_resolve_request",
+    LsResolveResponse: "ls_resolve_response", LsSetTimeout: "ls_set_timeout",
+    LsIpResolveRequest: "ls_ip_resolve_request", LsIpResolveResponse: "ls_ip_resolve_response",
+    LsTimeout: "ls_timeout", LsServiceId: "ls_service_id", LsDgid: "ls_dgid", LsSgid: "ls_sgid",
+    LsTclass: "ls_tclass", LsPkey: "ls_pkey", LsQosClass: "ls_qos_class", LsIpv4: "ls_ipv4",
+    LsIpv6: "ls_ipv6",
+}.items():
+    _cls.lua_layer = _layer

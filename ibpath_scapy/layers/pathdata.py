@@ -23,6 +23,8 @@ import errno
 from scapy.fields import FlagsField, PacketField, PacketListField, StrField, XLEIntField
 from scapy.packet import Packet
 
+from ..expr import Const, Remaining
+from ..hints import LengthHint, ListHint
 from .ib import EXPORTED_PDU_DISSECTORS, ExportedPDU
 from .sa import PathRecord
 
@@ -99,6 +101,7 @@ class PathRecData(Packet):
     """
 
     name = "PathRecData"
+    lua_layer = "pathdata"
     fields_desc = [
         PathFlagsField("flags", GMP_PRIMARY_BIDIRECTIONAL),
         XLEIntField("reserved", 0),
@@ -122,11 +125,17 @@ class PathArray(Packet):
     rejects such an optval with EINVAL (optlen % sizeof(struct ib_path_rec_data))."""
 
     name = "PathArray"
+    lua_layer = "blob"  # the plugin's dissector "ibpath.blob" (exported-PDU name)
     RECORD_SIZE = RECORD_SIZE
     fields_desc = [
         PacketListField("records", [], PathRecData, next_cls_cb=_next_record, max_count=1 << 20),
         StrField("trailing", b""),
     ]
+    field_hints = {
+        "records": ListHint(count=Remaining() // RECORD_SIZE, stride=Const(RECORD_SIZE),
+                            selector=Const(0), classes={0: PathRecData}),
+        "trailing": LengthHint(Remaining()),
+    }
 
     @staticmethod
     def plausible(data: bytes) -> bool:

@@ -77,11 +77,16 @@ def _needed_fields(models: list[LayerModel], rules: list[Rule]) -> dict[str, set
         for s in m.steps:
             if isinstance(s.hint, ListHint):
                 for e in (s.hint.count, s.hint.stride, s.hint.selector):
-                    add_refs(m.key, e)
+                    if e is not None:
+                        add_refs(m.key, e)
             elif s.hint is not None and hasattr(s.hint, "length"):
                 add_refs(m.key, s.hint.length)
             if s.when is not None:
                 add_refs(m.key, s.when.condition)
+    for m in models:
+        length = getattr(m.cls, "length_hint", None)
+        if length is not None:
+            add_refs(m.key, length)
     for r in rules:
         add_refs(r.layer, r.condition)
     return need
@@ -132,7 +137,7 @@ class Emitter:
         if it.ftype == "bool":
             return (f"ProtoField.bool({lua_str(it.abbrev)}, {lua_str(it.label)}, {it.bool_bits}, "
                     f"nil, {lua_int(it.mask)}, {lua_str(it.desc)})")
-        if it.ftype in ("ipv6", "ether", "bytes"):
+        if it.ftype in ("ipv4", "ipv6", "ether", "bytes"):
             return f"ProtoField.{it.ftype}({lua_str(it.abbrev)}, {lua_str(it.label)}, {lua_str(it.desc)})"
         vs = "nil"
         if it.valuestring:
@@ -203,6 +208,7 @@ class Emitter:
         self._items_of(m)
         with w.block(f"D[{key}] = function(tvb, pinfo, tree, off, ctx)"):
             w("local limit = ctx.limit")
+            w("local ctx_limit = limit")
             w("local v = {}")
             w(f"ctx.v[{key}] = v")
             w(f"ctx.at[{key}] = off")
@@ -241,20 +247,42 @@ class Emitter:
                 if r.layer == m.key:
                     cond = r.condition.lua(_lua_env("(limit - off)"))
                     w(f"if ib_truthy({cond}) then t:add_proto_expert_info(EX[{n}]) end")
+            length = getattr(m.cls, "length_hint", None)
+            if length is not None:
+                # a self-delimiting item (nlattr, nlmsghdr): its payload ends where its own
+                # length says, and the next item starts at that length aligned
+                align = int(getattr(m.cls, "length_align", 1))
+                w(f"local item_len = {length.lua(_lua_env('(limit - off)'))}")
+                w(f"if item_len < {m.fixed_len} then return off end")
+                w("limit = math.min(limit, off + item_len)")
+                w("ctx.limit = limit")
+                w(f"local item_next = math.min(ctx_limit, off + ib_idiv(item_len + {align - 1}, {align}) * {align})")
+            branches = []
             for fv, sub in m.bindings:
                 if sub.__name__ not in self.keys:
                     continue
                 cond = " and ".join(f"ib_val(v, {lua_str(k)}) == {int(val)}" for k, val in sorted(fv.items())) or "true"
-                w(f"if {cond} then return D[{lua_str(sub.__name__)}](tvb, pinfo, tree, o, ctx) end")
+                branches.append((cond, sub))
             for h in m.next_hints:
                 if h.cls.__name__ in self.keys:
-                    cond = h.condition.lua(_lua_env("(limit - o)"))
-                    w(f"if ib_truthy({cond}) then return D[{lua_str(h.cls.__name__)}](tvb, pinfo, tree, o, ctx) end")
-            w("return o")
+                    branches.append((f"ib_truthy({h.condition.lua(_lua_env('(limit - o)'))})", h.cls))
+            w("local r = o")
+            for i, (cond, sub) in enumerate(branches):
+                kw = "if" if i == 0 else "elseif"
+                w(f"{kw} {cond} then r = D[{lua_str(sub.__name__)}](tvb, pinfo, tree, o, ctx)")
+            if branches:
+                w("end")
+            w("return item_next or r" if length is not None else "return r")
         w("")
 
     def _read_int(self, s: Step, at: str) -> str:
         rng = f"tvb({at}, {s.nbytes})"
+        if s.little_endian and s.kind in ("bitint", "flags"):
+            whole = f"{rng}:le_uint()"
+            if s.bits == s.nbytes * 8:
+                return whole
+            shift = s.nbytes * 8 - s.bit_off - s.bits
+            return f"ib_band(ib_rshift({whole}, {shift}), {(1 << s.bits) - 1})"
         if s.kind == "bitint" or (s.kind == "flags" and not s.little_endian and (s.bit_off or s.bits % 8)):
             val = f"{rng}:bitfield({s.bit_off}, {s.bits})"
             return f"ib_num({val})" if s.bits > 32 else val
@@ -270,7 +298,7 @@ class Emitter:
         if guard:
             w(f"if ib_truthy({s.when.condition.lua(_lua_env('(limit - o)'))}) then")
             w.depth += 1
-        if s.kind in ("int", "bitint", "flags", "ipv6", "ether", "bytes") and not static:
+        if s.kind in ("int", "bitint", "flags", "ipv4", "ipv6", "ether", "bytes") and not static:
             w(f"if o + {s.nbytes} > limit then return ib_short(tvb, t, P[{lua_str(m.key)}], o, limit, {s.nbytes}) end")
         add = "add_le" if s.little_endian else "add"
         if s.kind in ("int", "bitint", "flags"):
@@ -286,7 +314,7 @@ class Emitter:
                         w(f"ft:{add}({self.pf(it)}, tvb({at} + {rel}, {win_len}))")
             else:
                 w(f"if show then t:{add}({self.pf(s.item)}, tvb({at}, {s.nbytes})) end")
-        elif s.kind in ("ipv6", "ether", "bytes"):
+        elif s.kind in ("ipv4", "ipv6", "ether", "bytes"):
             w(f"if show then t:add({self.pf(s.item)}, tvb({at}, {s.nbytes})) end")
         elif s.kind == "varbytes":
             length = s.hint.length.lua(_lua_env("(limit - o)"))
@@ -310,7 +338,7 @@ class Emitter:
                     w(f"o = o + {size}")
         elif s.kind == "list":
             self._list(m, s)
-        if not static and s.kind in ("int", "bitint", "flags", "ipv6", "ether", "bytes"):
+        if not static and s.kind in ("int", "bitint", "flags", "ipv4", "ipv6", "ether", "bytes"):
             w(f"o = o + {s.nbytes}")
         if guard:
             w.depth -= 1
@@ -320,7 +348,31 @@ class Emitter:
         w = self.w
         h: ListHint = s.hint
         env = _lua_env("(limit - o)")
+        items = [(value, cls) for value, cls in sorted(h.classes.items()) if cls.__name__ in self.keys]
+
+        def dispatch(at: str, limit: str, target: str):
+            first = True
+            for value, cls in items:
+                kw = "if" if first else "elseif"
+                w(f"{kw} sel == {int(value)} then {target}D[{lua_str(cls.__name__)}](tvb, pinfo, t, {at}, ib_subctx(ctx, {limit}))")
+                first = False
+            if not first:
+                w("end")
+
         with w.block("do"):
+            if h.count is None:
+                from .model import build_layer as _bl
+                header = min((_bl(c, "x").fixed_len for _, c in items), default=1) or 1
+                w("local count = 0")
+                with w.block(f"while o + {header} <= limit and count < MAX_LIST_ITEMS do"):
+                    w(f"local sel = {h.selector.lua(env)}")
+                    w("local nexto = o")
+                    dispatch("o", "limit", "nexto = ")
+                    w("if nexto <= o then break end")
+                    w("o = nexto")
+                    w("count = count + 1")
+                w(f"v[{lua_str(s.name + '_count')}] = count")
+                return
             w(f"local count = math.floor({h.count.lua(env)})")
             w(f"local stride = math.floor({h.stride.lua(env)})")
             w(f"local sel = {h.selector.lua(env)}")
@@ -329,15 +381,7 @@ class Emitter:
             with w.block("for i = 0, count - 1 do"):
                 w("local s = o + i * stride")
                 w(f"if s + stride > limit then ib_short(tvb, t, P[{lua_str(m.key)}], s, limit, stride); count = i; break end")
-                first = True
-                for value, cls in sorted(h.classes.items()):
-                    if cls.__name__ not in self.keys:
-                        continue
-                    kw = "if" if first else "elseif"
-                    w(f"{kw} sel == {int(value)} then D[{lua_str(cls.__name__)}](tvb, pinfo, t, s, ib_subctx(ctx, s + stride))")
-                    first = False
-                if not first:
-                    w("end")
+                dispatch("s", "s + stride", "")
             w("o = o + math.max(count, 0) * math.max(stride, 0)")
             w(f"v[{lua_str(s.name + '_count')}] = count")
 

@@ -16,9 +16,11 @@ from scapy.fields import (
     Field,
     FlagsField,
     IP6Field,
+    IPField,
     MACField,
     PacketField,
     PacketListField,
+    StrField,
     StrFixedLenField,
     StrLenField,
     ThreeBytesField,
@@ -50,6 +52,8 @@ def label_for(name: str) -> str:
     words = [w for w in name.split("_") if w]
     def word(w):
         lw = w.lower()
+        if w.isupper() and len(w) > 1:
+            return w  # the spec's own capitals (GMP, INBOUND)
         return _SPELLINGS.get(lw) or (w.upper() if lw in _ACRONYMS else w.capitalize())
 
     return " ".join(word(w) for w in words) or name
@@ -67,7 +71,7 @@ class Item:
 
     abbrev: str
     label: str
-    ftype: str  # uint8 uint16 uint24 uint32 uint64 bool ipv6 ether bytes
+    ftype: str  # uint8 uint16 uint24 uint32 uint64 bool ipv4 ipv6 ether bytes
     base: str | None = None  # HEX or DEC for integers
     mask: int | None = None
     valuestring: dict | None = None
@@ -141,8 +145,8 @@ def _fixed_bytes(fld) -> int | None:
             return int(fld.length_from(None))
         except Exception:  # a length that depends on the packet
             return None
-    if isinstance(fld, (StrLenField, PacketListField, PacketField)) or getattr(fld, "islist", 0):
-        return None
+    if isinstance(fld, (StrField, StrLenField, PacketListField, PacketField)) or getattr(fld, "islist", 0):
+        return None  # (StrFixedLenField, a StrField too, returned above)
     sz = getattr(fld, "sz", None)
     return sz if isinstance(sz, int) and sz > 0 else None
 
@@ -156,6 +160,7 @@ def build_layer(cls: type, prefix: str, names_seen: set[str] | None = None) -> L
     hints = getattr(cls, "field_hints", {}) or {}
     used: set[str] = set() if names_seen is None else names_seen
     steps: list[Step] = []
+    le_group: tuple[int, int] | None = None  # (start bit, bytes) of a little-endian bit group
     bitpos: int | None = 0  # bits from the layer start; None once a variable step passed
     fixed_len = None
 
@@ -188,17 +193,25 @@ def build_layer(cls: type, prefix: str, names_seen: set[str] | None = None) -> L
         if isinstance(fld, _BitField):
             if bitpos is None:
                 raise GeneratorError(f"{cls.__name__}.{fld.name}: bit field after a variable-length field")
-            if getattr(fld, "rev", False) and not (
-                    isinstance(fld, FlagsField) and bitpos % 8 == 0 and fld.size % 8 == 0):
-                raise GeneratorError(f"{cls.__name__}.{fld.name}: reversed bit fields are not supported")
-            steps.append(_bit_step(cls, fld, bitpos, item, when))
+            if le_group is None and fld.rev:
+                # scapy: a little-endian group of tot_size bytes is byte-reversed, then read
+                # MSB first (tot_size=-N on its first field, end_tot_size=-N on its last)
+                if bitpos % 8 or fld.tot_size < 1:
+                    raise GeneratorError(f"{cls.__name__}.{fld.name}: little-endian bit group "
+                                         "must start on a byte boundary")
+                le_group = (bitpos, fld.tot_size)
+            steps.append(_bit_step(cls, fld, bitpos, item, when, le_group))
             bitpos += fld.size
+            if le_group and bitpos >= le_group[0] + 8 * le_group[1]:
+                le_group = None
             continue
         if bitpos is not None and bitpos % 8:
             raise GeneratorError(f"{cls.__name__}.{fld.name}: the bit fields before it end mid-byte")
         nb = _fixed_bytes(fld)
         if isinstance(fld, IP6Field):
             step = Step(fld.name, "ipv6", offset, nbytes=16, item=item(fld.name, "ipv6"))
+        elif isinstance(fld, IPField):
+            step = Step(fld.name, "ipv4", offset, nbytes=4, item=item(fld.name, "ipv4"))
         elif isinstance(fld, MACField):
             step = Step(fld.name, "ether", offset, nbytes=6, item=item(fld.name, "ether"))
         elif isinstance(fld, PacketField) and not isinstance(fld, PacketListField):
@@ -255,14 +268,28 @@ def _bindings(cls):
     return out
 
 
-def _bit_step(cls, fld, bitpos: int, item, when) -> Step:
+def _bit_step(cls, fld, bitpos: int, item, when, group: tuple[int, int] | None = None) -> Step:
     w = fld.size
+    hexa = _is_hex(fld)
+    if group is not None:
+        # inside a little-endian group: masks apply to the group read as an LE integer
+        nbytes, rel, start = group[1], bitpos - group[0], group[0] // 8
+        if nbytes > 4:
+            raise GeneratorError(f"{cls.__name__}.{fld.name}: little-endian bit group wider than 32 bits")
+        if isinstance(fld, FlagsField):
+            return _flags_step(cls, fld, start, rel, nbytes, item, little_endian=True)
+        mask = ((1 << w) - 1) << (nbytes * 8 - rel - w)
+        it = item(fld.name, _int_ftype(nbytes), base="HEX" if hexa else "DEC",
+                  mask=None if mask == (1 << nbytes * 8) - 1 else mask, valuestring=_enum_table(fld))
+        return Step(fld.name, "bitint", start, nbytes=nbytes, bit_off=rel, bits=w, item=it,
+                    when=when, little_endian=True)
     start, end = bitpos // 8, (bitpos + w - 1) // 8
     nbytes = end - start + 1
     bit_off = bitpos % 8
-    hexa = _is_hex(fld)
     if isinstance(fld, FlagsField):
-        return _flags_step(cls, fld, bitpos, item)
+        if bit_off and bit_off + w > 32:
+            raise GeneratorError(f"{cls.__name__}.{fld.name}: unaligned flags wider than a word")
+        return _flags_step(cls, fld, start, bit_off, (bit_off + w + 7) // 8, item)
     if nbytes <= 4:
         mask = ((1 << w) - 1) << (nbytes * 8 - bit_off - w)
         if mask == (1 << (nbytes * 8)) - 1:
@@ -291,14 +318,11 @@ def _bit_step(cls, fld, bitpos: int, item, when) -> Step:
                 when=when, wide_value=True)
 
 
-def _flags_step(cls, fld, bitpos: int, item) -> Step:
+def _flags_step(cls, fld, start: int, bit_off: int, nbytes: int, item,
+                little_endian: bool = False) -> Step:
+    """A FlagsField: the whole value, then one bool per named bit (masks on 32-bit windows:
+    ProtoField ignores masks above 32 bits)."""
     w = fld.size
-    if bitpos % 8 and (bitpos % 8) + w > 32:
-        raise GeneratorError(f"{cls.__name__}.{fld.name}: unaligned flags wider than a word")
-    start = bitpos // 8
-    nbytes = ((bitpos % 8) + w + 7) // 8
-    le = bool(getattr(fld, "rev", False))  # FlagsField with a negative size: little-endian
-    bit_off = bitpos % 8
     wide = nbytes > 4
     if wide:
         parent = item(fld.name, "uint64", base="HEX")
@@ -307,24 +331,27 @@ def _flags_step(cls, fld, bitpos: int, item) -> Step:
         parent = item(fld.name, _int_ftype(nbytes), base="HEX",
                       mask=None if mask == (1 << nbytes * 8) - 1 else mask)
     step = Step(fld.name, "flags", start, nbytes=nbytes, bit_off=bit_off, bits=w,
-                little_endian=le, item=parent, wide_value=wide)
-    names = list(fld.names) if isinstance(fld.names, (list, tuple, str)) else []
-    for n, name in enumerate(names):
-        if not name:
-            continue
+                little_endian=little_endian, item=parent, wide_value=wide)
+    for n, name in flag_items(fld):
         if wide:
-            # 64-bit masks are ignored by ProtoField: use the 32-bit half holding bit n
             k = n // 32
             win_off = start + nbytes - 4 * (k + 1)
             it = item(f"{fld.name}.{name}", "bool", mask=1 << (n % 32), bool_bits=32)
-            it.label = label_for(name)
             step.flags.append((it, win_off, 4))
         else:
             shift = nbytes * 8 - bit_off - w + n
             it = item(f"{fld.name}.{name}", "bool", mask=1 << shift, bool_bits=nbytes * 8)
-            it.label = label_for(name)
             step.flags.append((it, start, nbytes))
+        it.label = label_for(name)
     return step
+
+
+def flag_items(fld) -> list[tuple[int, str]]:
+    """(bit, name) of the flags that get an item of their own. Names a layer gives undefined
+    bits (bit12, reserved_7) get none: the whole value shows them, and rules flag them."""
+    names = list(fld.names) if isinstance(fld.names, (list, tuple, str)) else []
+    return [(n, name) for n, name in enumerate(names)
+            if name and not re.fullmatch(r"(bit|reserved_?)\d+", name)]
 
 
 _STATIC: dict[type, int | None] = {}

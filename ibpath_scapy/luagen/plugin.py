@@ -9,6 +9,8 @@ from pathlib import Path
 
 from .. import __version__
 from ..layers import BTH, LRH
+from ..layers.netlink import RdmaNLMsgHdr
+from ..layers.pathdata import PathArray
 from ..packet_rules import PACKET_RULES
 from .emit import Spec, generate
 
@@ -28,7 +30,7 @@ Fields: ibpath.<layer>.<field>. Install: ibpath dissector install"""
 def plugin_spec() -> Spec:
     return Spec(
         prefix="ibpath",
-        entry_layers=[LRH, BTH],
+        entry_layers=[LRH, BTH, PathArray, RdmaNLMsgHdr],
         rules=list(PACKET_RULES),
         header_comment=HEADER,
         keep={
@@ -36,6 +38,7 @@ def plugin_spec() -> Spec:
             "RMPP": {"rmpp_type", "rmpp_flags", "segment_number", "payload_length"},
             "BTH": {"opcode"},
             "LRH": {"lnh"},
+            "RdmaNLMsgHdr": {"rdma_client", "rdma_op", "nlmsg_flags", "nlmsg_seq"},
         },
         extra_lua=resources.files(__package__).joinpath("runtime.lua").read_text(),
     )

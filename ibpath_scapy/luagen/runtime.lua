@@ -400,3 +400,33 @@ wrap_encap(wtap_encaps.WIRESHARK_UPPER_PDU, "ibpath.exported_pdu", function(tvb)
   if name ~= "infiniband" then return nil end
   return off, tvb:len()
 end)
+
+-- NETLINK_RDMA (20): Wireshark's netlink dissector hands each message, from its nlmsghdr
+local nl_table = DissectorTable.get("netlink.protocol")
+local rdma_nl = Proto("ibpath.netlink_rdma", "ibpath RDMA netlink")
+function rdma_nl.dissector(tvb, pinfo, tree)
+  pinfo.cols.protocol:set("RDMA netlink")
+  local ctx = {limit = tvb:len(), v = {}, at = {}, encap = "netlink", show = true}
+  D["RdmaNLMsgHdr"](tvb, pinfo, tree, 0, ctx)
+  local msg = ctx.v["RdmaNLMsgHdr"] or {}
+  local ops = {[0] = "RESOLVE", [1] = "SET_TIMEOUT", [2] = "IP_RESOLVE"}
+  if msg.rdma_client == 4 then
+    local kind = ib_band(msg.nlmsg_flags or 0, 1) ~= 0 and "request" or "response"
+    local err = ib_band(msg.nlmsg_flags or 0, 0x100) ~= 0 and " [LS_F_ERR]" or ""
+    pinfo.cols.info:set(string.format("LS %s %s seq %d%s", ops[msg.rdma_op] or tostring(msg.rdma_op),
+                                      kind, msg.nlmsg_seq or 0, err))
+  end
+  return tvb:len()
+end
+if nl_table ~= nil then nl_table:add(20, rdma_nl) end
+
+-- Blobs: exported PDUs named "ibpath.blob" reach the generated PathArray proto by name
+P["PathArray"].dissector = function(tvb, pinfo, tree)
+  pinfo.cols.protocol:set("ibpath blob")
+  local ctx = {limit = tvb:len(), v = {}, at = {}, encap = "blob", show = true}
+  D["PathArray"](tvb, pinfo, tree, 0, ctx)
+  local arr = ctx.v["PathArray"] or {}
+  pinfo.cols.info:set(string.format("rdma_set_option path array: %d record(s), %d bytes",
+                                    arr.records_count or 0, tvb:len()))
+  return tvb:len()
+end

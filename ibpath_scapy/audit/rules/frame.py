@@ -36,6 +36,8 @@ def packet_rule_hits(rec: dict):
     if rec.get("kind") != "sa":
         return
     for pr in PACKET_RULES:
+        if not pr.audit:
+            continue
         n = len(rec.get("path_records") or []) if pr.layer == "PathRecord" else 1
         for i in range(max(n, 0)):
             own = _layer_values(rec, pr.layer, i)
@@ -67,4 +69,5 @@ def _register_packet_rule(pr):
 
 
 for _pr in PACKET_RULES:
-    _register_packet_rule(_pr)
+    if _pr.audit:
+        _register_packet_rule(_pr)
