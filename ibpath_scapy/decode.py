@@ -24,7 +24,7 @@ from scapy.fields import FlagsField, IP6Field
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Ether
-from scapy.packet import Packet, Raw
+from scapy.packet import Packet
 
 from . import crc
 from .kernelview import (

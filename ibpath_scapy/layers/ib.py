@@ -12,7 +12,6 @@ from scapy.contrib.roce import BTH, GRH
 from scapy.fields import (
     BitEnumField,
     BitField,
-    ByteEnumField,
     FCSField,
     FieldLenField,
     FlagsField,
@@ -76,6 +75,17 @@ class LRH(Packet):
 
     def post_build(self, p, pay):
         body = (p + pay)[:-2]  # the VCRC placeholder closes pay
+        grh = self.payload if isinstance(self.payload, GRH) else None
+        if grh is not None and len(body) >= 8 + 40:
+            # scapy.contrib.roce's GRH defaults PayLen and NxtHdr to 0; a GRH under an LRH
+            # gets what the kernel gives a built header (ud_header.c ib_ud_header_init) unless
+            # the user set them: PayLen = BTH..ICRC rounded up to 4 bytes, NxtHdr 0x1B.
+            b = bytearray(body)
+            if "paylen" not in grh.fields:
+                b[12:14] = struct.pack("!H", (len(body) - 48 + 3) & ~3)
+            if "nexthdr" not in grh.fields:
+                b[14] = GRH_NEXT_HEADER_IBA
+            body = bytes(b)
         if self.pkt_len is None:
             words = len(body) // 4  # LRH..ICRC; the VCRC is not counted
             v = (struct.unpack("!H", body[4:6])[0] & 0xF800) | (words & 0x7FF)

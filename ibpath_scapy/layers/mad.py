@@ -10,7 +10,6 @@ from scapy.fields import (
     ByteField,
     FlagsField,
     IntField,
-    XByteField,
     XIntField,
     XLongField,
     XShortField,

@@ -226,7 +226,7 @@ class Emitter:
             # With no tree (tshark -r without -V or a filter) only values are computed:
             # every TreeItem call is skipped, which is most of a layer's cost.
             w("local show = ctx.show ~= false  -- callers without a tree pass show = false")
-            w(f"local t = tree")
+            w("local t = tree")
             w(f"if show then t = tree:add(P[{key}], tvb(off, {m.fixed_len if m.fixed_len else 0})) end")
             w(f"local o = off + {m.fixed_len}")
             static = True

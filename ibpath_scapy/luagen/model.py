@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from scapy.fields import (
     ConditionalField,
-    Field,
     FlagsField,
     IP6Field,
     IPField,
