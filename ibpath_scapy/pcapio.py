@@ -201,7 +201,22 @@ def _comment(opts: bytes, endian: str) -> str | None:
     return None
 
 
-class PcapNgWriter:
+class _Writer:
+    """A file written frame by frame; usable as a context manager."""
+
+    f: BinaryIO
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class PcapNgWriter(_Writer):
     """Write a pcapng with one interface per link type (created on first use)."""
 
     def __init__(self, path: str):
@@ -232,17 +247,9 @@ class PcapNgWriter:
             body += struct.pack("<HH", 1, len(c)) + c + b"\x00" * ((-len(c)) % 4) + b"\x00" * 4
         self._block(_EPB, body)
 
-    def close(self) -> None:
-        self.f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
-class PcapWriter:
+class PcapWriter(_Writer):
     """Write a classic pcap (one link type, microsecond or nanosecond timestamps)."""
 
     def __init__(self, path: str, linktype: int, snaplen: int = 262144, nano: bool = False):
@@ -256,11 +263,3 @@ class PcapWriter:
         t = int(round(ts * scale))
         self.f.write(struct.pack("<IIII", t // scale, t % scale, len(data), len(data)) + data)
 
-    def close(self) -> None:
-        self.f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -5,6 +5,7 @@ import ipaddress
 import struct
 
 import pytest
+from layer_checks import assert_bit_runs_close
 from hypothesis import given, settings, strategies as st
 from scapy.fields import _BitField
 
@@ -58,15 +59,7 @@ def test_layer_has_spec_length_and_byte_aligned_bitfields(cls):
         assert len(bytes(pkt)) == SPEC_LEN[cls] + 2  # + VCRC trailer
     else:
         assert len(bytes(pkt)) >= SPEC_LEN[cls]
-    # Every run of BitFields closes on a byte boundary (Scapy does not check this).
-    run = 0
-    for f in cls.fields_desc:
-        if isinstance(f, _BitField):
-            run += f.size
-        else:
-            assert run % 8 == 0, f"{cls.__name__}: bit run before {f.name} ends mid-byte"
-            run = 0
-    assert run % 8 == 0
+    assert_bit_runs_close(cls)
 
 
 def test_path_record_matches_kernel_path_rec_table():

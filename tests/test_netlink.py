@@ -20,7 +20,7 @@ import tempfile
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import pytest
-from scapy.fields import _BitField
+from layer_checks import assert_bit_runs_close
 
 from ibpath_scapy.decode import Decoder
 from ibpath_scapy.layers import netlink as nl
@@ -126,14 +126,7 @@ VALUE_CLASSES = {1: PathRecData, 2: nl.LsTimeout, 3: nl.LsServiceId, 4: nl.LsDgi
 def test_header_lengths_and_byte_aligned_bit_runs(cls):
     """rdma_ls_resolve_header is 66 bytes, NLMSG_ALIGNed to 68 (ib_nl_send_msg skb_put)."""
     assert len(bytes(cls())) == SPEC_LEN[cls]
-    run = 0
-    for f in cls.fields_desc:
-        if isinstance(f, _BitField):
-            run += f.size
-        else:
-            assert run % 8 == 0, f"{cls.__name__}: bit run before {f.name} ends mid-byte"
-            run = 0
-    assert run % 8 == 0
+    assert_bit_runs_close(cls)
 
 
 @pytest.mark.parametrize("typ", sorted(VALUE_CLASSES))
