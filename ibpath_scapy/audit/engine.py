@@ -39,7 +39,12 @@ def run_rules(path: str, replay: Replay, options: AuditOptions) -> Iterator[Find
         for rid in ordered:
             if "transaction" in RULES[rid].checks:
                 yield from _findings(rid, "transaction", t, path)
-    for b in replay.blobs:
+    # Blob rules judge both kinds of blob: rdma_set_option optvals (blob frames) and the
+    # PATH_RECORD attributes of LS RESOLVE responses the kernel reads (no RDMA_NL_LS_F_ERR),
+    # in frame order; every finding names the frame of its own message.
+    ls_blobs = [r for e in replay.ls.values() for r in e["responses"]
+                if "blob_records" in r and not r.get("ls", {}).get("error")]
+    for b in sorted(replay.blobs + ls_blobs, key=lambda r: r["frame"]):
         for rid in ordered:
             if "blob" in RULES[rid].checks:
                 yield from _findings(rid, "blob", (b, options), path)
