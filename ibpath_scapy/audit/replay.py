@@ -77,6 +77,9 @@ class Resolution:
     ls_requests: list[dict] = field(default_factory=list)
     ls_responses: list[dict] = field(default_factory=list)
     cm_reqs: list[dict] = field(default_factory=list)
+    # blobs given with --blob (ibpath audit --blob FILE) whose records concern this pair; they
+    # are not frames of the capture and have no place in its time line
+    extra_blobs: list[dict] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -100,6 +103,16 @@ def _gid(x: str | None) -> str | None:
     return None if x in (None, "::") else x
 
 
+EXTRA_BLOB = "extra_blob"
+
+
+def extra_blob_record(rec: dict, source: str) -> dict:
+    """Wrap a decoded blob record of a --blob FILE for feeding into a capture's replay: the
+    replay keeps it apart (Replay.extra_blobs, with its file name under "file") and does not
+    count it as a record of the capture."""
+    return {"frame": 0, "kind": EXTRA_BLOB, "file": source, "record": rec}
+
+
 class Replay:
     """Feed decoded records in frame order; read the results after finish()."""
 
@@ -112,6 +125,7 @@ class Replay:
         self.blobs: list[dict] = []
         self.ls: dict[int, dict] = {}  # seq → {"request": rec, "responses": [...]}
         self.cm_reqs: list[dict] = []
+        self.extra_blobs: list[dict] = []  # from --blob files: the record, plus "file"
         self.malformed: list[dict] = []
         self.records = 0
         self.evicted = 0
@@ -120,8 +134,11 @@ class Replay:
 
     # -- intake ------------------------------------------------------------------------------
     def feed(self, rec: dict) -> None:
-        self.records += 1
         kind = rec.get("kind")
+        if kind == EXTRA_BLOB:
+            self.extra_blobs.append({**rec["record"], "file": rec["file"]})
+            return
+        self.records += 1
         if kind == "sa" or kind == "malformed" or rec.get("malformed"):
             self.frame_records.append(_slim(rec))
         if kind == "malformed" or rec.get("malformed"):
@@ -199,12 +216,37 @@ class Replay:
                 if req:
                     res.ls_requests.append(req)
                 res.ls_responses += entry["responses"]
+        for b in self.extra_blobs:
+            res = self._resolution_for_records(b.get("blob_records", []), create=False)
+            if res is not None:
+                res.extra_blobs.append(b)
         for c in self.cm_reqs:
-            req = c["cm_req"]
-            res = self._resolution(req["primary_local_gid"], req["primary_remote_gid"], req["pkey"],
-                                   create=False)
+            res = self.cm_resolution(c)
             if res is not None:
                 res.cm_reqs.append(c)
+
+    def cm_resolution(self, cm_rec: dict) -> Resolution | None:
+        """The resolution of a CM REQ: by its primary GIDs (either way round; native IB and
+        RoCEv2 alike, LIDs play no part: they are 0xFFFF on RoCE and off-subnet), the same
+        P_Key preferred, else any P_Key (so that a REQ whose P_Key differs from the path's is
+        still judged against it)."""
+        req = cm_rec["cm_req"]
+        local, remote = _gid(req["primary_local_gid"]), _gid(req["primary_remote_gid"])
+        if not local or not remote:
+            return None
+        exact = self._resolution(local, remote, req["pkey"], create=False)
+        if exact is not None:
+            return exact
+        for (a, b, _pkey), res in self.resolutions.items():
+            if {a, b} == {local, remote}:
+                return res
+        return None
+
+    def kernel_blobs(self) -> list[dict]:
+        """Everything handed to the kernel as a flagged path array, in frame order: blob frames
+        (rdma_set_option optvals), LS RESOLVE responses, then the --blob files' blobs."""
+        ls = [r for e in self.ls.values() for r in e["responses"] if "blob_records" in r]
+        return sorted(self.blobs + ls, key=lambda r: r["frame"]) + list(self.extra_blobs)
 
     def _resolution(self, local: str, remote: str, pkey: int, create: bool = True) -> Resolution | None:
         local, remote = _gid(local), _gid(remote)
@@ -222,19 +264,22 @@ class Replay:
         q = t.query
         if not q or not {"sgid", "dgid"} <= t.components:
             return  # not a point-to-point path query (e.g. saquery -p: every path)
-        pkey = q["pkey"] if "pkey" in t.components else 0xFFFF
+        if "pkey" in t.components:
+            pkey = q["pkey"]
+        else:  # the P_Key the SA chose, which is what a blob built from the answer carries
+            pkey = t.records[0]["pkey"] if t.records else 0xFFFF
         res = self._resolution(q["sgid"], q["dgid"], pkey)
         if res is not None:
             res.transactions.append(t)
 
-    def _resolution_for_records(self, records: list[dict]) -> Resolution | None:
+    def _resolution_for_records(self, records: list[dict], create: bool = True) -> Resolution | None:
         for r in records:
             pr = r["path_record"]
             flags = r["flags"]
             if flags & 0x10:  # INBOUND: SGID is the remote end
-                res = self._resolution(pr["dgid"], pr["sgid"], pr["pkey"])
+                res = self._resolution(pr["dgid"], pr["sgid"], pr["pkey"], create)
             else:
-                res = self._resolution(pr["sgid"], pr["dgid"], pr["pkey"])
+                res = self._resolution(pr["sgid"], pr["dgid"], pr["pkey"], create)
             if res is not None:
                 return res
         return None
@@ -243,4 +288,4 @@ class Replay:
         return [t for t in self.done if t.attribute_id == PATH_RECORD_ATTR]
 
 
-__all__ = ["Replay", "Resolution", "Transaction"]
+__all__ = ["Replay", "Resolution", "Transaction", "extra_blob_record"]

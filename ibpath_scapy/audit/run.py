@@ -8,6 +8,7 @@ from ..decode import Decoder, decode_file
 from ..pcapio import CaptureError
 from .engine import FileAudit, audit_records
 from .model import AuditOptions
+from .replay import extra_blob_record
 
 
 class _Progress:
@@ -27,27 +28,47 @@ class _Progress:
             sys.stderr.write("\r" + " " * (len(self.path) + 20) + "\r")
 
 
-def _records(path: str, decoder: Decoder, engine: str):
+def _records(path: str, decoder: Decoder, engine: str, extra: list[dict] = ()):
     if engine != "scapy":
         raise ValueError(f"unknown engine {engine!r}")
     yield from decode_file(path, decoder)
+    yield from extra
+
+
+def extra_blobs(paths: list[str]) -> list[dict]:
+    """The blob records of the --blob files, wrapped for every capture's replay
+    (replay.extra_blob_record). A file that cannot be read to its end gives what came before
+    the damage; the file's own audit reports why."""
+    out = []
+    for path in paths:
+        try:
+            for rec in decode_file(path, Decoder()):
+                if rec.get("kind") == "blob":
+                    out.append(extra_blob_record(rec, path))
+        except (CaptureError, OSError):
+            pass
+    return out
 
 
 def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
                 quiet: bool = False) -> tuple[list[FileAudit], list[str]]:
     """Audit each file; an unreadable file is reported on stderr (file and reason) and its
-    findings up to the damage are kept."""
+    findings up to the damage are kept. The blobs of options.extra_blobs (--blob) join the
+    replay of every other file, without being counted as its frames."""
     audits, unreadable = [], []
+    extras = extra_blobs(options.extra_blobs)
     for path in paths:
         decoder = Decoder()
         progress = _Progress(path, not quiet)
+        extra = [] if path in options.extra_blobs else extras
         try:
-            fa = audit_records(path, _records(path, decoder, engine), options, on_frame=progress)
+            fa = audit_records(path, _records(path, decoder, engine, extra), options,
+                               on_frame=progress)
         except CaptureError as exc:
             progress.done()
             print(f"ibpath: {exc}", file=sys.stderr)
             unreadable.append(path)
-            fa = _partial(path, decoder, options, str(exc))
+            fa = _partial(path, decoder, options, str(exc), extra)
         except OSError as exc:
             print(f"ibpath: {path}: {exc.strerror or exc}", file=sys.stderr)
             unreadable.append(path)
@@ -58,7 +79,8 @@ def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
     return audits, unreadable
 
 
-def _partial(path: str, decoder: Decoder, options: AuditOptions, error: str) -> FileAudit:
+def _partial(path: str, decoder: Decoder, options: AuditOptions, error: str,
+             extra: list[dict] = ()) -> FileAudit:
     """Findings from the frames before the damage: decode again up to the error."""
     out = []
     try:
@@ -66,6 +88,6 @@ def _partial(path: str, decoder: Decoder, options: AuditOptions, error: str) -> 
             out.append(rec)
     except CaptureError:
         pass
-    fa = audit_records(path, out, options)
+    fa = audit_records(path, out + list(extra), options)
     fa.error = error
     return fa

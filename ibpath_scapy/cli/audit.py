@@ -20,8 +20,10 @@ def add_parser(sub) -> None:
                    default="all", help="which kernel's use of a blob to judge (default: all)")
     p.add_argument("--format", choices=("text", "json", "junit"), default="text")
     p.add_argument("-o", "--output", help="write the report here instead of stdout")
-    p.add_argument("--blob", action="append", default=[],
-                   help="a rdma_set_option optval recorded outside the capture")
+    p.add_argument("--blob", action="append", default=[], metavar="FILE",
+                   help="a rdma_set_option optval recorded outside the capture (raw blob or "
+                   "capture with blob frames): audited on its own and added to every FILE's "
+                   "replay, where the CM rules use it (repeatable)")
     p.add_argument("--engine", choices=("scapy",), default="scapy",
                    help="decoding engine (the tshark engine is not built yet)")
     p.add_argument("--list-rules", action="store_true", help="print the rule catalogue")
@@ -37,8 +39,8 @@ def run(args) -> int:
         print("ibpath audit: give at least one FILE (or --list-rules)", file=sys.stderr)
         return 2
     options = AuditOptions(kernel=args.kernel, extra_blobs=args.blob)
-    audits, unreadable = audit_paths(args.files + args.blob, options, engine=args.engine,
-                                     quiet=args.quiet)
+    paths = args.files + [b for b in dict.fromkeys(args.blob) if b not in args.files]
+    audits, unreadable = audit_paths(paths, options, engine=args.engine, quiet=args.quiet)
     out = open(args.output, "w") if args.output else sys.stdout
     try:
         if args.format == "json":
