@@ -31,6 +31,14 @@ def _findings(rule_id: str, family: str, subject, path: str, resolution: str | N
 def run_rules(path: str, replay: Replay, options: AuditOptions) -> Iterator[Finding]:
     """Every registered check over what the replay collected."""
     ordered = sorted(RULES)
+    # findings are grouped per resolution in reports: name the one each message belongs to
+    by_frame: dict[int, str] = {}
+    by_transaction: dict[int, str] = {}
+    for res in replay.resolutions.values():
+        for rec in res.blobs + res.ls_requests + res.ls_responses + res.cm_reqs:
+            by_frame[rec["frame"]] = res.name
+        for t in res.transactions:
+            by_transaction[id(t)] = res.name
     for rec in replay.frame_records:
         for rid in ordered:
             if "frame" in RULES[rid].checks:
@@ -38,7 +46,7 @@ def run_rules(path: str, replay: Replay, options: AuditOptions) -> Iterator[Find
     for t in replay.sa_transactions():
         for rid in ordered:
             if "transaction" in RULES[rid].checks:
-                yield from _findings(rid, "transaction", t, path)
+                yield from _findings(rid, "transaction", t, path, by_transaction.get(id(t)))
     # Blob rules judge both kinds of blob: rdma_set_option optvals (blob frames) and the
     # PATH_RECORD attributes of LS RESOLVE responses the kernel reads (no RDMA_NL_LS_F_ERR),
     # in frame order; every finding names the frame of its own message.
@@ -47,7 +55,7 @@ def run_rules(path: str, replay: Replay, options: AuditOptions) -> Iterator[Find
     for b in sorted(replay.blobs + ls_blobs, key=lambda r: r["frame"]):
         for rid in ordered:
             if "blob" in RULES[rid].checks:
-                yield from _findings(rid, "blob", (b, options), path)
+                yield from _findings(rid, "blob", (b, options), path, by_frame.get(b["frame"]))
     for res in replay.resolutions.values():
         for rid in ordered:
             if "resolution" in RULES[rid].checks:
@@ -55,11 +63,13 @@ def run_rules(path: str, replay: Replay, options: AuditOptions) -> Iterator[Find
     for c in replay.cm_reqs:
         for rid in ordered:
             if "cm" in RULES[rid].checks:
-                yield from _findings(rid, "cm", (c, replay, options), path)
+                yield from _findings(rid, "cm", (c, replay, options), path, by_frame.get(c["frame"]))
     for entry in replay.ls.values():
+        first = entry["request"] or (entry["responses"][0] if entry["responses"] else None)
+        name = by_frame.get(first["frame"]) if first else None
         for rid in ordered:
             if "ls" in RULES[rid].checks:
-                yield from _findings(rid, "ls", (entry, options), path)
+                yield from _findings(rid, "ls", (entry, options), path, name)
 
 
 def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
