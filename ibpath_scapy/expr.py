@@ -12,10 +12,11 @@ Python semantics (``//`` floors, comparisons give booleans).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 
-class Expr:
+class Expr(ABC):
     __hash__ = object.__hash__
 
     # -- construction helpers --------------------------------------------------------------
@@ -54,11 +55,13 @@ class Expr:
         return Or(*[self == v for v in values])
 
     # -- evaluation ---------------------------------------------------------------------------
+    @abstractmethod
     def evaluate(self, env: "Env") -> int:
-        raise NotImplementedError
+        """The value on a packet (Python)."""
 
+    @abstractmethod
     def lua(self, env: "LuaEnv") -> str:
-        raise NotImplementedError
+        """The Lua expression computing the value in the generated dissector."""
 
     def refs(self) -> list["Expr"]:
         """Every field reference in the tree."""

@@ -74,7 +74,7 @@ class LRH(Packet):
             bth.icrc = None
 
     def post_build(self, p, pay):
-        body = (p + pay)[:-2]  # the VCRC placeholder closes pay
+        body = (p + pay)[:-2]  # pay ends with the 2 bytes reserved for the VCRC
         grh = self.payload if isinstance(self.payload, GRH) else None
         if grh is not None and len(body) >= 8 + 40:
             # scapy.contrib.roce's GRH defaults PayLen and NxtHdr to 0; a GRH under an LRH

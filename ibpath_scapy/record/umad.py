@@ -99,7 +99,7 @@ Hca	1 "Hca3"
 
 @dataclass(frozen=True)
 class Query:
-    """One saquery run.  args may use {lid[Node]} and {gid[Node]} placeholders, filled in
+    """One saquery run.  args may use {lid[Node]} and {gid[Node]} fields, filled in
     from the running subnet (LIDs are assigned by OpenSM)."""
 
     name: str
