@@ -29,9 +29,15 @@ class _Progress:
 
 
 def _records(path: str, decoder: Decoder, engine: str, extra: list[dict] = ()):
-    if engine != "scapy":
+    """Decoded records of one file from the chosen engine: the Scapy layers, or tshark with
+    the generated plugin (the same facts, so the same rules judge both)."""
+    if engine == "tshark":
+        from ..tshark_engine import tshark_records
+        yield from tshark_records(path, stats=decoder.stats)
+    elif engine == "scapy":
+        yield from decode_file(path, decoder)
+    else:
         raise ValueError(f"unknown engine {engine!r}")
-    yield from decode_file(path, decoder)
     yield from extra
 
 

@@ -24,8 +24,10 @@ def add_parser(sub) -> None:
                    help="a rdma_set_option optval recorded outside the capture (raw blob or "
                    "capture with blob frames): audited on its own and added to every FILE's "
                    "replay, where the CM rules use it (repeatable)")
-    p.add_argument("--engine", choices=("scapy",), default="scapy",
-                   help="decoding engine (the tshark engine is not built yet)")
+    p.add_argument("--engine", choices=("scapy", "tshark"), default="scapy",
+                   help="decode with the Scapy layers (default), or with tshark and the "
+                   "generated plugin: the same facts, for link types only Wireshark reads and "
+                   "as a second opinion")
     p.add_argument("--list-rules", action="store_true", help="print the rule catalogue")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
