@@ -364,7 +364,7 @@ class Decoder:
         if expected is None:
             errors.append(f"unknown local-service operation {msg.rdma_op}")
         elif body and not isinstance(body, expected):
-            structural.append(f"{expected.name} body ({len(bytes(body))} bytes) could not be "
+            structural.append(f"{expected._name} body ({len(bytes(body))} bytes) could not be "
                               "dissected (truncated family header?)")
         if isinstance(body, nl.LsResolveRequest):
             ls.update(device_name=body.device_name.rstrip(b"\x00").decode("ascii", "replace"),

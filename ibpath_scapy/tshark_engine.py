@@ -910,7 +910,7 @@ class _Builder:
         if expected is None:
             errors.append(f"unknown local-service operation {op}")
         elif body_len and not dissected:
-            structural.append(f"{expected.name} body ({body_len} bytes) could not be "
+            structural.append(f"{expected._name} body ({body_len} bytes) could not be "
                               "dissected (truncated family header?)")
         attrs: list[dict] = []
         facts: list[_AttrFacts] = []

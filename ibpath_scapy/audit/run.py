@@ -74,7 +74,7 @@ def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
             progress.done()
             print(f"ibpath: {exc}", file=sys.stderr)
             unreadable.append(path)
-            fa = _partial(path, decoder, options, str(exc), extra)
+            fa = _partial(path, decoder, options, str(exc), extra, engine)
         except OSError as exc:
             print(f"ibpath: {path}: {exc.strerror or exc}", file=sys.stderr)
             unreadable.append(path)
@@ -86,11 +86,12 @@ def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
 
 
 def _partial(path: str, decoder: Decoder, options: AuditOptions, error: str,
-             extra: list[dict] = ()) -> FileAudit:
-    """Findings from the frames before the damage: decode again up to the error."""
+             extra: list[dict] = (), engine: str = "scapy") -> FileAudit:
+    """Findings from the frames before the damage: decode again, with the same engine, up to
+    the error."""
     out = []
     try:
-        for rec in decode_file(path, Decoder()):
+        for rec in _records(path, Decoder(), engine):
             out.append(rec)
     except CaptureError:
         pass

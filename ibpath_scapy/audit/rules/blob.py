@@ -25,6 +25,7 @@ have a second check in the "resolution" family, given ``(resolution, options)``.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 
@@ -92,6 +93,7 @@ def _choices(rec: dict, options) -> dict[str, dict]:
     return {p: view[p] for p in applicable_profiles(rec, options) if p in view}
 
 
+@functools.lru_cache(maxsize=65536)
 def _gid(text: str) -> ipaddress.IPv6Address:
     return ipaddress.IPv6Address(text)
 

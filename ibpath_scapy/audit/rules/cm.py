@@ -26,6 +26,7 @@ and the LIDs mean nothing (0xFFFF with the IP hop limit, see the rxe capture in
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 from ...layers.pathdata import (
@@ -53,9 +54,14 @@ def is_rocev2(c: dict) -> bool:
     return "rocev2" in (c.get("encap") or "")
 
 
+@functools.lru_cache(maxsize=65536)
+def _gid(text: str) -> ipaddress.IPv6Address:
+    return ipaddress.IPv6Address(text)
+
+
 def _same(a, b, gid: bool) -> bool:
     if gid:
-        return ipaddress.IPv6Address(a) == ipaddress.IPv6Address(b)
+        return _gid(a) == _gid(b)
     return a == b
 
 

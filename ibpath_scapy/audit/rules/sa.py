@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 
 from ...layers.mad import SA_STATUS, status_text
-from ...rmpp import RMPP_DATA_SIZE
+from ...rmpp import MAX_SEGMENTS, RMPP_DATA_SIZE
 from ..model import rule
 from ..replay import Transaction
 
@@ -119,7 +119,12 @@ def rmpp_rules(t: Transaction):
                 yield [r["frame"]], e
     by_num = {r["rmpp"]["segment_number"]: r for r in segs}
     n = max(by_num)
-    missing = [k for k in range(1, n + 1) if k not in by_num]
+    # a hostile segment number (up to 2^32) must not make the analyser walk to it
+    missing = [k for k in range(1, min(n, MAX_SEGMENTS) + 1) if k not in by_num][:20]
+    if n > MAX_SEGMENTS:
+        yield frames, (f"RMPP transfer tid 0x{t.tid:016x}: segment number {n} beyond the "
+                       f"{MAX_SEGMENTS} segments the analyser follows")
+        return
     if missing or not t.answered:
         yield frames, (f"RMPP transfer tid 0x{t.tid:016x}: segments {missing} missing"
                        if missing else f"RMPP transfer tid 0x{t.tid:016x}: no LAST segment")
