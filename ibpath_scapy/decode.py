@@ -177,9 +177,8 @@ class Decoder:
 
     def finish(self) -> Iterator[dict]:
         for key, t in self.rmpp.pending():
-            frames = sorted(t.frames.values())
-            missing = [k for k in range(1, (t.last or max(t.segments)) + 1) if k not in t.segments]
-            why = "no LAST segment" if t.last is None else f"segments {missing} missing"
+            frames = t.all_frames()
+            why = t.why_unfinished()
             yield {"frame": frames[-1], "kind": "malformed", "frames": frames,
                    "error": f"RMPP transfer tid=0x{key[2]:016x} never completed ({why})"}
             self.stats.malformed += 1

@@ -98,8 +98,22 @@ class Transfer:
     last: int | None = None
     problems: list[str] = field(default_factory=list)
 
+    rejected: list[int] = field(default_factory=list)  # frames of segments out of range
+
     def complete(self) -> bool:
         return self.last is not None and all(k in self.segments for k in range(1, self.last + 1))
+
+    def all_frames(self) -> list[int]:
+        return sorted(set(self.frames.values()) | set(self.rejected))
+
+    def why_unfinished(self) -> str:
+        """Why the transfer never completed, for the report."""
+        if self.last is None:
+            why = "no LAST segment"
+        else:
+            missing = [k for k in range(1, self.last + 1) if k not in self.segments]
+            why = f"segments {missing[:20]}{' ...' if len(missing) > 20 else ''} missing"
+        return "; ".join([why] + self.problems[:3])
 
 
 class Reassembler:
@@ -123,6 +137,7 @@ class Reassembler:
                 self.evicted.append((old_key, self.open.pop(old_key)))
         if seg_num < 1 or seg_num > MAX_SEGMENTS:
             t.problems.append(f"segment number {seg_num} outside 1..{MAX_SEGMENTS}")
+            t.rejected.append(frame)
             return None
         if seg_num in t.segments:
             t.problems.append(f"segment {seg_num} repeated (frame {frame})")
