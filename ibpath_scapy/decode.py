@@ -130,6 +130,15 @@ def reserved_nonzero(pkt: Packet) -> list[str]:
             if f.name.startswith("reserved") and pkt.getfieldval(f.name)]
 
 
+def unfinished_transfers(rmpp: Reassembler, stats: "DecodeStats") -> Iterator[dict]:
+    """One malformed record per RMPP transfer never completed (call at the end of a file)."""
+    for key, t in rmpp.pending():
+        frames = t.all_frames()
+        stats.malformed += 1
+        yield {"frame": frames[-1], "kind": "malformed", "frames": frames,
+               "error": f"RMPP transfer tid=0x{key[2]:016x} never completed ({t.why_unfinished()})"}
+
+
 @dataclass
 class DecodeStats:
     frames: int = 0
@@ -176,12 +185,7 @@ class Decoder:
             yield rec
 
     def finish(self) -> Iterator[dict]:
-        for key, t in self.rmpp.pending():
-            frames = t.all_frames()
-            why = t.why_unfinished()
-            yield {"frame": frames[-1], "kind": "malformed", "frames": frames,
-                   "error": f"RMPP transfer tid=0x{key[2]:016x} never completed ({why})"}
-            self.stats.malformed += 1
+        yield from unfinished_transfers(self.rmpp, self.stats)
 
     # ------------------------------------------------------------------------------------
     def _malformed(self, frame: Frame, reason: str) -> dict:

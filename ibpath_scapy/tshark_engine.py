@@ -553,12 +553,7 @@ class _Builder:
             yield rec
 
     def finish(self) -> Iterator[dict]:
-        for key, t in self.rmpp.pending():
-            frames = t.all_frames()
-            why = t.why_unfinished()
-            yield {"frame": frames[-1], "kind": "malformed", "frames": frames,
-                   "error": f"RMPP transfer tid=0x{key[2]:016x} never completed ({why})"}
-            self.stats.malformed += 1
+        yield from _decode.unfinished_transfers(self.rmpp, self.stats)
 
     def _malformed(self, fr: _Frame, reason: str) -> dict:
         self.stats.malformed += 1
