@@ -281,26 +281,10 @@ class Decoder:
         records = [r for r in array.records if isinstance(r, PathRecData)]
         length = len(records) * RECORD_SIZE + len(array.trailing)
         raw = frame.linktype == RAW_BLOB_LINKTYPE
-        rec = {"frame": frame.number, "time": round(frame.time, 9), "kind": "blob",
-               "encap": "raw" if raw else "exported_pdu",
-               "blob": {"length": length, "records": len(records),
-                        "trailing_bytes": len(array.trailing)}}
-        result = parse_set_option_comment(frame.comment)
-        if result is not None:
-            rec["blob"]["set_option_result"] = result
-        rec["blob_records"] = [blob_record_dict(r) for r in records]
-        rec["kernel_view"] = kernel_view_dict(blob_from_array(array, length))
-        errors = []
-        if length % RECORD_SIZE:
-            errors.append(f"blob length {length} is not a multiple of {RECORD_SIZE} "
-                          f"(struct ib_path_rec_data): {len(array.trailing)} trailing bytes; "
-                          "ucma_set_ib_path returns EINVAL")
-        if not records:
-            errors.append("blob holds no whole record")
-        errors += _reserved_errors(records)
-        if errors:
-            rec["errors"] = errors
-        return rec
+        bad = [i for i, r in enumerate(records) if reserved_nonzero(r.path_record)]
+        return blob_frame_record(
+            frame.number, frame.time, raw, length, len(array.trailing), frame.comment,
+            [blob_record_dict(r) for r in records], blob_from_array(array, length), bad)
 
     # -- RDMA netlink -------------------------------------------------------------------------
     def _netlink(self, frame: Frame, pkt: nl.NetlinkCooked) -> Iterator[dict]:
@@ -462,6 +446,31 @@ def _attr_problem(i: int, attr: Packet, request: bool) -> str | None:
     if attr.nested or attr.net_byteorder:
         problems.append(f"NLA_F_NESTED/NLA_F_NET_BYTEORDER set (nla_type 0x{attr.raw_type():04x})")
     return f"{label}: " + "; ".join(problems) if problems else None
+
+
+def blob_frame_record(number: int, time: float, raw: bool, length: int, trailing: int,
+                      comment: str | None, blob_records: list[dict], blob, reserved: list[int]) -> dict:
+    """The decoded record of a blob frame (both engines build it here)."""
+    rec = {"frame": number, "time": round(time, 9), "kind": "blob",
+           "encap": "raw" if raw else "exported_pdu",
+           "blob": {"length": length, "records": len(blob_records), "trailing_bytes": trailing}}
+    result = parse_set_option_comment(comment)
+    if result is not None:
+        rec["blob"]["set_option_result"] = result
+    rec["blob_records"] = blob_records
+    rec["kernel_view"] = kernel_view_dict(blob)
+    errors = []
+    if length % RECORD_SIZE:
+        errors.append(f"blob length {length} is not a multiple of {RECORD_SIZE} "
+                      f"(struct ib_path_rec_data): {trailing} trailing bytes; "
+                      "ucma_set_ib_path returns EINVAL")
+    if not blob_records:
+        errors.append("blob holds no whole record")
+    if reserved:
+        errors.append(f"reserved PathRecord bits set in blob record(s) {reserved}")
+    if errors:
+        rec["errors"] = errors
+    return rec
 
 
 def _reserved_errors(records: list) -> list[str]:

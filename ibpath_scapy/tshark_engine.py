@@ -145,7 +145,6 @@ from .layers.pathdata import (
     PathArray,
     PathRecData,
     flag_names,
-    parse_set_option_comment,
 )
 from .layers.roce import DETH
 from .layers.sa import ATTR_PATH_RECORD, COMPONENT_MASK_NAMES, PathRecord, SAHeader
@@ -756,25 +755,11 @@ class _Builder:
         trailing = _first(node, _fields_of(PathArray).fields[0][1])
         n_trailing = (len(trailing) + 1) // 3 if trailing else 0
         length = len(records) * RECORD_SIZE + n_trailing
-        rec = {"frame": fr.number, "time": round(fr.time, 9), "kind": "blob",
-               "encap": "raw" if self.raw_blob else "exported_pdu",
-               "blob": {"length": length, "records": len(records), "trailing_bytes": n_trailing}}
-        result = parse_set_option_comment(fr.comment)
-        if result is not None:
-            rec["blob"]["set_option_result"] = result
-        rec["blob_records"] = [r for r, _ in records]
-        rec["kernel_view"] = kernel_view_dict(blob_from_records(rec["blob_records"], length=length))
-        errors = []
-        if length % RECORD_SIZE:
-            errors.append(f"blob length {length} is not a multiple of {RECORD_SIZE} "
-                          f"(struct ib_path_rec_data): {n_trailing} trailing bytes; "
-                          "ucma_set_ib_path returns EINVAL")
-        if not records:
-            errors.append("blob holds no whole record")
-        errors += _reserved_errors(records)
-        if errors:
-            rec["errors"] = errors
-        return rec
+        blob_records = [r for r, _ in records]
+        bad = [k for k, (_, reserved) in enumerate(records) if reserved]
+        return _decode.blob_frame_record(
+            fr.number, fr.time, self.raw_blob, length, n_trailing, fr.comment, blob_records,
+            blob_from_records(blob_records, length=length), bad)
 
     @staticmethod
     def _pathdata(node) -> tuple[dict, bool] | None:
