@@ -383,21 +383,12 @@ class Decoder:
         ls["attributes"] = [_attr_dict(i, a, index.get(id(a))) for i, a in enumerate(attributes)]
         rec["blob_records"] = [blob_record_dict(r) for _, r in pairs]
         errors += _reserved_errors([r for _, r in pairs])
-        matched = self.ls_requests.get(msg.nlmsg_seq)
-        path_use = None
-        if matched is not None:
-            path_use, ls["request_frame"] = matched
-            ls["request_path_use"] = path_use
+        path_use = link_ls_request(self.ls_requests, msg.nlmsg_seq, ls)
         rec["kernel_view"] = kernel_view_dict(
             blob_from_ls_response(int(msg.nlmsg_flags), attributes, path_use))
 
     def _finish(self, rec: dict, errors: list, structural: list) -> dict:
-        if structural:
-            rec["malformed"] = True
-            self.stats.malformed += 1
-        if structural or errors:
-            rec["errors"] = structural + errors
-        return rec
+        return finish_message(self.stats, rec, errors, structural)
 
 
 _DIRECTIONS = {nl.PACKET_KERNEL: "to_kernel", nl.PACKET_USER: "to_user",
@@ -446,6 +437,27 @@ def _attr_problem(i: int, attr: Packet, request: bool) -> str | None:
     if attr.nested or attr.net_byteorder:
         problems.append(f"NLA_F_NESTED/NLA_F_NET_BYTEORDER set (nla_type 0x{attr.raw_type():04x})")
     return f"{label}: " + "; ".join(problems) if problems else None
+
+
+def link_ls_request(requests: dict, seq: int, ls: dict) -> int | None:
+    """Tie an LS response to the request of its sequence number: its frame and path_use."""
+    matched = requests.get(seq)
+    if matched is None:
+        return None
+    path_use, ls["request_frame"] = matched
+    ls["request_path_use"] = path_use
+    return path_use
+
+
+def finish_message(stats: "DecodeStats", rec: dict, errors: list, structural: list) -> dict:
+    """Attach a netlink message's errors; structural ones (lengths past the end) make it
+    malformed."""
+    if structural:
+        rec["malformed"] = True
+        stats.malformed += 1
+    if structural or errors:
+        rec["errors"] = structural + errors
+    return rec
 
 
 def blob_frame_record(number: int, time: float, raw: bool, length: int, trailing: int,

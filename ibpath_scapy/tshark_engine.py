@@ -981,22 +981,13 @@ class _Builder:
         records = [got for _, got in pairs]
         rec["blob_records"] = [r for r, _ in records]
         errors += _reserved_errors(records)
-        matched = self.ls_requests.get(seq)
-        path_use = None
-        if matched is not None:
-            path_use, ls["request_frame"] = matched
-            ls["request_path_use"] = path_use
+        path_use = _decode.link_ls_request(self.ls_requests, seq, ls)
         attr_dicts = [{**a["dict"], "available": len(f.original)} for a, f in zip(attrs, facts)]
         rec["kernel_view"] = kernel_view_dict(blob_from_records(
             rec["blob_records"], nlmsg_flags=flags, attributes=attr_dicts, path_use=path_use))
 
     def _finish(self, rec: dict, errors: list, structural: list) -> dict:
-        if structural:
-            rec["malformed"] = True
-            self.stats.malformed += 1
-        if structural or errors:
-            rec["errors"] = structural + errors
-        return rec
+        return _decode.finish_message(self.stats, rec, errors, structural)
 
 
 def _reserved_errors(records: list[tuple[dict, bool]]) -> list[str]:
