@@ -308,10 +308,7 @@ class Decoder:
         for i, msg in enumerate(msgs):
             rec = self._rdma_message(frame, dict(base), msg)
             if i == len(msgs) - 1 and problems:
-                rec.setdefault("errors", []).extend(problems)
-                if not rec.get("malformed"):
-                    rec["malformed"] = True
-                    self.stats.malformed += 1
+                add_record_problems(self.stats, rec, problems)
             yield rec
 
     def _rdma_message(self, frame: Frame, rec: dict, msg: Packet) -> dict:
@@ -447,6 +444,15 @@ def link_ls_request(requests: dict, seq: int, ls: dict) -> int | None:
     path_use, ls["request_frame"] = matched
     ls["request_path_use"] = path_use
     return path_use
+
+
+def add_record_problems(stats: "DecodeStats", rec: dict, problems: list[str]) -> None:
+    """Problems of a netlink record as a whole (cooked header, trailing bytes) go on its last
+    message, which they make malformed."""
+    rec.setdefault("errors", []).extend(problems)
+    if not rec.get("malformed"):
+        rec["malformed"] = True
+        stats.malformed += 1
 
 
 def finish_message(stats: "DecodeStats", rec: dict, errors: list, structural: list) -> dict:

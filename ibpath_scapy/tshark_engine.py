@@ -808,10 +808,7 @@ class _Builder:
         for i, (m, moff) in enumerate(zip(msgs, offsets)):
             rec = self._rdma_message(fr, dict(base), m, record_len - moff, rereads)
             if i == len(msgs) - 1 and problems:
-                rec.setdefault("errors", []).extend(problems)
-                if not rec.get("malformed"):
-                    rec["malformed"] = True
-                    self.stats.malformed += 1
+                _decode.add_record_problems(self.stats, rec, problems)
             yield rec
 
     @staticmethod
