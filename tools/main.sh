@@ -1,15 +1,38 @@
 #!/usr/bin/env bash
-# The README's first command: install, then audit every capture bundled in captures/
-# (and the external ones beside the checkout, when present).
+# The README's first command: install, then audit the bundled captures and show the reports.
+#
+# 1. captures/corpus/: one capture per `ibpath craft` scenario, most of them deliberately
+#    faulty. `ibpath craft --verify` audits each file (with the --kernel profile its manifest
+#    row names), prints the audit's text report, then checks every file gave exactly the rule
+#    IDs captures/corpus/manifest.json expects. Errors there are the point; a difference from
+#    the manifest is a failure.
+# 2. Real traffic: captures/opensm/ (OpenSM over ibsim) and, when present beside the checkout,
+#    ../shared/captures/external/. These must audit with no error finding (`ibpath audit`'s
+#    own exit status).
+#
+# Exit status: 0 when both hold, 1 when the corpus differs from its manifest or real traffic
+# has an error finding, 2 when a file cannot be read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install.sh
-shopt -s nullglob globstar
-files=(captures/**/*.pcap captures/**/*.pcapng ../shared/captures/external/*.pcap)
+IBPATH=.venv/bin/ibpath
+
+echo "== The bundled corpus (captures/corpus/, see its README.md): deliberate faults, checked against the manifest"
 rc=0
-.venv/bin/ibpath audit "${files[@]}" || rc=$?
-if [ "$rc" -eq 1 ]; then
-  echo "(the errors are expected: captures/crafted/seed-3-no-follow-up.pcapng is a faulty resolver)"
-  rc=0
+"$IBPATH" craft --verify captures/corpus || rc=$?
+
+shopt -s nullglob
+real=(captures/opensm/*.pcap ../shared/captures/external/*.pcap ../shared/captures/external/*.pcapng)
+echo
+echo "== Real traffic: ${real[*]}"
+real_rc=0
+"$IBPATH" audit --quiet "${real[@]}" || real_rc=$?
+if [ "$real_rc" -ne 0 ]; then
+  echo "real traffic: ibpath audit exited $real_rc (1: an error finding, 2: unreadable input)"
 fi
-exit "$rc"
+if [ "$rc" -eq 0 ] && [ "$real_rc" -eq 0 ]; then
+  echo "main.sh: every corpus file gave exactly its expected findings; real traffic has no error"
+  exit 0
+fi
+[ "$real_rc" -eq 2 ] && exit 2
+exit 1

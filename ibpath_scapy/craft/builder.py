@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from scapy.packet import Packet
 
-from ..encap import erf_record, native_ib_frame, rocev2_frame
-from ..layers.cm import CMReq
+from ..encap import erf_record, exported_pdu, native_ib_frame, rocev2_frame
+from ..layers.cm import CMRep, CMReq, CMRtu
 from ..layers.mad import MAD, RMPP
 from ..layers.netlink import (
     PACKET_KERNEL,
@@ -35,7 +35,7 @@ from ..layers.netlink import (
     NetlinkCooked,
     RdmaNLMsgHdr,
 )
-from ..layers.pathdata import PathArray, PathRecData, blob_pdu, set_option_comment
+from ..layers.pathdata import BLOB_DISSECTOR, PathArray, PathRecData, set_option_comment
 from ..layers.sa import PathRecord, SAHeader, component_mask_for
 from ..pcapio import PcapNgWriter
 from ..rmpp import segment
@@ -50,6 +50,7 @@ class Query:
     tid: int
     method: int
     header: bytes  # the request's 56-byte MAD+RMPP+SA header, for the answer
+    raw: bytes = b""  # the whole request MAD, for an SA model to answer
 
 
 class CaptureBuilder:
@@ -63,6 +64,7 @@ class CaptureBuilder:
         self.t = start
         self.frame = 0
         self.tid = 0x0000_0001_0000_1000
+        self.lids = {requester: 6, sa: 2}  # native IB: LRH LIDs of the two ends
 
     # -- plumbing ------------------------------------------------------------------------------
     def _write(self, data: bytes, linktype: int, comment: str | None = None) -> int:
@@ -77,8 +79,7 @@ class CaptureBuilder:
         a, b = (self.sa, self.requester) if from_sa else (self.requester, self.sa)
         a, b = src or a, dst or b
         if self.encap == "ib":
-            lid = {self.requester: 6, self.sa: 2}
-            raw = native_ib_frame(mad, slid=lid.get(a, 7), dlid=lid.get(b, 8))
+            raw = native_ib_frame(mad, slid=self.lids.get(a, 7), dlid=self.lids.get(b, 8))
             return self._write(erf_record(raw, self.t), 197)
         return self._write(bytes(rocev2_frame(mad, src=a, dst=b)), 1)
 
@@ -97,8 +98,9 @@ class CaptureBuilder:
         """A PathRecord Get (or GetTable) query; the ComponentMask is computed from the fields
         set on `record` unless given."""
         if retransmit_of is not None:
-            frame = self.mad(retransmit_of.header + bytes(200), from_sa=False)
-            return Query(frame, retransmit_of.tid, retransmit_of.method, retransmit_of.header)
+            raw = retransmit_of.raw or retransmit_of.header + bytes(200)
+            frame = self.mad(raw, from_sa=False)
+            return Query(frame, retransmit_of.tid, retransmit_of.method, retransmit_of.header, raw)
         if tid is None:
             self.tid += 1
             tid = self.tid
@@ -106,7 +108,7 @@ class CaptureBuilder:
         mad = MAD(method=method, transaction_id=tid) / RMPP() / SAHeader(
             component_mask=mask, records=[record])
         raw = bytes(mad)
-        return Query(self.mad(raw), tid, method, raw[:56])
+        return Query(self.mad(raw), tid, method, raw[:56], raw)
 
     def sa_answer(self, query: Query, records: list[PathRecord], *, status: int = 0,
                   skip_segments: tuple[int, ...] = ()) -> list[int]:
@@ -158,7 +160,8 @@ class CaptureBuilder:
         raw = records if isinstance(records, bytes) else bytes(PathArray(records=[
             PathRecData(flags=f, path_record=r) for f, r in records]))
         comment = None if set_option is None else set_option_comment(set_option)
-        return self._write(bytes(blob_pdu(raw)), 252, comment)
+        # the bytes as given: parsing them into a PathArray first costs seconds for a big blob
+        return self._write(exported_pdu(raw, BLOB_DISSECTOR), 252, comment)
 
     def cm_req(self, primary: PathRecord, *, alternate: PathRecord | None = None,
                service_id: int = 0x0106000000000000, local_ack_timeout: int | None = None,
@@ -181,3 +184,15 @@ class CaptureBuilder:
                     path_packet_payload_mtu=primary.mtu, transport_service_type=0, **kw)
         mad = MAD(mgmt_class=7, method=3, attribute_id=0x10, transaction_id=comm_id) / req
         return self.mad(mad, src=src or self.requester, dst=dst or "192.168.2.25")
+
+    def cm_rep_rtu(self, *, comm_id: int = 0x1234, remote_comm_id: int = 0x5678,
+                   src: str | None = None, dst: str | None = None) -> tuple[int, int]:
+        """The passive side's REP and the active side's RTU that complete a REQ (CM attribute
+        IDs 0x13 and 0x14, the REQ's TID)."""
+        local, remote = src or self.requester, dst or "192.168.2.25"
+        rep = MAD(mgmt_class=7, method=3, attribute_id=0x13, transaction_id=comm_id) / CMRep(
+            local_comm_id=remote_comm_id, remote_comm_id=comm_id, local_qpn=0x11, starting_psn=1,
+            rnr_retry_count=7)
+        rtu = MAD(mgmt_class=7, method=3, attribute_id=0x14, transaction_id=comm_id) / CMRtu(
+            local_comm_id=comm_id, remote_comm_id=remote_comm_id)
+        return self.mad(rep, src=remote, dst=local), self.mad(rtu, src=local, dst=remote)
