@@ -1633,15 +1633,14 @@ local function show_icrc(t, range, want, calc)
   end
 end
 
-local rocev2_pending = {}
-
 HOOKS["BTH"] = function(tvb, pinfo, t, off, o, ctx, v)
   if not ctx.show then return end
   local icrc_at = ctx.limit
   if icrc_at + 4 > tvb:len() or v.icrc == nil then return end
   if ctx.encap == "rocev2" then
-    -- the UDP payload ends the frame: from its end the postdissector finds it again
-    rocev2_pending[pinfo.number] = {from_end = tvb:len() - off, icrc_from_end = tvb:len() - icrc_at, icrc = v.icrc}
+    -- the tvb is the whole frame (the RoCEv2 entry is a postdissector): IP and UDP are in it
+    local calc = rocev2_icrc(tvb, off, icrc_at)
+    if calc ~= nil then show_icrc(t, tvb(icrc_at, 4), v.icrc, calc) end
     return
   end
   local lrh_off = ctx.at["LRH"]
@@ -1654,21 +1653,6 @@ HOOKS["BTH"] = function(tvb, pinfo, t, off, o, ctx, v)
     if not vgood then vi:add_proto_expert_info(EX_CRC, "VCRC mismatch") end
   end
 end
-
-local icrc_post = Proto("ibpath.icrc", "ibpath RoCEv2 ICRC check")
-function icrc_post.dissector(tvb, pinfo, tree)
-  local p = rocev2_pending[pinfo.number]
-  if p == nil then return end
-  rocev2_pending[pinfo.number] = nil
-  local n = tvb:len()
-  if p.from_end > n then return end
-  local bth_off, icrc_at = n - p.from_end, n - p.icrc_from_end
-  local calc = rocev2_icrc(tvb, bth_off, icrc_at)
-  if calc == nil then return end
-  local t = tree:add(icrc_post, tvb(icrc_at, 4))
-  show_icrc(t, tvb(icrc_at, 4), p.icrc, calc)
-end
-register_postdissector(icrc_post)
 
 -- Transaction matching by TID ---------------------------------------------------------------
 -- State is gathered on the first pass whether or not a tree is built (tshark -2 and the GUI
@@ -1832,22 +1816,47 @@ local function native_wanted(tvb, off, limit)
   return nil
 end
 
--- RoCEv2: wrap the built-in handler of UDP 4791
-local udp_table = DissectorTable.get("udp.port")
-local builtin_rocev2 = udp_table:get_dissector(4791)
+-- RoCEv2: a postdissector, not a wrapper of UDP 4791. Any Lua hook costs every frame it sees
+-- (bench/README.md): a wrapper also pays for calling the built-in dissector through Lua, a
+-- postdissector does not, and it leaves Wireshark's own tree as it is. Wireshark's InfiniBand
+-- dissector sets the ports to the QPs (port type IBQP), so one read of pinfo.dst_port sends
+-- every data frame away; only QP0/QP1 frames go on to find their UDP header.
+local PT_IBQP, ROCEV2_PORT = 10, "\018\183"  -- UDP destination port 4791, big-endian
+
+-- The BTH offset and the end of the UDP payload of a RoCEv2 MAD frame, or nil: the first UDP
+-- header (within the first 128 bytes) whose destination port is 4791 and whose next byte is a
+-- UD SEND opcode. Whatever lies below IP (VLAN tags, cooked headers) needs no parser here.
+local function rocev2_locate(tvb)
+  local n = math.min(tvb:len(), 128 + 8 + 12)
+  if n < 8 + 12 then return nil end
+  local s = tvb:raw(0, n)
+  local at = string.find(s, ROCEV2_PORT, 3, true)
+  while at ~= nil do
+    local udp = at - 3  -- 0-based offset of the UDP header
+    local bth = udp + 8
+    if bth + 12 <= tvb:len() and string.byte(s, bth + 1) == UD_SEND_ONLY then
+      local ulen = string.byte(s, at + 2) * 256 + string.byte(s, at + 3)
+      local limit = tvb:len()
+      if ulen >= 8 + 12 and udp + ulen < limit then limit = udp + ulen end
+      return bth, limit
+    end
+    at = string.find(s, ROCEV2_PORT, at + 1, true)
+  end
+  return nil
+end
+
 local rocev2 = Proto("ibpath.rocev2", "ibpath over RoCEv2")
 function rocev2.dissector(tvb, pinfo, tree)
-  call_builtin(builtin_rocev2, tvb, pinfo, tree)
-  if tvb:len() >= 12 and tvb(0, 1):uint() == UD_SEND_ONLY then
-    if has_tree(tree) then
-      D["BTH"](tvb, pinfo, tree, 0, new_ctx(tvb:len(), "rocev2", tree))
-    else
-      track_only(tvb, pinfo, 0)
-    end
+  if pinfo.dst_port > 1 or pinfo.port_type ~= PT_IBQP then return end
+  local bth, limit = rocev2_locate(tvb)
+  if bth == nil then return end
+  if has_tree(tree) then
+    D["BTH"](tvb, pinfo, tree, bth, new_ctx(limit, "rocev2", tree))
+  else
+    track_only(tvb, pinfo, bth)
   end
-  return tvb:len()
 end
-udp_table:add(4791, rocev2)
+register_postdissector(rocev2)
 
 -- Native IB in ERF records (ibdump), raw LINKTYPE_INFINIBAND, and exported PDUs for
 -- "infiniband": wrap the built-in handler of each encapsulation
