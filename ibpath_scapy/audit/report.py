@@ -6,6 +6,7 @@ import json
 from xml.sax.saxutils import escape, quoteattr
 
 from .engine import FileAudit
+from .ladder import ladders as _ladders, text_ladder
 from .model import RULES
 
 _COLOURS = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
@@ -73,8 +74,13 @@ def to_junit(audits: list[FileAudit]) -> str:
             + "\n".join(cases) + "\n</testsuite>\n")
 
 
-def to_text(audits: list[FileAudit], colour: bool = False) -> str:
+def to_text(audits: list[FileAudit], colour: bool = False, ladder: bool = False) -> str:
+    """Findings per resolution; with `ladder`, each resolution's ladder diagram first
+    (audit/ladder.py), its findings marked under the messages they rest on."""
     lines = []
+    ladders = {}
+    if ladder:
+        ladders = {(a.path, lad.name): lad for a in audits for lad in _ladders(a)}
 
     def sev(s):
         return f"{_COLOURS[s]}{s}{_RESET}" if colour else s
@@ -89,9 +95,11 @@ def to_text(audits: list[FileAudit], colour: bool = False) -> str:
         res_names = [r.name for r in (a.replay.resolutions.values() if a.replay else [])]
         for name in res_names + [None]:
             fs = by_res.get(name, [])
-            if name is None and not fs:
+            if name is None and not fs and (a.path, None) not in ladders:
                 continue
             lines.append(f"-- resolution {name}" if name else "-- not tied to a resolution")
+            if (a.path, name) in ladders:
+                lines += text_ladder(ladders[(a.path, name)], max_arrows=60)
             if not fs:
                 lines.append("   no findings")
             for f in sorted(fs, key=lambda f: (f.frames[:1], f.rule)):

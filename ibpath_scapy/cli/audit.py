@@ -7,6 +7,7 @@ import sys
 from ..audit.model import AuditOptions
 from ..audit.run import audit_paths
 from ..audit import report
+from ..audit.html import to_html
 
 
 def add_parser(sub) -> None:
@@ -18,7 +19,11 @@ def add_parser(sub) -> None:
     p.add_argument("files", nargs="*", metavar="FILE")
     p.add_argument("--kernel", choices=("ucma", "ls-legacy", "ls-multi", "proposal", "all"),
                    default="all", help="which kernel's use of a blob to judge (default: all)")
-    p.add_argument("--format", choices=("text", "json", "junit"), default="text")
+    p.add_argument("--format", choices=("text", "json", "junit", "html"), default="text",
+                   help="html: one self-contained page with a ladder diagram per resolution")
+    p.add_argument("--ladder", action="store_true",
+                   help="text format: draw each resolution's ladder diagram (the default when "
+                   "the report goes to a terminal)")
     p.add_argument("-o", "--output", help="write the report here instead of stdout")
     p.add_argument("--blob", action="append", default=[], metavar="FILE",
                    help="a rdma_set_option optval recorded outside the capture (raw blob or "
@@ -49,8 +54,11 @@ def run(args) -> int:
             out.write(report.to_json(audits) + "\n")
         elif args.format == "junit":
             out.write(report.to_junit(audits))
+        elif args.format == "html":
+            out.write(to_html(audits))
         else:
-            out.write(report.to_text(audits, colour=out.isatty()))
+            tty = out.isatty()
+            out.write(report.to_text(audits, colour=tty, ladder=args.ladder or tty))
     finally:
         if args.output:
             out.close()

@@ -1,0 +1,343 @@
+"""Ladder model of a resolution: the messages between kernel, resolver, SA and remote CM in
+frame order, one arrow per captured message, with the findings that rest on them.
+
+Shared by the HTML report (html.py) and the text ladder (report.to_text with ladders).
+A message is one frame: an SA query (each retry too), each SA answer frame (each RMPP segment,
+the last one carrying the reassembled answer) and the requester's RMPP ACKs, each LS RESOLVE
+request and response, each blob handed to the kernel (rdma_set_option optval) and each CM
+message of the connection (REQ, then REP, RTU, REJ... joined by communication ID).
+
+The SA is always queried from the resolver lane: a capture does not tell whether the kernel or
+a user-space resolver sent a PathRecord query, and in both resolver designs the kernel itself
+reads the answer only through a blob or an LS response.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..layers.mad import METHOD_RESP
+from ..layers.pathdata import flags_text
+from .engine import FileAudit
+from .model import Finding
+from .replay import Replay, Resolution, Transaction
+
+LANES = ("kernel", "resolver", "SA", "remote")
+KINDS = ("sa-query", "sa-answer", "rmpp-ack", "ls-request", "ls-response", "blob", "cm")
+
+# PathRecord fields the rules compare (audit-rules.md BLOB-*, CM-REQ-*), in display order
+COMPARED_FIELDS = ("sgid", "dgid", "slid", "dlid", "pkey", "sl", "flow_label", "tclass",
+                   "hop_limit", "rate", "mtu", "packet_life_time", "reversible")
+# CM REQ primary path fields for the same columns (cm.c cm_format_req)
+_CM_FIELDS = {"sgid": "primary_local_gid", "dgid": "primary_remote_gid",
+              "slid": "primary_local_lid", "dlid": "primary_remote_lid", "pkey": "pkey",
+              "sl": "primary_sl", "flow_label": "primary_flow_label",
+              "tclass": "primary_traffic_class", "hop_limit": "primary_hop_limit",
+              "rate": "primary_packet_rate", "mtu": "path_packet_payload_mtu"}
+
+
+@dataclass
+class Arrow:
+    """One message: from lane `src` to lane `dst`, at capture frame `frame`."""
+
+    number: int  # 1-based, in frame order within the ladder
+    kind: str  # one of KINDS
+    src: str
+    dst: str
+    frame: int
+    label: str
+    findings: list[int] = field(default_factory=list)  # indices into Ladder.findings resting here
+
+
+@dataclass
+class RecordColumn:
+    """One decoded PathRecord for the side-by-side table: where it came from and its fields."""
+
+    source: str  # "SA answer", "blob", "LS response", "CM REQ"
+    frame: int
+    title: str
+    fields: dict
+
+
+@dataclass
+class Ladder:
+    """The messages of one resolution (or, with name None, of the messages of a file that
+    belong to none) and its findings. `anchor[i]` is the arrow number finding i is attached to
+    (the last message it rests on), or None when none of its frames is a message of the ladder."""
+
+    file: str
+    name: str | None
+    arrows: list[Arrow] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    anchor: list[int | None] = field(default_factory=list)
+    columns: list[RecordColumn] = field(default_factory=list)
+
+    def worst(self) -> str | None:
+        for sev in ("error", "warning", "info"):
+            if any(f.severity == sev for f in self.findings):
+                return sev
+        return None
+
+
+# -- messages -----------------------------------------------------------------------------------
+
+def _rev(records: list[dict]) -> str:
+    vals = sorted({r.get("reversible") for r in records if "reversible" in r})
+    return "Reversible=" + "/".join(str(v) for v in vals) if vals else ""
+
+
+def _sa_arrows(t: Transaction, res: Resolution) -> list[tuple]:
+    out = []
+    ret = " (return path)" if t.query and t.query.get("sgid") == res.remote else ""
+    for i, rec in enumerate(t.requests):
+        method = rec["mad"].get("method_name", hex(rec["mad"]["method"]))
+        ask = ("asks Reversible=1" if t.asks_reversible() else
+               "does not ask Reversible")
+        retry = " retry" if i else ""
+        out.append((rec["frame"], "sa-query", "resolver", "SA",
+                    f"SA {method}{retry}{ret} tid 0x{t.tid:x}: {ask}"))
+    for rec in t.responses:
+        mad = rec["mad"]
+        if not mad["method"] & METHOD_RESP:
+            out.append((rec["frame"], "rmpp-ack", "resolver", "SA", f"RMPP ACK tid 0x{t.tid:x}"))
+            continue
+        method = mad.get("method_name", hex(mad["method"]))
+        rmpp = rec.get("rmpp", {})
+        whole = "reassembled_from" in rec or not (rmpp.get("rmpp_flags", 0) & 1)
+        if rec.get("rmpp_control"):
+            label = f"SA {method} RMPP control tid 0x{t.tid:x}"
+        elif not whole:
+            label = f"SA {method} RMPP segment {rmpp.get('segment_number', '?')}"
+        else:
+            recs = rec.get("path_records", [])
+            status = mad.get("status", 0)
+            label = (f"SA {method}{ret} status 0x{status:04x}: {len(recs)} record(s) "
+                     f"{_rev(recs)}").rstrip()
+        out.append((rec["frame"], "sa-answer", "SA", "resolver", label))
+    return out
+
+
+def _flags(records: list[dict]) -> str:
+    return ", ".join(f"0x{r['flags']:02X} {flags_text(r['flags'])}" for r in records)
+
+
+def _blob_label(b: dict) -> str:
+    recs = b.get("blob_records", [])
+    info = b.get("blob", {})
+    res = info.get("set_option_result")
+    tail = f" → {res}" if res is not None else ""
+    return f"blob (rdma_set_option IB_PATH): {len(recs)} record(s) [{_flags(recs)}]{tail}"
+
+
+def _ls_label(rec: dict) -> str:
+    ls = rec.get("ls", {})
+    if ls.get("request") and rec.get("direction") != "to_kernel":
+        use = ls.get("path_use_name", ls.get("path_use"))
+        return f"LS RESOLVE request seq {ls.get('seq')} path_use {use}"
+    recs = rec.get("blob_records", [])
+    err = " RDMA_NL_LS_F_ERR" if ls.get("error") else ""
+    return f"LS RESOLVE response seq {ls.get('seq')}{err}: {len(recs)} PATH_RECORD(s) [{_flags(recs)}]"
+
+
+class CmIndex:
+    """The CM messages other than REQ (Replay.cm_others) by communication ID, and where each
+    connection attempt ends (the next REQ with the same local ID), so that a REQ is joined
+    to its own REP/RTU only, in time linear in the messages."""
+
+    def __init__(self, replay: Replay | None):
+        others = getattr(replay, "cm_others", []) if replay else []
+        self.by_id: dict[int, list[dict]] = {}
+        for o in others:
+            for key in {o.get("local_comm_id"), o.get("remote_comm_id")} - {None}:
+                self.by_id.setdefault(key, []).append(o)
+        self.req_frames: dict[int, list[int]] = {}
+        for c in (replay.cm_reqs if replay else []):
+            cid = c["cm_req"].get("local_comm_id")
+            self.req_frames.setdefault(cid, []).append(c["frame"])
+
+    def following(self, cid: int | None, frame: int) -> list[dict]:
+        if cid is None:
+            return []
+        later = [f for f in self.req_frames.get(cid, []) if f > frame]
+        end = min(later) if later else float("inf")
+        return [o for o in self.by_id.get(cid, []) if frame < o["frame"] < end]
+
+
+def _cm_arrows(res: Resolution, index: CmIndex) -> list[tuple]:
+    out = []
+    for c in res.cm_reqs:
+        req = c["cm_req"]
+        # a REQ of no resolution is drawn as sent by this side
+        outgoing = not res.local or req.get("primary_local_gid") == res.local
+        src, dst = ("kernel", "remote") if outgoing else ("remote", "kernel")
+        cid = req.get("local_comm_id")
+        out.append((c["frame"], "cm", src, dst, f"CM REQ comm 0x{cid or 0:x} service 0x"
+                    f"{req.get('service_id', 0):x} P_Key 0x{req.get('pkey', 0):04x}"))
+        # REP/REJ/MRA carry the REQ's ID as remote ID (sent back), the requester's RTU/DREQ
+        # carry it as local ID
+        for o in index.following(cid, c["frame"]):
+            s, d = (dst, src) if o.get("remote_comm_id") == cid else (src, dst)
+            out.append((o["frame"], "cm", s, d, f"CM {o.get('message')} comm 0x"
+                        f"{o.get('local_comm_id') or 0:x} → 0x{o.get('remote_comm_id') or 0:x}"))
+    return out
+
+
+def _columns(res: Resolution) -> list[RecordColumn]:
+    """The records the rules compare: the SA answers' records (forward and return queries),
+    the records of each blob and LS response, and each CM REQ's primary path."""
+    cols = []
+    for t in res.transactions:
+        for i, r in enumerate(t.records[:4]):
+            cols.append(RecordColumn("SA answer", t.completing_frame or 0,
+                                     f"SA answer f{t.completing_frame} rec {i}",
+                                     {k: r.get(k) for k in COMPARED_FIELDS}))
+    for src, recs in (("blob", res.blobs), ("LS response", res.ls_responses)):
+        for b in recs:
+            for i, r in enumerate(b.get("blob_records", [])[:8]):
+                pr = r["path_record"]
+                cols.append(RecordColumn(src, b["frame"],
+                                         f"{src} f{b['frame']} rec {i} 0x{r['flags']:02X}",
+                                         {**{k: pr.get(k) for k in COMPARED_FIELDS},
+                                          "flags": flags_text(r["flags"])}))
+    for c in res.cm_reqs:
+        req = c["cm_req"]
+        f = {k: req.get(v) for k, v in _CM_FIELDS.items()}
+        f["packet_life_time"] = None  # the REQ carries local_ack_timeout instead
+        f["local_ack_timeout"] = req.get("primary_local_ack_timeout")
+        cols.append(RecordColumn("CM REQ", c["frame"], f"CM REQ f{c['frame']} primary", f))
+    return sorted(cols, key=lambda c: c.frame)
+
+
+def resolution_messages(res: Resolution, cm: CmIndex) -> list[tuple]:
+    """(frame, kind, src lane, dst lane, label) of every message of a resolution, in frame
+    order, each frame once."""
+    msgs = []
+    for t in res.transactions:
+        msgs += _sa_arrows(t, res)
+    msgs += [(b["frame"], "blob", "resolver", "kernel", _blob_label(b)) for b in res.blobs]
+    msgs += [(r["frame"], "ls-request", "kernel", "resolver", _ls_label(r)) for r in res.ls_requests]
+    msgs += [(r["frame"], "ls-response", "resolver", "kernel", _ls_label(r))
+             for r in res.ls_responses]
+    msgs += _cm_arrows(res, cm)
+    seen, out = set(), []
+    for m in sorted(msgs, key=lambda m: m[0]):
+        if m[0] not in seen:
+            seen.add(m[0])
+            out.append(m)
+    return out
+
+
+def _attach(ladder: Ladder, findings: list[Finding]) -> None:
+    by_frame = {a.frame: a for a in ladder.arrows}
+    for f in findings:
+        i = len(ladder.findings)
+        ladder.findings.append(f)
+        on = [by_frame[fr] for fr in f.frames if fr in by_frame]
+        ladder.anchor.append(on[-1].number if on else None)
+        for a in on:
+            a.findings.append(i)
+
+
+def ladders(fa: FileAudit) -> list[Ladder]:
+    """One ladder per resolution of the file, in the replay's order, then (name None) one for
+    the findings tied to no resolution. A finding goes to its resolution's ladder; one the
+    engine did not tie to a resolution (frame rules) goes to the ladder holding its frames."""
+    replay: Replay | None = fa.replay
+    out: list[Ladder] = []
+    by_name: dict[str, Ladder] = {}
+    frame_owner: dict[int, Ladder] = {}
+    others = CmIndex(replay)
+    for res in (replay.resolutions.values() if replay else []):
+        lad = Ladder(fa.path, res.name, columns=_columns(res))
+        for n, (frame, kind, src, dst, label) in enumerate(resolution_messages(res, others), 1):
+            lad.arrows.append(Arrow(n, kind, src, dst, frame, label))
+            frame_owner.setdefault(frame, lad)
+        by_name[res.name] = lad
+        out.append(lad)
+    rest = _unplaced_messages(replay, set(frame_owner), others) if replay else []
+    placed: dict[int, list[Finding]] = {}
+    loose: list[Finding] = []
+    for f in fa.findings:
+        lad = by_name.get(f.resolution) if f.resolution else None
+        if lad is None:
+            lad = next((frame_owner[fr] for fr in f.frames if fr in frame_owner), None)
+        if lad is None:
+            loose.append(f)
+        else:
+            placed.setdefault(id(lad), []).append(f)
+    for lad in out:
+        _attach(lad, placed.get(id(lad), []))
+    if loose or rest:
+        lad = Ladder(fa.path, None)
+        for n, (frame, kind, src, dst, label) in enumerate(rest, 1):
+            lad.arrows.append(Arrow(n, kind, src, dst, frame, label))
+        _attach(lad, loose)
+        out.append(lad)
+    return out
+
+
+def _unplaced_messages(replay: Replay, placed: set[int], others: CmIndex) -> list[tuple]:
+    """The messages of a file that belong to no resolution (saquery -p, CM between endpoints
+    whose paths were not resolved in the capture, blobs of no pair), as one ladder."""
+    nobody = Resolution("", "", 0)
+    nobody.transactions = list(replay.done)  # every SA transaction, of any attribute
+    nobody.blobs = list(replay.blobs)
+    for e in replay.ls.values():
+        nobody.ls_requests += [e["request"]] if e["request"] else []
+        nobody.ls_responses += e["responses"]
+    nobody.cm_reqs = list(replay.cm_reqs)
+    msgs = [m for m in resolution_messages(nobody, others) if m[0] not in placed]
+    seen = placed | {m[0] for m in msgs}
+    # CM messages whose REQ is not in the capture: replies drawn as coming from the remote
+    for o in getattr(replay, "cm_others", []):
+        if o["frame"] not in seen:
+            reply = o.get("message") in _CM_REPLIES
+            msgs.append((o["frame"], "cm", "remote" if reply else "kernel",
+                         "kernel" if reply else "remote",
+                         f"CM {o.get('message')} comm 0x{o.get('local_comm_id') or 0:x} → "
+                         f"0x{o.get('remote_comm_id') or 0:x} (its REQ is not in the capture)"))
+    return sorted(msgs, key=lambda m: m[0])
+
+
+_CM_REPLIES = {"REP", "REJ", "MRA", "DREP", "APR", "SIDR_REP"}
+
+
+# -- text ------------------------------------------------------------------------------------
+
+_COL = 14  # characters between two lanes
+
+
+def text_ladder(lad: Ladder, max_arrows: int | None = None) -> list[str]:
+    """The ladder as plain text lines: a header of lanes, one line per message, and below it
+    the severity and rule ID of each finding attached to it (the report lists them in full)."""
+    width = _COL * (len(LANES) - 1) + 1
+    lines = ["   " + "".join(n.ljust(_COL) for n in LANES[:-1]) + LANES[-1]]
+    shown = lad.arrows if max_arrows is None else lad.arrows[:max_arrows]
+    by_anchor: dict[int, list[int]] = {}
+    for i, a in enumerate(lad.anchor):
+        if a is not None:
+            by_anchor.setdefault(a, []).append(i)
+    for a in shown:
+        row = [" "] * width
+        for k in range(len(LANES)):
+            row[k * _COL] = "|"
+        s, d = LANES.index(a.src) * _COL, LANES.index(a.dst) * _COL
+        lo, hi = min(s, d), max(s, d)
+        for x in range(lo + 1, hi):
+            row[x] = "-"
+        if d > s:
+            row[hi - 1] = ">"
+        else:
+            row[lo + 1] = "<"
+        lines.append("   " + "".join(row) + f"  f{a.frame} {a.label}")
+        for i in by_anchor.get(a.number, []):
+            f = lad.findings[i]
+            lines.append("   " + " " * width + f"    ^ {f.severity} {f.rule}")
+    if len(shown) < len(lad.arrows):
+        lines.append(f"   ... {len(lad.arrows) - len(shown)} more message(s) not drawn "
+                     f"(frames {lad.arrows[len(shown)].frame}-{lad.arrows[-1].frame})")
+    return lines
+
+
+__all__ = ["Arrow", "Ladder", "LANES", "RecordColumn", "ladders", "resolution_messages",
+           "text_ladder", "COMPARED_FIELDS"]

@@ -1,0 +1,395 @@
+"""The HTML audit report (audit/html.py) and the ladder model behind it (audit/ladder.py), read
+back from the page itself in headless Debian Chromium (started here through Playwright; no
+browser download).
+
+For every capture of the corpus: every finding of the JSON report is on the page (rule,
+severity, frames, file and message text), every message of the capture has exactly one arrow
+(the oracle: the decoder's own records of SA, CM, LS RESOLVE and blob frames, independent of
+the replay and of the ladder), the summary matches the JSON summary, there is no console error
+and the page fetches nothing. Captures built here check the arrows' lanes exactly, where each
+finding is attached, the caps, escaping, and that a broken page is caught by the same checks.
+A screenshot is kept under build/test-artefacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ibpath_scapy.audit.html import to_html
+from ibpath_scapy.audit.model import AuditOptions
+from ibpath_scapy.audit.run import audit_paths
+from ibpath_scapy.craft.builder import CaptureBuilder
+from ibpath_scapy.decode import Decoder, decode_file
+from ibpath_scapy.layers.cm import CMRep, CMRtu
+from ibpath_scapy.layers.mad import MAD
+
+from conftest import CAPTURES, EXTERNAL, ROOT
+from test_rules_resolver import FWD, L, R, exchange, path, query
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's chromium (tools/install.sh)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTEFACTS = ROOT / "build" / "test-artefacts"
+IBPATH = [sys.executable, "-m", "ibpath_scapy.cli.main", "audit", "--quiet"]
+PEER = "192.168.2.25"
+
+
+def _corpus() -> list[Path]:
+    corpus = sorted((CAPTURES / "corpus").glob("*.pcap*")) if (CAPTURES / "corpus").is_dir() else []
+    files = corpus or sorted((CAPTURES / "crafted").glob("*.pcapng"))
+    files.append(CAPTURES / "opensm" / "opensm-saquery.pcap")
+    if EXTERNAL.is_dir():
+        files += sorted(EXTERNAL.glob("*.pcap"))
+    return files
+
+
+# -- the browser and what the page says ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found: Debian's chromium is installed by tools/install.sh")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+# Read from the DOM: the hooks html.py documents, and the visible text of each finding row.
+FACTS_JS = """() => ({
+  findings: [...document.querySelectorAll('tr.finding')].map(tr => ({
+    rule: tr.dataset.rule, severity: tr.dataset.severity, frames: tr.dataset.frames,
+    file: tr.dataset.file, arrow: tr.dataset.arrow, text: tr.innerText})),
+  ladders: [...document.querySelectorAll('section.ladder')].map(s => ({
+    id: s.id, file: s.dataset.file, resolution: s.dataset.resolution,
+    messages: +s.dataset.messages, drawn: +s.dataset.drawn, same_as: s.dataset.sameAs,
+    capped: s.querySelectorAll('.capped').length,
+    arrows: [...s.querySelectorAll('g.arrow')].map(g => ({
+      n: +g.dataset.arrow, frame: +g.dataset.frame, kind: g.dataset.kind, src: g.dataset.src,
+      dst: g.dataset.dst, cls: g.getAttribute('class'),
+      width: g.getBoundingClientRect().width}))})),
+  summary: Object.fromEntries([...document.querySelectorAll('#summary td[data-count]')]
+    .map(td => [td.dataset.count, +td.textContent])),
+  blobs: [...document.querySelectorAll('table.kernel-view tr.blob')].map(tr => ({
+    file: tr.dataset.file, frame: +tr.dataset.frame})),
+  capped: document.querySelectorAll('.capped').length,
+})"""
+
+
+class Page:
+    """A report loaded in Chromium: its facts, console errors and every request it made."""
+
+    def __init__(self, browser, html: Path, screenshot: Path | None = None):
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("request", lambda r: self.requests.append(r.url))
+        self.url = html.resolve().as_uri()
+        page.goto(self.url, wait_until="load")
+        self.facts = page.evaluate(FACTS_JS)
+        self.title = page.title()
+        self.page = page
+        if screenshot is not None:
+            page.screenshot(path=str(screenshot), full_page=True)
+        self.dom = page.evaluate("() => document.body.innerText")
+        page.close()
+
+
+def check_clean(p: Page) -> None:
+    assert p.requests == [p.url], f"the page fetched {set(p.requests) - {p.url}}"
+    assert p.errors == [], f"console errors: {p.errors}"
+
+
+def check_findings(p: Page, doc: dict) -> None:
+    """Every finding of the JSON report is a row of the page, and nothing else is."""
+    key = lambda f: (f["rule"], f["severity"], f["frames"], f["file"])  # noqa: E731
+    want = Counter(key({**f, "frames": ",".join(map(str, f["frames"]))}) for f in doc["findings"])
+    got = Counter(key(f) for f in p.facts["findings"])
+    assert got == want
+    for f in doc["findings"]:
+        rows = [r for r in p.facts["findings"]
+                if key(r) == key({**f, "frames": ",".join(map(str, f["frames"]))})]
+        assert any(f["message"] in r["text"] for r in rows), f
+
+
+def check_arrows(p: Page, message_frames: dict[str, set[int]]) -> None:
+    """One drawn arrow per message of the capture: each message frame exactly once, numbered
+    in frame order, with a visible line."""
+    by_file: dict[str, list[int]] = {}
+    for lad in p.facts["ladders"]:
+        arrows = lad["arrows"]
+        assert len(arrows) == lad["drawn"] == lad["messages"], lad["id"]
+        assert [a["n"] for a in arrows] == list(range(1, len(arrows) + 1))
+        assert [a["frame"] for a in arrows] == sorted(a["frame"] for a in arrows)
+        assert all(a["width"] > 20 for a in arrows)  # rendered, not an empty group
+        by_file.setdefault(lad["file"], []).extend(a["frame"] for a in arrows)
+    for file, frames in message_frames.items():
+        got = by_file.get(file, [])
+        assert sorted(got) == sorted(set(got)), f"{file}: a message drawn twice"
+        assert set(got) == frames, f"{file}: missing {sorted(frames - set(got))}, " \
+                                   f"extra {sorted(set(got) - frames)}"
+
+
+def message_frames(path: Path) -> set[int]:
+    """The oracle: frames the decoder reads as SA, CM, LS RESOLVE or blob messages."""
+    out = set()
+    for rec in decode_file(str(path), Decoder()):
+        kind = rec.get("kind")
+        if kind in ("sa", "cm", "blob") or (
+                kind == "ls" and (rec["ls"].get("op") in ("RESOLVE", "resolve")
+                                  or rec["ls"].get("op_code") == 0)):
+            out.add(rec["frame"])
+    return out
+
+
+def run_cli(*args) -> subprocess.CompletedProcess:
+    p = subprocess.run(IBPATH + [str(a) for a in args], capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in p.stderr, p.stderr
+    assert p.returncode in (0, 1), p.stderr
+    return p
+
+
+def reports(captures: Path | list[Path], tmp_path: Path) -> tuple[dict, Path]:
+    """The JSON report (parsed) and the HTML report file of captures, from the CLI."""
+    captures = captures if isinstance(captures, list) else [captures]
+    doc = json.loads(run_cli("--format", "json", *captures).stdout)
+    html = tmp_path / (captures[0].name + ".html")
+    run_cli("--format", "html", "-o", html, *captures)
+    return doc, html
+
+
+# -- the corpus -------------------------------------------------------------------------------
+
+def test_corpus_report_in_chromium(browser, tmp_path):
+    """One report of the whole corpus from the CLI (JSON and HTML), read back from the page."""
+    corpus = _corpus()
+    doc, html = reports(corpus, tmp_path)
+    p = Page(browser, html)
+    check_clean(p)
+    check_findings(p, doc)
+    check_arrows(p, {str(c): message_frames(c) for c in corpus})
+    s = doc["summary"]
+    assert p.facts["summary"] == {
+        "files": s["files"], "frames": s["packets"], "transactions": s["transactions"],
+        "resolutions": s["resolutions"], "blobs": s["blobs"], "cm_reqs": s["cm_reqs"],
+        **s["findings"]} and s["files"] == len(corpus)
+    assert sorted((b["file"], b["frame"]) for b in p.facts["blobs"]) == \
+        sorted((k["file"], k["frame"]) for k in doc["kernel_view"])
+    named = [(lad["file"], lad["resolution"]) for lad in p.facts["ladders"] if lad["resolution"]]
+    assert len(set(named)) == len(named) == s["resolutions"]
+    assert p.facts["capped"] == 0
+
+
+# -- a capture built here: lanes, attachment, screenshot ------------------------------------------
+
+def cm_rep_rtu(b: CaptureBuilder, comm_id: int, peer_id: int) -> tuple[int, int]:
+    """The remote's REP and our RTU for the builder's CM REQ (comm_id)."""
+    rep = b.mad(MAD(mgmt_class=7, method=3, attribute_id=0x13, transaction_id=comm_id)
+                / CMRep(local_comm_id=peer_id, remote_comm_id=comm_id), src=PEER, dst=b.requester)
+    rtu = b.mad(MAD(mgmt_class=7, method=3, attribute_id=0x14, transaction_id=comm_id)
+                / CMRtu(local_comm_id=comm_id, remote_comm_id=peer_id), src=b.requester, dst=PEER)
+    return rep, rtu
+
+
+@pytest.fixture
+def conversation(tmp_path) -> Path:
+    """Every kind of message: LS request, SA GetTable and its retry, a two-segment RMPP
+    answer, LS response, blob, CM REQ/REP/RTU. Not reversible and handed over alone as 0x2B:
+    RES-NO-FOLLOWUP and BLOB-GMP-NOT-REVERSIBLE rest on the blob."""
+    f = tmp_path / "conversation.pcapng"
+    with CaptureBuilder(str(f)) as b:
+        b.ls_request(7, path_use=0, sgid=L, dgid=R)
+        q = b.sa_query(query(numb_path=1), method=0x12)
+        b.sa_query(query(), retransmit_of=q)
+        b.sa_answer(q, [FWD] * 5)
+        b.ls_response(7, [(0x2B, FWD)])
+        b.blob([(0x2B, FWD)], set_option=0)
+        b.cm_req(FWD)
+        cm_rep_rtu(b, 0x1234, 0x5678)
+    return f
+
+
+CONVERSATION = [
+    (1, "ls-request", "kernel", "resolver"),
+    (2, "sa-query", "resolver", "SA"),
+    (3, "sa-query", "resolver", "SA"),
+    (4, "sa-answer", "SA", "resolver"),
+    (5, "sa-answer", "SA", "resolver"),
+    (6, "ls-response", "resolver", "kernel"),
+    (7, "blob", "resolver", "kernel"),
+    (8, "cm", "kernel", "remote"),
+    (9, "cm", "remote", "kernel"),
+    (10, "cm", "kernel", "remote"),
+]
+
+
+def test_conversation_ladder_lanes_and_findings(browser, conversation, tmp_path):
+    doc, html = reports(conversation, tmp_path)
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTEFACTS / "html-report-ladder.png"
+    p = Page(browser, html, screenshot=shot)
+    print(f"screenshot: {shot}")
+    assert shot.stat().st_size > 20_000
+    check_clean(p)
+    check_findings(p, doc)
+    check_arrows(p, {str(conversation): set(range(1, 11))})
+    (lad,) = p.facts["ladders"]
+    assert lad["resolution"] == f"{L} > {R} pkey 0xffff"
+    assert [(a["frame"], a["kind"], a["src"], a["dst"]) for a in lad["arrows"]] == CONVERSATION
+    rules = {f["rule"] for f in doc["findings"]}
+    assert {"RES-NO-FOLLOWUP", "BLOB-GMP-NOT-REVERSIBLE"} <= rules
+    arrow_of = {a["frame"]: a for a in lad["arrows"]}
+    message = set(arrow_of)
+    for f in p.facts["findings"]:
+        on = [int(x) for x in f["frames"].split(",") if int(x) in message]
+        # attached to the last message it rests on, and every message it rests on coloured
+        assert f["arrow"] == (str(arrow_of[max(on)]["n"]) if on else ""), f
+        for fr in on:
+            assert "sev-" in arrow_of[fr]["cls"], (f, fr)
+    assert "sev-error" in arrow_of[7]["cls"]
+    assert "sev-" not in arrow_of[1]["cls"]
+    # the side-by-side table: SA answer, the LS response, the blob and the CM REQ
+    for title in ("SA answer f5 rec 0", "LS response f6 rec 0 0x2B", "blob f7 rec 0 0x2B",
+                  "CM REQ f8 primary"):
+        assert title in p.dom
+    assert p.title.startswith("ibpath audit: 1 resolution(s)")
+
+
+def test_broken_pages_are_caught(browser, conversation, tmp_path):
+    """The checks above fail on a page with a script error, a fetch, a lost finding or a lost
+    arrow."""
+    doc, html = reports(conversation, tmp_path)
+    text = html.read_text()
+    frames = {str(conversation): set(range(1, 11))}
+
+    def variant(name: str, new: str) -> Page:
+        assert new != text
+        f = tmp_path / f"broken-{name}.html"
+        f.write_text(new)
+        return Page(browser, f)
+
+    with pytest.raises(AssertionError, match="console errors"):
+        check_clean(variant("script", text.replace("</body>", "<script>noSuchFunction()</script></body>")))
+    with pytest.raises(AssertionError, match="fetched"):
+        check_clean(variant("fetch", text.replace("</body>", '<img src="http://192.0.2.1/x.png"></body>')))
+    with pytest.raises(AssertionError):
+        check_findings(variant("finding", re.sub(r'<tr class="finding.*?</tr>', "", text, count=1)), doc)
+    with pytest.raises(AssertionError):
+        check_arrows(variant("arrow", re.sub(r'<g class="arrow.*?</g>', "", text, count=1)), frames)
+    with pytest.raises(AssertionError):
+        check_arrows(variant("twice", re.sub(r'data-frame="2"', 'data-frame="3"', text, count=1)), frames)
+
+
+def test_text_is_escaped(browser, tmp_path):
+    """A file name with markup in it is shown as text, not interpreted."""
+    f = tmp_path / "a<b>&'\"x.pcapng"
+    with CaptureBuilder(str(f)) as b:
+        exchange(b, query(), [FWD])
+        b.blob([(0x2B, FWD)], set_option=0)
+    doc, html = reports(f, tmp_path)
+    p = Page(browser, html)
+    check_clean(p)
+    check_findings(p, doc)
+    assert str(f) in p.dom
+    assert {lad["file"] for lad in p.facts["ladders"]} == {str(f)}
+
+
+def test_caps_are_stated_and_keep_every_finding(browser, tmp_path):
+    """Over the caps: diagrams and arrows cut with the counts on the page; findings all kept."""
+    f = tmp_path / "three.pcapng"
+    with CaptureBuilder(str(f)) as b:
+        for k in range(3):
+            dgid = f"fe80::2:c903:0:{0x10 + k:x}"
+            exchange(b, query(dgid=dgid), [path(dgid=dgid)])
+            b.blob([(0x2B, path(dgid=dgid))], set_option=0)
+    audits, _ = audit_paths([str(f)], AuditOptions(), quiet=True)
+    html = tmp_path / "three.html"
+    html.write_text(to_html(audits, max_ladders=2, max_arrows=2))
+    doc = json.loads(run_cli("--format", "json", f).stdout)
+    p = Page(browser, html)
+    check_clean(p)
+    check_findings(p, doc)
+    lads = p.facts["ladders"]
+    assert [(lad["messages"], lad["drawn"], len(lad["arrows"])) for lad in lads] == \
+        [(3, 2, 2), (3, 2, 2), (3, 0, 0)]
+    assert [lad["capped"] for lad in lads] == [1, 1, 0]
+    assert "1 more message(s) not drawn (frames 3–3)" in p.dom
+    assert "1 of 3 ladders listed without a diagram" in p.dom
+
+
+def test_identical_ladders_point_to_the_first(browser, tmp_path):
+    """After `full_ladders` diagrams, a resolution with the same messages and findings points
+    to the one drawn; one with another shape is still drawn; every finding is on the page."""
+    f = tmp_path / "alike.pcapng"
+    with CaptureBuilder(str(f)) as b:
+        for k in range(3):
+            dgid = f"fe80::2:c903:0:{0x10 + k:x}"
+            exchange(b, query(dgid=dgid), [path(dgid=dgid)])
+            b.blob([(0x2B, path(dgid=dgid))], set_option=0)
+        dgid = "fe80::2:c903:0:99"  # another shape: a reversible answer, no finding
+        exchange(b, query(dgid=dgid), [path(dgid=dgid, reversible=1)])
+        b.blob([(0x2B, path(dgid=dgid, reversible=1))], set_option=0)
+    audits, _ = audit_paths([str(f)], AuditOptions(), quiet=True)
+    html = tmp_path / "alike.html"
+    html.write_text(to_html(audits, full_ladders=1))
+    doc = json.loads(run_cli("--format", "json", f).stdout)
+    p = Page(browser, html)
+    check_clean(p)
+    check_findings(p, doc)
+    lads = p.facts["ladders"]
+    assert [(lad["drawn"], lad["same_as"]) for lad in lads] == \
+        [(3, ""), (0, lads[0]["id"]), (0, lads[0]["id"]), (3, "")]
+    assert "2 of 4 ladders point to an identical one drawn before them" in p.dom
+
+
+# -- the text ladder ----------------------------------------------------------------------------
+
+def test_text_ladder_with_flag(conversation):
+    out = run_cli("--ladder", conversation).stdout
+    lines = out.splitlines()
+    assert any(re.fullmatch(r"\s+kernel\s+resolver\s+SA\s+remote", line) for line in lines)
+    drawn = [line for line in lines if re.search(r"\|  f\d+ ", line)]
+    assert [int(re.search(r"\|  f(\d+) ", line).group(1)) for line in drawn] == list(range(1, 11))
+    blob = next(i for i, line in enumerate(lines) if "|  f7 " in line)
+    assert "<" in drawn[6].split("|  f7")[0]  # resolver → kernel points left
+    marks = lines[blob + 1: blob + 4]
+    assert any("^ error RES-NO-FOLLOWUP" in m for m in marks), marks
+    # the findings are still listed in full, as without --ladder
+    plain = run_cli(conversation).stdout
+    assert "kernel" not in plain.split("\n")[1]
+    for line in plain.splitlines()[1:]:
+        assert line in lines
+
+
+def test_text_ladder_on_a_terminal(conversation):
+    """Without --ladder, the ladder is drawn when stdout is a terminal."""
+    master, slave = pty.openpty()
+    p = subprocess.run(IBPATH + [str(conversation)], stdout=slave, stderr=subprocess.PIPE,
+                       timeout=120)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.returncode == 1, p.stderr
+    text = out.decode()
+    assert re.search(r"kernel\s+resolver\s+SA\s+remote", text)
+    assert "|  f10 CM RTU" in text
