@@ -1789,6 +1789,15 @@ end
 -- Registration ------------------------------------------------------------------------------
 local function call_builtin(builtin, tvb, pinfo, tree)
   if builtin == nil then return end
+  -- A frame the capture cut short (captured < wire length) makes Wireshark's dissector throw
+  -- BoundsError, which Dissector.call does not turn into a Lua error: it unwinds through Lua
+  -- and leaks Lua's C-call count, until after ~100 such frames every call fails with "C stack
+  -- overflow" (tests/test_fuzz.py). Handed the captured bytes only, it throws
+  -- ReportedBoundsError, which comes back to pcall.
+  if tvb:len() < tvb:reported_len() then
+    if tvb:len() == 0 then return end
+    tvb = tvb:range(0, tvb:len()):tvb()
+  end
   local ok, err = pcall(builtin.call, builtin, tvb, pinfo, tree)
   if not ok then
     tree:add_proto_expert_info(EX_BUILTIN, "Wireshark's dissector: " .. tostring(err):gsub("^.-: ", ""))
@@ -1821,7 +1830,7 @@ end
 -- postdissector does not, and it leaves Wireshark's own tree as it is. Wireshark's InfiniBand
 -- dissector sets the ports to the QPs (port type IBQP), so one read of pinfo.dst_port sends
 -- every data frame away; only QP0/QP1 frames go on to find their UDP header.
-local PT_IBQP, ROCEV2_PORT = 10, "\018\183"  -- UDP destination port 4791, big-endian
+local PT_NONE, PT_IBQP, ROCEV2_PORT = 0, 10, "\018\183"  -- UDP destination port 4791, big-endian
 
 -- The BTH offset and the end of the UDP payload of a RoCEv2 MAD frame, or nil: the first UDP
 -- header (within the first 128 bytes) whose destination port is 4791 and whose next byte is a
@@ -1845,9 +1854,13 @@ local function rocev2_locate(tvb)
   return nil
 end
 
-local rocev2 = Proto("ibpath.rocev2", "ibpath over RoCEv2")
-function rocev2.dissector(tvb, pinfo, tree)
-  if pinfo.dst_port > 1 or pinfo.port_type ~= PT_IBQP then return end
+local header_only_rdma  -- below, with the netlink code
+local post = Proto("ibpath.post", "ibpath (RoCEv2 MADs, header-only RDMA netlink messages)")
+function post.dissector(tvb, pinfo, tree)
+  if pinfo.dst_port > 1 then return end
+  local pt = pinfo.port_type
+  if pt == PT_NONE then return header_only_rdma(tvb, pinfo, tree) end
+  if pt ~= PT_IBQP then return end
   local bth, limit = rocev2_locate(tvb)
   if bth == nil then return end
   if has_tree(tree) then
@@ -1856,7 +1869,7 @@ function rocev2.dissector(tvb, pinfo, tree)
     track_only(tvb, pinfo, bth)
   end
 end
-register_postdissector(rocev2)
+register_postdissector(post)
 
 -- Native IB in ERF records (ibdump), raw LINKTYPE_INFINIBAND, and exported PDUs for
 -- "infiniband": wrap the built-in handler of each encapsulation
@@ -1913,10 +1926,11 @@ end)
 -- NETLINK_RDMA (20): Wireshark's netlink dissector hands each message, from its nlmsghdr
 local nl_table = DissectorTable.get("netlink.protocol")
 local rdma_nl = Proto("ibpath.netlink_rdma", "ibpath RDMA netlink")
-function rdma_nl.dissector(tvb, pinfo, tree)
+
+local function rdma_nl_message(tvb, pinfo, tree, off, limit)
   pinfo.cols.protocol:set("RDMA netlink")
-  local ctx = {limit = tvb:len(), v = {}, at = {}, encap = "netlink", show = true}
-  D["RdmaNLMsgHdr"](tvb, pinfo, tree, 0, ctx)
+  local ctx = {limit = limit, v = {}, at = {}, encap = "netlink", show = true}
+  D["RdmaNLMsgHdr"](tvb, pinfo, tree, off, ctx)
   local msg = ctx.v["RdmaNLMsgHdr"] or {}
   local ops = {[0] = "RESOLVE", [1] = "SET_TIMEOUT", [2] = "IP_RESOLVE"}
   if msg.rdma_client == 4 then
@@ -1925,9 +1939,40 @@ function rdma_nl.dissector(tvb, pinfo, tree)
     pinfo.cols.info:set(string.format("LS %s %s seq %d%s", ops[msg.rdma_op] or tostring(msg.rdma_op),
                                       kind, msg.nlmsg_seq or 0, err))
   end
+end
+
+function rdma_nl.dissector(tvb, pinfo, tree)
+  rdma_nl_message(tvb, pinfo, tree, 0, tvb:len())
   return tvb:len()
 end
 if nl_table ~= nil then nl_table:add(20, rdma_nl) end
+
+-- Wireshark's netlink dissector hands a message to the family's dissector only when it has a
+-- body: a header-only RDMA message (an LS answer with RDMA_NL_LS_F_ERR and no attribute, say)
+-- would show as a bare "Netlink message". The postdissector finds those in NETLINK_RDMA
+-- records (cooked header: pkttype, ARPHRD_NETLINK 824, ..., family at 14) and shows them,
+-- each under a node of its own.
+local NLMSG_HDRLEN, COOKED_LEN, ARPHRD_NETLINK = 16, 16, 824
+local nl_header_only = Proto("ibpath.nl_header_only", "ibpath RDMA netlink (header-only message)")
+
+local function le_u32(tvb, off) return tvb(off, 4):le_uint() end
+
+function header_only_rdma(tvb, pinfo, tree)
+  local n = tvb:len()
+  if n < COOKED_LEN + NLMSG_HDRLEN or tvb(2, 2):uint() ~= ARPHRD_NETLINK or tvb(14, 2):uint() ~= 20 then
+    return
+  end
+  local off = COOKED_LEN
+  while off + NLMSG_HDRLEN <= n do
+    local len = le_u32(tvb, off)
+    if len < NLMSG_HDRLEN then return end
+    if len == NLMSG_HDRLEN and tvb(off + 4, 2):le_uint() >= 0x400 then
+      local t = tree:add(nl_header_only, tvb(off, NLMSG_HDRLEN))
+      rdma_nl_message(tvb, pinfo, t, off, off + NLMSG_HDRLEN)
+    end
+    off = off + ib_idiv(len + 3, 4) * 4
+  end
+end
 
 -- Blobs: exported PDUs named "ibpath.blob" reach the generated PathArray proto by name
 P["PathArray"].dissector = function(tvb, pinfo, tree)

@@ -690,12 +690,12 @@ class _Builder:
     def _crc_errors(fr: _Frame) -> list[str]:
         errs = []
         checks: dict[str, str] = {}
-        for name in (_fields_of(BTH).node, "ibpath.icrc"):
-            for node in _all(fr.layers, name):
-                for key in ("ibpath.check.icrc", "ibpath.check.vcrc"):
-                    v = _first(node, key)
-                    if v is not None:
-                        checks.setdefault(key, v)
+        # the plugin shows both checks under the BTH (RoCEv2 too: its entry sees the frame)
+        for node in _all(fr.layers, _fields_of(BTH).node):
+            for key in ("ibpath.check.icrc", "ibpath.check.vcrc"):
+                v = _first(node, key)
+                if v is not None:
+                    checks.setdefault(key, v)
         if checks.get("ibpath.check.icrc") == "0":
             errs.append("ICRC mismatch")
         if checks.get("ibpath.check.vcrc") == "0":

@@ -311,8 +311,7 @@ def test_netlink_and_blob_fields_equal_scapy(tmp_path):
     with CaptureBuilder(str(path)) as b:
         b.ls_request(7, path_use=0, sgid=L, dgid=R, service_id=0x0106000000001234, tclass=5)
         b.ls_response(7, [(0x0A, fwd), (0x12, ret), (0x2B, fwd)])
-        # (an LS_F_ERR answer without attributes is left out: Wireshark's netlink dissector
-        # hands header-only messages to no family dissector, so the plugin never sees it)
+        b.ls_response(8, [], error=True)  # header-only: the postdissector shows it
         b.blob([(0x2B, fwd), (0x2C, ret)], set_option=0)
         b.blob(bytes(PathArray(records=[])) + b"\x2b\x00\x00\x00" + bytes(70), set_option=-22)
     frames = list(read_frames(str(path)))
@@ -325,8 +324,54 @@ def test_netlink_and_blob_fields_equal_scapy(tmp_path):
     assert n > 150
     out = tshark(["-r", str(path), "-T", "fields", "-E", "occurrence=a", "-e", "_ws.expert.message"],
                  LUA).stdout.splitlines()
-    assert "BLOB-GMP-NOT-REVERSIBLE" not in out[2] and "BLOB-LENGTH" in out[3]
+    assert "BLOB-GMP-NOT-REVERSIBLE" not in out[3] and "BLOB-LENGTH" in out[4]
 
 
 # The plugin's rule experts against the audit's one-frame findings, frame by frame, over the
 # whole corpus: tests/test_scenarios.py::test_corpus_in_tshark_with_the_plugin.
+
+
+# Property-based: LS requests, LS responses (records with any flags, a zero-length or odd
+# trailing attribute), and blobs of any length, as the plugin shows them against Scapy's view.
+@st.composite
+def ls_or_blob(draw):
+    """(kind, args) for CaptureBuilder: an LS request, an LS response or a blob."""
+    kind = draw(st.sampled_from(["request", "response", "blob", "blob_raw"]))
+    if kind == "request":
+        return kind, dict(seq=draw(u(0, 2**32 - 1)), path_use=draw(u(0, 255)), sgid=draw(gid),
+                          dgid=draw(gid), pkey=draw(u(0, 0xFFFF)),
+                          service_id=draw(st.none() | u(0, 2**64 - 1)),
+                          tclass=draw(st.none() | u(0, 255)))
+    recs = [(draw(u(0, 2**32 - 1)), draw(path_record())) for _ in range(draw(u(0, 4)))]
+    if kind == "response":
+        return kind, dict(seq=draw(u(0, 2**32 - 1)), records=recs, error=draw(st.booleans()))
+    if kind == "blob":
+        return kind, dict(records=recs, set_option=draw(st.sampled_from([None, 0, -22])))
+    return kind, dict(records=draw(st.binary(min_size=0, max_size=300)), set_option=-22)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), phases=NO_SHRINK)
+@given(st.lists(ls_or_blob(), min_size=25, max_size=25))
+def test_netlink_and_blob_fields_equal_scapy_over_generated_messages(tmp_path_factory, items):
+    from ibpath_scapy.craft import CaptureBuilder
+    from ibpath_scapy.layers.ib import ExportedPDU
+    from ibpath_scapy.layers.netlink import NetlinkCooked, RdmaNLMsgHdr
+    from ibpath_scapy.layers.pathdata import PathArray
+    from ibpath_scapy.pcapio import read_frames
+
+    need_tshark()
+    path = tmp_path_factory.mktemp("nl") / "gen.pcapng"
+    with CaptureBuilder(str(path)) as b:
+        for kind, kw in items:
+            if kind == "request":
+                b.ls_request(kw.pop("seq"), **kw)
+            elif kind == "response":
+                b.ls_response(kw.pop("seq"), kw.pop("records"), **kw)
+            else:
+                b.blob(kw["records"], set_option=kw["set_option"])
+    frames = list(read_frames(str(path)))
+    dissected = [NetlinkCooked(f.data) if f.linktype == 253 else ExportedPDU(f.data) for f in frames]
+    classes = reachable([PathArray, RdmaNLMsgHdr], ("Raw", "Padding", "NoPayload", "MADPadding"))
+    fmap = field_map(PLUGIN_CLASSES + [c for c in classes if c not in PLUGIN_CLASSES])
+    assert compare(str(path), LUA, dissected, fmap) > 25 * 5
+    assert_no_malformed(str(path), LUA)
