@@ -406,3 +406,18 @@ def test_readme_manifest_matches():
         assert recorded in (None, 0, -22) and cells[2] == want, name
         ids = set(re.findall(r"\b(?:BLOB|CM|RES|SA|LS)-[A-Z-]+[A-Z]\b", cells[5]))
         assert ids == EXPECTED_FINDINGS[name], name
+
+
+def test_manifest_states_the_expected_findings(capsys):
+    """captures/rxe/manifest.json (what `ibpath craft --verify captures/rxe` and tools/main.sh
+    check) names every capture with the findings tested above, and the captures give them."""
+    import json
+
+    from ibpath_scapy.craft.corpus import verify_corpus
+
+    rows = json.loads((RXE / "manifest.json").read_text())["scenarios"]
+    assert {r["file"] for r in rows} == {p.name for p in RXE.glob("*.pcapng")}
+    for r in rows:
+        assert set(r["rules"]) == EXPECTED_FINDINGS.get(r["file"].removesuffix(".pcapng"), set())
+    assert verify_corpus(RXE, report=False)
+    assert f"{len(rows)} files, {len(rows)} as expected, 0 not" in capsys.readouterr().out

@@ -6,6 +6,8 @@
 #    row names), prints the audit's text report, then checks every file gave exactly the rule
 #    IDs captures/corpus/manifest.json expects. Errors there are the point; a difference from
 #    the manifest is a failure.
+#    captures/rxe/ (the kernel lab's real rxe captures, `ibpath lab`) is checked the same way
+#    against its own manifest: its faulty blobs were rejected by a real kernel.
 # 2. Real traffic: captures/opensm/ (OpenSM over ibsim) and, when present beside the checkout,
 #    ../shared/captures/external/. These must audit with no error finding (`ibpath audit`'s
 #    own exit status).
@@ -14,12 +16,17 @@
 # has an error finding, 2 when a file cannot be read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/install.sh
+# IBPATH_SKIP_INSTALL=1 skips the install step on a machine that has already run it
+[ "${IBPATH_SKIP_INSTALL:-}" = 1 ] || bash tools/install.sh
 IBPATH=.venv/bin/ibpath
 
 echo "== The bundled corpus (captures/corpus/, see its README.md): deliberate faults, checked against the manifest"
 rc=0
 "$IBPATH" craft --verify captures/corpus || rc=$?
+
+echo
+echo "== The kernel lab's real soft-RoCE captures (captures/rxe/, see its README.md): the blob matrix, checked against its manifest"
+"$IBPATH" craft --verify captures/rxe || rc=$?
 
 shopt -s nullglob
 real=(captures/opensm/*.pcap ../shared/captures/external/*.pcap ../shared/captures/external/*.pcapng)

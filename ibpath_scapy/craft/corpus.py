@@ -109,7 +109,7 @@ def verify_corpus(directory: str | Path, out: TextIO | None = None, report: bool
         for e, a in zip(group, audits):
             got[e["file"]] = {f.rule for f in a.findings} | ({"UNREADABLE"} if a.error else set())
     ok = True
-    out.write("\nExpected findings (captures/corpus/manifest.json):\n")
+    out.write(f"\nExpected findings ({d / MANIFEST}):\n")
     width = max(len(e["file"]) for e in entries)
     for e in entries:
         want = set(e["rules"])
