@@ -10,7 +10,6 @@ most 0.5x / 1.0x tshark -r, RSS below 300 MB); this reports where the audit stan
 from __future__ import annotations
 
 import argparse
-import random
 import resource
 import subprocess
 import sys
@@ -19,18 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import _mad_frames, write_capture1  # noqa: E402
-
-from ibpath_scapy.pcapio import PcapWriter  # noqa: E402
-
-
-def write_capture2(path: Path, frames: int, seed: int = 2) -> Path:
-    pool = [f for f in _mad_frames(random.Random(seed), 2000)]
-    sa = [f for f in pool if f[62 + 1] == 3]  # management class byte of the MAD
-    with PcapWriter(str(path), 1) as w:
-        for i in range(frames):
-            w.write(sa[i % len(sa)], i * 1e-6)
-    return path
+from corpus import write_capture1, write_capture2  # noqa: E402
 
 
 def run(cmd: list[str]) -> tuple[float, float, int]:

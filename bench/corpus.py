@@ -1,7 +1,8 @@
 """Deterministic benchmark inputs, built with the project's layers.
 
 capture1: RoCEv2, `mad_share` of the frames QP1 MADs (SA PathRecord queries and answers, CM
-REQ/REP/RTU), the rest RC RDMA WRITE / SEND / ACK data frames. A pool of distinct frames is
+REQ/REP/RTU), the rest RC RDMA WRITE / SEND / ACK data frames. capture2: SA PathRecord queries
+and their (mostly multi-segment RMPP GetTableResp) answers only. A pool of distinct frames is
 built once with Scapy and written cyclically, so a million frames take seconds.
 """
 
@@ -77,4 +78,14 @@ def write_capture1(path: Path, frames: int, mad_share: float = 0.05, seed: int =
             else:
                 w.write(data[di % len(data)], i * 1e-6)
                 di += 1
+    return path
+
+
+def write_capture2(path: Path, frames: int, seed: int = 2) -> Path:
+    """SA PathRecord traffic only: the SA frames of the MAD pool (queries, RMPP answers)."""
+    pool = _mad_frames(random.Random(seed), 2000)
+    sa = [f for f in pool if bytes(Ether(f)[MAD])[1] == 3]  # management class SA
+    with PcapWriter(str(path), 1) as w:
+        for i in range(frames):
+            w.write(sa[i % len(sa)], i * 1e-6)
     return path

@@ -19,13 +19,31 @@ class FileAudit:
     error: str | None = None  # the file could not be read to its end
 
 
+def _finding(rule_id: str, r, hit, path: str, resolution: str | None) -> Finding:
+    frames, message = hit[0], hit[1]
+    severity = hit[2] if len(hit) > 2 else r.severity
+    return Finding(rule_id, severity, path, tuple(sorted(set(int(f) for f in frames))),
+                   message, resolution)
+
+
 def _findings(rule_id: str, family: str, subject, path: str, resolution: str | None = None):
     r = RULES[rule_id]
     for hit in r.checks[family](subject):
-        frames, message = hit[0], hit[1]
-        severity = hit[2] if len(hit) > 2 else r.severity
-        yield Finding(rule_id, severity, path, tuple(sorted(set(int(f) for f in frames))),
-                      message, resolution)
+        yield _finding(rule_id, r, hit, path, resolution)
+
+
+def _frame_finding_test() -> Callable[[dict], bool]:
+    """A test whether any frame check fires on a record (run_rules runs the checks again on
+    the records kept, so only these need keeping)."""
+    checks = [r.checks["frame"] for r in RULES.values() if "frame" in r.checks]
+
+    def has_finding(rec: dict) -> bool:
+        for check in checks:
+            for _ in check(rec):
+                return True
+        return False
+
+    return has_finding
 
 
 def run_rules(path: str, replay: Replay, options: AuditOptions) -> Iterator[Finding]:
@@ -39,14 +57,20 @@ def run_rules(path: str, replay: Replay, options: AuditOptions) -> Iterator[Find
             by_frame[rec["frame"]] = res.name
         for t in res.transactions:
             by_transaction[id(t)] = res.name
+    # frame and transaction checks run once per SA frame / transaction: look the checks up
+    # once, and build a Finding only on a hit (most records have none)
+    frame_checks = [(rid, RULES[rid], RULES[rid].checks["frame"])
+                    for rid in ordered if "frame" in RULES[rid].checks]
     for rec in replay.frame_records:
-        for rid in ordered:
-            if "frame" in RULES[rid].checks:
-                yield from _findings(rid, "frame", rec, path)
+        for rid, r, check in frame_checks:
+            for hit in check(rec):
+                yield _finding(rid, r, hit, path, None)
+    tx_checks = [(rid, RULES[rid], RULES[rid].checks["transaction"])
+                 for rid in ordered if "transaction" in RULES[rid].checks]
     for t in replay.sa_transactions():
-        for rid in ordered:
-            if "transaction" in RULES[rid].checks:
-                yield from _findings(rid, "transaction", t, path, by_transaction.get(id(t)))
+        for rid, r, check in tx_checks:
+            for hit in check(t):
+                yield _finding(rid, r, hit, path, by_transaction.get(id(t)))
     # Blob rules judge both kinds of blob: rdma_set_option optvals (blob frames) and the
     # PATH_RECORD attributes of LS RESOLVE responses the kernel reads (no RDMA_NL_LS_F_ERR),
     # in frame order; every finding names the frame of its own message.
@@ -77,6 +101,7 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     """Audit one file's decoded records (from either engine)."""
     fa = FileAudit(path)
     replay = Replay()
+    replay.keep_frame_record = _frame_finding_test()
     for rec in records:
         replay.feed(rec)
         if on_frame:

@@ -95,7 +95,7 @@ class Resolution:
 def _slim(rec: dict) -> dict:
     """What frame rules need of a record (its records are kept by the transaction)."""
     keep = ("frame", "frames", "kind", "mad", "rmpp", "sa", "path_records", "error", "errors",
-            "malformed")
+            "malformed", "limit")
     return {k: rec[k] for k in keep if k in rec}
 
 
@@ -125,12 +125,17 @@ class Replay:
         self.blobs: list[dict] = []
         self.ls: dict[int, dict] = {}  # seq → {"request": rec, "responses": [...]}
         self.cm_reqs: list[dict] = []
+        # the other CM messages (REP, RTU, REJ, ...), slim, for the ladder diagram (ladder.py)
+        self.cm_others: list[dict] = []
         self.extra_blobs: list[dict] = []  # from --blob files: the record, plus "file"
         self.malformed: list[dict] = []
         self.records = 0
         self.evicted = 0
-        # decoded records that frame rules look at: SA frames and anything malformed
+        # decoded records that frame rules look at: SA frames and anything malformed; when
+        # keep_frame_record is set (engine.audit_records), only those it accepts (the ones
+        # with a finding), so that a long capture does not keep a copy of every SA frame
         self.frame_records: list[dict] = []
+        self.keep_frame_record = None
 
     # -- intake ------------------------------------------------------------------------------
     def feed(self, rec: dict) -> None:
@@ -140,7 +145,9 @@ class Replay:
             return
         self.records += 1
         if kind == "sa" or kind == "malformed" or rec.get("malformed"):
-            self.frame_records.append(_slim(rec))
+            slim = _slim(rec)
+            if self.keep_frame_record is None or self.keep_frame_record(slim):
+                self.frame_records.append(slim)
         if kind == "malformed" or rec.get("malformed"):
             self.malformed.append(rec)
             if kind == "malformed":
@@ -153,6 +160,11 @@ class Replay:
             self._ls(rec)
         elif kind == "cm" and "cm_req" in rec:
             self.cm_reqs.append(rec)
+        elif kind == "cm":
+            cm = rec.get("cm", {})
+            self.cm_others.append({"frame": rec["frame"], "message": cm.get("message"),
+                                   "local_comm_id": cm.get("local_comm_id"),
+                                   "remote_comm_id": cm.get("remote_comm_id")})
 
     def _sa(self, rec: dict) -> None:
         mad = rec["mad"]
@@ -166,9 +178,14 @@ class Replay:
             t = self.transactions[key] = Transaction(requester, mad["transaction_id"],
                                                      mad["attribute_id"])
             if len(self.transactions) > self.MAX_OPEN_TRANSACTIONS:
-                old = next(iter(self.transactions))
-                self.done.append(self.transactions.pop(old))
+                old = self.transactions.pop(next(iter(self.transactions)))
+                self.done.append(old)
                 self.evicted += 1
+                if not old.answered:  # its answer, if it comes, is no longer matched: say so
+                    self.frame_records.append({
+                        "frame": old.frames[0], "frames": old.frames, "kind": "limit",
+                        "limit": f"SA transaction tid 0x{old.tid:016x} evicted unanswered: more "
+                                 f"than {self.MAX_OPEN_TRANSACTIONS} SA transactions open"})
         if is_resp:
             t.responses.append(rec)
             rmpp = rec.get("rmpp", {})
@@ -237,10 +254,18 @@ class Replay:
         exact = self._resolution(local, remote, req["pkey"], create=False)
         if exact is not None:
             return exact
-        for (a, b, _pkey), res in self.resolutions.items():
-            if {a, b} == {local, remote}:
-                return res
-        return None
+        return self._first_by_pair().get(frozenset((local, remote)))
+
+    def _first_by_pair(self) -> dict:
+        """The first resolution (in creation order) of each unordered GID pair: one pass over
+        the resolutions instead of one per CM REQ; made again when resolutions were added."""
+        index = getattr(self, "_pair_index", None)
+        if index is None or index[0] != len(self.resolutions):
+            pairs: dict = {}
+            for (a, b, _pkey), res in self.resolutions.items():
+                pairs.setdefault(frozenset((a, b)), res)
+            index = self._pair_index = (len(self.resolutions), pairs)
+        return index[1]
 
     def kernel_blobs(self) -> list[dict]:
         """Everything handed to the kernel as a flagged path array, in frame order: blob frames

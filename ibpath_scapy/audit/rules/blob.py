@@ -474,6 +474,10 @@ def blob_is_word_swapped_sa_record(subject):
     Source: ucma.c ucma_set_ib_path; sa_query.c ib_nl_process_good_resolve_rsp.
     """
     res, _ = subject
+    blobs = list(res.blobs) + [r for r in res.ls_responses
+                               if r.get("blob_records") and not r["ls"].get("error")]
+    if not blobs:
+        return  # nothing to compare: spare re-encoding every SA record (the costly part)
     sa = []
     for t in res.transactions:
         for k, pr in enumerate(t.records):
@@ -483,8 +487,6 @@ def blob_is_word_swapped_sa_record(subject):
             sa.append((t.completing_frame, k, pr, path_record_dict(PathRecord(word_swap(raw)))))
     if not sa:
         return
-    blobs = list(res.blobs) + [r for r in res.ls_responses
-                               if r.get("blob_records") and not r["ls"].get("error")]
     for b in sorted(blobs, key=lambda r: r["frame"]):
         for i, r in enumerate(_records(b)):
             for frame, k, orig, swapped in sa:

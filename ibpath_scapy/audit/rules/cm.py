@@ -263,6 +263,10 @@ def req_inbound_lid(subject):
             f"({why})")
 
 
+_v6 = functools.lru_cache(maxsize=4096)(ipaddress.IPv6Address)  # few GIDs, many REQs
+
+
+@functools.lru_cache(maxsize=4096)  # a capture has few addresses and many REQs
 def _ip_gid(addr: str) -> ipaddress.IPv6Address | None:
     try:
         ip = ipaddress.ip_address(addr)
@@ -291,7 +295,7 @@ def roce_gid(subject):
     bad = []
     for name, addr in (("primary_local_gid", c["src"]), ("primary_remote_gid", c["dst"])):
         want = _ip_gid(addr)
-        if want is not None and ipaddress.IPv6Address(req[name]) != want:
+        if want is not None and _v6(req[name]) != want:
             bad.append(f"{name} {req[name]} (packet {'source' if 'local' in name else 'destination'} "
                        f"{addr} = GID {want})")
     if bad:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...expr import Env
+from ...fast.exprc import compile_expr, part_src, split_name
 from ...packet_rules import PACKET_RULES
 from ..model import rule
 
@@ -10,10 +10,22 @@ from ..model import rule
 @rule("DECODE-MALFORMED", "warning", "frame", "audit-rules.md: also expected of the analyser")
 def decode_malformed(rec: dict):
     """A frame that cannot be decoded: reported with its number and the reason; the run goes on."""
+    if rec.get("limit"):
+        return  # DECODE-LIMIT reports it
     if rec.get("kind") == "malformed" and "RMPP transfer" not in rec.get("error", ""):
         yield rec.get("frames", [rec["frame"]]), rec.get("error", "malformed")
     elif rec.get("malformed"):
         yield [rec["frame"]], "; ".join(rec.get("errors", [])) or "malformed"
+
+
+@rule("DECODE-LIMIT", "warning", "frame", "issue #9: bounded memory and time per frame")
+def decode_limit(rec: dict):
+    """A cap of the decoder or the analyser was hit, so frames were not fully analysed: a frame
+    over the size limit (decode.MAX_FRAME_BYTES, MAX_LIST_FRAME_BYTES), an RMPP transfer over
+    its segment limit or evicted from the open-transfer table (rmpp.py caps), an unanswered SA
+    transaction evicted from the open-transaction table (Replay.MAX_OPEN_TRANSACTIONS)."""
+    if rec.get("limit"):
+        yield rec.get("frames", [rec["frame"]]), rec.get("error") or rec["limit"]
 
 
 # Decoded-record views of the layers the packet rules name.
@@ -30,31 +42,51 @@ def _layer_values(rec: dict, layer: str, index: int = 0) -> dict | None:
     return None
 
 
+def _compile_condition(pr):
+    """The rule's Expr as one Python function of (views, own): F() reads `own` (the record's
+    view of the rule's layer), Under("X") views["X"] (_layer_values(rec, "X")); a missing
+    value reads 0, as in the Expr evaluation the plugin's expert infos mirror."""
+
+    def field(f):
+        name, part = split_name(f.name)
+        base = "own" if f.layer is None else f"views.get({f.layer!r})"
+        return part_src(f"int(({base} or _E).get({name!r}, 0) or 0)", part)
+
+    fn = compile_expr(pr.condition, field, args="views, own")
+    fn.__globals__.update(_E={})
+    return fn
+
+
+_AUDITED = [(pr, _compile_condition(pr)) for pr in PACKET_RULES if pr.audit]
+# run_rules asks every packet rule about the same record in turn: the hits of the last record
+# are kept so that the conditions run once per record, not once per rule
+_last: list = [None, ()]
+
+
 def packet_rule_hits(rec: dict):
     """(rule, frames, message) for every single-packet rule that holds on a decoded SA frame,
     evaluated from the same Expr the plugin turns into expert infos."""
     if rec.get("kind") != "sa":
-        return
-    for pr in PACKET_RULES:
-        if not pr.audit:
-            continue
-        n = len(rec.get("path_records") or []) if pr.layer == "PathRecord" else 1
-        for i in range(max(n, 0)):
-            own = _layer_values(rec, pr.layer, i)
-            if own is None:
-                continue
-
-            def field(layer, name, own=own):
-                part = None
-                if name.endswith(("__hi", "__lo")):
-                    name, part = name[:-4], name[-2:]
-                vals = own if layer is None else _layer_values(rec, layer)
-                v = int((vals or {}).get(name, 0) or 0)
-                return v >> 32 if part == "hi" else (v & 0xFFFFFFFF if part == "lo" else v)
-
-            if pr.condition.evaluate(Env(field)):
-                yield pr, [rec["frame"]], pr.message
+        return ()
+    if _last[0] is rec:
+        return _last[1]
+    hits = []
+    records = rec.get("path_records") or []
+    # every layer view a condition can name, looked up once (the views _layer_values gives)
+    views = {"MAD": rec.get("mad"), "RMPP": rec.get("rmpp"), "SAHeader": rec.get("sa"),
+             "PathRecord": records[0] if records else None}
+    for pr, cond in _AUDITED:
+        if pr.layer == "PathRecord":
+            owns = records
+        else:
+            own = views.get(pr.layer)
+            owns = () if own is None else (own,)
+        for own in owns:
+            if own is not None and cond(views, own):
+                hits.append((pr, [rec["frame"]], pr.message))
                 break
+    _last[0], _last[1] = rec, hits
+    return hits
 
 
 def _register_packet_rule(pr):

@@ -119,6 +119,12 @@ def rmpp_rules(t: Transaction):
                 yield [r["frame"]], e
     by_num = {r["rmpp"]["segment_number"]: r for r in segs}
     n = max(by_num)
+    below = sorted(k for k in by_num if k < 1)
+    if below:  # segment numbers count from 1 (a lone FIRST|LAST DATA segment numbered 0, ...)
+        yield [by_num[k]["frame"] for k in below], (
+            f"RMPP transfer tid 0x{t.tid:016x}: segment number {below[0]} outside 1..N")
+        if n < 1:
+            return
     # a hostile segment number (up to 2^32) must not make the analyser walk to it
     missing = [k for k in range(1, min(n, MAX_SEGMENTS) + 1) if k not in by_num][:20]
     if n > MAX_SEGMENTS:

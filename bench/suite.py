@@ -1,0 +1,114 @@
+"""Issue 8's benchmark: `ibpath audit` against tshark on both captures, in one run.
+
+    python bench/suite.py [--runs 3] [--frames1 1000000] [--frames2 200000] [--keep DIR]
+
+For capture 1 (RoCEv2, 5 % SA and CM MADs, 95 % RC data) and capture 2 (SA PathRecord
+queries and RMPP GetTableResp answers only), built deterministically by corpus.py, it runs on
+the same file: `tshark -n -r FILE` (built-in dissectors, no output kept), the same with the
+generated plugin (dissector/ibpath.lua), and `ibpath audit --quiet --format json FILE`
+(the fast path; IBPATH_FASTPATH=0 would force the Scapy path). Each is run --runs times and
+the best CPU time (user + system of that child alone, from wait4) is kept: the machine is
+shared, and wall time measures the neighbours too. Printed per capture: CPU and wall seconds,
+the audit's ratio to plain tshark, its frames per CPU second and its peak RSS.
+
+Targets (issue 8): capture 1 audit <= 0.5x tshark -r; capture 2 <= 1.0x; RSS < 300 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from corpus import write_capture1, write_capture2  # noqa: E402
+
+LUA = HERE.parent / "dissector" / "ibpath.lua"
+TARGETS = {1: 0.5, 2: 1.0}
+RSS_TARGET_MB = 300
+
+
+def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, float]:
+    """(CPU seconds, wall seconds, peak RSS in MB) of one run of cmd, for that child alone."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if proc.returncode not in (0, 1) or "Traceback" in err or "Lua Error" in err:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
+    return ru.ru_utime + ru.ru_stime, wall, ru.ru_maxrss / 1024
+
+
+def best(cmd: list[str], runs: int, env: dict | None = None) -> tuple[float, float, float]:
+    """The run with the least CPU time of `runs` runs (its wall time; the peak RSS of all)."""
+    results = [measure(cmd, env) for _ in range(runs)]
+    cpu, wall, _ = min(results)
+    return cpu, wall, max(r[2] for r in results)
+
+
+def bench_capture(n: int, path: Path, frames: int, runs: int) -> dict:
+    plain = best(["tshark", "-n", "-r", str(path)], runs)
+    plugin = best(["tshark", "-n", "-X", f"lua_script:{LUA}", "-r", str(path)], runs)
+    env = {**os.environ, "IBPATH_FASTPATH": "1"}
+    audit = best([sys.executable, "-m", "ibpath_scapy.cli.main", "audit", "--quiet",
+                  "--format", "json", str(path)], runs, env)
+    return {"capture": n, "frames": frames, "mb": path.stat().st_size / 1e6,
+            "plain": plain, "plugin": plugin, "audit": audit}
+
+
+def report(rows: list[dict]) -> str:
+    lines = [f"{'':10} {'frames':>9} {'what':<22} {'CPU s':>8} {'wall s':>8} {'x tshark':>9} "
+             f"{'frames/CPU s':>13} {'peak RSS':>9}"]
+    for r in rows:
+        base = r["plain"][0]
+        for label, key in (("tshark -r", "plain"), ("tshark -r + plugin", "plugin"),
+                           ("ibpath audit", "audit")):
+            cpu, wall, rss = r[key]
+            lines.append(f"capture {r['capture']:<2} {r['frames']:>9,} {label:<22} {cpu:8.2f} "
+                         f"{wall:8.2f} {cpu / base:8.2f}x {r['frames'] / cpu:13,.0f} "
+                         f"{rss:7.0f} MB")
+        cpu, _, rss = r["audit"]
+        ratio = cpu / base
+        ok = ratio <= TARGETS[r["capture"]] and rss < RSS_TARGET_MB
+        lines.append(f"{'':10} target: audit <= {TARGETS[r['capture']]}x tshark -r and RSS < "
+                     f"{RSS_TARGET_MB} MB -> {'met' if ok else 'NOT met'} "
+                     f"({ratio:.2f}x, {rss:.0f} MB)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--frames1", type=int, default=1_000_000)
+    ap.add_argument("--frames2", type=int, default=200_000)
+    ap.add_argument("--only", type=int, choices=(1, 2), help="run one capture only")
+    ap.add_argument("--keep", type=Path, help="write (or reuse) the captures in this directory")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = args.keep or Path(tmp)
+        d.mkdir(parents=True, exist_ok=True)
+        rows = []
+        for n, frames, write in ((1, args.frames1, write_capture1), (2, args.frames2, write_capture2)):
+            if args.only and n != args.only:
+                continue
+            path = d / f"capture{n}-{frames}.pcap"
+            if not path.exists():
+                write(path, frames)
+            rows.append(bench_capture(n, path, frames, args.runs))
+            print(report(rows[-1:]), flush=True)
+    print()
+    print(f"best CPU of {args.runs} run(s) each; python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    print(report(rows))
+
+
+if __name__ == "__main__":
+    main()

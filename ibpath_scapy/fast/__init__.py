@@ -1,0 +1,65 @@
+"""The audit's fast path: a raw-byte pre-filter and a decoder compiled from the layers.
+
+    decode_file_fast(path, decoder)   like decode.decode_file, with the same records
+
+The Scapy layers remain the single definition of every format: the pre-filter takes its
+offsets and dispatch from the layers' fields and bind_layers() tables (fast.prefilter), the
+decoder its extractors from their fields_desc through luagen.model (fast.layout), and any
+frame either does not recognise goes through decode.Decoder. IBPATH_FASTPATH=0 in the
+environment turns the fast path off (everything through Scapy), for comparison and as a
+fallback.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+from ..layers.pathdata import PathArray
+from .decoder import FastDecoder
+from .prefilter import FULL, Prefilter
+from .reader import classified_frames
+
+_PREFILTER: Prefilter | None = None
+
+
+def enabled() -> bool:
+    """False when IBPATH_FASTPATH=0 (or "no"/"off"/"false") forces the Scapy path."""
+    return os.environ.get("IBPATH_FASTPATH", "1").strip().lower() not in ("0", "no", "off", "false")
+
+
+def prefilter() -> Prefilter:
+    """The shared pre-filter (built on first use: it compiles readers from the layers), built
+    again when a layer module imported since has added bindings (bind_layers), so that it
+    always follows the dispatch the Scapy path would take."""
+    global _PREFILTER
+    if _PREFILTER is None or _PREFILTER.stale():
+        _PREFILTER = Prefilter()
+    return _PREFILTER
+
+
+def decode_file_fast(path: str, decoder: FastDecoder | None = None) -> Iterator[dict]:
+    """Every record decode.decode_file(path) yields, in the same order, built by the fast path
+    where it can. decoder.stats counts every frame, the skipped ones included; raises
+    pcapio.CaptureError on a bad file after yielding everything before the damage."""
+    decoder = decoder if decoder is not None else FastDecoder()
+    skipped = [0]
+    stats = decoder.stats
+    try:
+        for frame, cl in classified_frames(path, prefilter(), PathArray.plausible, skipped):
+            if skipped[0]:
+                stats.frames += skipped[0]
+                decoder.skipped += skipped[0]
+                skipped[0] = 0
+            if cl is FULL:
+                yield from decoder.feed(frame)
+            else:
+                yield from decoder.feed_at(frame, cl)
+    finally:
+        stats.frames += skipped[0]
+        decoder.skipped += skipped[0]
+        skipped[0] = 0
+    yield from decoder.finish()
+
+
+__all__ = ["FastDecoder", "decode_file_fast", "enabled", "prefilter"]

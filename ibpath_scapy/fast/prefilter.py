@@ -1,0 +1,337 @@
+"""Classify a frame from its raw bytes before any Scapy object exists.
+
+For each frame the pre-filter answers one of three things:
+
+* SKIP: the Scapy path would produce no record (RoCEv2 RC/UC data, ACKs, TCP, IPv4
+  fragments): the frame is counted and dropped;
+* MadAt: a plain RoCEv2 GSI datagram (Ethernet or raw IP / UDP / BTH / DETH / one 256-byte MAD
+  / ICRC, every length field exact): the compiled decoder (fast.decoder) takes it;
+* FULL: anything else (other link types, VXLAN, odd lengths, truncation, VLANs, ...): the
+  frame goes through decode.Decoder and its Scapy layers unchanged.
+
+Every offset comes from the layer definitions (luagen.model's steps for the project's and
+Scapy's static layers, fast.layout.prefix_offsets for IPv4's fixed part) and every dispatch
+decision from the layers' own bind_layers() tables, resolved the way Scapy resolves them
+(first binding whose field values all match), so a binding added later changes the
+pre-filter too. When a binding cannot be resolved from the fields read here, the frame is
+FULL: the pre-filter may only be conservative.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Callable, NamedTuple
+
+from scapy.contrib.roce import BTH
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet
+
+from ..decode import _RAW_IP_LINKTYPES, MAX_FRAME_BYTES
+from ..expr import F
+from ..layers.mad import MAD, MAD_SIZE
+from ..layers.roce import DETH
+from .exprc import compile_expr, part_src, split_name
+from .layout import compile_reader, layer_steps, prefix_offsets, static_length, step_source
+
+SKIP = None
+FULL = "full"
+
+
+class MadAt(NamedTuple):
+    """Where the layers of a fast-path GSI datagram start in the frame."""
+
+    ip: int  # offset of the IPv4/IPv6 header
+    ip_version: int
+    udp: int
+    bth: int
+    deth: int
+    mad: int
+
+    def rebased(self, start: int) -> "MadAt":
+        """The same offsets counted from `start` (a frame's first byte in a read block)."""
+        return MadAt(self.ip - start, self.ip_version, self.udp - start, self.bth - start,
+                     self.deth - start, self.mad - start)
+
+
+_UNKNOWN = object()
+
+
+class Bindings:
+    """Scapy's payload dispatch of one layer (Packet.guess_payload_class over payload_guess),
+    resolved from raw field values and cached per value tuple."""
+
+    CACHE_MAX = 65536
+
+    def __init__(self, cls: type[Packet], fields: tuple[str, ...]):
+        self.cls, self.fields = cls, fields
+        self.cache: dict[tuple, object] = {}
+        self.known = len(cls.payload_guess)
+
+    def resolve(self, values: tuple):
+        if len(self.cls.payload_guess) != self.known:  # bind_layers() since: start afresh
+            self.cache.clear()
+            self.known = len(self.cls.payload_guess)
+        hit = self.cache.get(values)
+        if hit is None:
+            if len(self.cache) >= self.CACHE_MAX:
+                self.cache.clear()
+            hit = self.cache[values] = self._resolve(dict(zip(self.fields, values)))
+        return hit
+
+    def _resolve(self, values: dict):
+        for fval, sub in self.cls.payload_guess:
+            if not set(fval) <= set(values):
+                return _UNKNOWN  # depends on a field not read here: let Scapy decide
+            if all(values[k] == v for k, v in fval.items()):
+                return sub
+        return None  # no binding: Raw / default payload
+
+    def values_for(self, sub: type[Packet]) -> list[dict]:
+        """Field values of the bindings that lead to `sub`."""
+        return [fv for fv, c in self.cls.payload_guess if c is sub]
+
+
+def _offset(cls: type[Packet], name: str) -> int:
+    steps = layer_steps(cls)
+    if name in steps and steps[name].offset is not None:
+        return steps[name].offset
+    byte, bit, _ = prefix_offsets(cls)[name]
+    assert bit == 0, f"{cls.__name__}.{name} is not byte-aligned"
+    return byte
+
+
+class Prefilter:
+    """The classifier; one instance serves every file (its binding caches are shared)."""
+
+    def __init__(self):
+        self.eth_type = _offset(Ether, "type")
+        self.eth_len = static_length(Ether)
+        self.eth_next = Bindings(Ether, ("type",))
+        ip = prefix_offsets(IP)
+        self.ip_ihl = ip["ihl"]
+        self.ip_len = ip["len"][0]
+        self.ip_frag = ip["frag"]
+        self.frag_mask = (1 << self.ip_frag[2]) - 1  # the fragment offset: the word's low bits
+        self.ip_proto = ip["proto"][0]
+        self.ip_next = Bindings(IP, ("frag", "proto"))
+        ip6 = prefix_offsets(IPv6)
+        self.ip6_plen = ip6["plen"][0]
+        self.ip6_nh = ip6["nh"][0]
+        self.ip6_len = static_length(IPv6)
+        self.ip6_next = Bindings(IPv6, ("nh",))
+        self.udp_sport, self.udp_dport = _offset(UDP, "sport"), _offset(UDP, "dport")
+        self.udp_ulen = _offset(UDP, "len")
+        self.udp_len = static_length(UDP)
+        self.udp_next = Bindings(UDP, ("sport", "dport"))
+        self.bth_opcode = _offset(BTH, "opcode")
+        self.bth_len = static_length(BTH)
+        self.icrc_len = layer_steps(BTH)["icrc"].nbytes  # BTH's trailer: the ICRC
+        self.bth_next = Bindings(BTH, ("opcode",))
+        self.deth_len = static_length(DETH)
+        self.deth_next = Bindings(DETH, ("src_qp",))
+        self.read_dqpn = compile_reader(BTH, "dqpn")
+        self.read_src_qp = compile_reader(DETH, "src_qp")
+        # DETH's NextLayer hints (a GMP answer from a QP other than 0/1): compiled Exprs over
+        # the BTH fields they name
+        self.deth_hints = []
+        for hint in getattr(DETH, "payload_hints", ()):
+            fn = compile_expr(hint.condition, self._bth_field_src, args="b, o")
+            fn.__globals__["_fb"] = int.from_bytes  # what layout's field sources call
+            self.deth_hints.append((fn, hint.cls))
+        # opcodes that Scapy dissects as a DETH: every other BTH frame yields no record
+        self.deth_opcodes = {fv["opcode"] for fv in self.bth_next.values_for(DETH)}
+        self.fingerprint = _fingerprint()
+        self.by_linktype: dict[int, Callable] = {1: self.ether}
+        for lt in _RAW_IP_LINKTYPES:  # the IP datagram alone, as decode.dissect reads it
+            self.by_linktype[lt] = self.raw_ip
+
+    def stale(self) -> bool:
+        """True when a binding table this pre-filter resolved from has changed since."""
+        return self.fingerprint != _fingerprint()
+
+    def _bth_field_src(self, f: F) -> str:
+        name, part = split_name(f.name)
+        if f.layer != "BTH":
+            raise ValueError(f"DETH hint names {f!r}: only BTH fields are read raw")
+        return part_src(step_source(layer_steps(BTH)[name]), part)
+
+    # -- per link type ---------------------------------------------------------------------
+    def classifier(self, linktype: int) -> Callable[[bytes, int, int], object]:
+        """classify(buf, start, end) for frames of one link type (FULL for unknown ones)."""
+        if linktype == 1:
+            if self._ether_data is None:
+                self._ether_data = self._compile_ether_data()
+            return self._ether_data
+        return self.by_linktype.get(linktype, _full)
+
+    _ether_data = None
+
+    def _compile_ether_data(self) -> Callable[[bytes, int, int], object]:
+        """Ethernet's classifier with a first test for the bulk of a RoCE capture, RC data
+        in Ethernet / IPv4 without options / UDP to the RoCEv2 port: a handful of byte reads
+        with the offsets and values baked in as constants (all from the layers and their
+        bindings, as in ether()); every other frame goes through ether()."""
+        ip_type = [fv["type"] for fv in self.eth_next.values_for(IP) if set(fv) == {"type"}]
+        roce = [fv for fv in self.udp_next.values_for(BTH) if set(fv) == {"dport"}]
+        if not ip_type or not roce or self.eth_next.resolve((ip_type[0],)) is not IP \
+                or self.ip_next.resolve((0, 17)) is not UDP:
+            return self.ether
+        dport = roce[0]["dport"]
+        # source ports that an earlier UDP binding claims when the destination is RoCE's
+        early: set[int] = set()
+        for fv, sub in self.udp_next.cls.payload_guess:
+            if sub is BTH and fv == roce[0]:
+                break
+            if set(fv) == {"sport"} or (set(fv) == {"sport", "dport"} and fv["dport"] == dport):
+                early.add(fv["sport"])
+            elif set(fv) == {"dport"} and fv["dport"] != dport:
+                continue
+            else:
+                return self.ether  # a binding this shortcut cannot rule out
+        ip = self.eth_len
+        udp = ip + 20  # IHL 5: no options
+        # one struct read of the six fields the test needs, gaps skipped ("x")
+        fields = [(self.eth_type, "H"), (ip, "B"), (ip + self.ip_frag[0], "H"),
+                  (ip + self.ip_proto, "B"), (udp + self.udp_sport, "H"),
+                  (udp + self.udp_dport, "H"), (udp + self.udp_len + self.bth_opcode, "B")]
+        fmt, pos = ">", 0
+        for off, code in fields:
+            assert off >= pos, "fields out of order"
+            fmt += (f"{off - pos}x" if off > pos else "") + code
+            pos = off + (2 if code == "H" else 1)
+        udp_proto = [fv["proto"] for fv in self.ip_next.values_for(UDP)
+                     if set(fv) == {"frag", "proto"} and fv["frag"] == 0]
+        if not udp_proto:
+            return self.ether
+        roce = (f"et == {ip_type[0]} and vi == {(4 << 4) | 5} and pr == {udp_proto[0]} "
+                f"and not fr & {self.frag_mask} and dp == {dport} and sp not in _early")
+        test = f"{roce} and op not in _deth_opcodes"
+        total = ip + self.ip_len
+        src = f"""
+def ether_data(b, s, e):
+    if {pos} <= e - s <= {MAX_FRAME_BYTES}:
+        et, vi, fr, pr, sp, dp, op = _unpack(b, s)
+        if {roce}:
+            if op not in _deth_opcodes:
+                return None
+            # a GSI datagram: straight to the UDP step of the full classifier
+            return _udp(b, s + {ip}, 4, s + {udp}, e,
+                        (b[s + {total}] << 8 | b[s + {total + 1}]) == e - s - {ip})
+    return _ether(b, s, e)
+
+
+def make_scan(incl_at, rec_len):
+    def scan(b, pos, n):
+        k = 0
+        while pos + rec_len <= n:
+            s = pos + rec_len
+            end = s + incl_at(b, pos + 8)[0]
+            if end > n or not {pos} <= end - s <= {MAX_FRAME_BYTES}:
+                break
+            et, vi, fr, pr, sp, dp, op = _unpack(b, s)
+            if not ({test}):
+                break
+            pos = end
+            k += 1
+        return pos, k
+    return scan
+"""
+        ns = {"_early": frozenset(early), "_deth_opcodes": frozenset(self.deth_opcodes),
+              "_ether": self.ether, "_udp": self.udp, "_unpack": struct.Struct(fmt).unpack_from}
+        exec(compile(src, "<prefilter ether_data>", "exec"), ns)
+        self._make_scan = ns["make_scan"]
+        return ns["ether_data"]
+
+    _make_scan = None
+
+    def pcap_scanner(self, linktype: int, incl_at: Callable, rec_len: int) -> Callable | None:
+        """For classic pcap: scan(buf, pos, n) → (pos, k) skipping the k records from pos on
+        that the first test of the link type's classifier drops (RC data), stopping at the
+        first other record or at one not wholly in buf; None when the link type has none."""
+        self.classifier(linktype)
+        if linktype != 1 or self._make_scan is None:
+            return None
+        return self._make_scan(incl_at, rec_len)
+
+    def ether(self, b: bytes, s: int, e: int):
+        if e - s < self.eth_len or e - s > MAX_FRAME_BYTES:
+            return FULL  # (the decoder reports frames over its size limit)
+        t = self.eth_type + s
+        nxt = self.eth_next.resolve((b[t] << 8 | b[t + 1],))
+        if nxt is IP:
+            return self.ipv4(b, s + self.eth_len, e)
+        if nxt is IPv6:
+            return self.ipv6(b, s + self.eth_len, e)
+        return FULL
+
+    def raw_ip(self, b: bytes, s: int, e: int):
+        if s >= e or e - s > MAX_FRAME_BYTES:
+            return FULL
+        return self.ipv6(b, s, e) if b[s] >> 4 == 6 else self.ipv4(b, s, e)
+
+    def ipv4(self, b: bytes, s: int, e: int):
+        if e - s < 20 or b[s] >> 4 != 4:
+            return FULL
+        ihl = (b[s] & 0x0F) * 4
+        if ihl < 20 or s + ihl > e:
+            return FULL
+        fo = s + self.ip_frag[0]
+        frag = (b[fo] << 8 | b[fo + 1]) & self.frag_mask
+        nxt = self.ip_next.resolve((frag, b[s + self.ip_proto]))
+        if nxt is None or nxt is TCP:
+            return SKIP  # a fragment's Raw, or TCP: nothing the decoder reads
+        if nxt is not UDP:
+            return FULL
+        total = b[s + self.ip_len] << 8 | b[s + self.ip_len + 1]
+        return self.udp(b, s, 4, s + ihl, e, total == e - s)
+
+    def ipv6(self, b: bytes, s: int, e: int):
+        if e - s < self.ip6_len or b[s] >> 4 != 6:
+            return FULL
+        nxt = self.ip6_next.resolve((b[s + self.ip6_nh],))
+        if nxt is TCP:
+            return SKIP
+        if nxt is not UDP:
+            return FULL
+        plen = b[s + self.ip6_plen] << 8 | b[s + self.ip6_plen + 1]
+        return self.udp(b, s, 6, s + self.ip6_len, e, plen == e - s - self.ip6_len)
+
+    def udp(self, b: bytes, ip: int, version: int, u: int, e: int, exact: bool):
+        if e - u < self.udp_len:
+            return FULL
+        sp, dp = u + self.udp_sport, u + self.udp_dport
+        if self.udp_next.resolve((b[sp] << 8 | b[sp + 1], b[dp] << 8 | b[dp + 1])) is not BTH:
+            return FULL
+        bth = u + self.udp_len
+        if bth >= e:
+            return FULL
+        if b[bth + self.bth_opcode] not in self.deth_opcodes:
+            # Scapy reads the same opcode byte (length fields can only cut the frame
+            # shorter), finds no DETH and so no MAD: the decoder makes no record of it
+            return SKIP
+        ul = u + self.udp_ulen
+        deth = bth + self.bth_len
+        mad = deth + self.deth_len
+        if not exact or (b[ul] << 8 | b[ul + 1]) != e - u or e - mad - self.icrc_len != MAD_SIZE:
+            return FULL
+        nxt = self.deth_next.resolve((self.read_src_qp(b, deth),))
+        if nxt is None:
+            for cond, cls in self.deth_hints:
+                if cond(b, bth):
+                    nxt = cls
+                    break
+        if nxt is not MAD:
+            return FULL
+        return MadAt(ip, version, u, bth, deth, mad)
+
+
+def _fingerprint() -> tuple:
+    """The sizes of the binding tables the pre-filter and the compiled decoder resolve from
+    (bind_layers only ever appends)."""
+    return tuple(len(c.payload_guess) for c in (Ether, IP, IPv6, UDP, BTH, DETH, MAD))
+
+
+def _full(b: bytes, s: int, e: int):
+    return FULL

@@ -1,0 +1,299 @@
+"""The audit's fast path (ibpath_scapy.fast) against the Scapy path it stands in for.
+
+Oracles: decode.decode_file (the Scapy layers, frame by frame) for every record and error;
+pcapio.read_frames and tshark for the frame counts; the Scapy decoder's own output per frame
+for the pre-filter's classification. Inputs: every capture of the project, the external
+captures, the bench corpora, and edge cases built here (truncations, wrong length fields,
+IPv6, VLAN tags, bad ICRCs, RMPP transfers out of order or never finished, a file cut in
+the middle of a frame).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scapy.contrib.roce import BTH
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Dot1Q, Ether
+from scapy.packet import Raw
+
+from ibpath_scapy.decode import Decoder, decode_file
+from ibpath_scapy.encap import rocev2_frame
+from ibpath_scapy.fast import FastDecoder, decode_file_fast, prefilter
+from ibpath_scapy.fast.prefilter import FULL, MadAt
+from ibpath_scapy.layers import MAD, RMPP, PathRecord, SAHeader
+from ibpath_scapy.layers.roce import DETH
+from ibpath_scapy.pcapio import CaptureError, Frame, PcapNgWriter, PcapWriter, read_frames
+from ibpath_scapy.rmpp import segment
+
+from conftest import CAPTURES, EXTERNAL, ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+from corpus import write_capture1, write_capture2  # noqa: E402
+
+
+def _decode(fn, path, decoder):
+    """Records, the error a bad file ends with, and the decoder's statistics."""
+    out, error = [], None
+    try:
+        for rec in fn(str(path), decoder):
+            out.append(rec)
+    except CaptureError as exc:
+        error = str(exc)
+    return out, error, decoder.stats
+
+
+def assert_identical(path: Path) -> list[dict]:
+    scapy = _decode(decode_file, path, Decoder())
+    fast = _decode(decode_file_fast, path, FastDecoder())
+    assert fast[1] == scapy[1], path
+    assert len(fast[0]) == len(scapy[0]), path
+    for a, b in zip(scapy[0], fast[0]):
+        assert b == a, f"{path}: frame {a.get('frame')}"
+        assert list(b) == list(a), f"{path}: frame {a.get('frame')}: key order"  # JSON output
+    assert fast[2] == scapy[2], path
+    return scapy[0]
+
+
+def _project_captures() -> list[Path]:
+    files = sorted(CAPTURES.rglob("*.pcap")) + sorted(CAPTURES.rglob("*.pcapng"))
+    return [f for f in files if f.stat().st_size]
+
+
+@pytest.mark.parametrize("path", _project_captures(), ids=lambda p: p.name)
+def test_identical_on_project_captures(path):
+    assert_identical(path)
+
+
+def test_identical_on_external_captures(external):
+    files = sorted(external.glob("*.pcap"))
+    assert files
+    for path in files:
+        assert_identical(path)
+
+
+@pytest.fixture(scope="module")
+def bench_corpora(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bench")
+    return [write_capture1(d / "capture1.pcap", 2000), write_capture2(d / "capture2.pcap", 600)]
+
+
+def test_identical_on_bench_corpora(bench_corpora):
+    c1, c2 = bench_corpora
+    recs = assert_identical(c1)
+    assert {r["kind"] for r in recs} >= {"sa", "cm"}
+    assert any("cm_req" in r for r in recs)
+    recs = assert_identical(c2)
+    assert any("reassembled_from" in r and len(r["path_records"]) == 4 for r in recs)
+
+
+# -- edge cases ---------------------------------------------------------------------------------
+
+A, B = "192.168.2.24", "192.168.2.25"
+
+
+def _sa_query(tid: int) -> MAD:
+    return MAD(transaction_id=tid) / RMPP() / SAHeader(records=[PathRecord(
+        sgid="fe80::1", dgid=f"fe80::{tid:x}", pkey=0xFFFF, numb_path=1, reversible=1)])
+
+
+def _answer_segments(tid: int, n: int) -> list[bytes]:
+    recs = [PathRecord(sgid="fe80::1", dgid=f"fe80::{tid:x}", dlid=tid, slid=1, reversible=1)
+            for _ in range(n)]
+    hdr = bytes(MAD(method=0x92, transaction_id=tid) / RMPP(rmpp_version=1, rmpp_type=1)
+                / SAHeader(attribute_offset=8, component_mask=0x380F))[:56]
+    return segment(hdr + b"".join(bytes(r) for r in recs))
+
+
+def edge_frames() -> list[bytes]:
+    """Frames at and around every decision the pre-filter and the compiled decoder take."""
+    rnd = random.Random(8)
+    q = bytes(rocev2_frame(_sa_query(0x42), src=A, dst=B))
+    out = [q]
+    out += [q[:n] for n in (10, 14, 20, 33, 40, 42, 50, 54, 60, 62, 70, 86, 100, 300, len(q) - 1)]
+    bad_icrc = bytearray(q)
+    bad_icrc[-1] ^= 0xFF
+    out.append(bytes(bad_icrc))
+    out.append(q + b"\x00" * 6)  # Ethernet trailer after the IP datagram
+    for off, val in ((16, 0x00), (17, 0x10), (38, 0x00), (39, 0x20), (14, 0x46), (14, 0x55),
+                     (20, 0x20), (20, 0x00), (21, 0x01), (23, 6), (23, 1), (23, 99)):
+        b = bytearray(q)
+        b[off] = val  # IPv4 length, UDP length, IHL, version, flags/fragment, protocol
+        out.append(bytes(b))
+    # ports: another UDP service, VXLAN's port, RoCE as the source port only
+    for sport, dport in ((4791, 53), (53, 4791), (4791, 4789), (1234, 4791)):
+        b = bytearray(q)
+        b[34:38] = sport.to_bytes(2, "big") + dport.to_bytes(2, "big")
+        out.append(bytes(b))
+    # QPs: DETH source QP and BTH destination QP other than 0/1 (the hint), UD SEND with imm
+    for bth_over in ({"dqpn": 5}, {"opcode": 0x65}, {"opcode": 0x0A}, {"opcode": 0x64, "dqpn": 7}):
+        for src_qp in (1, 0, 9):
+            pkt = (Ether() / IP(src=A, dst=B) / UDP(sport=0xC000, dport=4791)
+                   / BTH(**{"opcode": 0x64, "dqpn": 1, **bth_over}) / DETH(src_qp=src_qp)
+                   / _sa_query(0x43))
+            out.append(bytes(pkt))
+    # IPv6, VLAN, TCP, raw data frames, a short MAD, a long MAD, other management classes
+    out.append(bytes(Ether() / IPv6(src="fe80::a", dst="fe80::b") / UDP(sport=0xC001, dport=4791)
+                     / BTH(opcode=0x64, dqpn=1) / DETH(src_qp=1) / _sa_query(0x44)))
+    out.append(bytes(Ether() / IPv6(src="::ffff:192.168.2.24", dst="fe80::b")
+                     / UDP(sport=0xC001, dport=4791) / BTH(opcode=0x04, dqpn=0x11) / Raw(b"x" * 64)))
+    out.append(bytes(Ether() / Dot1Q(vlan=5) / IP(src=A, dst=B) / UDP(sport=0xC000, dport=4791)
+                     / BTH(opcode=0x64, dqpn=1) / DETH(src_qp=1) / _sa_query(0x45)))
+    out.append(bytes(Ether() / IP(src=A, dst=B) / TCP(sport=22, dport=40000) / Raw(b"ssh")))
+    out.append(bytes(Ether() / IP(src=A, dst=B) / UDP(sport=0xC000, dport=4791)
+                     / BTH(opcode=0x0A, dqpn=0x12) / Raw(rnd.randbytes(256))))
+    out.append(bytes(Ether(type=0x88B5) / Raw(b"\x00" * 50)))
+    out.append(out[-2] + bytes(270000))  # over the decoder's frame size limit (DECODE-LIMIT)
+    mad = bytes(_sa_query(0x46))
+    for body in (mad[:200], mad + b"\x00" * 8):
+        out.append(bytes(Ether() / IP(src=A, dst=B) / UDP(sport=0xC000, dport=4791)
+                         / BTH(opcode=0x64, dqpn=1) / DETH(src_qp=1) / Raw(body)))
+    for cls, attr in ((0x01, 0x15), (0x81, 0x15), (0x04, 0x12), (0x07, 0x99), (0x07, 0x12),
+                      (0x07, 0x15), (0x2C, 0x01), (0x03, 0x38), (0x03, 0x35)):
+        m = MAD(mgmt_class=cls, attribute_id=attr, method=0x81, status=0x0300,
+                transaction_id=0x50 + cls) / Raw(rnd.randbytes(232))
+        out.append(bytes(rocev2_frame(m, src=A, dst=B)))
+    # SA answers: whole, segmented in order, out of order, repeated, never finished, an ACK
+    for tid, order in ((0x60, None), (0x61, [1, 0, 2]), (0x62, [0, 0, 1, 2]), (0x63, [0, 1])):
+        segs = _answer_segments(tid, 7)
+        for k in (order if order is not None else range(len(segs))):
+            out.append(bytes(rocev2_frame(MAD(segs[k]), src=B, dst=A)))
+    ack = MAD(method=0x12, transaction_id=0x61) / RMPP(rmpp_version=1, rmpp_type=2,
+                                                        rmpp_flags=1, segment_number=3)
+    out.append(bytes(rocev2_frame(ack, src=A, dst=B)))
+    one = MAD(method=0x92, transaction_id=0x64) / RMPP(rmpp_version=1, rmpp_type=1, rmpp_flags=7,
+                                                        payload_length=20 + 128) / SAHeader(
+        attribute_offset=9, component_mask=(1 << 63) | 3,
+        records=[PathRecord(dgid="fe80::9", reversible=1), PathRecord(sgid="fe80::7")])
+    out.append(bytes(rocev2_frame(one, src=B, dst=A)))
+    rsv = bytearray(bytes(rocev2_frame(_sa_query(0x65), src=A, dst=B)))
+    rsv[62 + 56 + 44] |= 0x70  # PathRecord reserved_353
+    out.append(bytes(rsv))
+    return out
+
+
+@pytest.fixture(scope="module")
+def edge_pcap(tmp_path_factory):
+    path = tmp_path_factory.mktemp("edge") / "edge.pcap"
+    with PcapWriter(str(path), 1) as w:
+        for i, f in enumerate(edge_frames()):
+            w.write(f, i * 1e-3)
+    return path
+
+
+def test_identical_on_edge_cases(edge_pcap):
+    recs = assert_identical(edge_pcap)
+    kinds = {r["kind"] for r in recs}
+    assert {"sa", "malformed", "smp", "cm"} <= kinds
+    assert any("ICRC mismatch" in r.get("errors", []) for r in recs)
+
+
+def test_identical_on_edge_cases_pcapng_and_raw_ip(tmp_path):
+    path = tmp_path / "edge.pcapng"
+    with PcapNgWriter(str(path)) as w:
+        for i, f in enumerate(edge_frames()):
+            w.write(f, 1, i * 1e-3)
+            if len(f) > 14:
+                w.write(f[14:], 101, i * 1e-3)  # LINKTYPE_RAW: the IP datagram alone
+    assert_identical(path)
+
+
+@pytest.mark.parametrize("cut", [3, 20, 24 + 7, 24 + 16 + 30, -1])
+def test_identical_on_truncated_files(edge_pcap, tmp_path, cut):
+    data = edge_pcap.read_bytes()
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(data[:cut])
+    assert_identical(path)
+    with pytest.raises(CaptureError):
+        list(decode_file_fast(str(path)))
+
+
+def test_identical_when_a_frame_spans_read_blocks(tmp_path, monkeypatch):
+    from ibpath_scapy.fast import reader
+    monkeypatch.setattr(reader, "BLOCK", 1000)  # every frame straddles a block boundary
+    path = tmp_path / "c1.pcap"
+    write_capture1(path, 400)
+    assert_identical(path)
+
+
+# -- the pre-filter on its own -------------------------------------------------------------------
+
+def _classify(frame: Frame):
+    return prefilter().classifier(frame.linktype)(frame.data, 0, len(frame.data))
+
+
+def _corpus_frames(paths):
+    for path in paths:
+        try:
+            yield from read_frames(str(path))
+        except CaptureError:
+            pass
+
+
+def test_prefilter_agrees_with_the_scapy_decoder(edge_pcap, bench_corpora):
+    """SKIP only where the Scapy decoder yields nothing; MadAt only where it yields a MAD
+    record (kind from the management class, never "malformed")."""
+    paths = [edge_pcap, *bench_corpora, *_project_captures(), *sorted(EXTERNAL.glob("*.pcap"))]
+    seen = {"skip": 0, "mad": 0, "full": 0}
+    for frame in _corpus_frames(paths):
+        cl = _classify(frame)
+        recs = list(Decoder().feed(frame))
+        if cl is None:
+            seen["skip"] += 1
+            assert recs == [], f"frame {frame.number}: skipped but decodes to {recs}"
+        elif isinstance(cl, MadAt):
+            seen["mad"] += 1
+            assert len(recs) == 1 and "mad" in recs[0] and recs[0]["kind"] != "malformed", frame
+        else:
+            assert cl is FULL
+            seen["full"] += 1
+    assert all(seen.values()), seen
+
+
+def test_prefilter_offsets_point_at_the_layers():
+    pkt = rocev2_frame(_sa_query(0x70), src=A, dst=B)
+    raw = bytes(pkt)
+    at = prefilter().ether(raw, 0, len(raw))
+    assert isinstance(at, MadAt)
+    assert raw[at.ip:] == bytes(pkt[IP])
+    assert raw[at.udp:] == bytes(pkt[UDP])
+    assert raw[at.bth:] == bytes(pkt[BTH])
+    assert raw[at.mad:at.mad + 256] == bytes(pkt[MAD])
+
+
+# -- statistics and the switch --------------------------------------------------------------------
+
+def test_stats_count_every_frame(bench_corpora, edge_pcap):
+    for path in [*bench_corpora, edge_pcap]:
+        d = FastDecoder()
+        list(decode_file_fast(str(path), d))
+        n = sum(1 for _ in read_frames(str(path)))
+        assert d.stats.frames == n
+        assert (d.skipped > 0) == (path != bench_corpora[1])  # capture 2 is MADs only
+        if path == edge_pcap:
+            continue  # tshark refuses its 270 KB frame (over its 262144-byte maximum)
+        p = subprocess.run(["tshark", "-n", "-r", str(path), "-T", "fields", "-e", "frame.number"],
+                           capture_output=True, text=True, check=True)
+        assert len(p.stdout.split()) == n
+
+
+def _audit_json(path: Path, fastpath: str) -> dict:
+    env = {**os.environ, "IBPATH_FASTPATH": fastpath}
+    p = subprocess.run([sys.executable, "-m", "ibpath_scapy.cli.main", "audit", "--quiet",
+                        "--format", "json", str(path)], capture_output=True, text=True, env=env)
+    assert "Traceback" not in p.stderr, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_audit_same_with_and_without_fast_path(edge_pcap):
+    paths = [edge_pcap, CAPTURES / "corpus" / "sar-rmpp-gap.pcapng",
+             CAPTURES / "opensm" / "opensm-saquery.pcap"]
+    for path in paths:
+        assert _audit_json(path, "1") == _audit_json(path, "0"), path
