@@ -2,8 +2,7 @@
 # Installs everything ibpath and its tests need on Debian 12 / Python >= 3.11:
 # tshark (the oracle and the plugin's host), lua5.4 (luac -p of the generated plugin),
 # strace (netlink recorder), chromium (the HTML report tests), the simulated fabric (ibsim,
-# OpenSM, saquery) for the real SA
-# captures, and the Python package in .venv.
+# OpenSM, saquery) for the real SA captures, and the Python package in .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
