@@ -1916,7 +1916,13 @@ wrap_encap(wtap_encaps.WIRESHARK_UPPER_PDU, "ibpath.exported_pdu", function(tvb)
     local tag, len = tvb(off, 2):uint(), tvb(off + 2, 2):uint()
     if tag == 0 then off = off + 4; break end
     if off + 4 + len > tvb:len() then return nil end
-    if tag == 12 then name = tvb(off + 4, len):stringz() end
+    -- not :stringz(), which reads past the tag when no NUL ends the name; and tvb(off + 4, 0)
+    -- at the end of the tvb is out of bounds (tests/data/fuzz/exported-pdu-*-name-tag.pcapng)
+    if tag == 12 and len > 0 then
+      local s = tvb(off + 4, len):string()
+      local nul = s:find("\0", 1, true)
+      name = nul and s:sub(1, nul - 1) or s
+    end
     off = off + 4 + len
   end
   if name ~= "infiniband" then return nil end

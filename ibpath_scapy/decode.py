@@ -72,6 +72,28 @@ LINKTYPE_LAYERS: dict[int, type[Packet]] = {
 }
 _RAW_IP_LINKTYPES = {101, 228, 229}
 
+# Frames larger than these (bytes) are reported (DECODE-LIMIT) instead of dissected: Scapy
+# walks netlink attribute and blob record lists at seconds per 64 KiB, and the native IB VCRC
+# is computed in Python. 262144 is Wireshark's own frame limit (WTAP_MAX_PACKET_SIZE_STANDARD);
+# nlmon records and rdma_set_option optvals stay far below 64 KiB.
+MAX_FRAME_BYTES = 262144
+MAX_LIST_FRAME_BYTES = 65536
+_LIST_LINKTYPES = {252, nl.LINKTYPE_NETLINK, RAW_BLOB_LINKTYPE}
+
+
+def size_limit_record(frame_no: int, size: int, list_framed: bool,
+                      stats: "DecodeStats") -> dict | None:
+    """The DECODE-LIMIT record of a frame too large to dissect, or None. list_framed: a netlink,
+    exported-PDU or raw blob frame (attribute and record lists). Both engines use it."""
+    limit = MAX_LIST_FRAME_BYTES if list_framed else MAX_FRAME_BYTES
+    if size <= limit:
+        return None
+    stats.malformed += 1
+    what = " for netlink, exported-PDU and blob frames" if list_framed else ""
+    return {"frame": frame_no, "kind": "malformed", "limit": "frame size",
+            "error": f"frame of {size} bytes not dissected: over the decoder's limit of "
+                     f"{limit} bytes{what}"}
+
 KIND_BY_CLASS = {0x03: "sa", 0x07: "cm", 0x01: "smp", 0x81: "smp", 0x04: "perf"}
 
 PATH_RECORD_FIELDS = [
@@ -135,8 +157,11 @@ def unfinished_transfers(rmpp: Reassembler, stats: "DecodeStats") -> Iterator[di
     for key, t in rmpp.pending():
         frames = t.all_frames()
         stats.malformed += 1
-        yield {"frame": frames[-1], "kind": "malformed", "frames": frames,
+        rec = {"frame": frames[-1], "kind": "malformed", "frames": frames,
                "error": f"RMPP transfer tid=0x{key[2]:016x} never completed ({t.why_unfinished()})"}
+        if t.limit:
+            rec["limit"] = t.limit
+        yield rec
 
 
 @dataclass
@@ -173,6 +198,11 @@ class Decoder:
 
     def feed(self, frame: Frame) -> Iterator[dict]:
         self.stats.frames += 1
+        rec = size_limit_record(frame.number, len(frame.data), frame.linktype in _LIST_LINKTYPES,
+                                self.stats)
+        if rec is not None:
+            yield rec
+            return
         try:
             pkt = dissect(frame)
         except Exception as exc:  # scapy raises assorted errors on hostile bytes
@@ -199,6 +229,8 @@ class Decoder:
         array = pkt if isinstance(pkt, PathArray) else None
         if isinstance(pkt, ExportedPDU) and isinstance(pkt.payload, PathArray):
             array = pkt.payload
+        elif isinstance(pkt, ExportedPDU) and not pkt.payload and pkt.dissector_name() == "ibpath.blob":
+            array = PathArray(b"")  # an empty optval (EINVAL) is still a blob frame
         if array is not None:
             yield self._blob(frame, array)
             return

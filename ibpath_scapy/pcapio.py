@@ -22,6 +22,9 @@ _BYTE_ORDER_MAGIC = 0x1A2B3C4D
 
 # pcapng block types
 _IDB, _PB, _SPB, _EPB = 0x00000001, 0x00000002, 0x00000003, 0x00000006
+# Shortest block of each type: 12 bytes of type, length and trailing length around its fixed
+# fields (an IDB's link type, reserved, snaplen; a packet block's interface and lengths).
+_MIN_BLOCK = {_IDB: 20, _PB: 32, _SPB: 16, _EPB: 32}
 MAX_BLOCK = 256 * 1024 * 1024  # refuse absurd lengths instead of allocating them
 
 # Not a pcap link type: the link type of the single frame read_input() makes of a raw blob file
@@ -140,6 +143,9 @@ def _read_pcapng(path: str, f: BinaryIO) -> Iterator[Frame]:
             continue
         btype, blen = struct.unpack(endian + "II", head)
         body = _read_exact(f, _check_len(path, blen, off, number) - 8, path, "pcapng block", number + 1)
+        if blen < _MIN_BLOCK.get(btype, 12):
+            raise CaptureError(f"{path}: frame {number + 1}: pcapng block type {btype} of {blen} bytes "
+                               f"is shorter than its fixed fields at byte offset {off}")
         if btype == _IDB:
             linktype = struct.unpack(endian + "H", body[:2])[0]
             interfaces.append((linktype, _tsresol(body[8:-4], endian)))

@@ -21,9 +21,21 @@ _OFF_RMPP_FLAGS = 26
 _OFF_SEGMENT = 28
 _OFF_PAYLEN = 32
 
-# Caps that keep a hostile capture from holding unbounded memory (see decode.Reassembler).
+# Caps that keep a hostile capture from holding unbounded memory or time (Reassembler). A
+# transfer that hits one is reported as unfinished with Transfer.limit set (rule DECODE-LIMIT).
+# Per transfer: segment numbers 1..MAX_SEGMENTS, each segment kept as at most one MAD, so at
+# most MAX_TRANSFER_BYTES (1 MiB; 4096 segments hold ~15,000 PathRecords, more than a GetTable
+# of every path of a 120-port fabric).
 MAX_SEGMENTS = 4096
 MAX_MESSAGE_BYTES = MAX_SEGMENTS * SA_DATA_SIZE
+MAX_TRANSFER_BYTES = MAX_SEGMENTS * MAD_SIZE
+# Across transfers: at most MAX_OPEN transfers and MAX_OPEN_BYTES of segments held open; the
+# oldest transfer is evicted (and reported) first.
+MAX_OPEN = 4096
+MAX_OPEN_BYTES = 64 * 1024 * 1024
+# Per transfer, problems and out-of-range frames kept for the report (the rest are counted).
+MAX_PROBLEMS = 20
+MAX_REJECTED = 1000
 
 
 def pad_size(data_len: int) -> int:
@@ -99,9 +111,21 @@ class Transfer:
     problems: list[str] = field(default_factory=list)
 
     rejected: list[int] = field(default_factory=list)  # frames of segments out of range
+    limit: str | None = None  # the cap this transfer hit, if any (reported by DECODE-LIMIT)
+    size: int = 0  # bytes of segments held
+    dropped_problems: int = 0
 
     def complete(self) -> bool:
-        return self.last is not None and all(k in self.segments for k in range(1, self.last + 1))
+        # the length test first: a hostile transfer must not cost a walk per segment
+        return (self.last is not None and len(self.segments) >= self.last
+                and all(k in self.segments for k in range(1, self.last + 1)))
+
+    def problem(self, text: str) -> None:
+        """Note a problem; past MAX_PROBLEMS only count it (a flood of repeats is one fact)."""
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(text)
+        else:
+            self.dropped_problems += 1
 
     def all_frames(self) -> list[int]:
         return sorted(set(self.frames.values()) | set(self.rejected))
@@ -113,17 +137,31 @@ class Transfer:
         else:
             missing = [k for k in range(1, self.last + 1) if k not in self.segments]
             why = f"segments {missing[:20]}{' ...' if len(missing) > 20 else ''} missing"
-        return "; ".join([why] + self.problems[:3])
+        head = [why] + ([self.limit] if self.limit else [])
+        more = len(self.problems) - 3 + self.dropped_problems
+        return "; ".join(head + self.problems[:3] + ([f"{more} more problems"] if more > 0 else []))
 
 
 class Reassembler:
-    """Streaming RMPP reassembly keyed by (direction, TID); bounded in segments per transfer
-    and in open transfers (oldest evicted first, reported)."""
+    """Streaming RMPP reassembly keyed by (direction, TID); bounded in segments and bytes per
+    transfer and in open transfers and their bytes (oldest evicted first, reported): see the
+    caps above."""
 
-    def __init__(self, max_open: int = 4096):
+    def __init__(self, max_open: int = MAX_OPEN, max_open_bytes: int = MAX_OPEN_BYTES):
         self.open: dict[tuple, Transfer] = {}
         self.max_open = max_open
+        self.max_open_bytes = max_open_bytes
+        self.open_bytes = 0
         self.evicted: list[tuple[tuple, Transfer]] = []
+
+    def _evict_oldest(self, why: str) -> None:
+        old_key = next(iter(self.open))
+        old = self.open.pop(old_key)
+        self.open_bytes -= old.size
+        old.limit = why
+        old.segments.clear()  # only the frames and problems are reported
+        old.size = 0
+        self.evicted.append((old_key, old))
 
     def add(self, key: tuple, seg_num: int, flags: int, mad: bytes, frame: int):
         """Add a DATA segment; returns (message bytes, Transfer) when the transfer completes."""
@@ -133,20 +171,30 @@ class Reassembler:
             # same Transfer; a finished transfer is gone, so a reused TID starts afresh.
             t = self.open[key] = Transfer()
             if len(self.open) > self.max_open:
-                old_key = next(iter(self.open))
-                self.evicted.append((old_key, self.open.pop(old_key)))
+                self._evict_oldest(f"evicted: more than {self.max_open} RMPP transfers open at once")
         if seg_num < 1 or seg_num > MAX_SEGMENTS:
-            t.problems.append(f"segment number {seg_num} outside 1..{MAX_SEGMENTS}")
-            t.rejected.append(frame)
+            t.problem(f"segment number {seg_num} outside 1..{MAX_SEGMENTS}")
+            if seg_num > MAX_SEGMENTS:
+                t.limit = f"segment numbers above {MAX_SEGMENTS} are not reassembled"
+            if len(t.rejected) < MAX_REJECTED:
+                t.rejected.append(frame)
             return None
+        seg = mad[:MAD_SIZE]
         if seg_num in t.segments:
-            t.problems.append(f"segment {seg_num} repeated (frame {frame})")
-        t.segments[seg_num] = mad[:MAD_SIZE]
+            t.problem(f"segment {seg_num} repeated (frame {frame})")
+            t.size -= len(t.segments[seg_num])
+            self.open_bytes -= len(t.segments[seg_num])
+        t.segments[seg_num] = seg
         t.frames[seg_num] = frame
+        t.size += len(seg)
+        self.open_bytes += len(seg)
+        while self.open_bytes > self.max_open_bytes and len(self.open) > 1 and next(iter(self.open)) != key:
+            self._evict_oldest(f"evicted: more than {self.max_open_bytes} bytes of RMPP segments open")
         if flags & RMPP_LAST:
             t.last = seg_num
         if t.complete():
             del self.open[key]
+            self.open_bytes -= t.size
             segs = [t.segments[k] for k in range(1, t.last + 1)]
             return reassemble(segs), t
         return None

@@ -560,15 +560,19 @@ class _Builder:
 
     def _frame_records(self, fr: _Frame) -> Iterator[dict]:
         top = fr.layers
+        list_framed = self.raw_blob or any(_first(top, k) is not None
+                                           for k in ("netlink", "exported_pdu"))
+        too_big = _decode.size_limit_record(fr.number, fr.cap_len, list_framed, self.stats)
+        if too_big is not None:
+            yield too_big
+            return
         netlink = _first(top, "netlink")
         if netlink is not None:
             yield from self._netlink(fr, netlink)
             return
         blob = _first(top, _BLOB_NODE)
         if blob is not None:
-            # an empty exported PDU has no payload for Scapy (decode.py yields nothing)
-            if _pairs(blob):
-                yield self._blob(fr, blob)
+            yield self._blob(fr, blob)  # an empty optval (EINVAL) is a blob frame too
             return
         yield from self._mad_frame(fr)
 
