@@ -297,3 +297,79 @@ def test_audit_same_with_and_without_fast_path(edge_pcap):
              CAPTURES / "opensm" / "opensm-saquery.pcap"]
     for path in paths:
         assert _audit_json(path, "1") == _audit_json(path, "0"), path
+
+
+# -- what the replay keeps of each SA frame (issue 8: bounded memory) ----------------------------
+
+def _kept_view(rec: dict) -> dict:
+    """The keys a transaction keeps of a decoded record, as the record has them (RMPP segments'
+    empty PathRecord lists come back as an empty sequence)."""
+    from ibpath_scapy.audit.replay import KEPT_KEYS
+    out = {k: rec[k] for k in ("frame",) + KEPT_KEYS if k in rec}
+    if "path_records" in out and not out["path_records"]:
+        out["path_records"] = []
+    return out
+
+
+def test_replay_keeps_what_the_records_say(bench_corpora, edge_pcap):
+    """Every request and response a transaction gives back reads like the decoded record it
+    came from (the oracle: the Scapy path's records, which share no dicts), in frame order."""
+    from ibpath_scapy.audit.replay import Replay
+    paths = [edge_pcap, bench_corpora[1]] + [p for p in _project_captures()
+                                              if "corpus" in p.parts or "opensm" in p.parts]
+    checked = 0
+    for path in paths:
+        for fn, decoder in ((decode_file, Decoder()), (decode_file_fast, FastDecoder())):
+            recs, _, _ = _decode(fn, path, decoder)
+            by_frame = {r["frame"]: r for r in recs if r.get("kind") == "sa"}
+            replay = Replay()
+            for r in recs:
+                replay.feed(r)
+            replay.finish()
+            for t in replay.done:
+                for kept in list(t.requests) + list(t.responses):
+                    got = dict(kept)
+                    got["path_records"] = list(got.get("path_records", []))
+                    want = _kept_view(by_frame[kept["frame"]])
+                    want.setdefault("path_records", [])
+                    assert got == want, f"{path}: frame {kept['frame']}"
+                    assert "no such key" not in kept and kept.get("time") is None
+                    checked += 1
+                assert t.frames == sorted({k["frame"] for k in list(t.requests) + list(t.responses)})
+    assert checked > 500
+
+
+def test_replay_shares_the_bodies_of_repeated_frames(tmp_path):
+    """A long SA storm costs the replay a few bytes per frame: the retries and repeated answers
+    of a transaction share one stored body (only reassembled answers keep their own)."""
+    from ibpath_scapy.audit.replay import Replay
+    path = write_capture2(tmp_path / "c2.pcap", 6000)
+    replay = Replay()
+    for r in decode_file_fast(str(path), FastDecoder()):
+        replay.feed(r)
+    replay.finish()
+    frames = sum(len(t.requests) + len(t.responses) for t in replay.done)
+    bodies = sum(len(t.requests._bodies) + len(t.responses._bodies) for t in replay.done)
+    reassembled = sum(1 for t in replay.done for r in t.responses if "reassembled_from" in r)
+    assert frames == 6000
+    assert bodies <= reassembled + 4 * len(replay.done), (bodies, reassembled, frames)
+
+
+def test_packet_rule_memo_matches_the_conditions(bench_corpora, edge_pcap):
+    """The packet rules' verdicts, memoised by the values their conditions read, equal the
+    conditions evaluated on each record (Scapy path: no shared dicts)."""
+    from ibpath_scapy.audit.rules import frame as fr
+    n = fired = 0
+    for path in [edge_pcap, bench_corpora[1]] + _project_captures():
+        for rec in _decode(decode_file, path, Decoder())[0]:
+            if rec.get("kind") != "sa":
+                continue
+            records = rec.get("path_records") or []
+            views = {"MAD": rec.get("mad"), "RMPP": rec.get("rmpp"), "SAHeader": rec.get("sa"),
+                     "PathRecord": records[0] if records else None}
+            want = [pr.rule_id for pr in fr._rules_holding(views, records)]
+            got = [pr.rule_id for pr, _, _ in fr.packet_rule_hits(rec)]
+            assert got == want, f"{path}: frame {rec['frame']}"
+            n += 1
+            fired += bool(want)
+    assert n > 500 and fired, (n, fired)

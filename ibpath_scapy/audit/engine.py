@@ -8,6 +8,7 @@ from typing import Callable, Iterable, Iterator
 from . import rules as _rules  # noqa: F401  (registers the catalogue)
 from .model import RULES, AuditOptions, Finding
 from .replay import Replay
+from .rules.frame import packet_rule_hits
 
 
 @dataclass
@@ -35,9 +36,14 @@ def _findings(rule_id: str, family: str, subject, path: str, resolution: str | N
 def _frame_finding_test() -> Callable[[dict], bool]:
     """A test whether any frame check fires on a record (run_rules runs the checks again on
     the records kept, so only these need keeping)."""
-    checks = [r.checks["frame"] for r in RULES.values() if "frame" in r.checks]
+    frame_checks = [r.checks["frame"] for r in RULES.values() if "frame" in r.checks]
+    # the packet rules' checks all read packet_rule_hits(rec): one call answers for them all
+    checks = [c for c in frame_checks if not getattr(c, "packet_rule", False)]
+    packet_rules = len(checks) < len(frame_checks)
 
     def has_finding(rec: dict) -> bool:
+        if packet_rules and packet_rule_hits(rec):
+            return True
         for check in checks:
             for _ in check(rec):
                 return True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from ...fast.exprc import compile_expr, part_src, split_name
 from ...packet_rules import PACKET_RULES
 from ..model import rule
@@ -49,6 +51,7 @@ def _compile_condition(pr):
 
     def field(f):
         name, part = split_name(f.name)
+        _READS.setdefault(f.layer or pr.layer, set()).add(name)
         base = "own" if f.layer is None else f"views.get({f.layer!r})"
         return part_src(f"int(({base} or _E).get({name!r}, 0) or 0)", part)
 
@@ -57,10 +60,65 @@ def _compile_condition(pr):
     return fn
 
 
+# the fields each layer's view is read for, by any audited condition (filled by compiling)
+_READS: dict[str, set[str]] = {}
 _AUDITED = [(pr, _compile_condition(pr)) for pr in PACKET_RULES if pr.audit]
+_HEADER_READS = tuple((layer, tuple(sorted(_READS.get(layer, ()))))
+                      for layer in ("MAD", "RMPP", "SAHeader"))
+_RECORD_READS = tuple(sorted(_READS.get("PathRecord", ())))
+assert set(_READS) <= {"MAD", "RMPP", "SAHeader", "PathRecord"}, _READS
 # run_rules asks every packet rule about the same record in turn: the hits of the last record
 # are kept so that the conditions run once per record, not once per rule
 _last: list = [None, ()]
+# The rules that hold, by the values the conditions read (an SA storm repeats a few method /
+# attribute / ComponentMask / NumbPath combinations): the conditions run once per combination.
+_MEMO: dict[tuple, tuple] = {}
+_MEMO_SIZE = 4096
+
+
+def _getter(names: tuple):
+    """A function giving a view's values of `names` as a tuple (None for a missing view or
+    field): operator.itemgetter where every field is there, the common case."""
+    if not names:
+        return lambda v: ()
+    fast = itemgetter(*names) if len(names) > 1 else (lambda v, g=itemgetter(names[0]): (g(v),))
+
+    def values(v):
+        if v is None:
+            return None
+        try:
+            return fast(v)
+        except KeyError:
+            return tuple([v.get(n) for n in names])
+
+    return values
+
+
+_GETTERS = tuple((layer, _getter(names)) for layer, names in _HEADER_READS)
+_RECORD_GETTER = _getter(_RECORD_READS)
+
+
+def _reads_key(views: dict, records: list) -> tuple:
+    """The values every audited condition reads of a record (None where a view or a field is
+    missing): records with the same key get the same verdicts."""
+    key = [get(views[layer]) for layer, get in _GETTERS]
+    key.append(tuple([_RECORD_GETTER(r) for r in records]))
+    return tuple(key)
+
+
+def _rules_holding(views: dict, records: list) -> tuple:
+    out = []
+    for pr, cond in _AUDITED:
+        if pr.layer == "PathRecord":
+            owns = records
+        else:
+            own = views.get(pr.layer)
+            owns = () if own is None else (own,)
+        for own in owns:
+            if own is not None and cond(views, own):
+                out.append(pr)
+                break
+    return tuple(out)
 
 
 def packet_rule_hits(rec: dict):
@@ -70,21 +128,17 @@ def packet_rule_hits(rec: dict):
         return ()
     if _last[0] is rec:
         return _last[1]
-    hits = []
     records = rec.get("path_records") or []
     # every layer view a condition can name, looked up once (the views _layer_values gives)
     views = {"MAD": rec.get("mad"), "RMPP": rec.get("rmpp"), "SAHeader": rec.get("sa"),
              "PathRecord": records[0] if records else None}
-    for pr, cond in _AUDITED:
-        if pr.layer == "PathRecord":
-            owns = records
-        else:
-            own = views.get(pr.layer)
-            owns = () if own is None else (own,)
-        for own in owns:
-            if own is not None and cond(views, own):
-                hits.append((pr, [rec["frame"]], pr.message))
-                break
+    key = _reads_key(views, records)
+    holding = _MEMO.get(key)
+    if holding is None:
+        if len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.clear()
+        holding = _MEMO[key] = _rules_holding(views, records)
+    hits = [(pr, [rec["frame"]], pr.message) for pr in holding] if holding else ()
     _last[0], _last[1] = rec, hits
     return hits
 
@@ -97,6 +151,7 @@ def _register_packet_rule(pr):
                 yield frames, message
 
     check.__doc__ = pr.message
+    check.packet_rule = True  # engine.py asks packet_rule_hits once for all of these
     return check
 
 
