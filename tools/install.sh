@@ -18,4 +18,5 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test]'
+# PYTHONWARNINGS: setuptools' notice that an editable install is one (printed on every run)
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e '.[test]'
