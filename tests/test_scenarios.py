@@ -281,3 +281,21 @@ def test_cli_writes_the_scenario(tmp_path):
 def test_cli_errors(capsys, argv, message):
     assert ibpath_main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_blob_records_what_the_kernel_returns(tmp_path):
+    """set_option="kernel": the ucma profile's verdict, which the kernel lab showed equal to a
+    real 6.1 kernel's (captures/rxe): 0 for a blob with a 0x2B record, -EINVAL without one or
+    with a ragged length."""
+    from ibpath_scapy.craft import CaptureBuilder
+    from ibpath_scapy.decode import decode_file
+    from ibpath_scapy.layers import PathRecord
+
+    rec = PathRecord(sgid="fe80::1", dgid="fe80::2", reversible=1)
+    path = tmp_path / "k.pcapng"
+    with CaptureBuilder(str(path)) as b:
+        b.blob([(0x2B, rec)], set_option="kernel")
+        b.blob([(0x0A, rec), (0x12, rec)], set_option="kernel")
+        b.blob(bytes(72 + 8), set_option="kernel")
+    got = [r["blob"]["set_option_result"] for r in decode_file(str(path)) if r["kind"] == "blob"]
+    assert got == ["0", "-EINVAL", "-EINVAL"]

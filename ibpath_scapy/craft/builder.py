@@ -14,11 +14,14 @@ blobs as exported PDUs "ibpath.blob" (252), all in one pcapng.
 
 from __future__ import annotations
 
+import errno
+
 from dataclasses import dataclass
 
 from scapy.packet import Packet
 
 from ..encap import erf_record, exported_pdu, native_ib_frame, rocev2_frame
+from ..kernelview import blob_from_bytes, select_ucma
 from ..layers.cm import CMRep, CMReq, CMRtu
 from ..layers.mad import MAD, RMPP
 from ..layers.netlink import (
@@ -155,10 +158,16 @@ class CaptureBuilder:
         return self._write(bytes(NetlinkCooked(pkttype=PACKET_KERNEL, messages=[msg])), 253)
 
     # -- blobs and CM ----------------------------------------------------------------------------
-    def blob(self, records: list[tuple[int, PathRecord]] | bytes, *, set_option: int | None = None) -> int:
-        """rdma_set_option(RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) optval as a blob frame."""
+    def blob(self, records: list[tuple[int, PathRecord]] | bytes, *,
+             set_option: int | str | None = None) -> int:
+        """rdma_set_option(RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) optval as a blob frame.
+        set_option: the call's return value for the packet comment; "kernel" gives what the
+        kernel returns for these bytes (ucma_set_ib_path, the `ucma` profile: 0 or -EINVAL,
+        as the kernel lab measured), None records no result."""
         raw = records if isinstance(records, bytes) else bytes(PathArray(records=[
             PathRecData(flags=f, path_record=r) for f, r in records]))
+        if set_option == "kernel":
+            set_option = 0 if select_ucma(blob_from_bytes(raw)).accepted else -errno.EINVAL
         comment = None if set_option is None else set_option_comment(set_option)
         # the bytes as given: parsing them into a PathArray first costs seconds for a big blob
         return self._write(exported_pdu(raw, BLOB_DISSECTOR), 252, comment)

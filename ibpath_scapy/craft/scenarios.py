@@ -33,7 +33,8 @@ from .session import Session
 
 __all__ = ["SCENARIOS", "Scenario", "scenario"]  # registered on import of this module
 
-SET_OPTION_OK = 0
+# what the kernel returns for the blob (the ucma profile, checked against a real kernel in the lab)
+SET_OPTION_KERNEL = "kernel"
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -45,10 +46,12 @@ def irreversible_forward(s: Session) -> None:
 
 
 def hand_over(s: Session, records: Records | bytes, res: Resolution | None = None, *,
-              req: PathRecord | None = None, alternate: PathRecord | None = None) -> None:
-    """rdma_set_option(RDMA_OPTION_IB_PATH) with the records, then the connection: a CM REQ on
-    the GMP path (or `req`), the REP and the RTU."""
-    s.b.blob(records, set_option=SET_OPTION_OK)
+              req: PathRecord | None = None, alternate: PathRecord | None = None,
+              set_option: int | str = SET_OPTION_KERNEL) -> None:
+    """rdma_set_option(RDMA_OPTION_IB_PATH) with the records (its result: what a shipped kernel
+    returns, unless given), then the connection: a CM REQ on the GMP path (or `req`), the REP
+    and the RTU."""
+    s.b.blob(records, set_option=set_option)
     primary = req if req is not None else (res.gmp() if res else None)
     if primary is None:
         return
@@ -124,7 +127,7 @@ def conform_proposal(s: Session) -> None:
     three separate records; only a kernel implementing the 2009 design reads them."""
     irreversible_forward(s)
     res = SeedResolver(s, compat=False).resolve()
-    hand_over(s, res.records, res)
+    hand_over(s, res.records, res, set_option=0)  # the proposal's kernel accepts them
 
 
 @scenario("seed-followup-compat", ("BLOB-PROFILE-DIVERGENCE",))
@@ -219,7 +222,7 @@ def res_stale_blob(s: Session) -> None:
     hand_over(s, res.records, res)
     s.fabric.ports.remove(s.remote)
     SeedResolver(s).resolve()
-    s.b.blob(res.records, set_option=SET_OPTION_OK)
+    s.b.blob(res.records, set_option=SET_OPTION_KERNEL)
 
 
 # -- netlink local-service faults -------------------------------------------------------------
@@ -285,7 +288,7 @@ def blob_length(s: Session) -> None:
     ucma_set_ib_path returns EINVAL for the whole option."""
     res = SeedResolver(s).resolve()
     raw = bytes(PathArray(records=[PathRecData(flags=f, path_record=r) for f, r in res.records]))
-    s.b.blob(raw + b"\0\0\0\0", set_option=SET_OPTION_OK)
+    s.b.blob(raw + b"\0\0\0\0", set_option=SET_OPTION_KERNEL)
 
 
 @scenario("blob-empty", ("BLOB-EMPTY", "BLOB-LENGTH", "BLOB-KERNEL-REJECT", "SAQ-NO-RESPONSE"))
@@ -338,7 +341,7 @@ def blob_kernel_reject(s: Session) -> None:
     then falls back to the kernel's own route resolution."""
     irreversible_forward(s)
     res = SeedResolver(s, compat=False).resolve()
-    s.b.blob(res.records, set_option=SET_OPTION_OK)
+    s.b.blob(res.records, set_option=SET_OPTION_KERNEL)
 
 
 @scenario("blob-endpoints", ("BLOB-ENDPOINTS", "RES-BLOB-MISMATCH", "RES-BLOB-SHAPE",
@@ -366,7 +369,7 @@ def blob_field_range(s: Session) -> None:
     SeedResolver(s).resolve()
     template = s.query(reversible=1, mtu_selector=0, rate_selector=0,
                        packet_life_time_selector=0)
-    s.b.blob([(GMP_BIDIR, template)], set_option=SET_OPTION_OK)
+    s.b.blob([(GMP_BIDIR, template)], set_option=SET_OPTION_KERNEL)
 
 
 @scenario("blob-alt-without-primary", ("BLOB-ALT-WITHOUT-PRIMARY", "BLOB-KERNEL-REJECT",
@@ -376,7 +379,7 @@ def blob_alt_without_primary(s: Session) -> None:
 
     No kernel takes an ALTERNATE record as its path: ucma finds no 0x2B record."""
     res = SeedResolver(s, apm=True).resolve()
-    s.b.blob([r for r in res.records if r[0] & IB_PATH_PRIMARY == 0], set_option=SET_OPTION_OK)
+    s.b.blob([r for r in res.records if r[0] & IB_PATH_PRIMARY == 0], set_option=SET_OPTION_KERNEL)
 
 
 @scenario("blob-alt-same-as-primary", ("BLOB-ALT-SAME-AS-PRIMARY",))
@@ -563,4 +566,4 @@ def decode_limit(s: Session) -> None:
     The kernel would take the first record."""
     res = SeedResolver(s).resolve()
     flags, rec = res.records[0]
-    s.b.blob(raw_blob([(flags, 0, bytes(rec))] * 911), set_option=SET_OPTION_OK)
+    s.b.blob(raw_blob([(flags, 0, bytes(rec))] * 911), set_option=SET_OPTION_KERNEL)
