@@ -332,6 +332,16 @@ local function new_ctx(limit, encap, tree)
   return {limit = limit, v = {}, at = {}, encap = encap, show = has_tree(tree)}
 end
 
+-- With a tree, ibpath's layers from `first` (at off) on; without one (tshark -r with no -V or
+-- filter), only the state that spans packets (TIDs, RMPP), read from the BTH at bth.
+local function dissect_or_track(first, tvb, pinfo, tree, off, bth, limit, encap)
+  if has_tree(tree) then
+    D[first](tvb, pinfo, tree, off, new_ctx(limit, encap, tree))
+  else
+    track_only(tvb, pinfo, bth)
+  end
+end
+
 -- The BTH offset of a native-IB UD SEND (what carries MADs), or nil.
 local function native_wanted(tvb, off, limit)
   if limit - off < 8 + 12 then return nil end
@@ -380,11 +390,7 @@ function post.dissector(tvb, pinfo, tree)
   if pt ~= PT_IBQP then return end
   local bth, limit = rocev2_locate(tvb)
   if bth == nil then return end
-  if has_tree(tree) then
-    D["BTH"](tvb, pinfo, tree, bth, new_ctx(limit, "rocev2", tree))
-  else
-    track_only(tvb, pinfo, bth)
-  end
+  dissect_or_track("BTH", tvb, pinfo, tree, bth, bth, limit, "rocev2")
 end
 register_postdissector(post)
 
@@ -402,11 +408,7 @@ local function wrap_encap(encap, name, locate)
     if off ~= nil then
       local bth = native_wanted(tvb, off, limit)
       if bth == nil then return tvb:len() end
-      if has_tree(tree) then
-        D["LRH"](tvb, pinfo, tree, off, new_ctx(limit, "ib", tree))
-      else
-        track_only(tvb, pinfo, bth)
-      end
+      dissect_or_track("LRH", tvb, pinfo, tree, off, bth, limit, "ib")
     end
     return tvb:len()
   end
