@@ -299,3 +299,21 @@ def test_blob_records_what_the_kernel_returns(tmp_path):
         b.blob(bytes(72 + 8), set_option="kernel")
     got = [r["blob"]["set_option_result"] for r in decode_file(str(path)) if r["kind"] == "blob"]
     assert got == ["0", "-EINVAL", "-EINVAL"]
+
+
+def test_main_command_demonstrates_and_exits_0():
+    """The README's first command (tools/main.sh, without its install step): the corpus and
+    the lab captures give exactly their manifests' findings and real traffic has no error."""
+    import os
+    import subprocess
+
+    if not (ROOT / ".venv" / "bin" / "ibpath").exists():
+        pytest.skip("tools/main.sh runs .venv/bin/ibpath: run tools/install.sh first")
+    p = subprocess.run(["bash", "tools/main.sh"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "IBPATH_SKIP_INSTALL": "1"})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "Traceback" not in p.stdout + p.stderr
+    for d in ("corpus", "rxe"):
+        n = len(json.loads((CAPTURES / d / "manifest.json").read_text())["scenarios"])
+        assert f"{n} files, {n} as expected, 0 not" in p.stdout
+    assert p.stdout.rstrip().endswith("real traffic has no error")
