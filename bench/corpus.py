@@ -16,6 +16,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
+from ibpath_scapy.crc import rocev2_icrc
 from ibpath_scapy.encap import rocev2_frame
 from ibpath_scapy.layers import MAD, RMPP, CMReq, CMRep, CMRtu, PathRecord, SAHeader
 from ibpath_scapy.pcapio import PcapWriter
@@ -41,7 +42,7 @@ def _mad_frames(rnd: random.Random, n: int) -> list[bytes]:
         tid += 1
         kind = rnd.random()
         if kind < 0.5:
-            q = MAD(transaction_id=tid) / RMPP() / SAHeader(records=[PathRecord(
+            q = MAD(method=0x12, transaction_id=tid) / RMPP() / SAHeader(records=[PathRecord(  # GetTable
                 sgid="fe80::1", dgid=f"fe80::{tid & 0xFFFF:x}", pkey=0xFFFF, numb_path=1,
                 reversible=1, service_id=0x0106000000000000 | tid)])
             recs = [PathRecord(sgid="fe80::1", dgid=f"fe80::{tid & 0xFFFF:x}", dlid=tid & 0xBFFF,
@@ -63,6 +64,21 @@ def _mad_frames(rnd: random.Random, n: int) -> list[bytes]:
     return out[:n]
 
 
+def _cycle(pool: list[bytes], k: int) -> bytes:
+    """The k-th frame of a capture that cycles through `pool` (RoCEv2 MAD frames): every pass
+    over the pool gets transaction IDs of its own, as a real SA storm has (a TID seen again
+    would be a retry of the same transaction: a pool replayed as is would look like one
+    handful of transactions retried thousands of times), with the ICRC made anew."""
+    turn, i = divmod(k, len(pool))
+    f = pool[i]
+    if not turn:
+        return f
+    mad = len(f) - 4 - 256  # DETH, the MAD, the ICRC end every QP0/QP1 RoCEv2 frame
+    tid = (int.from_bytes(f[mad + 8:mad + 16], "big") + (turn << 24)) & (1 << 64) - 1
+    f = f[:mad + 8] + tid.to_bytes(8, "big") + f[mad + 16:-4]
+    return f + rocev2_icrc(f[14:] + bytes(4))
+
+
 def write_capture1(path: Path, frames: int, mad_share: float = 0.05, seed: int = 1) -> Path:
     """RoCEv2 capture of `frames` frames, `mad_share` of them MADs."""
     rnd = random.Random(seed)
@@ -73,7 +89,7 @@ def write_capture1(path: Path, frames: int, mad_share: float = 0.05, seed: int =
         di = mi = 0
         for i in range(frames):
             if every and i % every == 0:
-                w.write(mads[mi % len(mads)], i * 1e-6)
+                w.write(_cycle(mads, mi), i * 1e-6)
                 mi += 1
             else:
                 w.write(data[di % len(data)], i * 1e-6)
@@ -87,5 +103,5 @@ def write_capture2(path: Path, frames: int, seed: int = 2) -> Path:
     sa = [f for f in pool if bytes(Ether(f)[MAD])[1] == 3]  # management class SA
     with PcapWriter(str(path), 1) as w:
         for i in range(frames):
-            w.write(sa[i % len(sa)], i * 1e-6)
+            w.write(_cycle(sa, i), i * 1e-6)
     return path

@@ -7,7 +7,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import rules as _rules  # noqa: F401  (registers the catalogue)
 from .model import RULES, AuditOptions, Finding
-from .replay import Replay
+from .replay import PATH_RECORD_ATTR, Replay
 from .rules.frame import packet_rule_hits
 
 
@@ -52,17 +52,33 @@ def _frame_finding_test() -> Callable[[dict], bool]:
     return has_finding
 
 
-def run_rules(path: str, replay: Replay, options: AuditOptions) -> Iterator[Finding]:
-    """Every registered check over what the replay collected."""
+def transaction_judge(path: str, out: list[Finding]) -> Callable:
+    """Replay.on_close: the transaction rules over each SA transaction as it is closed, the
+    findings (named by the transaction's resolution) appended to `out`."""
+    tx_checks = [(rid, RULES[rid], RULES[rid].checks["transaction"])
+                 for rid in sorted(RULES) if "transaction" in RULES[rid].checks]
+
+    def judge(t, res) -> None:
+        if t.attribute_id != PATH_RECORD_ATTR:
+            return
+        name = res.name if res is not None else None
+        for rid, r, check in tx_checks:
+            for hit in check(t):
+                out.append(_finding(rid, r, hit, path, name))
+
+    return judge
+
+
+def run_rules(path: str, replay: Replay, options: AuditOptions,
+              transaction_findings: Iterable[Finding] = ()) -> Iterator[Finding]:
+    """Every registered check over what the replay collected; the transaction rules' findings
+    come from transaction_judge, given here."""
     ordered = sorted(RULES)
     # findings are grouped per resolution in reports: name the one each message belongs to
     by_frame: dict[int, str] = {}
-    by_transaction: dict[int, str] = {}
     for res in replay.resolutions.values():
         for rec in res.blobs + res.ls_requests + res.ls_responses + res.cm_reqs:
             by_frame[rec["frame"]] = res.name
-        for t in res.transactions:
-            by_transaction[id(t)] = res.name
     # frame and transaction checks run once per SA frame / transaction: look the checks up
     # once, and build a Finding only on a hit (most records have none)
     frame_checks = [(rid, RULES[rid], RULES[rid].checks["frame"])
@@ -71,12 +87,8 @@ def run_rules(path: str, replay: Replay, options: AuditOptions) -> Iterator[Find
         for rid, r, check in frame_checks:
             for hit in check(rec):
                 yield _finding(rid, r, hit, path, None)
-    tx_checks = [(rid, RULES[rid], RULES[rid].checks["transaction"])
-                 for rid in ordered if "transaction" in RULES[rid].checks]
-    for t in replay.sa_transactions():
-        for rid, r, check in tx_checks:
-            for hit in check(t):
-                yield _finding(rid, r, hit, path, by_transaction.get(id(t)))
+    # the transaction rules judged each SA transaction as the replay closed it
+    yield from transaction_findings
     # Blob rules judge both kinds of blob: rdma_set_option optvals (blob frames) and the
     # PATH_RECORD attributes of LS RESOLVE responses the kernel reads (no RDMA_NL_LS_F_ERR),
     # in frame order; every finding names the frame of its own message.
@@ -106,13 +118,15 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
                   on_frame: Callable[[int], None] | None = None) -> FileAudit:
     """Audit one file's decoded records (from either engine)."""
     fa = FileAudit(path)
-    replay = Replay()
+    replay = Replay(keep_closed=options.keep_transactions)
     replay.keep_frame_record = _frame_finding_test()
+    judged: list[Finding] = []
+    replay.on_close = transaction_judge(path, judged)
     for rec in records:
         replay.feed(rec)
         if on_frame:
             on_frame(rec["frame"])
     replay.finish()
     fa.replay = replay
-    fa.findings = list(run_rules(path, replay, options))
+    fa.findings = list(run_rules(path, replay, options, judged))
     return fa

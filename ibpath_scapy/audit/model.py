@@ -79,3 +79,6 @@ def rule(rule_id: str, severity: str, family: str, source: str):
 class AuditOptions:
     kernel: str = "all"  # ucma, ls-legacy, ls-multi, proposal or all
     extra_blobs: list = field(default_factory=list)  # paths given with --blob
+    # keep every closed SA transaction in the replay (the ladder diagrams draw them all);
+    # without, memory does not grow with the capture's length (Replay's docstring)
+    keep_transactions: bool = True

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -33,21 +34,35 @@ class Transaction:
     answered: bool = False
     completing_frame: int | None = None
 
+    # once closed (Replay._close), the request and the query are read again and again by
+    # the rules: kept here then
+    _sealed: tuple | None = field(default=None, repr=False, compare=False)
+
+    def seal(self) -> None:
+        """No more frames: fix the request and its query for the rules to read."""
+        self.requests.seal()
+        self.responses.seal()
+        self._sealed = None
+        self._sealed = (self.request, self.query)
+
     @property
     def request(self) -> dict | None:
+        if self._sealed is not None:
+            return self._sealed[0]
         return self.requests[0] if self.requests else None
 
     @property
     def query(self) -> dict | None:
         """The request's PathRecord template."""
+        if self._sealed is not None:
+            return self._sealed[1]
         r = self.request
         recs = r.get("path_records") if r else None
         return recs[0] if recs else None
 
     @property
-    def components(self) -> set[str]:
-        r = self.request
-        return set(r["sa"]["components"]) if r and "sa" in r else set()
+    def components(self) -> frozenset[str]:
+        return _components(self.request)
 
     @property
     def component_mask(self) -> int:
@@ -64,9 +79,58 @@ class Transaction:
     def frames(self) -> list[int]:
         return sorted(set(self.requests.frame_numbers() + self.responses.frame_numbers()))
 
+    @property
+    def first_frame(self) -> int:
+        """The first request's frame (the first frame, if no request was seen)."""
+        return self.requests[0]["frame"] if self.requests else self.frames[0]
+
     def asks_reversible(self) -> bool:
         q = self.query
         return bool(q) and "reversible" in self.components and q["reversible"] == 1
+
+    def summary(self) -> ClosedTransaction:
+        """What the resolution rules read of a closed transaction, without its frames'
+        records."""
+        return ClosedTransaction(self)
+
+
+class ClosedTransaction:
+    """A closed, judged SA transaction as a resolution keeps it when closed transactions are
+    let go (Replay.keep_closed false): the values the resolution rules read (query,
+    components, answer records, status, frames), ~0.3 KB instead of every frame's record.
+    Read-only; it has no requests or responses to iterate."""
+
+    __slots__ = ("requester", "tid", "attribute_id", "records", "answered", "completing_frame",
+                 "query", "components", "component_mask", "status", "first_frame", "_frames")
+
+    def __init__(self, t: Transaction):
+        self.requester, self.tid, self.attribute_id = t.requester, t.tid, t.attribute_id
+        self.records, self.answered = tuple(t.records), t.answered
+        self.completing_frame, self.query, self.status = t.completing_frame, t.query, t.status
+        self.component_mask = t.component_mask
+        self.components = _components(t.request)
+        self.first_frame = t.first_frame
+        self._frames = array("Q", t.frames)
+
+    @property
+    def frames(self) -> list[int]:
+        return self._frames.tolist()
+
+    asks_reversible = Transaction.asks_reversible
+
+
+_COMPONENTS: dict[tuple, frozenset] = {}
+
+
+def _components(request) -> frozenset:
+    """A request's ComponentMask names as a frozenset, one per distinct mask."""
+    names = tuple(request["sa"]["components"]) if request and "sa" in request else ()
+    s = _COMPONENTS.get(names)
+    if s is None:
+        if len(_COMPONENTS) >= 4096:
+            _COMPONENTS.clear()
+        s = _COMPONENTS[names] = frozenset(names)
+    return s
 
 
 @dataclass
@@ -84,6 +148,10 @@ class Resolution:
     # blobs given with --blob (ibpath audit --blob FILE) whose records concern this pair; they
     # are not frames of the capture and have no place in its time line
     extra_blobs: list[dict] = field(default_factory=list)
+    # how many of its oldest transactions were let go (Replay.RESOLUTION_HISTORY), and the
+    # frames of the last one
+    dropped: int = 0
+    dropped_frames: list[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -151,6 +219,9 @@ class KeptRecord(Mapping):
 
     def __len__(self) -> int:
         return 1 + sum(1 for v in self._body if v is not _ABSENT)
+
+    def __bool__(self) -> bool:
+        return True  # it always has "frame" (and `if rec` need not count the rest)
 
     def __repr__(self) -> str:
         return f"KeptRecord({dict(self)!r})"
@@ -263,13 +334,31 @@ def extra_blob_record(rec: dict, source: str) -> dict:
 
 
 class Replay:
-    """Feed decoded records in frame order; read the results after finish()."""
+    """Feed decoded records in frame order; read the results after finish().
+
+    SA transactions stream: one is closed when it has been answered and LINGER newer
+    transactions have opened since (late retries and duplicate answers of a real exchange
+    come well before that), or when it is evicted unanswered (MAX_OPEN_TRANSACTIONS), or at
+    finish(). Closing seals it, hands it to on_close (engine.audit_records judges it there
+    with the transaction rules) and places a PathRecord transaction in its resolution, which
+    keeps its last RESOLUTION_HISTORY transactions. With keep_closed false nothing else keeps
+    a closed transaction, so memory follows the transactions open at once and the
+    resolutions, not the length of the capture; with keep_closed (the ladder diagrams need
+    every message) self.done keeps them all. A frame of a transaction closed long ago starts
+    a new one."""
 
     MAX_OPEN_TRANSACTIONS = 65536
+    LINGER = 4096
+    RESOLUTION_HISTORY = 256
 
-    def __init__(self):
+    def __init__(self, keep_closed: bool = True):
         self.transactions: dict[tuple, Transaction] = {}
-        self.done: list[Transaction] = []
+        self.done: list[Transaction] = []  # closed transactions (all of them if keep_closed)
+        self.keep_closed = keep_closed
+        self.on_close = None  # called with (transaction, its resolution or None) on closing
+        self.sa_count = 0  # PathRecord transactions closed
+        # answered transactions in the order they were answered, to close the oldest first
+        self._answered: deque[tuple[tuple, Transaction]] = deque()
         self.resolutions: dict[tuple, Resolution] = {}
         self.blobs: list[dict] = []
         self.ls: dict[int, dict] = {}  # seq → {"request": rec, "responses": [...]}
@@ -326,21 +415,26 @@ class Replay:
                 return  # an ACK for a transfer we never saw the start of
             t = self.transactions[key] = Transaction(requester, mad["transaction_id"],
                                                      mad["attribute_id"])
+            open_now = len(self.transactions)
+            if open_now > self.LINGER:
+                self._close_answered(open_now - self.LINGER)
             if len(self.transactions) > self.MAX_OPEN_TRANSACTIONS:
                 old = self.transactions.pop(next(iter(self.transactions)))
-                self.done.append(old)
                 self.evicted += 1
                 if not old.answered:  # its answer, if it comes, is no longer matched: say so
                     self.frame_records.append({
                         "frame": old.frames[0], "frames": old.frames, "kind": "limit",
                         "limit": f"SA transaction tid 0x{old.tid:016x} evicted unanswered: more "
                                  f"than {self.MAX_OPEN_TRANSACTIONS} SA transactions open"})
+                self._close(old)
         if is_resp:
             t.responses.append(rec)
             rmpp = rec.get("rmpp", {})
             whole = "reassembled_from" in rec or not (rmpp.get("rmpp_flags", 0) & 1) or \
                 rmpp.get("rmpp_flags", 0) & 6 == 6
             if whole and rmpp.get("rmpp_type", 1) in (0, 1) and not rec.get("rmpp_control"):
+                if not t.answered:
+                    self._answered.append((key, t))
                 t.answered = True
                 t.completing_frame = rec["frame"]
                 t.records = list(rec.get("path_records", []))
@@ -360,15 +454,42 @@ class Replay:
             entry["responses"].append(rec)
 
     # -- joining ---------------------------------------------------------------------------
+    def _close_answered(self, n: int) -> None:
+        """Close up to n of the transactions answered longest ago that are still open."""
+        answered, open_ = self._answered, self.transactions
+        while n > 0 and answered:
+            key, t = answered.popleft()
+            if open_.get(key) is t:
+                del open_[key]
+                self._close(t)
+                n -= 1
+
+    def _close(self, t: Transaction) -> None:
+        t.seal()
+        res = None
+        if t.attribute_id == PATH_RECORD_ATTR:
+            self.sa_count += 1
+            res = self._place_transaction(t)
+        if self.on_close is not None:
+            self.on_close(t, res)
+        if self.keep_closed:
+            self.done.append(t)
+        elif res is not None:  # judged: the resolution keeps what its rules read
+            res.transactions[-1] = t.summary()
+
     def finish(self) -> None:
-        self.done += list(self.transactions.values())
+        for t in list(self.transactions.values()):
+            self._close(t)
         self.transactions.clear()
-        for t in self.done:
-            t.requests.seal()
-            t.responses.seal()
-        for t in self.done:
-            if t.attribute_id == PATH_RECORD_ATTR:
-                self._place_transaction(t)
+        self._answered.clear()
+        for res in self.resolutions.values():
+            if res.dropped:
+                self.frame_records.append({
+                    "frame": res.dropped_frames[0], "frames": res.dropped_frames,
+                    "kind": "limit",
+                    "limit": f"resolution {res.name}: its {res.dropped} oldest SA transactions "
+                             f"were let go (it keeps its last {self.RESOLUTION_HISTORY}); the "
+                             f"resolution rules judged the rest"})
         for b in self.blobs:
             res = self._resolution_for_records(b.get("blob_records", []))
             if res is not None:
@@ -437,10 +558,10 @@ class Replay:
         res = self.resolutions[(local, remote, pkey)] = Resolution(local, remote, pkey)
         return res
 
-    def _place_transaction(self, t: Transaction) -> None:
+    def _place_transaction(self, t: Transaction) -> Resolution | None:
         q = t.query
         if not q or not {"sgid", "dgid"} <= t.components:
-            return  # not a point-to-point path query (e.g. saquery -p: every path)
+            return None  # not a point-to-point path query (e.g. saquery -p: every path)
         if "pkey" in t.components:
             pkey = q["pkey"]
         else:  # the P_Key the SA chose, which is what a blob built from the answer carries
@@ -448,6 +569,10 @@ class Replay:
         res = self._resolution(q["sgid"], q["dgid"], pkey)
         if res is not None:
             res.transactions.append(t)
+            if len(res.transactions) > self.RESOLUTION_HISTORY:
+                res.dropped += 1
+                res.dropped_frames = res.transactions.pop(0).frames
+        return res
 
     def _resolution_for_records(self, records: list[dict], create: bool = True) -> Resolution | None:
         for r in records:
@@ -462,7 +587,10 @@ class Replay:
         return None
 
     def sa_transactions(self) -> list[Transaction]:
+        """The closed PathRecord transactions kept (every one if keep_closed; sa_count counts
+        them all)."""
         return [t for t in self.done if t.attribute_id == PATH_RECORD_ATTR]
 
 
-__all__ = ["KeptFrames", "KeptRecord", "Replay", "Resolution", "Transaction", "extra_blob_record"]
+__all__ = ["ClosedTransaction", "KeptFrames", "KeptRecord", "Replay", "Resolution", "Transaction",
+           "extra_blob_record"]

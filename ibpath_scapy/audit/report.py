@@ -19,7 +19,7 @@ def summary(audits: list[FileAudit]) -> dict:
     for a in audits:
         s["packets"] += a.frames
         if a.replay:
-            s["transactions"] += len(a.replay.sa_transactions())
+            s["transactions"] += a.replay.sa_count
             s["resolutions"] += len(a.replay.resolutions)
             s["blobs"] += len(a.replay.blobs)
             s["cm_reqs"] += len(a.replay.cm_reqs)

@@ -45,11 +45,15 @@ def run(args) -> int:
     if not args.files and not args.blob:
         print("ibpath audit: give at least one FILE (or --list-rules)", file=sys.stderr)
         return 2
-    options = AuditOptions(kernel=args.kernel, extra_blobs=args.blob)
-    paths = args.files + [b for b in dict.fromkeys(args.blob) if b not in args.files]
-    audits, unreadable = audit_paths(paths, options, engine=args.engine, quiet=args.quiet)
     out = open(args.output, "w") if args.output else sys.stdout
     try:
+        tty = out.isatty()
+        ladders = args.format == "html" or (args.format == "text" and (args.ladder or tty))
+        # ladder diagrams draw every SA message; other reports let closed transactions go
+        options = AuditOptions(kernel=args.kernel, extra_blobs=args.blob,
+                               keep_transactions=ladders)
+        paths = args.files + [b for b in dict.fromkeys(args.blob) if b not in args.files]
+        audits, unreadable = audit_paths(paths, options, engine=args.engine, quiet=args.quiet)
         if args.format == "json":
             out.write(report.to_json(audits) + "\n")
         elif args.format == "junit":
@@ -57,8 +61,7 @@ def run(args) -> int:
         elif args.format == "html":
             out.write(to_html(audits))
         else:
-            tty = out.isatty()
-            out.write(report.to_text(audits, colour=tty, ladder=args.ladder or tty))
+            out.write(report.to_text(audits, colour=tty, ladder=ladders))
     finally:
         if args.output:
             out.close()

@@ -121,7 +121,11 @@ def _ip_text(raw: bytes) -> str:
     return s
 
 
-_FLYWEIGHTS = 65536
+# Entries per flyweight table: the frames that repeat a header (the segments of one answer,
+# retries) or a PathRecord (the same pair asked again) come close together; a table holds
+# ~1 KB a entry, so it is small enough for the audit's memory not to depend on it (a storm of
+# unique transaction IDs filled 65,536 MAD headers: ~60 MB).
+_FLYWEIGHTS = 8192
 
 
 def _remember(cache: dict, key: bytes, value: dict) -> dict:

@@ -112,7 +112,7 @@ class Side:
 
 
 def first_frame(t: Transaction) -> int:
-    return t.requests[0]["frame"] if t.requests else t.frames[0]
+    return t.first_frame
 
 
 def handovers(res: Resolution) -> list[Handover]:

@@ -22,9 +22,11 @@ _SELECTED = [("mtu", "mtu_selector"), ("rate", "rate_selector"),
 
 
 def _same(name: str, a, b) -> bool:
-    if name in ("dgid", "sgid"):
+    if a == b:
+        return True
+    if name in ("dgid", "sgid"):  # the same GID may be spelled two ways (::ffff:a.b.c.d)
         return ipaddress.IPv6Address(a) == ipaddress.IPv6Address(b)
-    return a == b
+    return False
 
 
 @rule("SAQ-BAD-METHOD", "error", "transaction", "IBA §13.4.5 method/response pairing")

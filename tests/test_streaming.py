@@ -1,0 +1,162 @@
+"""The replay's streaming of SA transactions (issue 8: memory independent of the capture's
+length): answered transactions are closed and judged as the capture goes, and what the
+resolutions keep of them is bounded.
+
+Oracles: the same audit with every closed transaction kept (Replay.keep_closed, what the
+ladder diagrams use, which closes nothing early when fewer than Replay.LINGER transactions
+are open: the audit as it was before streaming); hand-built captures whose findings are known.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from ibpath_scapy.audit import report
+from ibpath_scapy.audit.engine import audit_records
+from ibpath_scapy.audit.model import AuditOptions
+from ibpath_scapy.audit.replay import ClosedTransaction, Replay, Transaction
+from ibpath_scapy.audit.run import audit_paths
+from ibpath_scapy.craft import CaptureBuilder
+from ibpath_scapy.decode import decode_file
+from ibpath_scapy.layers import PathRecord
+
+from conftest import CAPTURES, EXTERNAL, ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+from corpus import write_capture2  # noqa: E402
+
+
+def _captures() -> list[Path]:
+    files = sorted(CAPTURES.rglob("*.pcap")) + sorted(CAPTURES.rglob("*.pcapng"))
+    if EXTERNAL.is_dir():
+        files += sorted(p for p in EXTERNAL.iterdir() if p.suffix in (".pcap", ".pcapng"))
+    return [f for f in files if f.stat().st_size]
+
+
+def _report(paths: list[Path], keep: bool) -> tuple[dict, list]:
+    audits, _ = audit_paths([str(p) for p in paths], AuditOptions(keep_transactions=keep),
+                            quiet=True)
+    findings = [f.as_dict() for a in audits for f in a.findings]
+    return report.summary(audits), findings
+
+
+def test_same_report_when_closed_transactions_are_let_go():
+    """Every capture of the project and the external ones: the same findings, in the same
+    order, and the same summary, whether closed transactions are kept or let go."""
+    paths = _captures()
+    assert len(paths) > 60
+    assert _report(paths, keep=False) == _report(paths, keep=True)
+
+
+@pytest.fixture(scope="module")
+def storm(tmp_path_factory) -> Path:
+    """Capture 2 of the bench: 364 pairs, each resolved again every ~850 frames, unique TIDs."""
+    return write_capture2(tmp_path_factory.mktemp("storm") / "c2.pcap", 6000)
+
+
+def _audit(path: Path, keep: bool = False):
+    return audit_records(str(path), decode_file(str(path)), AuditOptions(keep_transactions=keep))
+
+
+def test_storm_closes_and_judges_transactions_as_it_goes(storm, monkeypatch):
+    """With a short linger the open table stays small and nothing but the resolutions'
+    summaries is kept, yet every transaction is judged and counted as with everything kept."""
+    whole = _audit(storm, keep=True)
+    monkeypatch.setattr(Replay, "LINGER", 16)
+    most_open = [0]
+    feed = Replay.feed
+
+    def watched(self, rec):
+        feed(self, rec)
+        most_open[0] = max(most_open[0], len(self.transactions))
+
+    monkeypatch.setattr(Replay, "feed", watched)
+    streamed = _audit(storm)
+    assert most_open[0] <= 16 + 2  # the linger, the one opened last and one unanswered
+    assert streamed.replay.done == []
+    kept = [t for r in streamed.replay.resolutions.values() for t in r.transactions]
+    assert kept and all(isinstance(t, ClosedTransaction) for t in kept)
+    assert streamed.replay.sa_count == whole.replay.sa_count == len(kept) > 2000
+    assert [f.as_dict() for f in streamed.findings] == [f.as_dict() for f in whole.findings]
+
+
+def test_resolution_history_is_bounded_and_says_so(storm, monkeypatch):
+    """A resolution keeps its last RESOLUTION_HISTORY transactions; letting older ones go is
+    a DECODE-LIMIT warning naming the resolution, on the frames of the last one let go."""
+    monkeypatch.setattr(Replay, "RESOLUTION_HISTORY", 3)
+    fa = _audit(storm)
+    for res in fa.replay.resolutions.values():
+        assert len(res.transactions) <= 3
+    limits = [f for f in fa.findings if f.rule == "DECODE-LIMIT"]
+    over = [r for r in fa.replay.resolutions.values() if r.dropped]
+    assert over and len(limits) == len(over)
+    res = over[0]
+    f = next(f for f in limits if res.name in f.message)
+    assert f"its {res.dropped} oldest SA transactions were let go" in f.message
+    assert list(f.frames) == res.dropped_frames
+    assert res.transactions[0].first_frame > res.dropped_frames[0]
+
+
+def test_closed_transaction_reads_like_the_transaction(storm):
+    """What a resolution keeps of a closed transaction: every value the resolution rules read,
+    equal to the transaction's own."""
+    whole = _audit(storm, keep=True)
+    ts = [t for t in whole.replay.done if t.query]
+    assert len(ts) > 2000
+    for t in ts[:500] + [t for t in ts if not t.answered]:
+        c = t.summary()
+        for name in ("requester", "tid", "attribute_id", "answered", "completing_frame",
+                     "query", "status", "component_mask", "frames", "first_frame"):
+            assert getattr(c, name) == getattr(t, name), name
+        assert list(c.records) == t.records
+        assert set(c.components) == set(t.components)
+        assert c.asks_reversible() == t.asks_reversible()
+
+
+def _pair(n: int) -> PathRecord:
+    return PathRecord(sgid="fe80::1", dgid=f"fe80::{n:x}")
+
+
+def test_retry_and_bad_answer_judged_when_closed_early(tmp_path, monkeypatch):
+    """Transaction findings do not depend on when a transaction is closed: a retried query
+    and an answer contradicting its query, closed early by a linger of 1, give the same
+    SAQ-RETRY and SAR-MISMATCH as at the end of the capture."""
+    path = tmp_path / "early.pcapng"
+    with CaptureBuilder(str(path)) as b:
+        q = b.sa_query(_pair(2))
+        b.sa_query(_pair(2), retransmit_of=q)  # frame 2: a retry, same TID
+        b.sa_answer(q, [PathRecord(sgid="fe80::1", dgid="fe80::9")])  # wrong DGID
+        for n in range(3, 8):  # later, unrelated exchanges push it out
+            b.sa_answer(b.sa_query(_pair(n)), [_pair(n)])
+    want = [f.as_dict() for f in _audit(path, keep=True).findings]
+    monkeypatch.setattr(Replay, "LINGER", 1)
+    got = [f.as_dict() for f in _audit(path).findings]
+    assert got == want
+    assert {f["rule"] for f in got} >= {"SAQ-RETRY", "SAR-MISMATCH"}
+
+
+def test_retry_after_the_transaction_closed_starts_a_new_one(tmp_path, monkeypatch):
+    """The documented limit of streaming: a frame for a transaction closed LINGER newer
+    transactions ago opens a new transaction (here: a late retry is a query never answered)."""
+    path = tmp_path / "late.pcapng"
+    with CaptureBuilder(str(path)) as b:
+        q = b.sa_query(_pair(2))
+        b.sa_answer(q, [_pair(2)])
+        for n in range(3, 6):
+            b.sa_answer(b.sa_query(_pair(n)), [_pair(n)])
+        late = b.sa_query(_pair(2), retransmit_of=q)
+    rules = {f.rule: f for f in _audit(path, keep=True).findings}
+    assert "SAQ-RETRY" in rules and "SAQ-NO-RESPONSE" not in rules
+    monkeypatch.setattr(Replay, "LINGER", 1)
+    rules = {f.rule: f for f in _audit(path).findings}
+    assert "SAQ-RETRY" not in rules
+    assert rules["SAQ-NO-RESPONSE"].frames == (late.frame,)
+
+
+def test_transaction_seal_fixes_request_and_query():
+    t = Transaction("a", 1)
+    t.seal()
+    assert t.request is None and t.query is None and t.components == frozenset()
