@@ -3,7 +3,9 @@
 capture1: RoCEv2, `mad_share` of the frames QP1 MADs (SA PathRecord queries and answers, CM
 REQ/REP/RTU), the rest RC RDMA WRITE / SEND / ACK data frames. capture2: SA PathRecord queries
 and their (mostly multi-segment RMPP GetTableResp) answers only. A pool of distinct frames is
-built once with Scapy and written cyclically, so a million frames take seconds.
+built once with Scapy and written cyclically, so a million frames take seconds; every pass
+over the pool has transaction IDs of its own (_cycle), so the paths of the same pairs are
+asked again in new transactions, not retried.
 """
 
 from __future__ import annotations

@@ -319,6 +319,20 @@ class KeptFrames(Sequence):
         return self._frames.tolist()
 
 
+class FrameList(list):
+    """The SA frames of one side of a transaction as their records, when the transaction is
+    let go once judged (Replay.keep_closed false): it lives only while open, so KeptFrames'
+    packing would cost time and save nothing."""
+
+    __slots__ = ()
+
+    def seal(self) -> None:
+        pass
+
+    def frame_numbers(self) -> list[int]:
+        return [r["frame"] for r in self]
+
+
 def _gid(x: str | None) -> str | None:
     return None if x in (None, "::") else x
 
@@ -413,8 +427,10 @@ class Replay:
         if t is None:
             if is_resp and rec.get("rmpp_control"):
                 return  # an ACK for a transfer we never saw the start of
-            t = self.transactions[key] = Transaction(requester, mad["transaction_id"],
-                                                     mad["attribute_id"])
+            t = Transaction(requester, mad["transaction_id"], mad["attribute_id"])
+            if not self.keep_closed:
+                t.requests, t.responses = FrameList(), FrameList()
+            self.transactions[key] = t
             open_now = len(self.transactions)
             if open_now > self.LINGER:
                 self._close_answered(open_now - self.LINGER)
@@ -592,5 +608,5 @@ class Replay:
         return [t for t in self.done if t.attribute_id == PATH_RECORD_ATTR]
 
 
-__all__ = ["ClosedTransaction", "KeptFrames", "KeptRecord", "Replay", "Resolution", "Transaction",
+__all__ = ["ClosedTransaction", "FrameList", "KeptFrames", "KeptRecord", "Replay", "Resolution", "Transaction",
            "extra_blob_record"]

@@ -25,7 +25,8 @@ def decode_limit(rec: dict):
     """A cap of the decoder or the analyser was hit, so frames were not fully analysed: a frame
     over the size limit (decode.MAX_FRAME_BYTES, MAX_LIST_FRAME_BYTES), an RMPP transfer over
     its segment limit or evicted from the open-transfer table (rmpp.py caps), an unanswered SA
-    transaction evicted from the open-transaction table (Replay.MAX_OPEN_TRANSACTIONS)."""
+    transaction evicted from the open-transaction table (Replay.MAX_OPEN_TRANSACTIONS), a
+    resolution's oldest transactions let go (Replay.RESOLUTION_HISTORY)."""
     if rec.get("limit"):
         yield rec.get("frames", [rec["frame"]]), rec.get("error") or rec["limit"]
 
