@@ -427,9 +427,11 @@ class Replay:
         if t is None:
             if is_resp and rec.get("rmpp_control"):
                 return  # an ACK for a transfer we never saw the start of
-            t = Transaction(requester, mad["transaction_id"], mad["attribute_id"])
-            if not self.keep_closed:
-                t.requests, t.responses = FrameList(), FrameList()
+            if self.keep_closed:
+                t = Transaction(requester, mad["transaction_id"], mad["attribute_id"])
+            else:
+                t = Transaction(requester, mad["transaction_id"], mad["attribute_id"],
+                                FrameList(), FrameList())
             self.transactions[key] = t
             open_now = len(self.transactions)
             if open_now > self.LINGER:
