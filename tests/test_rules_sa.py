@@ -23,12 +23,16 @@ def answer(**kw) -> PathRecord:
     return PathRecord(**base)
 
 
-def audit(tmp_path, build) -> set[tuple[str, tuple[int, ...]]]:
+def _findings(tmp_path, build) -> list:
     path = tmp_path / "c.pcapng"
     with CaptureBuilder(str(path)) as b:
         build(b)
     (fa,), _ = audit_paths([str(path)], AuditOptions(), quiet=True)
-    return {(f.rule, f.frames) for f in fa.findings if f.rule in SA_RULES}
+    return fa.findings
+
+
+def audit(tmp_path, build) -> set[tuple[str, tuple[int, ...]]]:
+    return {(f.rule, f.frames) for f in _findings(tmp_path, build) if f.rule in SA_RULES}
 
 
 def query(**kw) -> PathRecord:
@@ -64,6 +68,27 @@ def test_bad_method_request_and_response(tmp_path):
               rmpp_flags=7, segment_number=1, payload_length=84) / SAHeader(records=[answer()]),
               from_sa=True)
     assert audit(tmp_path, wrong_resp) == {("SAQ-BAD-METHOD", (1, 2))}
+
+
+@pytest.mark.parametrize("method,resp,hit", [
+    (0x02, 0x81, False),  # Set → GetResp (IBA: there is no SetResp), as OpenSM answers
+    (0x02, 0x82, True),
+    (0x13, 0x92, False),  # GetTraceTable → GetTableResp
+    (0x13, 0x93, True),
+    (0x12, 0x92, False),
+    (0x12, 0x81, True),
+])
+def test_response_method_pairing(tmp_path, method, resp, hit):
+    def exchange(b):
+        q = b.sa_query(query(), method=method)
+        b.mad(MAD(method=resp, transaction_id=q.tid) / RMPP() / SAHeader(records=[answer()]),
+              from_sa=True)
+    got = [f for f in _findings(tmp_path, exchange) if f.rule == "SAQ-BAD-METHOD"]
+    responses = [f for f in got if "response method" in f.message]
+    assert len(responses) == (1 if hit else 0), [f.message for f in got]
+    if hit:
+        want = {0x02: 0x81, 0x13: 0x92, 0x12: 0x92}[method]
+        assert f"(expected 0x{want:02x})" in responses[0].message
 
 
 @pytest.mark.parametrize("numb,hit", [(0, True), (1, False)])

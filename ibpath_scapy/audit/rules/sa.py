@@ -29,12 +29,19 @@ def _same(name: str, a, b) -> bool:
     return False
 
 
+# IBA's responses that are not the request's method with the R bit: Set() is answered by
+# GetResp() (there is no SetResp), GetTraceTable() by GetTableResp()
+_RESPONSE_METHOD = {0x02: 0x81, 0x13: 0x92}
+
+
 @rule("SAQ-BAD-METHOD", "error", "transaction", "IBA §13.4.5 method/response pairing")
 def response_method(t: Transaction):
-    """A response whose method is not the request's with the R bit set."""
+    """A response whose method is not the one IBA pairs with the request's: the request's
+    with the R bit set, GetResp for a Set, GetTableResp for a GetTraceTable."""
     if not t.request:
         return
-    want = t.request["mad"]["method"] | 0x80
+    method = t.request["mad"]["method"]
+    want = _RESPONSE_METHOD.get(method, method | 0x80)
     for r in t.responses:
         if r.get("rmpp_control"):
             continue
