@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ibpath_scapy.audit import report
+from ibpath_scapy.audit.html import to_html
 from ibpath_scapy.audit.engine import audit_records
 from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.audit.replay import ClosedTransaction, Replay, Transaction
@@ -49,6 +50,19 @@ def test_same_report_when_closed_transactions_are_let_go():
     paths = _captures()
     assert len(paths) > 60
     assert _report(paths, keep=False) == _report(paths, keep=True)
+
+
+def test_same_ladders_from_the_messages_drawn_when_let_go():
+    """The HTML report and the text ladders from the messages drawn as each transaction is
+    let go (Replay.arrows, what the CLI does) equal those drawn from every transaction kept."""
+    paths = [str(p) for p in _captures()]
+    kept, _ = audit_paths(paths, AuditOptions(keep_transactions=True), quiet=True)
+    drawn, _ = audit_paths(paths, AuditOptions(keep_transactions=False, ladder_arrows=True),
+                           quiet=True)
+    assert any(a.replay.unplaced_arrows for a in drawn)
+    assert all(a.replay.done == [] for a in drawn)
+    assert to_html(drawn) == to_html(kept)
+    assert report.to_text(drawn, ladder=True) == report.to_text(kept, ladder=True)
 
 
 @pytest.fixture(scope="module")

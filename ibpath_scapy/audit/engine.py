@@ -119,6 +119,7 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     """Audit one file's decoded records (from either engine)."""
     fa = FileAudit(path)
     replay = Replay(keep_closed=options.keep_transactions)
+    replay.arrows = options.ladder_arrows
     replay.keep_frame_record = _frame_finding_test()
     judged: list[Finding] = []
     replay.on_close = transaction_judge(path, judged)

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..layers.mad import METHOD_RESP
 from ..layers.pathdata import flags_text
 from .engine import FileAudit
 from .model import Finding
-from .replay import Replay, Resolution, Transaction
+from .arrows import sa_arrows
+from .replay import Replay, Resolution
 
 LANES = ("kernel", "resolver", "SA", "remote")
 KINDS = ("sa-query", "sa-answer", "rmpp-ack", "ls-request", "ls-response", "blob", "cm")
@@ -80,42 +80,6 @@ class Ladder:
 
 
 # -- messages -----------------------------------------------------------------------------------
-
-def _rev(records: list[dict]) -> str:
-    vals = sorted({r.get("reversible") for r in records if "reversible" in r})
-    return "Reversible=" + "/".join(str(v) for v in vals) if vals else ""
-
-
-def _sa_arrows(t: Transaction, res: Resolution) -> list[tuple]:
-    out = []
-    ret = " (return path)" if t.query and t.query.get("sgid") == res.remote else ""
-    for i, rec in enumerate(t.requests):
-        method = rec["mad"].get("method_name", hex(rec["mad"]["method"]))
-        ask = ("asks Reversible=1" if t.asks_reversible() else
-               "does not ask Reversible")
-        retry = " retry" if i else ""
-        out.append((rec["frame"], "sa-query", "resolver", "SA",
-                    f"SA {method}{retry}{ret} tid 0x{t.tid:x}: {ask}"))
-    for rec in t.responses:
-        mad = rec["mad"]
-        if not mad["method"] & METHOD_RESP:
-            out.append((rec["frame"], "rmpp-ack", "resolver", "SA", f"RMPP ACK tid 0x{t.tid:x}"))
-            continue
-        method = mad.get("method_name", hex(mad["method"]))
-        rmpp = rec.get("rmpp", {})
-        whole = "reassembled_from" in rec or not (rmpp.get("rmpp_flags", 0) & 1)
-        if rec.get("rmpp_control"):
-            label = f"SA {method} RMPP control tid 0x{t.tid:x}"
-        elif not whole:
-            label = f"SA {method} RMPP segment {rmpp.get('segment_number', '?')}"
-        else:
-            recs = rec.get("path_records", [])
-            status = mad.get("status", 0)
-            label = (f"SA {method}{ret} status 0x{status:04x}: {len(recs)} record(s) "
-                     f"{_rev(recs)}").rstrip()
-        out.append((rec["frame"], "sa-answer", "SA", "resolver", label))
-    return out
-
 
 def _flags(records: list[dict]) -> str:
     return ", ".join(f"0x{r['flags']:02X} {flags_text(r['flags'])}" for r in records)
@@ -208,12 +172,18 @@ def _columns(res: Resolution) -> list[RecordColumn]:
     return sorted(cols, key=lambda c: c.frame)
 
 
-def resolution_messages(res: Resolution, cm: CmIndex) -> list[tuple]:
-    """(frame, kind, src lane, dst lane, label) of every message of a resolution, in frame
-    order, each frame once."""
-    msgs = []
+def resolution_messages(res: Resolution, cm: CmIndex, extra: list[tuple] = ()) -> list[tuple]:
+    """(frame, kind, src lane, dst lane, label) of every message of a resolution (and the
+    `extra` ones), in frame order, each frame once."""
+    msgs = list(extra)
     for t in res.transactions:
-        msgs += _sa_arrows(t, res)
+        # a transaction let go once judged was drawn then (ClosedTransaction.arrows), or not
+        # at all when the replay was not asked to (Replay.arrows)
+        arrows = getattr(t, "arrows", None)
+        if arrows is not None:
+            msgs += arrows
+        elif hasattr(t, "requests"):
+            msgs += sa_arrows(t, res.remote)
     msgs += [(b["frame"], "blob", "resolver", "kernel", _blob_label(b)) for b in res.blobs]
     msgs += [(r["frame"], "ls-request", "kernel", "resolver", _ls_label(r)) for r in res.ls_requests]
     msgs += [(r["frame"], "ls-response", "resolver", "kernel", _ls_label(r))
@@ -286,7 +256,8 @@ def _unplaced_messages(replay: Replay, placed: set[int], others: CmIndex) -> lis
         nobody.ls_requests += [e["request"]] if e["request"] else []
         nobody.ls_responses += e["responses"]
     nobody.cm_reqs = list(replay.cm_reqs)
-    msgs = [m for m in resolution_messages(nobody, others) if m[0] not in placed]
+    msgs = [m for m in resolution_messages(nobody, others, replay.unplaced_arrows)
+            if m[0] not in placed]
     seen = placed | {m[0] for m in msgs}
     # CM messages whose REQ is not in the capture: replies drawn as coming from the remote
     for o in getattr(replay, "cm_others", []):

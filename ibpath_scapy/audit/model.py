@@ -82,3 +82,6 @@ class AuditOptions:
     # keep every closed SA transaction in the replay (the ladder diagrams draw them all);
     # without, memory does not grow with the capture's length (Replay's docstring)
     keep_transactions: bool = True
+    # without keep_transactions: draw each transaction's ladder messages as it is let go
+    # (Replay.arrows), for ladder diagrams at ~0.2 KB a frame
+    ladder_arrows: bool = False

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..layers.mad import METHOD_RESP
+from .arrows import sa_arrows
 
 
 PATH_RECORD_ATTR = 0x0035
@@ -101,7 +102,8 @@ class ClosedTransaction:
     Read-only; it has no requests or responses to iterate."""
 
     __slots__ = ("requester", "tid", "attribute_id", "records", "answered", "completing_frame",
-                 "query", "components", "component_mask", "status", "first_frame", "_frames")
+                 "query", "components", "component_mask", "status", "first_frame", "_frames",
+                 "arrows")
 
     def __init__(self, t: Transaction):
         self.requester, self.tid, self.attribute_id = t.requester, t.tid, t.attribute_id
@@ -111,6 +113,7 @@ class ClosedTransaction:
         self.components = _components(t.request)
         self.first_frame = t.first_frame
         self._frames = array("Q", t.frames)
+        self.arrows: list[tuple] | None = None  # its ladder messages (Replay.arrows)
 
     @property
     def frames(self) -> list[int]:
@@ -369,6 +372,10 @@ class Replay:
         self.transactions: dict[tuple, Transaction] = {}
         self.done: list[Transaction] = []  # closed transactions (all of them if keep_closed)
         self.keep_closed = keep_closed
+        # without keep_closed, draw each transaction's ladder messages as it is let go (kept by
+        # its resolution's summary, or in unplaced_arrows): the ladder at ~0.2 KB a frame
+        self.arrows = False
+        self.unplaced_arrows: list[tuple] = []
         self.on_close = None  # called with (transaction, its resolution or None) on closing
         self.sa_count = 0  # PathRecord transactions closed
         # answered transactions in the order they were answered, to close the oldest first
@@ -492,8 +499,13 @@ class Replay:
             self.on_close(t, res)
         if self.keep_closed:
             self.done.append(t)
-        elif res is not None:  # judged: the resolution keeps what its rules read
-            res.transactions[-1] = t.summary()
+            return
+        arrows = sa_arrows(t, res.remote if res is not None else "") if self.arrows else None
+        if res is not None:  # judged: the resolution keeps what its rules read
+            summary = res.transactions[-1] = t.summary()
+            summary.arrows = arrows
+        elif arrows:
+            self.unplaced_arrows += arrows
 
     def finish(self) -> None:
         for t in list(self.transactions.values()):
@@ -589,7 +601,10 @@ class Replay:
             res.transactions.append(t)
             if len(res.transactions) > self.RESOLUTION_HISTORY:
                 res.dropped += 1
-                res.dropped_frames = res.transactions.pop(0).frames
+                old = res.transactions.pop(0)
+                res.dropped_frames = old.frames
+                if getattr(old, "arrows", None):  # still drawn, with the file's other messages
+                    self.unplaced_arrows += old.arrows
         return res
 
     def _resolution_for_records(self, records: list[dict], create: bool = True) -> Resolution | None:

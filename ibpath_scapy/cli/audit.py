@@ -49,9 +49,9 @@ def run(args) -> int:
     try:
         tty = out.isatty()
         ladders = args.format == "html" or (args.format == "text" and (args.ladder or tty))
-        # ladder diagrams draw every SA message; other reports let closed transactions go
+        # closed transactions are let go; ladder diagrams keep the messages they draw
         options = AuditOptions(kernel=args.kernel, extra_blobs=args.blob,
-                               keep_transactions=ladders)
+                               keep_transactions=False, ladder_arrows=ladders)
         paths = args.files + [b for b in dict.fromkeys(args.blob) if b not in args.files]
         audits, unreadable = audit_paths(paths, options, engine=args.engine, quiet=args.quiet)
         if args.format == "json":
