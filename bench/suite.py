@@ -8,7 +8,8 @@ the same file: `tshark -n -r FILE` (built-in dissectors, no output kept), the sa
 generated plugin (dissector/ibpath.lua), and `ibpath audit --quiet --format json FILE`
 (the fast path; IBPATH_FASTPATH=0 would force the Scapy path). Each is run --runs times and
 the best CPU time (user + system of that child alone, from wait4) is kept: the machine is
-shared, and wall time measures the neighbours too. Printed per capture: CPU and wall seconds,
+shared, and wall time measures the neighbours too; the runs of the three commands are taken
+in turn, so that a change in load weighs on all of them. Printed per capture: CPU and wall seconds,
 the audit's ratio to plain tshark, its frames per CPU second and its peak RSS.
 
 Targets (issue 8): capture 1 audit <= 0.5x tshark -r; capture 2 <= 1.0x; RSS < 300 MB.
@@ -47,21 +48,26 @@ def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, floa
     return ru.ru_utime + ru.ru_stime, wall, ru.ru_maxrss / 1024
 
 
-def best(cmd: list[str], runs: int, env: dict | None = None) -> tuple[float, float, float]:
-    """The run with the least CPU time of `runs` runs (its wall time; the peak RSS of all)."""
-    results = [measure(cmd, env) for _ in range(runs)]
-    cpu, wall, _ = min(results)
-    return cpu, wall, max(r[2] for r in results)
+def interleaved(cmds: dict[str, tuple[list[str], dict | None]], runs: int) -> dict:
+    """For each command, its run with the least CPU time (that run's wall time, the peak RSS
+    of all runs); the runs are taken in turn (a, b, c, a, b, c, ...) so that a change in the
+    machine's load weighs on every command alike."""
+    results: dict[str, list] = {k: [] for k in cmds}
+    for _ in range(runs):
+        for key, (cmd, env) in cmds.items():
+            results[key].append(measure(cmd, env))
+    return {k: (*min(r)[:2], max(x[2] for x in r)) for k, r in results.items()}
 
 
 def bench_capture(n: int, path: Path, frames: int, runs: int) -> dict:
-    plain = best(["tshark", "-n", "-r", str(path)], runs)
-    plugin = best(["tshark", "-n", "-X", f"lua_script:{LUA}", "-r", str(path)], runs)
     env = {**os.environ, "IBPATH_FASTPATH": "1"}
-    audit = best([sys.executable, "-m", "ibpath_scapy.cli.main", "audit", "--quiet",
-                  "--format", "json", str(path)], runs, env)
-    return {"capture": n, "frames": frames, "mb": path.stat().st_size / 1e6,
-            "plain": plain, "plugin": plugin, "audit": audit}
+    got = interleaved({
+        "plain": (["tshark", "-n", "-r", str(path)], None),
+        "plugin": (["tshark", "-n", "-X", f"lua_script:{LUA}", "-r", str(path)], None),
+        "audit": ([sys.executable, "-m", "ibpath_scapy.cli.main", "audit", "--quiet",
+                   "--format", "json", str(path)], env),
+    }, runs)
+    return {"capture": n, "frames": frames, "mb": path.stat().st_size / 1e6, **got}
 
 
 def report(rows: list[dict]) -> str:

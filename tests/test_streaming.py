@@ -174,3 +174,21 @@ def test_transaction_seal_fixes_request_and_query():
     t = Transaction("a", 1)
     t.seal()
     assert t.request is None and t.query is None and t.components == frozenset()
+
+
+def test_batched_keeps_order_and_the_error_after_the_records_before_it():
+    from ibpath_scapy.audit.engine import batched
+
+    def source(n, fail):
+        for i in range(n):
+            yield {"frame": i}
+        if fail:
+            raise ValueError("damaged")
+
+    for n in (0, 1, 5, 6, 13):
+        assert [r["frame"] for r in batched(source(n, False), 3)] == list(range(n))
+        got = []
+        with pytest.raises(ValueError, match="damaged"):
+            for r in batched(source(n, True), 3):
+                got.append(r["frame"])
+        assert got == list(range(n))

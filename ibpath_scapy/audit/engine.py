@@ -114,6 +114,27 @@ def run_rules(path: str, replay: Replay, options: AuditOptions,
                 yield from _findings(rid, "ls", (entry, options), path, name)
 
 
+def batched(records: Iterable[dict], n: int = 2048) -> Iterator[dict]:
+    """The records, drawn from their source `n` at a time: decoding a batch and then
+    replaying it runs each phase's code in a tight loop, which CPython does markedly faster
+    than alternating them frame by frame (bench/README.md: ~20 % on capture 2). An error of
+    the source comes after the records read before it."""
+    it = iter(records)
+    while True:
+        batch: list[dict] = []
+        try:
+            for rec in it:
+                batch.append(rec)
+                if len(batch) == n:
+                    break
+        except BaseException:
+            yield from batch
+            raise
+        yield from batch
+        if len(batch) < n:
+            return
+
+
 def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
                   on_frame: Callable[[int], None] | None = None) -> FileAudit:
     """Audit one file's decoded records (from either engine)."""
@@ -123,7 +144,7 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     replay.keep_frame_record = _frame_finding_test()
     judged: list[Finding] = []
     replay.on_close = transaction_judge(path, judged)
-    for rec in records:
+    for rec in batched(records):
         replay.feed(rec)
         if on_frame:
             on_frame(rec["frame"])
