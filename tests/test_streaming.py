@@ -177,7 +177,7 @@ def test_transaction_seal_fixes_request_and_query():
 
 
 def test_batched_keeps_order_and_the_error_after_the_records_before_it():
-    from ibpath_scapy.audit.engine import batched
+    from ibpath_scapy.batch import batched
 
     def source(n, fail):
         for i in range(n):

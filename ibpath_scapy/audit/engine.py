@@ -7,6 +7,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import rules as _rules  # noqa: F401  (registers the catalogue)
 from .model import RULES, AuditOptions, Finding
+from ..batch import batched
 from .replay import PATH_RECORD_ATTR, Replay
 from .rules.frame import packet_rule_hits
 
@@ -112,27 +113,6 @@ def run_rules(path: str, replay: Replay, options: AuditOptions,
         for rid in ordered:
             if "ls" in RULES[rid].checks:
                 yield from _findings(rid, "ls", (entry, options), path, name)
-
-
-def batched(records: Iterable[dict], n: int = 2048) -> Iterator[dict]:
-    """The records, drawn from their source `n` at a time: decoding a batch and then
-    replaying it runs each phase's code in a tight loop, which CPython does markedly faster
-    than alternating them frame by frame (bench/README.md: ~20 % on capture 2). An error of
-    the source comes after the records read before it."""
-    it = iter(records)
-    while True:
-        batch: list[dict] = []
-        try:
-            for rec in it:
-                batch.append(rec)
-                if len(batch) == n:
-                    break
-        except BaseException:
-            yield from batch
-            raise
-        yield from batch
-        if len(batch) < n:
-            return
 
 
 def audit_records(path: str, records: Iterable[dict], options: AuditOptions,

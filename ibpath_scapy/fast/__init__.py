@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+from ..batch import batched
 from ..layers.pathdata import PathArray
 from .decoder import FastDecoder
 from .prefilter import FULL, Prefilter
@@ -46,7 +47,9 @@ def decode_file_fast(path: str, decoder: FastDecoder | None = None) -> Iterator[
     skipped = [0]
     stats = decoder.stats
     try:
-        for frame, cl in classified_frames(path, prefilter(), PathArray.plausible, skipped):
+        # classify a batch of frames, then decode it (ibpath_scapy.batch)
+        for frame, cl in batched(classified_frames(path, prefilter(), PathArray.plausible,
+                                                   skipped)):
             if skipped[0]:
                 stats.frames += skipped[0]
                 decoder.skipped += skipped[0]
