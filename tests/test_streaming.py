@@ -83,8 +83,8 @@ def test_storm_closes_and_judges_transactions_as_it_goes(storm, monkeypatch):
     most_open = [0]
     feed = Replay.feed
 
-    def watched(self, rec):
-        feed(self, rec)
+    def watched(self, rec, keep=None):
+        feed(self, rec, keep)
         most_open[0] = max(most_open[0], len(self.transactions))
 
     monkeypatch.setattr(Replay, "feed", watched)
@@ -177,7 +177,7 @@ def test_transaction_seal_fixes_request_and_query():
 
 
 def test_batched_keeps_order_and_the_error_after_the_records_before_it():
-    from ibpath_scapy.batch import batched
+    from ibpath_scapy.batch import batched, batches
 
     def source(n, fail):
         for i in range(n):
@@ -192,3 +192,5 @@ def test_batched_keeps_order_and_the_error_after_the_records_before_it():
             for r in batched(source(n, True), 3):
                 got.append(r["frame"])
         assert got == list(range(n))
+    assert [len(b) for b in batches(source(7, False), 3)] == [3, 3, 1]
+    assert [len(b) for b in batches(source(6, False), 3)] == [3, 3]

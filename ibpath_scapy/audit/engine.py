@@ -7,7 +7,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import rules as _rules  # noqa: F401  (registers the catalogue)
 from .model import RULES, AuditOptions, Finding
-from ..batch import batched
+from ..batch import batches
 from .replay import PATH_RECORD_ATTR, Replay
 from .rules.frame import packet_rule_hits
 
@@ -124,10 +124,14 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     replay.keep_frame_record = _frame_finding_test()
     judged: list[Finding] = []
     replay.on_close = transaction_judge(path, judged)
-    for rec in batched(records):
-        replay.feed(rec)
+    has_finding = replay.keep_frame_record
+    for batch in batches(records):
+        # the frame checks of a whole batch, then its replay (ibpath_scapy.batch)
+        keep = [has_finding(rec) for rec in batch]
+        for rec, k in zip(batch, keep):
+            replay.feed(rec, k)
         if on_frame:
-            on_frame(rec["frame"])
+            on_frame(batch[-1]["frame"])
     replay.finish()
     fa.replay = replay
     fa.findings = list(run_rules(path, replay, options, judged))

@@ -398,7 +398,8 @@ class Replay:
         self.keep_frame_record = None
 
     # -- intake ------------------------------------------------------------------------------
-    def feed(self, rec: dict) -> None:
+    def feed(self, rec: dict, keep: bool | None = None) -> None:
+        """One decoded record; `keep`, when given, is keep_frame_record(rec), asked already."""
         kind = rec.get("kind")
         if kind == EXTRA_BLOB:
             self.extra_blobs.append({**rec["record"], "file": rec["file"]})
@@ -406,7 +407,9 @@ class Replay:
         self.records += 1
         if kind == "sa" or kind == "malformed" or rec.get("malformed"):
             # the test reads only keys _slim keeps: ask it before making the copy
-            if self.keep_frame_record is None or self.keep_frame_record(rec):
+            if keep is None:
+                keep = self.keep_frame_record is None or self.keep_frame_record(rec)
+            if keep:
                 self.frame_records.append(_slim(rec))
         if kind == "malformed" or rec.get("malformed"):
             self.malformed.append(rec)
