@@ -38,6 +38,13 @@ MAX_PROBLEMS = 20
 MAX_REJECTED = 1000
 
 
+def carries_whole_message(rec: dict) -> bool:
+    """Whether a decoded MAD record holds its whole message: RMPP inactive, a single
+    FIRST|LAST segment, or the segment that completed a reassembly ("reassembled_from")."""
+    flags = rec.get("rmpp", {}).get("rmpp_flags", 0)
+    return "reassembled_from" in rec or not flags & 1 or flags & 6 == 6
+
+
 def pad_size(data_len: int) -> int:
     """Kernel get_pad_size() for SA: zero data still takes one (fully padded) segment."""
     if not data_len:

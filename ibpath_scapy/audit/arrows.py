@@ -5,6 +5,7 @@ that the replay can draw a transaction when it lets it go (Replay.arrows)."""
 from __future__ import annotations
 
 from ..layers.mad import METHOD_RESP
+from ..rmpp import carries_whole_message
 
 
 def _rev(records: list[dict]) -> str:
@@ -31,12 +32,10 @@ def sa_arrows(t, remote: str) -> list[tuple]:
             out.append((rec["frame"], "rmpp-ack", "resolver", "SA", f"RMPP ACK tid 0x{t.tid:x}"))
             continue
         method = mad.get("method_name", hex(mad["method"]))
-        rmpp = rec.get("rmpp", {})
-        whole = "reassembled_from" in rec or not (rmpp.get("rmpp_flags", 0) & 1)
         if rec.get("rmpp_control"):
             label = f"SA {method} RMPP control tid 0x{t.tid:x}"
-        elif not whole:
-            label = f"SA {method} RMPP segment {rmpp.get('segment_number', '?')}"
+        elif not carries_whole_message(rec):
+            label = f"SA {method} RMPP segment {rec['rmpp'].get('segment_number', '?')}"
         else:
             recs = rec.get("path_records", [])
             status = mad.get("status", 0)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..layers.mad import METHOD_RESP
+from ..rmpp import carries_whole_message
 from .arrows import sa_arrows
 
 
@@ -459,10 +460,8 @@ class Replay:
                 self._close(old)
         if is_resp:
             t.responses.append(rec)
-            rmpp = rec.get("rmpp", {})
-            whole = "reassembled_from" in rec or not (rmpp.get("rmpp_flags", 0) & 1) or \
-                rmpp.get("rmpp_flags", 0) & 6 == 6
-            if whole and rmpp.get("rmpp_type", 1) in (0, 1) and not rec.get("rmpp_control"):
+            if carries_whole_message(rec) and rec.get("rmpp", {}).get("rmpp_type", 1) in (0, 1) \
+                    and not rec.get("rmpp_control"):
                 if not t.answered:
                     self._answered.append((key, t))
                 t.answered = True
