@@ -44,7 +44,7 @@ class Transaction:
         """No more frames: fix the request and its query for the rules to read."""
         self.requests.seal()
         self.responses.seal()
-        self._sealed = None
+        self._sealed = None  # read them from the frames once more
         self._sealed = (self.request, self.query)
 
     @property
@@ -99,7 +99,7 @@ class Transaction:
 class ClosedTransaction:
     """A closed, judged SA transaction as a resolution keeps it when closed transactions are
     let go (Replay.keep_closed false): the values the resolution rules read (query,
-    components, answer records, status, frames), ~0.3 KB instead of every frame's record.
+    components, answer records, status, frames), ~0.4 KB instead of every frame's record.
     Read-only; it has no requests or responses to iterate."""
 
     __slots__ = ("requester", "tid", "attribute_id", "records", "answered", "completing_frame",
@@ -359,11 +359,12 @@ class Replay:
     come well before that), or when it is evicted unanswered (MAX_OPEN_TRANSACTIONS), or at
     finish(). Closing seals it, hands it to on_close (engine.audit_records judges it there
     with the transaction rules) and places a PathRecord transaction in its resolution, which
-    keeps its last RESOLUTION_HISTORY transactions. With keep_closed false nothing else keeps
-    a closed transaction, so memory follows the transactions open at once and the
-    resolutions, not the length of the capture; with keep_closed (the ladder diagrams need
-    every message) self.done keeps them all. A frame of a transaction closed long ago starts
-    a new one."""
+    keeps its last RESOLUTION_HISTORY transactions. With keep_closed false (the CLI) nothing
+    else keeps a closed transaction, only its summary in its resolution (and its ladder
+    arrows, when self.arrows), so memory follows the transactions open at once and the
+    resolutions, not the length of the capture; with keep_closed (the library's default)
+    self.done keeps every closed transaction whole. A frame of a transaction closed long ago
+    starts a new one."""
 
     MAX_OPEN_TRANSACTIONS = 65536
     LINGER = 4096
@@ -374,7 +375,7 @@ class Replay:
         self.done: list[Transaction] = []  # closed transactions (all of them if keep_closed)
         self.keep_closed = keep_closed
         # without keep_closed, draw each transaction's ladder messages as it is let go (kept by
-        # its resolution's summary, or in unplaced_arrows): the ladder at ~0.2 KB a frame
+        # its resolution's summary, or in unplaced_arrows): ~0.2 KB a frame for the ladder
         self.arrows = False
         self.unplaced_arrows: list[tuple] = []
         self.on_close = None  # called with (transaction, its resolution or None) on closing
