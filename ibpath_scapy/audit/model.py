@@ -79,8 +79,8 @@ def rule(rule_id: str, severity: str, family: str, source: str):
 class AuditOptions:
     kernel: str = "all"  # ucma, ls-legacy, ls-multi, proposal or all
     extra_blobs: list = field(default_factory=list)  # paths given with --blob
-    # keep every closed SA transaction in the replay (the ladder diagrams draw them all);
-    # without, memory does not grow with the capture's length (Replay's docstring)
+    # keep every closed SA transaction whole in the replay (Replay.done); without (the CLI),
+    # memory does not grow with the capture's length (Replay's docstring)
     keep_transactions: bool = True
     # without keep_transactions: draw each transaction's ladder messages as it is let go
     # (Replay.arrows), for ladder diagrams at ~0.2 KB a frame
