@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
+from ..batch import batches
 from . import rules as _rules  # noqa: F401  (registers the catalogue)
 from .model import RULES, AuditOptions, Finding
-from ..batch import batches
 from .replay import PATH_RECORD_ATTR, Replay
 from .rules.frame import packet_rule_hits
 
@@ -80,8 +80,8 @@ def run_rules(path: str, replay: Replay, options: AuditOptions,
     for res in replay.resolutions.values():
         for rec in res.blobs + res.ls_requests + res.ls_responses + res.cm_reqs:
             by_frame[rec["frame"]] = res.name
-    # frame and transaction checks run once per SA frame / transaction: look the checks up
-    # once, and build a Finding only on a hit (most records have none)
+    # frame checks run once per kept record: look the checks up once, and build a Finding
+    # only on a hit
     frame_checks = [(rid, RULES[rid], RULES[rid].checks["frame"])
                     for rid in ordered if "frame" in RULES[rid].checks]
     for rec in replay.frame_records:
