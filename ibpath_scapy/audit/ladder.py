@@ -36,7 +36,7 @@ _CM_FIELDS = {"sgid": "primary_local_gid", "dgid": "primary_remote_gid",
               "rate": "primary_packet_rate", "mtu": "path_packet_payload_mtu"}
 
 
-@dataclass
+@dataclass(slots=True)
 class Arrow:
     """One message: from lane `src` to lane `dst`, at capture frame `frame`."""
 
