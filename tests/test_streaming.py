@@ -121,7 +121,7 @@ def test_closed_transaction_reads_like_the_transaction(storm):
     ts = [t for t in whole.replay.done if t.query]
     assert len(ts) > 2000
     for t in ts[:500] + [t for t in ts if not t.answered]:
-        c = t.summary()
+        c = ClosedTransaction(t)
         for name in ("requester", "tid", "attribute_id", "answered", "completing_frame",
                      "query", "status", "component_mask", "frames", "first_frame"):
             assert getattr(c, name) == getattr(t, name), name

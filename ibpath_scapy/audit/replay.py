@@ -90,11 +90,6 @@ class Transaction:
         q = self.query
         return bool(q) and "reversible" in self.components and q["reversible"] == 1
 
-    def summary(self) -> ClosedTransaction:
-        """What the resolution rules read of a closed transaction, without its frames'
-        records."""
-        return ClosedTransaction(self)
-
 
 class ClosedTransaction:
     """A closed, judged SA transaction as a resolution keeps it when closed transactions are
@@ -518,7 +513,7 @@ class Replay:
             return
         arrows = sa_arrows(t, res.remote if res is not None else "") if self.arrows else None
         if res is not None:  # judged: the resolution keeps what its rules read
-            summary = res.transactions[-1] = t.summary()
+            summary = res.transactions[-1] = ClosedTransaction(t)
             summary.arrows = arrows
         elif arrows:
             self.unplaced_arrows += arrows
@@ -636,11 +631,6 @@ class Replay:
                 return res
         return None
 
-    def sa_transactions(self) -> list[Transaction]:
-        """The closed PathRecord transactions kept (every one if keep_closed; sa_count counts
-        them all)."""
-        return [t for t in self.done if t.attribute_id == PATH_RECORD_ATTR]
 
-
-__all__ = ["ClosedTransaction", "FrameList", "KeptFrames", "KeptRecord", "Replay", "Resolution", "Transaction",
-           "extra_blob_record"]
+__all__ = ["ClosedTransaction", "FrameList", "KeptFrames", "KeptRecord", "Replay", "Resolution",
+           "Transaction", "extra_blob_record"]
