@@ -2,7 +2,9 @@
 
 capture1: RoCEv2, `mad_share` of the frames QP1 MADs (SA PathRecord queries and answers, CM
 REQ/REP/RTU), the rest RC RDMA WRITE / SEND / ACK data frames. capture2: SA PathRecord queries
-and their (mostly multi-segment RMPP GetTableResp) answers only. A pool of distinct frames is
+and their (mostly multi-segment RMPP GetTableResp) answers only. Either can be written as
+native InfiniBand instead (encap="ib"): the same packets from the BTH on, behind an LRH and
+with native ICRC and VCRC, in ERF records as ibdump writes them (link type 197). A pool of distinct frames is
 built once with Scapy and written cyclically, so a million frames take seconds; every pass
 over the pool has transaction IDs of its own (_cycle), so the paths of the same pairs are
 asked again in new transactions, not retried.
@@ -18,9 +20,10 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from ibpath_scapy.crc import rocev2_icrc
+from ibpath_scapy.crc import native_icrc, rocev2_icrc, vcrc
 from ibpath_scapy.encap import rocev2_frame
 from ibpath_scapy.layers import MAD, RMPP, CMReq, CMRep, CMRtu, PathRecord, SAHeader
+from ibpath_scapy.layers.ib import ERF, LINKTYPE_ERF, LRH
 from ibpath_scapy.pcapio import PcapWriter
 from ibpath_scapy.rmpp import segment
 
@@ -81,17 +84,61 @@ def _cycle(pool: list[bytes], k: int) -> bytes:
     return f + rocev2_icrc(f[14:] + bytes(4))
 
 
-def write_capture1(path: Path, frames: int, mad_share: float = 0.05, seed: int = 1) -> Path:
-    """RoCEv2 capture of `frames` frames, `mad_share` of them MADs."""
+class _Native:
+    """RoCEv2 frames of the pools (Ethernet / IPv4 / UDP / BTH ... ICRC) as ERF records of
+    native-IB packets: LRH (LIDs from the IPv4 addresses' last bytes, "IBA local") / the
+    same BTH and what follows / native ICRC / VCRC. Headers come from the layers, built once
+    per shape; the CRCs are computed per frame with ibpath_scapy.crc."""
+
+    def __init__(self):
+        self._lrh: dict[tuple, bytes] = {}
+        self._erf: dict[int, bytes] = {}
+
+    IP_AT = len(Ether())
+    BTH_AT = IP_AT + len(IP()) + len(UDP())
+
+    def __call__(self, f: bytes, t: float) -> bytes:
+        ip = self.IP_AT
+        payload = f[self.BTH_AT:-4]  # BTH up to the ICRC
+        key = (f[ip + 15], f[ip + 19], len(payload))
+        lrh = self._lrh.get(key)
+        if lrh is None:  # pkt_len counts LRH..ICRC in words
+            lrh = self._lrh[key] = bytes(LRH(slid=key[0], dlid=key[1],
+                                             pkt_len=(8 + len(payload) + 4) // 4))[:8]
+        body = lrh + payload
+        body += native_icrc(body + bytes(4))
+        pkt = body + vcrc(body).to_bytes(2, "little")
+        hdr = self._erf.get(len(pkt))
+        if hdr is None:
+            hdr = self._erf[len(pkt)] = bytes(ERF(flags=4, wlen=len(pkt), rlen=16 + len(pkt)))[:16]
+        sec = int(t)
+        ts = sec << 32 | int(round((t - sec) * (1 << 32))) & 0xFFFFFFFF
+        return ts.to_bytes(8, "little") + hdr[8:] + pkt
+
+
+def _writer(path: Path, encap: str):
+    """(PcapWriter, frame converter) for an encapsulation: "rocev2" (Ethernet) or "ib" (ERF)."""
+    if encap == "rocev2":
+        return PcapWriter(str(path), 1), lambda f, t: f
+    if encap == "ib":
+        return PcapWriter(str(path), LINKTYPE_ERF), _Native()
+    raise ValueError(f"unknown encapsulation {encap!r}")
+
+
+def write_capture1(path: Path, frames: int, mad_share: float = 0.05, seed: int = 1,
+                   encap: str = "rocev2") -> Path:
+    """Capture of `frames` frames, `mad_share` of them MADs, RoCEv2 or native IB."""
     rnd = random.Random(seed)
     data = _data_frames(rnd, 500)
     mads = _mad_frames(rnd, 500)
     every = max(1, round(1 / mad_share)) if mad_share else 0
-    with PcapWriter(str(path), 1) as w:
+    w, native = _writer(path, encap)
+    data = [native(f, 0.0) for f in data]  # timestamps of the ERF copies: pcap's own count
+    with w:
         di = mi = 0
         for i in range(frames):
             if every and i % every == 0:
-                w.write(_cycle(mads, mi), i * 1e-6)
+                w.write(native(_cycle(mads, mi), i * 1e-6), i * 1e-6)
                 mi += 1
             else:
                 w.write(data[di % len(data)], i * 1e-6)
@@ -99,11 +146,13 @@ def write_capture1(path: Path, frames: int, mad_share: float = 0.05, seed: int =
     return path
 
 
-def write_capture2(path: Path, frames: int, seed: int = 2) -> Path:
-    """SA PathRecord traffic only: the SA frames of the MAD pool (queries, RMPP answers)."""
+def write_capture2(path: Path, frames: int, seed: int = 2, encap: str = "rocev2") -> Path:
+    """SA PathRecord traffic only: the SA frames of the MAD pool (queries, RMPP answers),
+    RoCEv2 or native IB."""
     pool = _mad_frames(random.Random(seed), 2000)
     sa = [f for f in pool if bytes(Ether(f)[MAD])[1] == 3]  # management class SA
-    with PcapWriter(str(path), 1) as w:
+    w, native = _writer(path, encap)
+    with w:
         for i in range(frames):
-            w.write(_cycle(sa, i), i * 1e-6)
+            w.write(native(_cycle(sa, i), i * 1e-6), i * 1e-6)
     return path

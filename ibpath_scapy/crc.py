@@ -12,8 +12,9 @@ shared/captures/external/ib-erf-sminfo-cm.pcap (tests/test_crc.py).
 import struct
 import zlib
 
+import crcmod
+
 VCRC_POLY = 0x100B
-_VCRC_POLY_REFLECTED = 0xD008
 
 
 def masked_native(body: bytes) -> bytes:
@@ -39,25 +40,15 @@ def native_icrc(lrh_to_icrc: bytes) -> bytes:
     return struct.pack("<I", zlib.crc32(masked_native(lrh_to_icrc[:-4])) & 0xFFFFFFFF)
 
 
-def _vcrc_table() -> list[int]:
-    table = []
-    for byte in range(256):
-        c = byte
-        for _ in range(8):
-            c = (c >> 1) ^ _VCRC_POLY_REFLECTED if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_VCRC_TABLE = _vcrc_table()
+# crcmod's initCrc is the register's start value XORed with the final XOR (its docs): 0xFFFF ^
+# 0xFFFF. Its C extension takes ~1 us a frame where a byte loop in Python took ~34 us, which
+# was most of the native-IB fast path's time.
+_vcrc = crcmod.mkCrcFun(0x10000 | VCRC_POLY, initCrc=0, rev=True, xorOut=0xFFFF)
 
 
 def vcrc(lrh_to_icrc: bytes) -> int:
     """VCRC value over LRH..ICRC (store it little-endian)."""
-    c = 0xFFFF
-    for byte in lrh_to_icrc:
-        c = (c >> 8) ^ _VCRC_TABLE[(c ^ byte) & 0xFF]
-    return c ^ 0xFFFF
+    return _vcrc(lrh_to_icrc)
 
 
 def rocev2_icrc(frame_from_ip: bytes) -> bytes:

@@ -24,7 +24,7 @@ from scapy.fields import FlagsField, IP6Field
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Ether
-from scapy.packet import Packet
+from scapy.packet import Packet, Padding
 
 from . import crc
 from .kernelview import (
@@ -246,6 +246,7 @@ class Decoder:
             return
         self.stats.mad_frames += 1
         mad_bytes = bytes(mad)
+        mad_bytes = mad_bytes[:len(mad_bytes) - padding_len(mad)]
         rec = {"frame": frame.number, "time": round(frame.time, 9),
                "kind": KIND_BY_CLASS.get(mad.mgmt_class,
                                          MGMT_CLASSES.get(mad.mgmt_class, "mad").lower())}
@@ -262,7 +263,7 @@ class Decoder:
             yield rec
             return
         if mad.haslayer(SAHeader):
-            yield from self._sa(frame, rec, mad, errors)
+            yield from self._sa(frame, rec, mad, mad_bytes, errors)
             return
         msg = next((mad.getlayer(c) for c in cm_layers.CM_MESSAGE_CLASSES.values()
                     if mad.haslayer(c)), None)
@@ -275,7 +276,8 @@ class Decoder:
             rec["errors"] = errors
         yield rec
 
-    def _sa(self, frame: Frame, rec: dict, mad: Packet, errors: list[str]) -> Iterator[dict]:
+    def _sa(self, frame: Frame, rec: dict, mad: Packet, mad_bytes: bytes,
+            errors: list[str]) -> Iterator[dict]:
         rmpp, sa = mad[RMPP], mad[SAHeader]
         rec["rmpp"] = layer_dict(rmpp)
         rec["sa"] = {
@@ -287,7 +289,7 @@ class Decoder:
         records = list(sa.records)
         if sa.is_segment():
             key = (rec.get("src"), rec.get("dst"), mad.transaction_id, mad.attribute_id, mad.method)
-            done = self.rmpp.add(key, rmpp.segment_number, int(rmpp.rmpp_flags), bytes(mad), frame.number)
+            done = self.rmpp.add(key, rmpp.segment_number, int(rmpp.rmpp_flags), mad_bytes, frame.number)
             if done is None:
                 records = []
             else:
@@ -560,6 +562,14 @@ def _addresses(pkt: Packet) -> dict:
     return out
 
 
+def padding_len(pkt: Packet) -> int:
+    """Bytes past the packet that the length fields of its layers leave over (an Ethernet FCS
+    or trailer past the IP length, ERF record padding past wlen): Scapy hangs them as a
+    Padding layer at the end of the frame, which bytes() of every layer above includes."""
+    last = pkt.lastlayer()  # not getlayer(Padding): MADPadding (the MAD's own fill) is one
+    return len(last.load) if type(last) is Padding else 0
+
+
 def _crc_errors(data: bytes, pkt: Packet) -> list[str]:
     """Check ICRC (RoCEv2, native) and VCRC (native) against the frame's own bytes."""
     errs = []
@@ -569,14 +579,13 @@ def _crc_errors(data: bytes, pkt: Packet) -> list[str]:
     udp = pkt.getlayer(UDP)
     if udp is not None:
         ip = udp.underlayer
-        ip_bytes = data[len(data) - len(bytes(ip)):]
+        ip_bytes = data[len(data) - len(bytes(ip)):len(data) - padding_len(ip)]
         if ip_bytes and crc.rocev2_icrc(ip_bytes) != ip_bytes[-4:]:
             errs.append("ICRC mismatch")
         return errs
     lrh = pkt.getlayer(LRH)
     if lrh is not None:
-        lrh_bytes = data[len(data) - len(bytes(lrh)):]
-        body = lrh_bytes[:-2]
+        body = data[len(data) - len(bytes(lrh)):len(data) - padding_len(lrh) - 2]
         if crc.native_icrc(body) != body[-4:]:
             errs.append("ICRC mismatch")
         if crc.vcrc(body) != lrh.vcrc:

@@ -79,3 +79,31 @@ def test_unfinished_rmpp_transfer_is_reported(tmp_path):
     bad = [r for r in recs if r["kind"] == "malformed"]
     assert len(bad) == 1 and "[3] missing" in bad[0]["error"]
     assert bad[0]["frames"] == [1, 2, 3]
+
+
+def test_bytes_past_the_packet_are_not_part_of_it(tmp_path):
+    """An Ethernet FCS or trailer past the IP length, and ERF record padding past wlen, are
+    not the MAD's: the frame decodes as it does without them (no false "MAD is 260 bytes",
+    ICRC or VCRC error), on the Scapy path, the fast path and the tshark engine alike."""
+    from ibpath_scapy.decode import Decoder, decode_file
+    from ibpath_scapy.encap import erf_record, native_ib_frame
+    from ibpath_scapy.fast import FastDecoder, decode_file_fast
+    from ibpath_scapy.pcapio import PcapNgWriter
+    from ibpath_scapy.tshark_engine import tshark_records
+
+    roce = bytes(rocev2_frame(query(7), src="10.0.0.1", dst="10.0.0.2"))
+    ib = native_ib_frame(query(8), slid=3, dlid=1)
+    erf = erf_record(ib, 1.0)
+    padded = erf[:10] + (len(erf) + 8).to_bytes(2, "big") + erf[12:] + bytes(8)
+    clean, dirty = tmp_path / "clean.pcapng", tmp_path / "trailers.pcapng"
+    with PcapNgWriter(str(clean)) as c, PcapNgWriter(str(dirty)) as d:
+        for i, (lt, good, bad) in enumerate(((1, roce, roce + b"\xde\xad\xbe\xef"),  # FCS
+                                             (1, roce, roce + bytes(6)),
+                                             (197, erf, padded))):
+            c.write(good, lt, float(i))
+            d.write(bad, lt, float(i))
+    want = list(decode_file(str(clean), Decoder()))
+    assert len(want) == 3 and not any("errors" in r for r in want)
+    assert list(decode_file(str(dirty), Decoder())) == want
+    assert list(decode_file_fast(str(dirty), FastDecoder())) == want
+    assert list(tshark_records(str(dirty))) == want

@@ -24,10 +24,11 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw
 
-from ibpath_scapy.decode import Decoder, decode_file
-from ibpath_scapy.encap import rocev2_frame
+from ibpath_scapy.decode import Decoder, decode_file, dissect
+from ibpath_scapy.encap import erf_record, native_ib_frame, rocev2_frame
 from ibpath_scapy.fast import FastDecoder, decode_file_fast, prefilter
-from ibpath_scapy.fast.prefilter import FULL, MadAt
+from ibpath_scapy.fast.prefilter import FULL, IbMadAt, MadAt
+from ibpath_scapy.layers.ib import ERF, GRH, LRH
 from ibpath_scapy.layers import MAD, RMPP, PathRecord, SAHeader
 from ibpath_scapy.layers.roce import DETH
 from ibpath_scapy.pcapio import CaptureError, Frame, PcapNgWriter, PcapWriter, read_frames
@@ -92,6 +93,29 @@ def test_identical_on_bench_corpora(bench_corpora):
     assert any("cm_req" in r for r in recs)
     recs = assert_identical(c2)
     assert any("reassembled_from" in r and len(r["path_records"]) == 4 for r in recs)
+
+
+def test_identical_on_native_ib_bench_corpora(tmp_path):
+    """The bench corpora as ibdump would record them on native IB (ERF): the fast path takes
+    their GSI datagrams and skips their RC data, with the Scapy path's records (no ICRC or
+    VCRC error: ibpath_scapy.crc is checked on a real ibdump capture in test_crc.py); tshark
+    reads every frame as InfiniBand, with the LIDs the records name."""
+    c1 = write_capture1(tmp_path / "capture1-ib.pcap", 2000, encap="ib")
+    c2 = write_capture2(tmp_path / "capture2-ib.pcap", 600, encap="ib")
+    for path in (c1, c2):
+        recs = assert_identical(path)
+        assert recs and all(r["encap"] == "ib" and "errors" not in r for r in recs)
+        d = FastDecoder()
+        list(decode_file_fast(str(path), d))
+        assert d.skipped == (1900 if path == c1 else 0)
+        p = subprocess.run(["tshark", "-n", "-r", str(path), "-T", "fields", "-e", "frame.number",
+                            "-e", "infiniband.lrh.slid", "-e", "infiniband.bth.opcode"],
+                           capture_output=True, text=True, check=True)
+        rows = {int(n): (slid, op) for n, slid, op in
+                (line.split("\t") for line in p.stdout.splitlines())}
+        assert len(rows) == d.stats.frames and all(op for _, op in rows.values())
+        assert all(r["src"] == f"LID {rows[r['frame']][0]}" for r in recs)
+    assert {r["kind"] for r in assert_identical(c1)} >= {"sa", "cm"}
 
 
 # -- edge cases ---------------------------------------------------------------------------------
@@ -205,6 +229,120 @@ def test_identical_on_edge_cases_pcapng_and_raw_ip(tmp_path):
     assert_identical(path)
 
 
+def _ib(mad, **kw) -> bytes:
+    return native_ib_frame(mad, **{"slid": 7, "dlid": 2, **kw})
+
+
+def _erf_with(raw: bytes, **fields) -> bytes:
+    """An ERF record of `raw` with header fields overridden (lengths are not recomputed)."""
+    rec = bytearray(erf_record(raw, 1.0))
+    hdr = ERF(bytes(rec[:16]))
+    for k, v in fields.items():
+        setattr(hdr, k, v)
+    rec[:16] = bytes(hdr)[:16]
+    return bytes(rec)
+
+
+def ib_edge_frames() -> list[tuple[int, bytes]]:
+    """(link type, frame) at and around every decision of the native-IB pre-filter: ERF
+    records (197) as ibdump writes them and bare LRH packets (247)."""
+    rnd = random.Random(9)
+    q = _ib(_sa_query(0x142))
+    out = [q] + [q[:n] for n in (1, 2, 8, 9, 10, 20, 21, 23, 30, 43, 44, 100, len(q) - 3,
+                                  len(q) - 1)]
+    out += [q + b"\x00" * 4, q[:-1] + bytes([q[-1] ^ 1])]  # trailing bytes, a bad VCRC
+    bad = bytearray(q)
+    bad[-3] ^= 0xFF  # ICRC (and so VCRC)
+    out.append(bytes(bad))
+    for lnh in (0, 1):  # raw and IP non-IBA payloads
+        b = bytearray(q)
+        b[1] = (b[1] & 0xFC) | lnh
+        out.append(bytes(b))
+    grh = LRH(lnh=3, slid=7, dlid=2) / GRH(sgid=0xFE800000000000000002C9030000AAAA,
+                                          dgid=0x20010DB8000000000000000000000001, nexthdr=0x1B)
+    out.append(bytes(grh / BTH(opcode=0x64, dqpn=1) / DETH(src_qp=1) / _sa_query(0x143)))
+    out.append(bytes(grh / BTH(opcode=0x0A, dqpn=0x40) / Raw(rnd.randbytes(64))))
+    out.append(bytes(grh)[:30])
+    # data, QPs and opcodes: RC WRITE and ACK, UD to a non-GSI QP, UD with immediate, the hint
+    for bth, src_qp in ((dict(opcode=0x0A, dqpn=0x11), None), (dict(opcode=0x11, dqpn=0x11), None),
+                        (dict(opcode=0x64, dqpn=5), 9), (dict(opcode=0x65, dqpn=1), 1),
+                        (dict(opcode=0x64, dqpn=7), 1), (dict(opcode=0x64, dqpn=1), 0)):
+        pay = Raw(rnd.randbytes(48)) if src_qp is None else DETH(src_qp=src_qp) / _sa_query(0x144)
+        out.append(bytes(LRH(slid=3, dlid=4) / BTH(**bth) / pay))
+    # SMPs on QP0, CM, other classes, a short and a long MAD
+    out.append(_ib(MAD(mgmt_class=0x81, attribute_id=0x20, method=0x81) / Raw(bytes(232)), dqpn=0,
+                   sqpn=0))
+    for cls, attr in ((0x07, 0x10), (0x04, 0x12), (0x03, 0x35)):
+        out.append(_ib(MAD(mgmt_class=cls, attribute_id=attr, method=0x81, status=0x0300,
+                           transaction_id=0x150 + cls) / Raw(rnd.randbytes(232))))
+    mad = bytes(_sa_query(0x146))
+    for body in (mad[:200], mad + b"\x00" * 8):
+        out.append(bytes(LRH(slid=7, dlid=2) / BTH(opcode=0x64, dqpn=1) / DETH(src_qp=1)
+                         / Raw(body)))
+    # SA answers: whole, segmented in order and out of order, never finished
+    for tid, order in ((0x160, None), (0x161, [1, 0, 2]), (0x163, [0, 1])):
+        segs = _answer_segments(tid, 7)
+        for k in (order if order is not None else range(len(segs))):
+            out.append(_ib(MAD(segs[k]), slid=2, dlid=7))
+    frames = [(197, erf_record(f, 1.0)) for f in out] + [(247, f) for f in out[:24]]
+    erf = erf_record(q, 1.0)
+    frames += [
+        (197, _erf_with(q + bytes(6), rlen=len(erf) + 6)),  # rlen padding after the packet
+        (197, _erf_with(q[:200], wlen=len(q))),  # the capture cut the packet short
+        (197, _erf_with(q, wlen=len(q) - 10)),
+        (197, _erf_with(q, type=2)),  # ERF Ethernet
+        (197, _erf_with(q, type=25)),
+        (197, _erf_with(bytes(8) + q, ext=1)),  # one extension header
+        (197, erf[:12]),
+    ]
+    return frames
+
+
+@pytest.fixture(scope="module")
+def ib_edge_pcapng(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ibedge") / "ib-edge.pcapng"
+    with PcapNgWriter(str(path)) as w:
+        for i, (lt, f) in enumerate(ib_edge_frames()):
+            w.write(f, lt, i * 1e-3)
+    return path
+
+
+def test_identical_on_native_ib_edge_cases(ib_edge_pcapng, tmp_path):
+    recs = assert_identical(ib_edge_pcapng)
+    kinds = {r["kind"] for r in recs}
+    assert {"sa", "malformed", "smp", "cm"} <= kinds
+    errors = [e for r in recs for e in r.get("errors", [])]
+    assert "ICRC mismatch" in errors and "VCRC mismatch" in errors
+    assert any("src_gid" in r for r in recs)
+    # classic pcap (the block reader) of the ERF records alone
+    path = tmp_path / "ib-edge.pcap"
+    with PcapWriter(str(path), 197) as w:
+        for i, (lt, f) in enumerate(ib_edge_frames()):
+            if lt == 197:
+                w.write(f, i * 1e-3)
+    assert_identical(path)
+
+
+def test_native_ib_prefilter_takes_plain_gsi_datagrams(ib_edge_pcapng):
+    """The fast path does the bulk of an ibdump capture: plain GSI datagrams with and without
+    a GRH, and RC data skipped; its offsets point at the layers Scapy dissects."""
+    kinds = {"skip": 0, "mad": 0, "full": 0}
+    with_grh = 0
+    for frame in read_frames(str(ib_edge_pcapng)):
+        cl = _classify(frame)
+        kinds["skip" if cl is None else "full" if cl is FULL else "mad"] += 1
+        if isinstance(cl, IbMadAt):
+            pkt = dissect(frame)
+            assert frame.data[cl.lrh:cl.lrh + 8] == bytes(pkt[LRH])[:8]
+            assert frame.data[cl.bth:cl.bth + 12] == bytes(pkt[BTH])[:12]
+            assert frame.data[cl.mad:cl.mad + 256] == bytes(pkt[MAD])[:256]
+            if cl.grh >= 0:
+                assert frame.data[cl.grh:cl.grh + 40] == bytes(pkt[GRH])[:40]
+                with_grh += 1
+    assert kinds["mad"] >= 20 and kinds["skip"] >= 8 and kinds["full"] >= 20, kinds
+    assert with_grh
+
+
 @pytest.mark.parametrize("cut", [3, 20, 24 + 7, 24 + 16 + 30, -1])
 def test_identical_on_truncated_files(edge_pcap, tmp_path, cut):
     data = edge_pcap.read_bytes()
@@ -237,10 +375,11 @@ def _corpus_frames(paths):
             pass
 
 
-def test_prefilter_agrees_with_the_scapy_decoder(edge_pcap, bench_corpora):
-    """SKIP only where the Scapy decoder yields nothing; MadAt only where it yields a MAD
-    record (kind from the management class, never "malformed")."""
-    paths = [edge_pcap, *bench_corpora, *_project_captures(), *sorted(EXTERNAL.glob("*.pcap"))]
+def test_prefilter_agrees_with_the_scapy_decoder(edge_pcap, ib_edge_pcapng, bench_corpora):
+    """SKIP only where the Scapy decoder yields nothing; MadAt (IbMadAt) only where it yields
+    a MAD record (kind from the management class, never "malformed")."""
+    paths = [edge_pcap, ib_edge_pcapng, *bench_corpora, *_project_captures(),
+             *sorted(EXTERNAL.glob("*.pcap"))]
     seen = {"skip": 0, "mad": 0, "full": 0}
     for frame in _corpus_frames(paths):
         cl = _classify(frame)
@@ -248,7 +387,7 @@ def test_prefilter_agrees_with_the_scapy_decoder(edge_pcap, bench_corpora):
         if cl is None:
             seen["skip"] += 1
             assert recs == [], f"frame {frame.number}: skipped but decodes to {recs}"
-        elif isinstance(cl, MadAt):
+        elif isinstance(cl, (MadAt, IbMadAt)):
             seen["mad"] += 1
             assert len(recs) == 1 and "mad" in recs[0] and recs[0]["kind"] != "malformed", frame
         else:
@@ -292,8 +431,8 @@ def _audit_json(path: Path, fastpath: str) -> dict:
     return json.loads(p.stdout)
 
 
-def test_audit_same_with_and_without_fast_path(edge_pcap):
-    paths = [edge_pcap, CAPTURES / "corpus" / "sar-rmpp-gap.pcapng",
+def test_audit_same_with_and_without_fast_path(edge_pcap, ib_edge_pcapng):
+    paths = [edge_pcap, ib_edge_pcapng, CAPTURES / "corpus" / "sar-rmpp-gap.pcapng",
              CAPTURES / "opensm" / "opensm-saquery.pcap"]
     for path in paths:
         assert _audit_json(path, "1") == _audit_json(path, "0"), path

@@ -1,7 +1,8 @@
 """The decoder's fast path: GSI datagrams decoded by extractors compiled from the layers.
 
 FastDecoder is a decode.Decoder (same RMPP reassembler, LS memory and statistics) whose
-feed_at() takes the frames the pre-filter recognised as plain RoCEv2 MADs and builds their
+feed_at() takes the frames the pre-filter recognised as plain RoCEv2 or native-IB MADs and
+builds their
 records without Scapy; every other frame goes through Decoder.feed unchanged. The records are
 the ones decode.py's Scapy path builds, key for key and in the same order (tests/
 test_fastpath.py compares both over every capture of the project and the bench corpora).
@@ -12,7 +13,7 @@ from __future__ import annotations
 import socket
 from typing import Iterator
 
-from scapy.contrib.roce import BTH
+from scapy.contrib.roce import BTH, GRH
 from scapy.layers.inet import IP
 from scapy.layers.inet6 import IPv6
 from scapy.pton_ntop import inet_ntop
@@ -20,6 +21,7 @@ from scapy.pton_ntop import inet_ntop
 from .. import crc
 from ..decode import CM_REQ_FIELDS, KIND_BY_CLASS, PATH_RECORD_FIELDS, Decoder
 from ..layers import cm as cm_layers
+from ..layers.ib import LRH
 from ..layers.mad import (
     ATTRIBUTES_BY_CLASS,
     MAD,
@@ -40,10 +42,12 @@ from .layout import (
     compile_nonzero,
     compile_reader,
     default_names,
+    gid_text,
+    layer_steps,
     prefix_offsets,
     static_length,
 )
-from .prefilter import Bindings, MadAt
+from .prefilter import Bindings, IbMadAt, MadAt
 
 _MAD_LEN = static_length(MAD)
 _RMPP_LEN = static_length(RMPP)
@@ -76,6 +80,11 @@ class _Compiled:
         ip4, ip6 = prefix_offsets(IP), prefix_offsets(IPv6)
         self.addr = {4: (ip4["src"][0], ip4["dst"][0], ip4["src"][2] // 8),
                      6: (ip6["src"][0], ip6["dst"][0], ip6["src"][2] // 8)}
+        self.slid = compile_reader(LRH, "slid")
+        self.dlid = compile_reader(LRH, "dlid")
+        self.vcrc_len = layer_steps(LRH)["vcrc"].nbytes
+        grh = prefix_offsets(GRH)
+        self.gids = (grh["sgid"][0], grh["dgid"][0], grh["sgid"][2] // 8)
         self.mad_next = Bindings(MAD, ("mgmt_class", "attribute_id"))
         self.rmpp = compile_extractor(RMPP)
         self.sa = compile_extractor(SAHeader, ["sm_key", "attribute_offset", "component_mask"])
@@ -178,15 +187,18 @@ class FastDecoder(Decoder):
         kind = KIND_BY_CLASS.get(mc)
         if kind is None:
             kind = MGMT_CLASSES.get(mc, "mad").lower()
-        rec = {"frame": frame.number, "time": round(frame.time, 9), "kind": kind,
-               "encap": "rocev2"}
-        src, dst, n = c.addr[at.ip_version]
-        rec["src"] = _ip_text(data[at.ip + src:at.ip + src + n])
-        rec["dst"] = _ip_text(data[at.ip + dst:at.ip + dst + n])
-        rec["dst_qp"] = c.dqpn(data, at.bth)
-        rec["src_qp"] = c.src_qp(data, at.deth)
-        ip_bytes = data[at.ip:]
-        errors = [] if crc.rocev2_icrc(ip_bytes) == ip_bytes[-4:] else ["ICRC mismatch"]
+        rec = {"frame": frame.number, "time": round(frame.time, 9), "kind": kind}
+        if at.__class__ is MadAt:
+            rec["encap"] = "rocev2"
+            src, dst, n = c.addr[at.ip_version]
+            rec["src"] = _ip_text(data[at.ip + src:at.ip + src + n])
+            rec["dst"] = _ip_text(data[at.ip + dst:at.ip + dst + n])
+            rec["dst_qp"] = c.dqpn(data, at.bth)
+            rec["src_qp"] = c.src_qp(data, at.deth)
+            ip_bytes = data[at.ip:]
+            errors = [] if crc.rocev2_icrc(ip_bytes) == ip_bytes[-4:] else ["ICRC mismatch"]
+        else:
+            errors = self._native_ib(rec, data, at)
         rec["mad"] = mad
         if kind_path == "sa":
             self._fast_sa(frame, rec, data, o, mad, errors)
@@ -202,6 +214,26 @@ class FastDecoder(Decoder):
         by_kind = self.stats.by_kind
         by_kind[rec["kind"]] = by_kind.get(rec["kind"], 0) + 1
         yield rec
+
+    def _native_ib(self, rec: dict, data: bytes, at: IbMadAt) -> list[str]:
+        """decode._addresses and decode._crc_errors of a native-IB datagram (its VCRC ends the
+        frame); the errors found."""
+        c = self.c
+        rec["encap"] = "ib"
+        rec["src"] = f"LID {c.slid(data, at.lrh)}"
+        rec["dst"] = f"LID {c.dlid(data, at.lrh)}"
+        if at.grh >= 0:
+            sgid, dgid, n = c.gids
+            rec["src_gid"] = gid_text(data[at.grh + sgid:at.grh + sgid + n])
+            rec["dst_gid"] = gid_text(data[at.grh + dgid:at.grh + dgid + n])
+        rec["dst_qp"] = c.dqpn(data, at.bth)
+        rec["src_qp"] = c.src_qp(data, at.deth)
+        end = len(data) - c.vcrc_len
+        body = data[at.lrh:end]
+        errors = [] if crc.native_icrc(body) == body[-4:] else ["ICRC mismatch"]
+        if crc.vcrc(body) != int.from_bytes(data[end:], "little"):
+            errors.append("VCRC mismatch")
+        return errors
 
     def _fast_mad(self, b: bytes, o: int, key: bytes) -> dict:
         """decode._mad_dict of the MAD header at b[o:], kept for the next MAD with the same

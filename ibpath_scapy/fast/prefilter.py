@@ -2,10 +2,12 @@
 
 For each frame the pre-filter answers one of three things:
 
-* SKIP: the Scapy path would produce no record (RoCEv2 RC/UC data, ACKs, TCP, IPv4
-  fragments): the frame is counted and dropped;
+* SKIP: the Scapy path would produce no record (RoCEv2 and native RC/UC data, ACKs, TCP,
+  IPv4 fragments): the frame is counted and dropped;
 * MadAt: a plain RoCEv2 GSI datagram (Ethernet or raw IP / UDP / BTH / DETH / one 256-byte MAD
   / ICRC, every length field exact): the compiled decoder (fast.decoder) takes it;
+* IbMadAt: the same datagram in native InfiniBand (an ERF record as ibdump writes it, or a bare
+  LRH: LRH / [GRH] / BTH / DETH / MAD / ICRC / VCRC, the ERF wire length exact);
 * FULL: anything else (other link types, VXLAN, odd lengths, truncation, VLANs, ...): the
   frame goes through decode.Decoder and its Scapy layers unchanged.
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import struct
 from typing import Callable, NamedTuple
 
-from scapy.contrib.roce import BTH
+from scapy.contrib.roce import BTH, GRH
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
@@ -30,6 +32,7 @@ from scapy.packet import Packet
 
 from ..decode import _RAW_IP_LINKTYPES, MAX_FRAME_BYTES
 from ..expr import F
+from ..layers.ib import ERF, LINKTYPE_ERF, LINKTYPE_INFINIBAND, LRH
 from ..layers.mad import MAD, MAD_SIZE
 from ..layers.roce import DETH
 from .exprc import compile_expr, part_src, split_name
@@ -53,6 +56,22 @@ class MadAt(NamedTuple):
         """The same offsets counted from `start` (a frame's first byte in a read block)."""
         return MadAt(self.ip - start, self.ip_version, self.udp - start, self.bth - start,
                      self.deth - start, self.mad - start)
+
+
+class IbMadAt(NamedTuple):
+    """Where the layers of a fast-path native-IB GSI datagram start in the frame; its VCRC is
+    the frame's last bytes."""
+
+    lrh: int
+    grh: int  # -1: no GRH (LNH "IBA local")
+    bth: int
+    deth: int
+    mad: int
+
+    def rebased(self, start: int) -> "IbMadAt":
+        """The same offsets counted from `start` (a frame's first byte in a read block)."""
+        return IbMadAt(self.lrh - start, self.grh - start if self.grh >= 0 else -1,
+                       self.bth - start, self.deth - start, self.mad - start)
 
 
 _UNKNOWN = object()
@@ -142,8 +161,26 @@ class Prefilter:
             self.deth_hints.append((fn, hint.cls))
         # opcodes that Scapy dissects as a DETH: every other BTH frame yields no record
         self.deth_opcodes = {fv["opcode"] for fv in self.bth_next.values_for(DETH)}
+        # native IB: ERF's fixed header (ERF has a list of extension headers after it, which
+        # luagen.model does not model: its prefix is read as IPv4's is), LRH, GRH
+        erf = prefix_offsets(ERF)
+        self.erf_len = max(byte + (bit + bits + 7) // 8 for byte, bit, bits in erf.values())
+        (self.erf_ext_at, ext_bit, _), (type_at, type_bit, type_bits) = erf["ext"], erf["type"]
+        assert type_at == self.erf_ext_at and erf["wlen"][1:] == (0, 16)
+        self.erf_ext_mask = 0x80 >> ext_bit
+        self.erf_type_shift = 8 - type_bit - type_bits
+        self.erf_type_mask = (1 << type_bits) - 1
+        self.erf_wlen = erf["wlen"][0]
+        self.erf_next = Bindings(ERF, ("type",))
+        self.lrh_len = static_length(LRH)
+        self.vcrc_len = layer_steps(LRH)["vcrc"].nbytes  # LRH's trailer: the VCRC
+        self.read_lnh = compile_reader(LRH, "lnh")
+        self.lrh_next = Bindings(LRH, ("lnh",))
+        self.grh_len = static_length(GRH)
+        self.grh_next = Bindings(GRH, ())
         self.fingerprint = _fingerprint()
-        self.by_linktype: dict[int, Callable] = {1: self.ether}
+        self.by_linktype: dict[int, Callable] = {1: self.ether, LINKTYPE_ERF: self.erf,
+                                                 LINKTYPE_INFINIBAND: self.lrh}
         for lt in _RAW_IP_LINKTYPES:  # the IP datagram alone, as decode.dissect reads it
             self.by_linktype[lt] = self.raw_ip
 
@@ -316,21 +353,62 @@ def make_scan(incl_at, rec_len):
         mad = deth + self.deth_len
         if not exact or (b[ul] << 8 | b[ul + 1]) != e - u or e - mad - self.icrc_len != MAD_SIZE:
             return FULL
+        if not self.carries_mad(b, bth, deth):
+            return FULL
+        return MadAt(ip, version, u, bth, deth, mad)
+
+    def carries_mad(self, b: bytes, bth: int, deth: int) -> bool:
+        """True when Scapy dissects what follows this DETH as a MAD (its binding on the source
+        QP, else the first of its hints that holds)."""
         nxt = self.deth_next.resolve((self.read_src_qp(b, deth),))
         if nxt is None:
             for cond, cls in self.deth_hints:
                 if cond(b, bth):
                     nxt = cls
                     break
-        if nxt is not MAD:
+        return nxt is MAD
+
+    def erf(self, b: bytes, s: int, e: int):
+        """An ERF record (ibdump's DLT_ERF): its LRH when the record holds exactly one packet."""
+        if e - s < self.erf_len or e - s > MAX_FRAME_BYTES:
             return FULL
-        return MadAt(ip, version, u, bth, deth, mad)
+        t = b[s + self.erf_ext_at]
+        if t & self.erf_ext_mask:
+            return FULL  # extension headers: Scapy reads them
+        nxt = self.erf_next.resolve(((t >> self.erf_type_shift) & self.erf_type_mask,))
+        if nxt is not LRH:
+            return SKIP if nxt is None else FULL  # not InfiniBand: a Raw payload, no record
+        w = s + self.erf_len
+        if (b[s + self.erf_wlen] << 8 | b[s + self.erf_wlen + 1]) != e - w:
+            return FULL  # rlen padding or a packet cut short: the Scapy path's business
+        return self.lrh(b, w, e)
+
+    def lrh(self, b: bytes, s: int, e: int):
+        """A native-IB packet from its LRH to its VCRC (LINKTYPE_INFINIBAND, or inside ERF)."""
+        if e - s < self.lrh_len or e - s > MAX_FRAME_BYTES:
+            return FULL
+        nxt = self.lrh_next.resolve((self.read_lnh(b, s),))
+        bth, grh = s + self.lrh_len, -1
+        if nxt is GRH:
+            grh, bth = bth, bth + self.grh_len
+            nxt = self.grh_next.resolve(())
+        if nxt is None:
+            return SKIP  # LNH raw or IP non-IBA: no binding, a Raw payload, no record
+        if nxt is not BTH or e - bth < self.bth_len + self.icrc_len + self.vcrc_len:
+            return FULL
+        if b[bth + self.bth_opcode] not in self.deth_opcodes:
+            return SKIP  # RC/UC data and ACKs: no DETH, so no MAD (as for RoCEv2)
+        deth = bth + self.bth_len
+        mad = deth + self.deth_len
+        if e - mad - self.icrc_len - self.vcrc_len != MAD_SIZE or not self.carries_mad(b, bth, deth):
+            return FULL
+        return IbMadAt(s, grh, bth, deth, mad)
 
 
 def _fingerprint() -> tuple:
     """The sizes of the binding tables the pre-filter and the compiled decoder resolve from
     (bind_layers only ever appends)."""
-    return tuple(len(c.payload_guess) for c in (Ether, IP, IPv6, UDP, BTH, DETH, MAD))
+    return tuple(len(c.payload_guess) for c in (Ether, IP, IPv6, UDP, BTH, DETH, MAD, ERF, LRH, GRH))
 
 
 def _full(b: bytes, s: int, e: int):
