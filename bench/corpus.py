@@ -94,7 +94,7 @@ class _Native:
         self._lrh: dict[tuple, bytes] = {}
         self._erf: dict[int, bytes] = {}
 
-    IP_AT = len(Ether())
+    IP_AT = len(Ether(dst="ff:ff:ff:ff:ff:ff"))  # (a dst given: no neighbour look-up)
     BTH_AT = IP_AT + len(IP()) + len(UDP())
 
     def __call__(self, f: bytes, t: float) -> bytes:

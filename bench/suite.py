@@ -1,12 +1,14 @@
 """Issue 8's benchmark: `ibpath audit` against tshark on both captures, in one run.
 
     python bench/suite.py [--runs 3] [--frames1 1000000] [--frames2 200000] [--keep DIR]
-                          [--encap rocev2|ib|both]
+                          [--encap rocev2|ib|both] [--pcapng]
 
 For capture 1 (RoCEv2, 5 % SA and CM MADs, 95 % RC data) and capture 2 (SA PathRecord
 queries and RMPP GetTableResp answers only), built deterministically by corpus.py, each
 also as native InfiniBand in ERF records as ibdump writes them (--encap both, the default;
-issue 8 names capture 1 RoCEv2 and leaves capture 2's encapsulation open), it runs on
+issue 8 names capture 1 RoCEv2 and leaves capture 2's encapsulation open), written as classic
+pcap (ibdump's and tcpdump's format) or, with --pcapng, converted by editcap to pcapng
+(dumpcap's and Wireshark's), it runs on
 the same file: `tshark -n -r FILE` (built-in dissectors, no output kept), the same with the
 generated plugin (dissector/ibpath.lua), and `ibpath audit --quiet --format json FILE`
 (the fast path; IBPATH_FASTPATH=0 would force the Scapy path). Each is run --runs times and
@@ -70,15 +72,17 @@ def bench_capture(n: int, path: Path, frames: int, runs: int, encap: str = "roce
         "audit": ([sys.executable, "-m", "ibpath_scapy.cli.main", "audit", "--quiet",
                    "--format", "json", str(path)], env),
     }, runs)
-    return {"capture": n, "encap": encap, "frames": frames, "mb": path.stat().st_size / 1e6, **got}
+    return {"capture": n, "encap": encap, "pcapng": path.suffix == ".pcapng", "frames": frames,
+            "mb": path.stat().st_size / 1e6, **got}
 
 
 def report(rows: list[dict]) -> str:
-    lines = [f"{'':17} {'frames':>9} {'what':<22} {'CPU s':>8} {'wall s':>8} {'x tshark':>9} "
+    lines = [f"{'':23} {'frames':>9} {'what':<22} {'CPU s':>8} {'wall s':>8} {'x tshark':>9} "
              f"{'frames/CPU s':>13} {'peak RSS':>9}"]
     for r in rows:
         base = r["plain"][0]
-        name = f"capture {r['capture']} {r.get('encap', 'rocev2'):<6}"
+        kind = r.get("encap", "rocev2") + (" pcapng" if r.get("pcapng") else "")
+        name = f"capture {r['capture']} {kind:<13}"
         for label, key in (("tshark -r", "plain"), ("tshark -r + plugin", "plugin"),
                            ("ibpath audit", "audit")):
             cpu, wall, rss = r[key]
@@ -88,7 +92,7 @@ def report(rows: list[dict]) -> str:
         cpu, _, rss = r["audit"]
         ratio = cpu / base
         ok = ratio <= TARGETS[r["capture"]] and rss < RSS_TARGET_MB
-        lines.append(f"{'':17} target: audit <= {TARGETS[r['capture']]}x tshark -r and RSS < "
+        lines.append(f"{'':23} target: audit <= {TARGETS[r['capture']]}x tshark -r and RSS < "
                      f"{RSS_TARGET_MB} MB -> {'met' if ok else 'NOT met'} "
                      f"({ratio:.2f}x, {rss:.0f} MB)")
     return "\n".join(lines)
@@ -103,6 +107,7 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="write (or reuse) the captures in this directory")
     ap.add_argument("--encap", choices=("rocev2", "ib", "both"), default="both",
                     help="RoCEv2 (Ethernet), native IB (ERF, as ibdump writes it), or both")
+    ap.add_argument("--pcapng", action="store_true", help="the captures as pcapng (editcap -F pcapng)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         d = args.keep or Path(tmp)
@@ -118,6 +123,11 @@ def main() -> None:
                 path = d / f"capture{n}-{frames}{suffix}.pcap"
                 if not path.exists():
                     write(path, frames, encap=encap)
+                if args.pcapng:
+                    ng = path.with_suffix(".pcapng")
+                    if not ng.exists():
+                        subprocess.run(["editcap", "-F", "pcapng", str(path), str(ng)], check=True)
+                    path = ng
                 rows.append(bench_capture(n, path, frames, args.runs, encap))
                 print(report(rows[-1:]), flush=True)
     print()

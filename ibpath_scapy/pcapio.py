@@ -26,6 +26,7 @@ _IDB, _PB, _SPB, _EPB = 0x00000001, 0x00000002, 0x00000003, 0x00000006
 # fields (an IDB's link type, reserved, snaplen; a packet block's interface and lengths).
 _MIN_BLOCK = {_IDB: 20, _PB: 32, _SPB: 16, _EPB: 32}
 MAX_BLOCK = 256 * 1024 * 1024  # refuse absurd lengths instead of allocating them
+READ_BLOCK = 4 * 1024 * 1024  # pcapng is read in blocks of this size
 
 # Not a pcap link type: the link type of the single frame read_input() makes of a raw blob file
 # (the exact optval bytes of rdma_set_option). Negative so that it can never collide.
@@ -121,59 +122,127 @@ def _read_pcap(path: str, f: BinaryIO) -> Iterator[Frame]:
 
 
 def _read_pcapng(path: str, f: BinaryIO) -> Iterator[Frame]:
+    for frame, _, _ in pcapng_classified(path, f):
+        yield frame
+
+
+class _Stream:
+    """A file read in large blocks: buf[pos:] are the bytes from file offset base + pos on."""
+
+    __slots__ = ("f", "buf", "pos", "base")
+
+    def __init__(self, f: BinaryIO):
+        self.f, self.buf, self.pos, self.base = f, b"", 0, f.tell()
+
+    def avail(self, n: int) -> int:
+        """Bytes at pos, reading on until there are n or the file ends."""
+        have = len(self.buf) - self.pos
+        while have < n:
+            more = self.f.read(max(READ_BLOCK, n - have))
+            if not more:
+                break
+            self.buf = self.buf[self.pos:] + more
+            self.base += self.pos
+            self.pos = 0
+            have = len(self.buf)
+        return have
+
+    def need(self, at: int, n: int, path: str, what: str, frame: int) -> int:
+        """The buffer offset of n bytes at pos + at, or the error pcapio gives for a file that
+        ends before them (as _read_exact words it)."""
+        have = self.avail(at + n) - at
+        if have < n:
+            raise CaptureError(f"{path}: frame {frame}: truncated {what} at byte offset "
+                               f"{self.base + self.pos + at} ({max(have, 0)} of {n} bytes)")
+        return self.pos + at
+
+
+def pcapng_classified(path: str, f: BinaryIO,
+                      classifier_for: Callable[[int], Callable] | None = None,
+                      skipped: list | None = None) -> Iterator[tuple[Frame, object, int]]:
+    """(frame, classification, start) for the frames of a pcapng file read in large blocks.
+
+    Without classifier_for, every frame with classification None. With it, each packet's
+    bytes are first classified in the read buffer by classifier_for(link type)(buf, start,
+    end); a frame classified None is counted in skipped[0] and never built, the others come
+    with their classification, whose offsets count from `start` (the frame's first byte in
+    the buffer; 0 for frames classified from their own bytes)."""
     endian = "<"
-    interfaces: list[tuple[int, float]] = []
+    interfaces: list[tuple[int, float, Callable | None]] = []
     number = 0
+    st = _Stream(f)
     while True:
-        off = f.tell()
-        head = f.read(8)
-        if not head:
+        have = st.avail(8)
+        if not have:
             return
-        if len(head) < 8:
+        off = st.base + st.pos
+        if have < 8:
             raise CaptureError(f"{path}: frame {number + 1}: truncated block header at byte offset {off}")
-        btype_raw = head[:4]
-        if btype_raw == PCAPNG_SHB:
-            bom = _read_exact(f, 4, path, "section header", number + 1)
+        buf, pos = st.buf, st.pos
+        if buf[pos:pos + 4] == PCAPNG_SHB:
+            b = st.need(8, 4, path, "section header", number + 1)
+            bom = st.buf[b:b + 4]
             endian = "<" if struct.unpack("<I", bom)[0] == _BYTE_ORDER_MAGIC else ">"
             if struct.unpack(endian + "I", bom)[0] != _BYTE_ORDER_MAGIC:
                 raise CaptureError(f"{path}: bad pcapng byte-order magic at byte offset {off + 8}")
-            blen = struct.unpack(endian + "I", head[4:])[0]
-            body = bom + _read_exact(f, _check_len(path, blen, off, number) - 12, path, "section header", number + 1)
+            blen = struct.unpack(endian + "I", st.buf[st.pos + 4:st.pos + 8])[0]
+            st.need(12, _check_len(path, blen, off, number) - 12, path, "section header", number + 1)
+            st.pos += blen
             interfaces = []
             continue
-        btype, blen = struct.unpack(endian + "II", head)
-        body = _read_exact(f, _check_len(path, blen, off, number) - 8, path, "pcapng block", number + 1)
+        btype, blen = struct.unpack_from(endian + "II", buf, pos)
+        body = st.need(8, _check_len(path, blen, off, number) - 8, path, "pcapng block", number + 1)
+        buf = st.buf
+        st.pos = body - 8 + blen
         if blen < _MIN_BLOCK.get(btype, 12):
             raise CaptureError(f"{path}: frame {number + 1}: pcapng block type {btype} of {blen} bytes "
                                f"is shorter than its fixed fields at byte offset {off}")
-        if btype == _IDB:
-            linktype = struct.unpack(endian + "H", body[:2])[0]
-            interfaces.append((linktype, _tsresol(body[8:-4], endian)))
-        elif btype == _EPB:
+        if btype == _EPB:
             number += 1
-            iface, ts_hi, ts_lo, incl, orig = struct.unpack(endian + "IIIII", body[:20])
+            iface, ts_hi, ts_lo, incl, orig = struct.unpack_from(endian + "IIIII", buf, body)
             if iface >= len(interfaces):
                 raise CaptureError(f"{path}: frame {number}: interface {iface} not described (byte offset {off})")
-            if 20 + incl > len(body) - 4:
+            if 20 + incl > blen - 12:
                 raise CaptureError(f"{path}: frame {number}: packet length {incl} overruns its block at byte offset {off}")
-            linktype, res = interfaces[iface]
-            data = body[20:20 + incl]
-            comment = _comment(body[20 + ((incl + 3) & ~3):-4], endian)
-            yield Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, data, orig, comment)
+            linktype, res, classify = interfaces[iface]
+            d = body + 20
+            cl = None
+            if classify is not None:
+                cl = classify(buf, d, d + incl)
+                if cl is None:
+                    skipped[0] += 1
+                    continue
+            comment = _comment(buf[d + ((incl + 3) & ~3):body + blen - 12], endian)
+            yield (Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, buf[d:d + incl], orig,
+                         comment), cl, d)
+            continue
+        raw = buf[body:body + blen - 8]  # with the trailing length, as these blocks were read
+        frame = None
+        if btype == _IDB:
+            linktype = struct.unpack(endian + "H", raw[:2])[0]
+            interfaces.append((linktype, _tsresol(raw[8:-4], endian),
+                               classifier_for(linktype) if classifier_for else None))
         elif btype == _SPB:
             number += 1
             if not interfaces:
                 raise CaptureError(f"{path}: frame {number}: no interface described (byte offset {off})")
-            orig = struct.unpack(endian + "I", body[:4])[0]
-            linktype, _ = interfaces[0]
-            yield Frame(number, 0.0, linktype, body[4:4 + orig], orig)
+            orig = struct.unpack(endian + "I", raw[:4])[0]
+            frame = Frame(number, 0.0, interfaces[0][0], raw[4:4 + orig], orig)
         elif btype == _PB:
             number += 1
-            iface = struct.unpack(endian + "H", body[:2])[0]
-            ts_hi, ts_lo, incl, orig = struct.unpack(endian + "IIII", body[4:20])
-            linktype, res = interfaces[iface] if iface < len(interfaces) else (1, 1e-6)
-            yield Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, body[20:20 + incl], orig)
+            iface = struct.unpack(endian + "H", raw[:2])[0]
+            ts_hi, ts_lo, incl, orig = struct.unpack(endian + "IIII", raw[4:20])
+            linktype, res = interfaces[iface][:2] if iface < len(interfaces) else (1, 1e-6)
+            frame = Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, raw[20:20 + incl], orig)
         # other blocks (NRB, ISB, DSB, custom) carry no frames
+        if frame is not None:
+            cl = None
+            if classifier_for is not None:
+                cl = classifier_for(frame.linktype)(frame.data, 0, len(frame.data))
+                if cl is None:
+                    skipped[0] += 1
+                    continue
+            yield frame, cl, 0
 
 
 def _check_len(path: str, blen: int, off: int, number: int) -> int:

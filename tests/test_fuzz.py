@@ -17,6 +17,7 @@ from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.audit.replay import Replay
 from ibpath_scapy.craft import CaptureBuilder
 from ibpath_scapy.decode import MAX_LIST_FRAME_BYTES, Decoder, decode_file
+from ibpath_scapy.fast import FastDecoder
 from ibpath_scapy.layers import MAD, RMPP, PathRecord, SAHeader
 from ibpath_scapy.layers.pathdata import RECORD_SIZE, PathArray, blob_pdu
 from ibpath_scapy.pcapio import RAW_BLOB_LINKTYPE, CaptureError, Frame, read_frames
@@ -92,6 +93,12 @@ def test_fuzzer_catches_what_it_claims_to(tmp_path, monkeypatch):
     monkeypatch.undo()
     inp.frames += 1
     assert [p.kind for p in fuzz.check_in_process(inp).problems] == ["frame-count"]
+    # the fast path is held to the Scapy path's records (native IB here)
+    path = ROOT / "captures" / "corpus" / "sar-get-multi.pcapng"
+    ib = fuzz.Input(path=path, frames=sum(1 for _ in read_frames(str(path))))
+    assert not fuzz.check_in_process(ib).problems
+    monkeypatch.setattr(FastDecoder, "_native_ib", lambda self, rec, data, at: [])
+    assert [p.kind for p in fuzz.check_in_process(ib).problems] == ["fastpath-diff"]
 
 
 # -- Hypothesis targets: the frame decoder and the blob parser -------------------------------

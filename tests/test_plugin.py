@@ -10,6 +10,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from scapy.fields import StrFixedLenField, _BitField
 
+from scapy.layers.inet import IP, IPOption_NOP
+from scapy.layers.l2 import Ether
+
 from ibpath_scapy.decode import decode_file
 from ibpath_scapy.encap import erf_record, native_ib_frame, rocev2_frame
 from ibpath_scapy.layers import (
@@ -228,6 +231,21 @@ def _write(tmp_path, name, frames, linktype=1):
 
 def query(**kw):
     return MAD(transaction_id=7) / RMPP() / SAHeader(records=[PathRecord(**kw)])
+
+
+def test_native_lid_4791_is_not_taken_for_a_rocev2_udp_port(tmp_path):
+    """A native-IB packet whose DLID is 4791 (RoCEv2's UDP port, 0x12B7) is dissected once,
+    from its LRH; a RoCEv2 frame whose IPv4 header has options is still found."""
+    ib = erf_record(native_ib_frame(query(dgid="fe80::2"), slid=3, dlid=4791), 1.0)
+    p1 = _write(tmp_path, "lid4791.pcap", [ib], 197)
+    out = tshark(["-r", p1, "-V", "-T", "fields", "-E", "occurrence=a", "-e", "ibpath.lrh.dlid",
+                  "-e", "ibpath.bth.dqpn", "-e", "ibpath.mad.transaction_id"], LUA).stdout
+    assert out.split("\t") == ["0x12b7", "1", "0x0000000000000007\n"]
+    roce = rocev2_frame(query(dgid="fe80::2"), src="10.0.0.1", dst="10.0.0.2")
+    roce[IP].options = [IPOption_NOP()] * 4  # IHL 6
+    p2 = _write(tmp_path, "ipopts.pcap", [Ether(bytes(roce))])
+    out = tshark(["-r", p2, "-T", "fields", "-e", "ibpath.mad.transaction_id"], LUA).stdout
+    assert out.split() == ["0x0000000000000007"]
 
 
 def test_icrc_checked(tmp_path):

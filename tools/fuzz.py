@@ -20,13 +20,14 @@ Each round mutates them into capture files:
   largest Wireshark reads), written to a temporary file a chunk at a time.
 
 Every file goes through the Scapy decoder and the audit in process (a CPU-time limit per frame:
-FRAME_TIME_LIMIT), `--cli` files a round through the real `ibpath decode`, `ibpath audit` and
+FRAME_TIME_LIMIT), and through the audit's fast path, which must give the same records, error
+and counts, `--cli` files a round through the real `ibpath decode`, `ibpath audit` and
 `ibpath audit --engine tshark`, and every readable file through tshark with the generated
 plugin. A problem is: a Python exception other than the documented CaptureError (whose
 message must name the file), a frame over the time limit, a frame count other than the
 number of frames written (or capinfos's count, for editcap output), a frame that should have
-given a record and gave none, a malformed frame with no DECODE-MALFORMED / DECODE-LIMIT
-finding, a CLI traceback or unexpected exit status, "Lua Error" (or a failed load) in
+given a record and gave none, a fast-path record unlike the Scapy path's (fastpath-diff), a
+malformed frame with no DECODE-MALFORMED / DECODE-LIMIT finding, a CLI traceback or unexpected exit status, "Lua Error" (or a failed load) in
 tshark's output, or tshark dissecting fewer frames than the file has (frames Wireshark's own
 reader refuses are dropped first and counted as tshark_refused). Each problem's input is
 copied to --crashers; tests/data/fuzz/ keeps small regression inputs. The last line printed
@@ -61,6 +62,7 @@ if str(ROOT) not in sys.path:
 from ibpath_scapy.audit.engine import audit_records  # noqa: E402
 from ibpath_scapy.audit.model import AuditOptions  # noqa: E402
 from ibpath_scapy.decode import Decoder, dissect  # noqa: E402
+from ibpath_scapy.fast import FastDecoder, decode_file_fast  # noqa: E402
 from ibpath_scapy.pcapio import CaptureError, Frame, read_input  # noqa: E402
 from ibpath_scapy.layers.pathdata import PathArray  # noqa: E402
 
@@ -543,6 +545,7 @@ def check_in_process(inp: Input, limit: float = FRAME_TIME_LIMIT) -> Stats:
     st.frames += decoder.stats.frames
     st.records += len(records)
     st.malformed += decoder.stats.malformed
+    st.problems += check_fast_path(inp, records, error, decoder)
     if decoder.stats.frames != inp.frames and not inp.damaged:
         st.problems.append(Problem(
             "frame-count", f"decoder read {decoder.stats.frames} frames, the file has {inp.frames}"
@@ -567,6 +570,31 @@ def check_in_process(inp: Input, limit: float = FRAME_TIME_LIMIT) -> Stats:
         st.problems.append(Problem("unreported", f"malformed frames {unreported[:10]} have no "
                                    "DECODE-MALFORMED/DECODE-LIMIT finding", path))
     return st
+
+
+def check_fast_path(inp: Input, records: list[dict], error: CaptureError | None,
+                    decoder: Decoder) -> list[Problem]:
+    """The audit's fast path (pre-filter, compiled decoder, buffered readers) must give the
+    Scapy path's records, closing error and statistics on any input, hostile ones included."""
+    path = str(inp.path)
+    fast, got, err = FastDecoder(), [], None
+    try:
+        for rec in decode_file_fast(path, fast):
+            got.append(rec)
+    except CaptureError as exc:
+        err = exc
+    except Exception:
+        import traceback
+        return [Problem("traceback", "fast path: " + traceback.format_exc(limit=-6), path)]
+    if str(err) != str(error):
+        return [Problem("fastpath-diff", f"closing error {err!s} (Scapy path: {error!s})", path)]
+    for a, b in zip(records, got):
+        if a != b or list(a) != list(b):
+            return [Problem("fastpath-diff", f"frame {a.get('frame')}: {b} (Scapy path: {a})", path)]
+    if len(got) != len(records) or fast.stats != decoder.stats:
+        return [Problem("fastpath-diff", f"{len(got)} records, {fast.stats} (Scapy path: "
+                        f"{len(records)}, {decoder.stats})", path)]
+    return []
 
 
 def check_cli(inp: Input, timeout: float = 300) -> Stats:

@@ -179,6 +179,8 @@ class Prefilter:
         self.grh_len = static_length(GRH)
         self.grh_next = Bindings(GRH, ())
         self.fingerprint = _fingerprint()
+        self._data_first: dict[int, Callable] = {}  # compiled on first use (classifier())
+        self._make_scans: dict[int, Callable] = {}
         self.by_linktype: dict[int, Callable] = {1: self.ether, LINKTYPE_ERF: self.erf,
                                                  LINKTYPE_INFINIBAND: self.lrh}
         for lt in _RAW_IP_LINKTYPES:  # the IP datagram alone, as decode.dissect reads it
@@ -197,13 +199,10 @@ class Prefilter:
     # -- per link type ---------------------------------------------------------------------
     def classifier(self, linktype: int) -> Callable[[bytes, int, int], object]:
         """classify(buf, start, end) for frames of one link type (FULL for unknown ones)."""
-        if linktype == 1:
-            if self._ether_data is None:
-                self._ether_data = self._compile_ether_data()
-            return self._ether_data
-        return self.by_linktype.get(linktype, _full)
-
-    _ether_data = None
+        fn = self._data_first.get(linktype)
+        if fn is None and linktype in self._data_compilers:
+            fn = self._data_first[linktype] = self._data_compilers[linktype](self)
+        return fn or self.by_linktype.get(linktype, _full)
 
     def _compile_ether_data(self) -> Callable[[bytes, int, int], object]:
         """Ethernet's classifier with a first test for the bulk of a RoCE capture, RC data
@@ -230,25 +229,20 @@ class Prefilter:
         ip = self.eth_len
         udp = ip + 20  # IHL 5: no options
         # one struct read of the six fields the test needs, gaps skipped ("x")
-        fields = [(self.eth_type, "H"), (ip, "B"), (ip + self.ip_frag[0], "H"),
-                  (ip + self.ip_proto, "B"), (udp + self.udp_sport, "H"),
-                  (udp + self.udp_dport, "H"), (udp + self.udp_len + self.bth_opcode, "B")]
-        fmt, pos = ">", 0
-        for off, code in fields:
-            assert off >= pos, "fields out of order"
-            fmt += (f"{off - pos}x" if off > pos else "") + code
-            pos = off + (2 if code == "H" else 1)
+        fmt, least = _struct_format(
+            [(self.eth_type, "H"), (ip, "B"), (ip + self.ip_frag[0], "H"),
+             (ip + self.ip_proto, "B"), (udp + self.udp_sport, "H"),
+             (udp + self.udp_dport, "H"), (udp + self.udp_len + self.bth_opcode, "B")])
         udp_proto = [fv["proto"] for fv in self.ip_next.values_for(UDP)
                      if set(fv) == {"frag", "proto"} and fv["frag"] == 0]
         if not udp_proto:
             return self.ether
         roce = (f"et == {ip_type[0]} and vi == {(4 << 4) | 5} and pr == {udp_proto[0]} "
                 f"and not fr & {self.frag_mask} and dp == {dport} and sp not in _early")
-        test = f"{roce} and op not in _deth_opcodes"
         total = ip + self.ip_len
         src = f"""
-def ether_data(b, s, e):
-    if {pos} <= e - s <= {MAX_FRAME_BYTES}:
+def data_first(b, s, e):
+    if {least} <= e - s <= {MAX_FRAME_BYTES}:
         et, vi, fr, pr, sp, dp, op = _unpack(b, s)
         if {roce}:
             if op not in _deth_opcodes:
@@ -256,41 +250,56 @@ def ether_data(b, s, e):
             # a GSI datagram: straight to the UDP step of the full classifier
             return _udp(b, s + {ip}, 4, s + {udp}, e,
                         (b[s + {total}] << 8 | b[s + {total + 1}]) == e - s - {ip})
-    return _ether(b, s, e)
+    return _full_classifier(b, s, e)
+""" + _scan_source("et, vi, fr, pr, sp, dp, op", f"{roce} and op not in _deth_opcodes", least)
+        return self._compile_data_first(1, "ether_data", src, fmt, self.ether,
+                                        _early=frozenset(early), _udp=self.udp)
 
+    def _compile_erf_data(self) -> Callable[[bytes, int, int], object]:
+        """ERF's classifier with a first test for the bulk of an ibdump capture: RC/UC data
+        and ACKs in an ERF InfiniBand record without extension headers, whose wire length is
+        the rest of the record, LRH "IBA local" straight to a BTH without DETH (erf() and
+        lrh() skip them too, after more reads); every other frame goes through erf()."""
+        ib_type = [fv["type"] for fv in self.erf_next.values_for(LRH) if set(fv) == {"type"}]
+        local = [fv["lnh"] for fv in self.lrh_next.values_for(BTH) if set(fv) == {"lnh"}]
+        lnh = layer_steps(LRH)["lnh"]
+        if not ib_type or not local or self.erf_next.resolve((ib_type[0],)) is not LRH \
+                or self.lrh_next.resolve((local[0],)) is not BTH or lnh.nbytes != 1:
+            return self.erf
+        bth = self.erf_len + self.lrh_len
+        fmt, _ = _struct_format([(self.erf_ext_at, "B"), (self.erf_wlen, "H"),
+                                 (self.erf_len + lnh.offset, "B"), (bth + self.bth_opcode, "B")])
+        least = bth + self.bth_len + self.icrc_len + self.vcrc_len  # as lrh() asks for a BTH
+        test = (f"te == {ib_type[0] << self.erf_type_shift} and wl == e - s - {self.erf_len} "
+                f"and (lb >> {8 - lnh.bit_off - lnh.bits}) & {(1 << lnh.bits) - 1} == {local[0]} "
+                f"and op not in _deth_opcodes")
+        src = f"""
+def data_first(b, s, e):
+    if {least} <= e - s <= {MAX_FRAME_BYTES}:
+        te, wl, lb, op = _unpack(b, s)
+        if {test}:
+            return None
+    return _full_classifier(b, s, e)
+""" + _scan_source("te, wl, lb, op", test, least)
+        return self._compile_data_first(LINKTYPE_ERF, "erf_data", src, fmt, self.erf)
 
-def make_scan(incl_at, rec_len):
-    def scan(b, pos, n):
-        k = 0
-        while pos + rec_len <= n:
-            s = pos + rec_len
-            end = s + incl_at(b, pos + 8)[0]
-            if end > n or not {pos} <= end - s <= {MAX_FRAME_BYTES}:
-                break
-            et, vi, fr, pr, sp, dp, op = _unpack(b, s)
-            if not ({test}):
-                break
-            pos = end
-            k += 1
-        return pos, k
-    return scan
-"""
-        ns = {"_early": frozenset(early), "_deth_opcodes": frozenset(self.deth_opcodes),
-              "_ether": self.ether, "_udp": self.udp, "_unpack": struct.Struct(fmt).unpack_from}
-        exec(compile(src, "<prefilter ether_data>", "exec"), ns)
-        self._make_scan = ns["make_scan"]
-        return ns["ether_data"]
+    _data_compilers = {1: _compile_ether_data, LINKTYPE_ERF: _compile_erf_data}
 
-    _make_scan = None
+    def _compile_data_first(self, linktype: int, name: str, src: str, fmt: str,
+                            full: Callable, **names) -> Callable:
+        ns = {"_deth_opcodes": frozenset(self.deth_opcodes), "_full_classifier": full,
+              "_unpack": struct.Struct(fmt).unpack_from, **names}
+        exec(compile(src, f"<prefilter {name}>", "exec"), ns)
+        self._make_scans[linktype] = ns["make_scan"]
+        return ns["data_first"]
 
     def pcap_scanner(self, linktype: int, incl_at: Callable, rec_len: int) -> Callable | None:
         """For classic pcap: scan(buf, pos, n) → (pos, k) skipping the k records from pos on
         that the first test of the link type's classifier drops (RC data), stopping at the
         first other record or at one not wholly in buf; None when the link type has none."""
         self.classifier(linktype)
-        if linktype != 1 or self._make_scan is None:
-            return None
-        return self._make_scan(incl_at, rec_len)
+        make = self._make_scans.get(linktype)
+        return make(incl_at, rec_len) if make is not None else None
 
     def ether(self, b: bytes, s: int, e: int):
         if e - s < self.eth_len or e - s > MAX_FRAME_BYTES:
@@ -403,6 +412,40 @@ def make_scan(incl_at, rec_len):
         if e - mad - self.icrc_len - self.vcrc_len != MAD_SIZE or not self.carries_mad(b, bth, deth):
             return FULL
         return IbMadAt(s, grh, bth, deth, mad)
+
+
+def _struct_format(fields: list[tuple[int, str]]) -> tuple[str, int]:
+    """A big-endian struct format reading the (offset, "B" or "H") fields in one go, gaps
+    skipped ("x"), and the bytes it needs."""
+    fmt, pos = ">", 0
+    for off, code in fields:
+        assert off >= pos, "fields out of order"
+        fmt += (f"{off - pos}x" if off > pos else "") + code
+        pos = off + (2 if code == "H" else 1)
+    return fmt, pos
+
+
+def _scan_source(names: str, test: str, least: int) -> str:
+    """Source of make_scan(incl_at, rec_len): a pcap scanner skipping the records whose
+    frame the first test (over the fields `names` of _unpack) drops."""
+    return f"""
+
+def make_scan(incl_at, rec_len):
+    def scan(b, pos, n):
+        k = 0
+        while pos + rec_len <= n:
+            s = pos + rec_len
+            e = s + incl_at(b, pos + 8)[0]
+            if e > n or not {least} <= e - s <= {MAX_FRAME_BYTES}:
+                break
+            {names} = _unpack(b, s)
+            if not ({test}):
+                break
+            pos = e
+            k += 1
+        return pos, k
+    return scan
+"""
 
 
 def _fingerprint() -> tuple:

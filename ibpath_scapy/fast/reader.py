@@ -1,8 +1,8 @@
-"""Streaming capture reading for the fast path: classic pcap in large blocks, classified in
-place, so that a skipped frame costs a header unpack and a few byte reads and never a copy.
+"""Streaming capture reading for the fast path: classic pcap and pcapng in large blocks,
+classified in place, so that a skipped frame costs a header unpack and a few byte reads and
+never a copy (pcapng through pcapio.pcapng_classified, the reader of every path).
 
-pcapng files and raw blob files are read by pcapio (one Frame each) and classified the same
-way. Errors are pcapio's, word for word (file, frame, byte offset), raised after every frame
+Raw blob files are read by pcapio (one Frame) and classified the same way. Errors are pcapio's, word for word (file, frame, byte offset), raised after every frame
 before the damage has been handed over.
 """
 
@@ -11,7 +11,15 @@ from __future__ import annotations
 import struct
 from typing import Iterator
 
-from ..pcapio import MAX_BLOCK, PCAP_MAGICS, CaptureError, Frame, read_input, sniff_format
+from ..pcapio import (
+    MAX_BLOCK,
+    PCAP_MAGICS,
+    CaptureError,
+    Frame,
+    pcapng_classified,
+    read_input,
+    sniff_format,
+)
 from .prefilter import FULL, Prefilter
 
 BLOCK = 4 * 1024 * 1024
@@ -26,6 +34,11 @@ def classified_frames(path: str, prefilter: Prefilter, blob_plausible=None,
     skipped = skipped if skipped is not None else [0]
     with open(path, "rb") as f:
         kind = sniff_format(f.read(4))
+        if kind == "pcapng":
+            f.seek(0)
+            for frame, cl, start in pcapng_classified(path, f, prefilter.classifier, skipped):
+                yield frame, cl if cl is FULL or not start else cl.rebased(start)
+            return
     if kind == "pcap":
         yield from _pcap(path, prefilter, skipped)
         return
