@@ -54,10 +54,11 @@ def decode_file_fast(path: str, decoder: FastDecoder | None = None) -> Iterator[
                 stats.frames += skipped[0]
                 decoder.skipped += skipped[0]
                 skipped[0] = 0
-            if cl is FULL:
+            rec = None if cl is FULL else decoder.decode_at(frame, cl)
+            if rec is None:
                 yield from decoder.feed(frame)
             else:
-                yield from decoder.feed_at(frame, cl)
+                yield rec
     finally:
         stats.frames += skipped[0]
         decoder.skipped += skipped[0]

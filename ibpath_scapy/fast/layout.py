@@ -155,13 +155,13 @@ def compile_extractor(cls: type[Packet],
         if n not in steps:
             raise NotCompilable(f"{cls.__name__}.{n}: no step")
     wins = _windows([steps[n] for n in names])
-    ns = {"_fb": int.from_bytes, "_gid": gid_text}
+    extra = {}
     if wins:
         fmt, pos = ">", 0
         for off, n, code in wins[""]:
             fmt += (f"{off - pos}x" if off > pos else "") + code
             pos = off + n
-        ns["_unpack"] = struct.Struct(fmt).unpack_from
+        extra["_unpack"] = struct.Struct(fmt).unpack_from
         items = []
         for n in names:
             i, w_off, w_len = wins[n]
@@ -171,18 +171,30 @@ def compile_extractor(cls: type[Packet],
     else:
         items = [f"{n!r}: {step_source(steps[n])}" for n in names]
         src = "def extract(b, o):\n    return {" + ", ".join(items) + "}\n"
-    exec(compile(src, f"<extractor {cls.__name__}>", "exec"), ns)
-    fn = ns["extract"]
+    fn = _define(src, "extract", f"extractor {cls.__name__}", **extra)
     fn.source = src
     return fn
+
+
+def _define(src: str, name: str, label: str, **extra) -> Callable:
+    """The function `name` that the Python source src defines (with the field sources'
+    helpers, and `extra`, in scope), compiled under a label tracebacks and profiles show."""
+    ns = {"_fb": int.from_bytes, "_gid": gid_text, **extra}
+    exec(compile(src, f"<{label}>", "exec"), ns)
+    return ns[name]
 
 
 def compile_reader(cls: type[Packet], name: str) -> Callable[[bytes, int], int]:
     """A function (b, o) → value of one field of layer `cls` at offset o."""
     src = f"def read(b, o):\n    return {step_source(layer_steps(cls)[name])}\n"
-    ns = {"_fb": int.from_bytes, "_gid": gid_text}
-    exec(compile(src, f"<reader {cls.__name__}.{name}>", "exec"), ns)
-    return ns["read"]
+    return _define(src, "read", f"reader {cls.__name__}.{name}")
+
+
+def compile_readers(cls: type[Packet], names: Iterable[str]) -> Callable[[bytes, int], tuple]:
+    """A function (b, o) → the tuple of the values of the fields `names` of layer `cls`."""
+    steps = layer_steps(cls)
+    src = "def read(b, o):\n    return (" + "".join(f"{step_source(steps[n])}, " for n in names) + ")\n"
+    return _define(src, "read", f"readers {cls.__name__}")
 
 
 def compile_nonzero(cls: type[Packet], names: Iterable[str]) -> Callable[[bytes, int], bool]:
@@ -191,9 +203,7 @@ def compile_nonzero(cls: type[Packet], names: Iterable[str]) -> Callable[[bytes,
     steps = layer_steps(cls)
     terms = [step_source(steps[n]) for n in names] or ["0"]
     src = "def nonzero(b, o):\n    return bool(" + " or ".join(terms) + ")\n"
-    ns = {"_fb": int.from_bytes, "_gid": gid_text}
-    exec(compile(src, f"<nonzero {cls.__name__}>", "exec"), ns)
-    return ns["nonzero"]
+    return _define(src, "nonzero", f"nonzero {cls.__name__}")
 
 
 def prefix_offsets(cls: type[Packet]) -> dict[str, tuple[int, int, int]]:
