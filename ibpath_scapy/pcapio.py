@@ -122,7 +122,7 @@ def _read_pcap(path: str, f: BinaryIO) -> Iterator[Frame]:
 
 
 def _read_pcapng(path: str, f: BinaryIO) -> Iterator[Frame]:
-    for frame, _, _ in pcapng_classified(path, f):
+    for frame, _ in pcapng_classified(path, f):
         yield frame
 
 
@@ -159,14 +159,13 @@ class _Stream:
 
 def pcapng_classified(path: str, f: BinaryIO,
                       classifier_for: Callable[[int], Callable] | None = None,
-                      skipped: list | None = None) -> Iterator[tuple[Frame, object, int]]:
-    """(frame, classification, start) for the frames of a pcapng file read in large blocks.
+                      skipped: list | None = None) -> Iterator[tuple[Frame, object]]:
+    """(frame, classification) for the frames of a pcapng file read in large blocks.
 
     Without classifier_for, every frame with classification None. With it, each packet's
     bytes are first classified in the read buffer by classifier_for(link type)(buf, start,
     end); a frame classified None is counted in skipped[0] and never built, the others come
-    with their classification, whose offsets count from `start` (the frame's first byte in
-    the buffer; 0 for frames classified from their own bytes)."""
+    with their classification."""
     endian = "<"
     interfaces: list[tuple[int, float, Callable | None]] = []
     number = 0
@@ -214,7 +213,7 @@ def pcapng_classified(path: str, f: BinaryIO,
                     continue
             comment = _comment(buf[d + ((incl + 3) & ~3):body + blen - 12], endian)
             yield (Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, buf[d:d + incl], orig,
-                         comment), cl, d)
+                         comment), cl)
             continue
         raw = buf[body:body + blen - 8]  # with the trailing length, as these blocks were read
         frame = None
@@ -242,7 +241,7 @@ def pcapng_classified(path: str, f: BinaryIO,
                 if cl is None:
                     skipped[0] += 1
                     continue
-            yield frame, cl, 0
+            yield frame, cl
 
 
 def _check_len(path: str, blen: int, off: int, number: int) -> int:

@@ -43,7 +43,8 @@ FULL = "full"
 
 
 class MadAt(NamedTuple):
-    """Where the layers of a fast-path GSI datagram start in the frame."""
+    """Where the layers of a fast-path GSI datagram start, counted from the frame's first
+    byte (wherever the classifier read the frame: a read block, the frame's own bytes)."""
 
     ip: int  # offset of the IPv4/IPv6 header
     ip_version: int
@@ -52,26 +53,16 @@ class MadAt(NamedTuple):
     deth: int
     mad: int
 
-    def rebased(self, start: int) -> "MadAt":
-        """The same offsets counted from `start` (a frame's first byte in a read block)."""
-        return MadAt(self.ip - start, self.ip_version, self.udp - start, self.bth - start,
-                     self.deth - start, self.mad - start)
-
 
 class IbMadAt(NamedTuple):
-    """Where the layers of a fast-path native-IB GSI datagram start in the frame; its VCRC is
-    the frame's last bytes."""
+    """Where the layers of a fast-path native-IB GSI datagram start, counted from the frame's
+    first byte; its VCRC is the frame's last bytes."""
 
     lrh: int
     grh: int  # -1: no GRH (LNH "IBA local")
     bth: int
     deth: int
     mad: int
-
-    def rebased(self, start: int) -> "IbMadAt":
-        """The same offsets counted from `start` (a frame's first byte in a read block)."""
-        return IbMadAt(self.lrh - start, self.grh - start if self.grh >= 0 else -1,
-                       self.bth - start, self.deth - start, self.mad - start)
 
 
 _UNKNOWN = object()
@@ -240,6 +231,12 @@ class Prefilter:
         roce = (f"et == {ip_type[0]} and vi == {(4 << 4) | 5} and pr == {udp_proto[0]} "
                 f"and not fr & {self.frag_mask} and dp == {dport} and sp not in _early")
         total = ip + self.ip_len
+        bth = udp + self.udp_len
+        # a GSI datagram of the usual shape: every length exact, a source QP bound to MAD
+        gsi_len = bth + self.bth_len + self.deth_len + MAD_SIZE + self.icrc_len
+        gsi_fmt, qp_mask = self._gsi_format([(total, "H"), (udp + self.udp_ulen, "H")],
+                                            bth + self.bth_len)
+        gsi_at = MadAt(ip, 4, udp, bth, bth + self.bth_len, bth + self.bth_len + self.deth_len)
         src = f"""
 def data_first(b, s, e):
     if {least} <= e - s <= {MAX_FRAME_BYTES}:
@@ -247,13 +244,27 @@ def data_first(b, s, e):
         if {roce}:
             if op not in _deth_opcodes:
                 return None
-            # a GSI datagram: straight to the UDP step of the full classifier
+            if e - s == {gsi_len}:
+                tl, ul, qp = _unpack_gsi(b, s)
+                if tl == {gsi_len - ip} and ul == {gsi_len - udp} and qp & {qp_mask} in _gsi_qps:
+                    return _gsi_at
+            # another GSI datagram: straight to the UDP step of the full classifier
             return _udp(b, s + {ip}, 4, s + {udp}, e,
-                        (b[s + {total}] << 8 | b[s + {total + 1}]) == e - s - {ip})
+                        (b[s + {total}] << 8 | b[s + {total + 1}]) == e - s - {ip}, s)
     return _full_classifier(b, s, e)
 """ + _scan_source("et, vi, fr, pr, sp, dp, op", f"{roce} and op not in _deth_opcodes", least)
         return self._compile_data_first(1, "ether_data", src, fmt, self.ether,
-                                        _early=frozenset(early), _udp=self.udp)
+                                        _early=frozenset(early), _udp=self.udp,
+                                        _unpack_gsi=struct.Struct(gsi_fmt).unpack_from,
+                                        _gsi_at=gsi_at)
+
+    def _gsi_format(self, fields: list[tuple[int, str]], deth: int) -> tuple[str, int]:
+        """The struct format reading `fields` and then the 4 bytes that end with the DETH's
+        source QP (a DETH at offset deth), and the mask that keeps the QP of them."""
+        qp = layer_steps(DETH)["src_qp"]
+        assert qp.kind == "int" and 1 <= qp.nbytes <= 4 and qp.offset + qp.nbytes >= 4
+        fmt, _ = _struct_format(fields + [(deth + qp.offset + qp.nbytes - 4, "I")])
+        return fmt, (1 << 8 * qp.nbytes) - 1
 
     def _compile_erf_data(self) -> Callable[[bytes, int, int], object]:
         """ERF's classifier with a first test for the bulk of an ibdump capture: RC/UC data
@@ -270,25 +281,36 @@ def data_first(b, s, e):
         fmt, _ = _struct_format([(self.erf_ext_at, "B"), (self.erf_wlen, "H"),
                                  (self.erf_len + lnh.offset, "B"), (bth + self.bth_opcode, "B")])
         least = bth + self.bth_len + self.icrc_len + self.vcrc_len  # as lrh() asks for a BTH
-        test = (f"te == {ib_type[0] << self.erf_type_shift} and wl == e - s - {self.erf_len} "
-                f"and (lb >> {8 - lnh.bit_off - lnh.bits}) & {(1 << lnh.bits) - 1} == {local[0]} "
-                f"and op not in _deth_opcodes")
+        header = (f"te == {ib_type[0] << self.erf_type_shift} and wl == e - s - {self.erf_len} "
+                  f"and (lb >> {8 - lnh.bit_off - lnh.bits}) & {(1 << lnh.bits) - 1} == {local[0]}")
+        deth = bth + self.bth_len
+        gsi_len = deth + self.deth_len + MAD_SIZE + self.icrc_len + self.vcrc_len
+        gsi_fmt, qp_mask = self._gsi_format([], deth)
+        gsi_at = IbMadAt(self.erf_len, -1, bth, deth, deth + self.deth_len)
         src = f"""
 def data_first(b, s, e):
     if {least} <= e - s <= {MAX_FRAME_BYTES}:
         te, wl, lb, op = _unpack(b, s)
-        if {test}:
-            return None
+        if {header}:
+            if op not in _deth_opcodes:
+                return None
+            if e - s == {gsi_len} and _unpack_gsi(b, s)[0] & {qp_mask} in _gsi_qps:
+                return _gsi_at  # a GSI datagram of the usual shape
     return _full_classifier(b, s, e)
-""" + _scan_source("te, wl, lb, op", test, least)
-        return self._compile_data_first(LINKTYPE_ERF, "erf_data", src, fmt, self.erf)
+""" + _scan_source("te, wl, lb, op", f"{header} and op not in _deth_opcodes", least)
+        return self._compile_data_first(LINKTYPE_ERF, "erf_data", src, fmt, self.erf,
+                                        _unpack_gsi=struct.Struct(gsi_fmt).unpack_from,
+                                        _gsi_at=gsi_at)
 
     _data_compilers = {1: _compile_ether_data, LINKTYPE_ERF: _compile_erf_data}
 
     def _compile_data_first(self, linktype: int, name: str, src: str, fmt: str,
                             full: Callable, **names) -> Callable:
+        # source QPs whose binding alone makes Scapy dissect a MAD after the DETH
+        gsi_qps = frozenset(fv["src_qp"] for fv in self.deth_next.values_for(MAD)
+                            if set(fv) == {"src_qp"} and self.deth_next.resolve((fv["src_qp"],)) is MAD)
         ns = {"_deth_opcodes": frozenset(self.deth_opcodes), "_full_classifier": full,
-              "_unpack": struct.Struct(fmt).unpack_from, **names}
+              "_unpack": struct.Struct(fmt).unpack_from, "_gsi_qps": gsi_qps, **names}
         exec(compile(src, f"<prefilter {name}>", "exec"), ns)
         self._make_scans[linktype] = ns["make_scan"]
         return ns["data_first"]
@@ -307,17 +329,18 @@ def data_first(b, s, e):
         t = self.eth_type + s
         nxt = self.eth_next.resolve((b[t] << 8 | b[t + 1],))
         if nxt is IP:
-            return self.ipv4(b, s + self.eth_len, e)
+            return self.ipv4(b, s + self.eth_len, e, s)
         if nxt is IPv6:
-            return self.ipv6(b, s + self.eth_len, e)
+            return self.ipv6(b, s + self.eth_len, e, s)
         return FULL
 
     def raw_ip(self, b: bytes, s: int, e: int):
         if s >= e or e - s > MAX_FRAME_BYTES:
             return FULL
-        return self.ipv6(b, s, e) if b[s] >> 4 == 6 else self.ipv4(b, s, e)
+        return self.ipv6(b, s, e, s) if b[s] >> 4 == 6 else self.ipv4(b, s, e, s)
 
-    def ipv4(self, b: bytes, s: int, e: int):
+    def ipv4(self, b: bytes, s: int, e: int, f: int):
+        """The IPv4 header at s of the frame that starts at f (as are the next ones)."""
         if e - s < 20 or b[s] >> 4 != 4:
             return FULL
         ihl = (b[s] & 0x0F) * 4
@@ -331,9 +354,9 @@ def data_first(b, s, e):
         if nxt is not UDP:
             return FULL
         total = b[s + self.ip_len] << 8 | b[s + self.ip_len + 1]
-        return self.udp(b, s, 4, s + ihl, e, total == e - s)
+        return self.udp(b, s, 4, s + ihl, e, total == e - s, f)
 
-    def ipv6(self, b: bytes, s: int, e: int):
+    def ipv6(self, b: bytes, s: int, e: int, f: int):
         if e - s < self.ip6_len or b[s] >> 4 != 6:
             return FULL
         nxt = self.ip6_next.resolve((b[s + self.ip6_nh],))
@@ -342,9 +365,9 @@ def data_first(b, s, e):
         if nxt is not UDP:
             return FULL
         plen = b[s + self.ip6_plen] << 8 | b[s + self.ip6_plen + 1]
-        return self.udp(b, s, 6, s + self.ip6_len, e, plen == e - s - self.ip6_len)
+        return self.udp(b, s, 6, s + self.ip6_len, e, plen == e - s - self.ip6_len, f)
 
-    def udp(self, b: bytes, ip: int, version: int, u: int, e: int, exact: bool):
+    def udp(self, b: bytes, ip: int, version: int, u: int, e: int, exact: bool, f: int):
         if e - u < self.udp_len:
             return FULL
         sp, dp = u + self.udp_sport, u + self.udp_dport
@@ -364,7 +387,7 @@ def data_first(b, s, e):
             return FULL
         if not self.carries_mad(b, bth, deth):
             return FULL
-        return MadAt(ip, version, u, bth, deth, mad)
+        return MadAt(ip - f, version, u - f, bth - f, deth - f, mad - f)
 
     def carries_mad(self, b: bytes, bth: int, deth: int) -> bool:
         """True when Scapy dissects what follows this DETH as a MAD (its binding on the source
@@ -390,10 +413,12 @@ def data_first(b, s, e):
         w = s + self.erf_len
         if (b[s + self.erf_wlen] << 8 | b[s + self.erf_wlen + 1]) != e - w:
             return FULL  # rlen padding or a packet cut short: the Scapy path's business
-        return self.lrh(b, w, e)
+        return self.lrh(b, w, e, s)
 
-    def lrh(self, b: bytes, s: int, e: int):
-        """A native-IB packet from its LRH to its VCRC (LINKTYPE_INFINIBAND, or inside ERF)."""
+    def lrh(self, b: bytes, s: int, e: int, f: int | None = None):
+        """A native-IB packet from its LRH to its VCRC (LINKTYPE_INFINIBAND, or inside the ERF
+        record that starts at f)."""
+        f = s if f is None else f
         if e - s < self.lrh_len or e - s > MAX_FRAME_BYTES:
             return FULL
         nxt = self.lrh_next.resolve((self.read_lnh(b, s),))
@@ -411,17 +436,17 @@ def data_first(b, s, e):
         mad = deth + self.deth_len
         if e - mad - self.icrc_len - self.vcrc_len != MAD_SIZE or not self.carries_mad(b, bth, deth):
             return FULL
-        return IbMadAt(s, grh, bth, deth, mad)
+        return IbMadAt(s - f, grh - f if grh >= 0 else -1, bth - f, deth - f, mad - f)
 
 
 def _struct_format(fields: list[tuple[int, str]]) -> tuple[str, int]:
-    """A big-endian struct format reading the (offset, "B" or "H") fields in one go, gaps
-    skipped ("x"), and the bytes it needs."""
+    """A big-endian struct format reading the (offset, "B", "H" or "I") fields in one go,
+    gaps skipped ("x"), and the bytes it needs."""
     fmt, pos = ">", 0
     for off, code in fields:
         assert off >= pos, "fields out of order"
         fmt += (f"{off - pos}x" if off > pos else "") + code
-        pos = off + (2 if code == "H" else 1)
+        pos = off + struct.calcsize(">" + code)
     return fmt, pos
 
 

@@ -36,8 +36,7 @@ def classified_frames(path: str, prefilter: Prefilter, blob_plausible=None,
         kind = sniff_format(f.read(4))
         if kind == "pcapng":
             f.seek(0)
-            for frame, cl, start in pcapng_classified(path, f, prefilter.classifier, skipped):
-                yield frame, cl if cl is FULL or not start else cl.rebased(start)
+            yield from pcapng_classified(path, f, prefilter.classifier, skipped)
             return
     if kind == "pcap":
         yield from _pcap(path, prefilter, skipped)
@@ -99,7 +98,7 @@ def _pcap(path: str, prefilter: Prefilter, skipped: list) -> Iterator[tuple[Fram
                 start = pos + _REC_HDR
                 pos = end
                 yield (Frame(number, sec + frac * tsres, linktype, buf[start:end], orig),
-                       cl if cl is FULL else cl.rebased(start))
+                       cl)
             skipped[0] += number - first
             if not eof:
                 more = f.read(BLOCK)
