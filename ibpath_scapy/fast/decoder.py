@@ -1,9 +1,8 @@
 """The decoder's fast path: GSI datagrams decoded by extractors compiled from the layers.
 
 FastDecoder is a decode.Decoder (same RMPP reassembler, LS memory and statistics) whose
-feed_at() takes the frames the pre-filter recognised as plain RoCEv2 or native-IB MADs and
-builds their
-records without Scapy; every other frame goes through Decoder.feed unchanged. The records are
+decode_at() takes the frames the pre-filter recognised as plain RoCEv2 or native-IB MADs and
+builds their records without Scapy; every other frame goes through Decoder.feed unchanged. The records are
 the ones decode.py's Scapy path builds, key for key and in the same order (tests/
 test_fastpath.py compares both over every capture of the project and the bench corpora).
 """
@@ -11,7 +10,6 @@ test_fastpath.py compares both over every capture of the project and the bench c
 from __future__ import annotations
 
 import socket
-from typing import Iterator
 
 from scapy.contrib.roce import BTH, GRH
 from scapy.layers.inet import IP
@@ -145,7 +143,7 @@ def _remember(cache: dict, key: bytes, value: dict) -> dict:
 
 
 class FastDecoder(Decoder):
-    """decode.Decoder plus feed_at() for the frames the pre-filter hands over."""
+    """decode.Decoder plus decode_at() for the frames the pre-filter hands over."""
 
     def __init__(self):
         super().__init__()
@@ -161,18 +159,10 @@ class FastDecoder(Decoder):
         self._sas: dict[bytes, dict] = {}
         self._prs: dict[bytes, dict] = {}
 
-    def feed_at(self, frame: Frame, at: MadAt | IbMadAt) -> Iterator[dict]:
-        """The records of a frame the pre-filter classified as a plain RoCEv2 or native-IB
-        MAD; frames whose MAD payload the compiled decoder does not know go to the Scapy path."""
-        rec = self.decode_at(frame, at)
-        if rec is None:
-            yield from self.feed(frame)
-        else:
-            yield rec
-
     def decode_at(self, frame: Frame, at: MadAt | IbMadAt) -> dict | None:
-        """feed_at()'s one record, or None for a frame the Scapy path must decode (a function,
-        not a generator: one generator a frame is a measurable share of the fast path)."""
+        """The one record of a frame the pre-filter classified as a plain RoCEv2 or native-IB
+        MAD, or None when the compiled decoder does not know its MAD payload: then the frame
+        goes to feed() (the Scapy path)."""
         c = self.c
         data = frame.data
         o = at.mad

@@ -20,7 +20,7 @@ from ..pcapio import (
     read_input,
     sniff_format,
 )
-from .prefilter import FULL, Prefilter
+from .prefilter import Prefilter
 
 BLOCK = 4 * 1024 * 1024
 _PCAP_HDR = 24
