@@ -22,6 +22,7 @@ _BYTE_ORDER_MAGIC = 0x1A2B3C4D
 
 # pcapng block types
 _IDB, _PB, _SPB, _EPB = 0x00000001, 0x00000002, 0x00000003, 0x00000006
+EPB_TYPE = _EPB
 # Shortest block of each type: 12 bytes of type, length and trailing length around its fixed
 # fields (an IDB's link type, reserved, snaplen; a packet block's interface and lengths).
 _MIN_BLOCK = {_IDB: 20, _PB: 32, _SPB: 16, _EPB: 32}
@@ -159,13 +160,17 @@ class _Stream:
 
 def pcapng_classified(path: str, f: BinaryIO,
                       classifier_for: Callable[[int], Callable] | None = None,
-                      skipped: list | None = None) -> Iterator[tuple[Frame, object]]:
+                      skipped: list | None = None,
+                      scanner_for: Callable[[int, str, int], Callable | None] | None = None,
+                      ) -> Iterator[tuple[Frame, object]]:
     """(frame, classification) for the frames of a pcapng file read in large blocks.
 
     Without classifier_for, every frame with classification None. With it, each packet's
     bytes are first classified in the read buffer by classifier_for(link type)(buf, start,
     end); a frame classified None is counted in skipped[0] and never built, the others come
-    with their classification."""
+    with their classification. scanner_for(link type, byte order, interface), when given,
+    makes for an interface a scan(buf, pos, n) → (pos, k) that skips, after a skipped packet,
+    the run of k packet blocks that follows it and would be skipped too."""
     endian = "<"
     interfaces: list[tuple[int, float, Callable | None]] = []
     number = 0
@@ -203,13 +208,17 @@ def pcapng_classified(path: str, f: BinaryIO,
                 raise CaptureError(f"{path}: frame {number}: interface {iface} not described (byte offset {off})")
             if 20 + incl > blen - 12:
                 raise CaptureError(f"{path}: frame {number}: packet length {incl} overruns its block at byte offset {off}")
-            linktype, res, classify = interfaces[iface]
+            linktype, res, classify, scan = interfaces[iface]
             d = body + 20
             cl = None
             if classify is not None:
                 cl = classify(buf, d, d + incl)
                 if cl is None:
                     skipped[0] += 1
+                    if scan is not None:
+                        st.pos, k = scan(buf, st.pos, len(buf))
+                        number += k
+                        skipped[0] += k
                     continue
             comment = _comment(buf[d + ((incl + 3) & ~3):body + blen - 12], endian)
             yield (Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, buf[d:d + incl], orig,
@@ -220,7 +229,9 @@ def pcapng_classified(path: str, f: BinaryIO,
         if btype == _IDB:
             linktype = struct.unpack(endian + "H", raw[:2])[0]
             interfaces.append((linktype, _tsresol(raw[8:-4], endian),
-                               classifier_for(linktype) if classifier_for else None))
+                               classifier_for(linktype) if classifier_for else None,
+                               scanner_for(linktype, endian, len(interfaces))
+                               if scanner_for else None))
         elif btype == _SPB:
             number += 1
             if not interfaces:

@@ -138,3 +138,33 @@ def test_fast_path_reads_pcapng_like_the_scapy_path(tmp_path, cut):
     cut_path = tmp_path / "cut.pcapng"
     cut_path.write_bytes(data[:cut])
     assert_identical(cut_path)
+
+
+@pytest.mark.parametrize("block", [None, 1000])
+def test_fast_path_skips_runs_of_data_blocks_like_the_scapy_path(tmp_path, monkeypatch, block):
+    """Capture 1 of the bench (RC data with a MAD every 20th frame), RoCEv2 and native IB, as
+    pcapng (two interfaces, so that runs of data blocks alternate between them): the fast
+    path skips runs of data blocks in one loop and counts and decodes as the Scapy path does,
+    with any read-block size."""
+    import sys
+    from conftest import ROOT
+    sys.path.insert(0, str(ROOT / "bench"))
+    from corpus import write_capture1
+    from ibpath_scapy.fast import FastDecoder, decode_file_fast
+    from ibpath_scapy.pcapio import PcapNgWriter
+    if block:
+        monkeypatch.setattr(pcapio, "READ_BLOCK", block)
+    frames = []
+    for encap, lt in (("rocev2", 1), ("ib", 197)):
+        src = write_capture1(tmp_path / f"c1-{encap}.pcap", 1000, encap=encap)
+        frames.append([(lt, f.data) for f in read_frames(str(src))])
+    path = tmp_path / "c1.pcapng"
+    with PcapNgWriter(str(path)) as w:
+        for i in range(1000):  # 40 of one interface, then 40 of the other
+            lt, data = frames[(i // 40) % 2][i]
+            w.write(data, lt, i * 1e-6)
+    recs = assert_identical(path)
+    assert len(recs) == 50
+    d = FastDecoder()
+    list(decode_file_fast(str(path), d))
+    assert d.skipped == 950 and d.stats.frames == 1000

@@ -31,6 +31,8 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
 from ..decode import _RAW_IP_LINKTYPES, MAX_FRAME_BYTES
+from ..pcapio import EPB_TYPE as _EPB_TYPE
+from ..pcapio import MAX_BLOCK
 from ..expr import F
 from ..layers.ib import ERF, LINKTYPE_ERF, LINKTYPE_INFINIBAND, LRH
 from ..layers.mad import MAD, MAD_SIZE
@@ -172,6 +174,7 @@ class Prefilter:
         self.fingerprint = _fingerprint()
         self._data_first: dict[int, Callable] = {}  # compiled on first use (classifier())
         self._make_scans: dict[int, Callable] = {}
+        self._make_epb_scans: dict[int, Callable] = {}
         self.by_linktype: dict[int, Callable] = {1: self.ether, LINKTYPE_ERF: self.erf,
                                                  LINKTYPE_INFINIBAND: self.lrh}
         for lt in _RAW_IP_LINKTYPES:  # the IP datagram alone, as decode.dissect reads it
@@ -310,9 +313,11 @@ def data_first(b, s, e):
         gsi_qps = frozenset(fv["src_qp"] for fv in self.deth_next.values_for(MAD)
                             if set(fv) == {"src_qp"} and self.deth_next.resolve((fv["src_qp"],)) is MAD)
         ns = {"_deth_opcodes": frozenset(self.deth_opcodes), "_full_classifier": full,
-              "_unpack": struct.Struct(fmt).unpack_from, "_gsi_qps": gsi_qps, **names}
+              "_unpack": struct.Struct(fmt).unpack_from, "_gsi_qps": gsi_qps,
+              "_Struct": struct.Struct, **names}
         exec(compile(src, f"<prefilter {name}>", "exec"), ns)
         self._make_scans[linktype] = ns["make_scan"]
+        self._make_epb_scans[linktype] = ns["make_epb_scan"]
         return ns["data_first"]
 
     def pcap_scanner(self, linktype: int, incl_at: Callable, rec_len: int) -> Callable | None:
@@ -322,6 +327,15 @@ def data_first(b, s, e):
         self.classifier(linktype)
         make = self._make_scans.get(linktype)
         return make(incl_at, rec_len) if make is not None else None
+
+    def pcapng_scanner(self, linktype: int, endian: str, iface: int) -> Callable | None:
+        """For pcapng: scan(buf, pos, n) → (pos, k) skipping the k enhanced packet blocks of
+        interface `iface` (a section in byte order `endian`) from pos on that the first test
+        of the link type's classifier drops, stopping at the first other block or at one not
+        wholly in buf; None when the link type has none."""
+        self.classifier(linktype)
+        make = self._make_epb_scans.get(linktype)
+        return make(endian, iface) if make is not None else None
 
     def ether(self, b: bytes, s: int, e: int):
         if e - s < self.eth_len or e - s > MAX_FRAME_BYTES:
@@ -451,9 +465,33 @@ def _struct_format(fields: list[tuple[int, str]]) -> tuple[str, int]:
 
 
 def _scan_source(names: str, test: str, least: int) -> str:
-    """Source of make_scan(incl_at, rec_len): a pcap scanner skipping the records whose
-    frame the first test (over the fields `names` of _unpack) drops."""
+    """Source of make_scan(incl_at, rec_len), a pcap scanner, and make_epb_scan(endian,
+    iface), a pcapng one, each skipping the records whose frame the first test (over the
+    fields `names` of _unpack) drops."""
     return f"""
+
+def make_epb_scan(endian, iface):
+    # an EPB: block type, total length, interface, timestamp (2 words), captured length,
+    # original length, then the packet; the checks are pcapio.pcapng_classified's
+    head = _Struct(endian + "IIIIII").unpack_from
+    def scan(b, pos, n):
+        k = 0
+        while pos + 28 <= n:
+            bt, bl, ifc, _, _, incl = head(b, pos)
+            if (bt != {_EPB_TYPE} or ifc != iface or bl & 3 or not 32 <= bl <= {MAX_BLOCK}
+                    or pos + bl > n or 20 + incl > bl - 12):
+                break
+            s = pos + 28
+            e = s + incl
+            if not {least} <= e - s <= {MAX_FRAME_BYTES}:
+                break
+            {names} = _unpack(b, s)
+            if not ({test}):
+                break
+            pos += bl
+            k += 1
+        return pos, k
+    return scan
 
 def make_scan(incl_at, rec_len):
     def scan(b, pos, n):

@@ -36,7 +36,8 @@ def classified_frames(path: str, prefilter: Prefilter, blob_plausible=None,
         kind = sniff_format(f.read(4))
         if kind == "pcapng":
             f.seek(0)
-            yield from pcapng_classified(path, f, prefilter.classifier, skipped)
+            yield from pcapng_classified(path, f, prefilter.classifier, skipped,
+                                         prefilter.pcapng_scanner)
             return
     if kind == "pcap":
         yield from _pcap(path, prefilter, skipped)
