@@ -111,9 +111,7 @@ class _Native:
         hdr = self._erf.get(len(pkt))
         if hdr is None:
             hdr = self._erf[len(pkt)] = bytes(ERF(flags=4, wlen=len(pkt), rlen=16 + len(pkt)))[:16]
-        sec = int(t)
-        ts = sec << 32 | int(round((t - sec) * (1 << 32))) & 0xFFFFFFFF
-        return ts.to_bytes(8, "little") + hdr[8:] + pkt
+        return ERF.ts_of(t).to_bytes(8, "little") + hdr[8:] + pkt
 
 
 def _writer(path: Path, encap: str):

@@ -27,7 +27,7 @@ EPB_TYPE = _EPB
 # fields (an IDB's link type, reserved, snaplen; a packet block's interface and lengths).
 _MIN_BLOCK = {_IDB: 20, _PB: 32, _SPB: 16, _EPB: 32}
 MAX_BLOCK = 256 * 1024 * 1024  # refuse absurd lengths instead of allocating them
-READ_BLOCK = 4 * 1024 * 1024  # pcapng is read in blocks of this size
+READ_BLOCK = 4 * 1024 * 1024  # captures are read in blocks of this size (pcapng here, pcap in fast.reader)
 
 # Not a pcap link type: the link type of the single frame read_input() makes of a raw blob file
 # (the exact optval bytes of rdma_set_option). Negative so that it can never collide.

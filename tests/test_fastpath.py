@@ -354,8 +354,8 @@ def test_identical_on_truncated_files(edge_pcap, tmp_path, cut):
 
 
 def test_identical_when_a_frame_spans_read_blocks(tmp_path, monkeypatch):
-    from ibpath_scapy.fast import reader
-    monkeypatch.setattr(reader, "BLOCK", 1000)  # every frame straddles a block boundary
+    from ibpath_scapy import pcapio
+    monkeypatch.setattr(pcapio, "READ_BLOCK", 1000)  # every frame straddles a block boundary
     path = tmp_path / "c1.pcap"
     write_capture1(path, 400)
     assert_identical(path)

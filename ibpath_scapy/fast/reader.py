@@ -1,9 +1,11 @@
-"""Streaming capture reading for the fast path: classic pcap and pcapng in large blocks,
-classified in place, so that a skipped frame costs a header unpack and a few byte reads and
-never a copy (pcapng through pcapio.pcapng_classified, the reader of every path).
+"""Streaming capture reading for the fast path: classic pcap and pcapng in blocks of
+pcapio.READ_BLOCK bytes, classified in place, so that a skipped frame costs a header unpack
+and a few byte reads and never a copy (pcapng through pcapio.pcapng_classified, the reader
+of every path).
 
-Raw blob files are read by pcapio (one Frame) and classified the same way. Errors are pcapio's, word for word (file, frame, byte offset), raised after every frame
-before the damage has been handed over.
+Raw blob files are read by pcapio (one Frame) and classified the same way. Errors are
+pcapio's, word for word (file, frame, byte offset), raised after every frame before the
+damage has been handed over.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Iterator
 
+from .. import pcapio
 from ..pcapio import (
     MAX_BLOCK,
     PCAP_MAGICS,
@@ -22,7 +25,6 @@ from ..pcapio import (
 )
 from .prefilter import Prefilter
 
-BLOCK = 4 * 1024 * 1024
 _PCAP_HDR = 24
 _REC_HDR = 16
 
@@ -102,7 +104,7 @@ def _pcap(path: str, prefilter: Prefilter, skipped: list) -> Iterator[tuple[Fram
                        cl)
             skipped[0] += number - first
             if not eof:
-                more = f.read(BLOCK)
+                more = f.read(pcapio.READ_BLOCK)
                 eof = not more
                 base += pos
                 buf = buf[pos:] + more

@@ -143,12 +143,16 @@ class ERF(Packet):
             p = p[:10] + struct.pack("!H", len(p) + len(pay)) + p[12:]
         return p + pay
 
+    @staticmethod
+    def ts_of(t: float) -> int:
+        """The ts field (32.32 fixed point) of t seconds since the epoch."""
+        sec = int(t)
+        return (sec << 32) | int(round((t - sec) * (1 << 32))) & 0xFFFFFFFF
+
     @classmethod
     def from_time(cls, t: float, **kw):
         """An ERF header whose timestamp is t seconds since the epoch."""
-        sec = int(t)
-        frac = int(round((t - sec) * (1 << 32))) & 0xFFFFFFFF
-        return cls(ts=(sec << 32) | frac, **kw)
+        return cls(ts=cls.ts_of(t), **kw)
 
     def timestamp(self) -> float:
         return (self.ts >> 32) + (self.ts & 0xFFFFFFFF) / (1 << 32)
