@@ -1,0 +1,1 @@
+../../dissector/ibpath.lua
