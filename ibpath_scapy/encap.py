@@ -2,7 +2,10 @@
 the ERF and exported-PDU records captures store them in.
 
 The layers do the packing and CRCs; these helpers only choose the usual header values for a
-GSI (QP0/QP1) datagram.
+GSI (QP0/QP1) datagram. The frame builders (rocev2_frame, native_ib_frame) return a Scapy
+Packet, as every layer does (`bytes()` of it is the frame); the record builders (erf_record,
+exported_pdu) take a frame as a Packet or bytes and return the record's bytes, ready for a
+capture writer.
 """
 
 from __future__ import annotations
@@ -41,20 +44,20 @@ def rocev2_frame(mad: bytes | Packet, *, src: str, dst: str, smac: str = "02:00:
 
 
 def native_ib_frame(mad: bytes | Packet, *, slid: int, dlid: int, sl: int = 0, dqpn: int = 1,
-                    sqpn: int = 1, qkey: int = GSI_QKEY, pkey: int = 0xFFFF, psn: int = 0) -> bytes:
-    """LRH/BTH/DETH/MAD/ICRC/VCRC bytes of a local-route GSI datagram (QP0 travels on VL15)."""
+                    sqpn: int = 1, qkey: int = GSI_QKEY, pkey: int = 0xFFFF, psn: int = 0) -> Packet:
+    """LRH/BTH/DETH/MAD of a local-route GSI datagram (QP0 travels on VL15); ICRC and VCRC
+    are computed when it is built."""
     vl = 15 if dqpn == 0 else 0
-    pkt = (LRH(vl=vl, sl=sl, dlid=dlid, slid=slid)
-           / BTH(opcode=UD_SEND_ONLY, pkey=pkey, dqpn=dqpn, psn=psn)
-           / DETH(q_key=qkey, src_qp=sqpn) / _mad_layer(mad))
-    return bytes(pkt)
+    return (LRH(vl=vl, sl=sl, dlid=dlid, slid=slid)
+            / BTH(opcode=UD_SEND_ONLY, pkey=pkey, dqpn=dqpn, psn=psn)
+            / DETH(q_key=qkey, src_qp=sqpn) / _mad_layer(mad))
 
 
-def erf_record(frame: bytes, ts: float) -> bytes:
+def erf_record(frame: bytes | Packet, ts: float) -> bytes:
     """An ERF type-21 record as ibdump writes it (DLT_ERF, 197)."""
-    return bytes(ERF.from_time(ts, flags=4) / Raw(frame))
+    return bytes(ERF.from_time(ts, flags=4) / Raw(bytes(frame)))
 
 
-def exported_pdu(payload: bytes, dissector: str) -> bytes:
+def exported_pdu(payload: bytes | Packet, dissector: str) -> bytes:
     """A link-type-252 record carrying payload for the named Wireshark dissector."""
-    return bytes(ExportedPDU.for_dissector(dissector) / Raw(payload))
+    return bytes(ExportedPDU.for_dissector(dissector) / Raw(bytes(payload)))

@@ -1,17 +1,36 @@
-"""Human-readable text for decoded frames (the `ibpath decode` text format)."""
+"""Human-readable text for decoded frames (the `ibpath decode` text format), and the one
+display convention every ibpath output shares (Scapy's show(), decode text, the HTML report,
+the generated Wireshark plugin): LIDs in decimal (the plugin adds hex), MTU, rate and time
+exponents as their meaning with the code in parentheses ("2048 (4)", "10 Gb/s (3)", "1.074 s
+(18)", "Unknown (7)"), durations in s/ms/µs/ns with 4 significant digits, GIDs as IPv6 text.
+The text comes from the layers' own fields (`i2repr`), so it is written once.
+"""
 
 from __future__ import annotations
 
+from .layers.cm import CMReq
+from .layers.coded import coded_text, MTU_CODES, RATE_CODES, time_exponent_text
 from .layers.pathdata import flags_text
-from .layers.sa import MTU_CODES, RATE_CODES, SELECTORS, packet_life_time_seconds
+from .layers.sa import SELECTORS, PathRecord
 
 _SEL = {0: ">", 1: "<", 2: "=", 3: "best"}
+_FIELDS = {f.name: f for cls in (CMReq, PathRecord) for f in cls.fields_desc}
 
 
-def _selected(rec: dict, name: str, table: dict) -> str:
+def field_text(name: str, value) -> str:
+    """A PathRecord or CM REQ field's value as every ibpath text shows it (the layer field's
+    own repr): 'dlid' 58 → '58', 'mtu' 4 → '2048 (4)', 'pkey' 0xffff → '0xffff'."""
+    fld = _FIELDS.get(name)
+    if value is None:
+        return ""
+    if fld is None or not isinstance(value, int):
+        return str(value)
+    return str(fld.i2repr(None, value))
+
+
+def _selected(rec: dict, name: str) -> str:
     sel = _SEL.get(rec[f"{name}_selector"], "?")
-    val = table.get(rec[name], f"code {rec[name]}")
-    return f"{sel}{val}"
+    return f"{sel}{field_text(name, rec[name])}"
 
 
 def query_line(rec: dict, components: list[str]) -> str:
@@ -20,13 +39,11 @@ def query_line(rec: dict, components: list[str]) -> str:
     for name in components:
         base = name.removesuffix("_msb").removesuffix("_lsb")
         if base in rec and f"{base}=" not in " ".join(parts):
-            v = rec[base]
-            parts.append(f"{base}={v if not isinstance(v, int) or base in ('sl', 'numb_path', 'reversible', 'hop_limit') else hex(v)}")
+            parts.append(f"{base}={field_text(base, rec[base])}")
     return " ".join(parts) or "(no components)"
 
 
 def path_record_line(rec: dict) -> str:
-    plt = packet_life_time_seconds(rec["packet_life_time"])
     flags = []
     if rec["reversible"]:
         flags.append("reversible")
@@ -35,8 +52,8 @@ def path_record_line(rec: dict) -> str:
     return (
         f"{rec['sgid']} → {rec['dgid']}  slid {rec['slid']} dlid {rec['dlid']}  "
         f"pkey 0x{rec['pkey']:04x} sl {rec['sl']} qos {rec['qos_class']}  "
-        f"mtu {_selected(rec, 'mtu', MTU_CODES)} rate {_selected(rec, 'rate', RATE_CODES)} "
-        f"plt {_SEL.get(rec['packet_life_time_selector'])}{rec['packet_life_time']} ({plt * 1e3:.3g} ms)  "
+        f"mtu {_selected(rec, 'mtu')} rate {_selected(rec, 'rate')} "
+        f"plt {_selected(rec, 'packet_life_time')}  "
         f"flow 0x{rec['flow_label']:05x} hop {rec['hop_limit']} tclass {rec['tclass']}  "
         f"numb_path {rec['numb_path']} pref {rec['preference']}  sid 0x{rec['service_id']:016x}"
         + (f"  [{', '.join(flags)}]" if flags else "")
@@ -79,15 +96,16 @@ def frame_text(d: dict) -> list[str]:
     req = d.get("cm_req")
     if req:
         lines.append(f"        REQ comm_id 0x{req['local_comm_id']:08x} sid 0x{req['service_id']:016x} "
-                     f"pkey 0x{req['pkey']:04x} mtu {MTU_CODES.get(req['path_packet_payload_mtu'], '?')}")
+                     f"pkey 0x{req['pkey']:04x} mtu {field_text('path_packet_payload_mtu', req['path_packet_payload_mtu'])}")
         for p in ("primary", "alternate"):
             if req[f"{p}_local_lid"] or req[f"{p}_local_gid"] != "::":
                 lines.append(
                     f"        {p:9} {req[f'{p}_local_gid']} (lid {req[f'{p}_local_lid']}) → "
                     f"{req[f'{p}_remote_gid']} (lid {req[f'{p}_remote_lid']})  "
-                    f"flow 0x{req[f'{p}_flow_label']:05x} rate {RATE_CODES.get(req[f'{p}_packet_rate'], '?')} "
+                    f"flow 0x{req[f'{p}_flow_label']:05x} "
+                    f"rate {field_text(f'{p}_packet_rate', req[f'{p}_packet_rate'])} "
                     f"tclass {req[f'{p}_traffic_class']} hop {req[f'{p}_hop_limit']} sl {req[f'{p}_sl']} "
-                    f"ack_timeout {req[f'{p}_local_ack_timeout']}")
+                    f"ack_timeout {field_text(f'{p}_local_ack_timeout', req[f'{p}_local_ack_timeout'])}")
     elif d.get("cm"):
         cm = d["cm"]
         lines.append(f"        {cm['message']} local_comm_id 0x{cm['local_comm_id']:08x}"
@@ -165,4 +183,5 @@ def _netlink_or_blob_text(head: str, d: dict) -> list[str]:
     return lines
 
 
-__all__ = ["frame_text", "path_record_line", "blob_lines", "kernel_choice_text", "SELECTORS"]
+__all__ = ["frame_text", "field_text", "path_record_line", "blob_lines", "kernel_choice_text",
+           "SELECTORS", "MTU_CODES", "RATE_CODES", "coded_text", "time_exponent_text"]

@@ -230,7 +230,7 @@ def test_identical_on_edge_cases_pcapng_and_raw_ip(tmp_path):
 
 
 def _ib(mad, **kw) -> bytes:
-    return native_ib_frame(mad, **{"slid": 7, "dlid": 2, **kw})
+    return bytes(native_ib_frame(mad, **{"slid": 7, "dlid": 2, **kw}))
 
 
 def _erf_with(raw: bytes, **fields) -> bytes:

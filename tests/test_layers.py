@@ -11,6 +11,7 @@ from scapy.fields import _BitField
 
 from ibpath_scapy import layers
 from ibpath_scapy.layers import cm, ib, mad, roce, sa
+from ibpath_scapy.layers.coded import RawCode
 from ibpath_scapy.layers.sa import PathRecord, SAHeader, component_fields, component_mask_for
 
 # rdma-core libibverbs/sa.h struct ibv_path_record, as a struct format (wire-formats.md §3).
@@ -91,7 +92,8 @@ def test_path_record_against_c_struct_packing(v):
         service_id=sid, dgid=str(ipaddress.IPv6Address(dgid)), sgid=str(ipaddress.IPv6Address(sgid)),
         dlid=dlid, slid=slid, raw_traffic=raw, flow_label=flow, hop_limit=hop, tclass=tclass,
         reversible=rev, numb_path=numb, pkey=pkey, qos_class=qos, sl=sl, mtu_selector=mtu_sel,
-        mtu=mtu, rate_selector=rate_sel, rate=rate, packet_life_time_selector=plt_sel,
+        mtu=RawCode(mtu), rate_selector=rate_sel, rate=RawCode(rate),
+        packet_life_time_selector=plt_sel,
         packet_life_time=plt, preference=pref)
     assert bytes(built) == wire
     d = PathRecord(wire)

@@ -28,6 +28,7 @@ from ibpath_scapy.layers.pathdata import (
     single_gmp_blob,
     six_path_blob,
 )
+from ibpath_scapy.layers.coded import RawCode
 from ibpath_scapy.layers.sa import PathRecord
 from ibpath_scapy.pcapio import PcapNgWriter
 
@@ -96,8 +97,9 @@ def test_layer_builds_the_c_layout(flags, kw):
                    slid=kw["slid"], raw_traffic=kw["raw"], flow_label=kw["flow"],
                    hop_limit=kw["hop"], tclass=kw["tclass"], reversible=kw["rev"],
                    numb_path=kw["numb"], pkey=kw["pkey"], qos_class=kw["qos"], sl=kw["sl"],
-                   mtu_selector=kw["mtu_sel"], mtu=kw["mtu"], rate_selector=kw["rate_sel"],
-                   rate=kw["rate"], packet_life_time_selector=kw["plt_sel"],
+                   mtu_selector=kw["mtu_sel"], mtu=RawCode(kw["mtu"]),
+                   rate_selector=kw["rate_sel"], rate=RawCode(kw["rate"]),
+                   packet_life_time_selector=kw["plt_sel"],
                    packet_life_time=kw["plt"], preference=kw["pref"])
     assert bytes(PathRecData(flags=flags, reserved=7, path_record=p)) == pack_record(flags, 7, **kw)
 

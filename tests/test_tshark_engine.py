@@ -246,8 +246,8 @@ def craft_ib(b: CaptureBuilder) -> None:
     q = b.sa_query(pr())
     b.sa_answer(q, [pr()])
     b.cm_req(pr())
-    frame = native_ib_frame(MAD(transaction_id=77) / RMPP() / SAHeader(records=[pr()]),
-                            slid=3, dlid=4)
+    frame = bytes(native_ib_frame(MAD(transaction_id=77) / RMPP() / SAHeader(records=[pr()]),
+                                  slid=3, dlid=4))
     b._write(erf_record(frame[:-1] + bytes([frame[-1] ^ 1]), b.t), LINKTYPE_ERF)
     b._write(erf_record(frame[:-6] + bytes(4) + frame[-2:], b.t), LINKTYPE_ERF)
 
@@ -293,7 +293,7 @@ def write_exported_ib(path: Path) -> None:
     with PcapWriter(str(path), 252, nano=True) as w:
         w.write(exported_pdu(native_ib_frame(mad(78), slid=3, dlid=4), "infiniband"), 1.123456789)
         w.write(exported_pdu(grh, "infiniband"), 2.25)
-        w.write(exported_pdu(native_ib_frame(mad(80), slid=3, dlid=4)[:100], "infiniband"), 3.0)
+        w.write(exported_pdu(bytes(native_ib_frame(mad(80), slid=3, dlid=4))[:100], "infiniband"), 3.0)
 
 
 CRAFTED = {
@@ -527,8 +527,8 @@ def test_linktype_infiniband_is_refused_by_tshark(tmp_path):
     """Documented difference: tshark 4.0 does not read LINKTYPE_INFINIBAND (247) pcaps."""
     f = tmp_path / "ib247.pcap"
     with PcapWriter(str(f), 247) as w:
-        w.write(native_ib_frame(MAD(transaction_id=1) / RMPP() / SAHeader(records=[pr()]),
-                                slid=1, dlid=2), 1.0)
+        w.write(bytes(native_ib_frame(MAD(transaction_id=1) / RMPP() / SAHeader(records=[pr()]),
+                                      slid=1, dlid=2)), 1.0)
     assert [r["kind"] for r in decode_file(str(f))] == ["sa"]
     with pytest.raises(TsharkEngineError) as e:
         list(tshark_records(str(f)))

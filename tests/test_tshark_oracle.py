@@ -43,6 +43,7 @@ from ibpath_scapy.layers import (
     DETH, ERF, LRH, MAD, RMPP, CMDrep, CMDreq, CMMra, CMRej, CMRep, CMReq, CMRtu, PathRecord,
     SAHeader,
 )
+from ibpath_scapy.layers.coded import RawCode
 from ibpath_scapy.pcapio import PcapNgWriter, read_frames
 
 from tshark_util import assert_clean, needs_tshark, run_pyshark, run_tshark, tshark_fields
@@ -424,7 +425,7 @@ def scapy_kwargs(table, spec: dict) -> dict:
         elif kind == "bytes":
             out[name] = v.to_bytes(bits // 8, "big")
         else:
-            out[name] = v
+            out[name] = RawCode(v)  # any value of its width, an IBA code or not
     return out
 
 

@@ -262,6 +262,8 @@ def _int_fields(pkt, out=None):
 
 def field_values(rnd: random.Random, seed: Seed, n: int = 3) -> tuple | None:
     """Random values (edge values preferred) in n random integer fields of the layers."""
+    from ibpath_scapy.layers.coded import RawCode
+
     try:
         pkt = dissect(Frame(1, 0.0, seed.linktype, seed.data, len(seed.data)))
         fields = _int_fields(pkt) if pkt is not None else []
@@ -270,7 +272,9 @@ def field_values(rnd: random.Random, seed: Seed, n: int = 3) -> tuple | None:
         for _ in range(n):
             layer, name, bits = rnd.choice(fields)
             top = (1 << bits) - 1
-            layer.setfieldval(name, rnd.choice([0, 1, top, top - 1, top >> 1, rnd.randint(0, top)]))
+            # RawCode: any value that fits, an IBA code or not (coded fields refuse others)
+            layer.setfieldval(name, RawCode(rnd.choice([0, 1, top, top - 1, top >> 1,
+                                                        rnd.randint(0, top)])))
         data = bytes(pkt)
     except Exception:
         return None  # Scapy cannot build the combination: not an input

@@ -19,8 +19,9 @@ from scapy.fields import (
 )
 from scapy.packet import Packet, bind_layers
 
-from .mad import MAD, MGMT_CLASS_CM
-from .sa import GIDField, MTU_CODES, RATE_CODES
+from .mad import MAD, MGMT_CLASS_CM, mad_title
+from .coded import LIDField, MTUField, RateField, TimeExponentField
+from .sa import GIDField
 
 CM_DATA_SIZE = 232
 
@@ -73,19 +74,19 @@ def _path_fields(prefix: str, base: int) -> list:
     """
     bit = base * 8
     return [
-        XShortField(f"{prefix}_local_lid", 0),
-        XShortField(f"{prefix}_remote_lid", 0),
+        LIDField(f"{prefix}_local_lid", 0),
+        LIDField(f"{prefix}_remote_lid", 0),
         GIDField(f"{prefix}_local_gid", "::"),
         GIDField(f"{prefix}_remote_gid", "::"),
         XBitField(f"{prefix}_flow_label", 0, 20),
         XBitField(f"reserved_{bit + 308}", 0, 6),
-        BitEnumField(f"{prefix}_packet_rate", 0, 6, RATE_CODES),
+        RateField(f"{prefix}_packet_rate", 0, 6),
         XByteField(f"{prefix}_traffic_class", 0),
         ByteField(f"{prefix}_hop_limit", 0),
         BitField(f"{prefix}_sl", 0, 4),
         BitField(f"{prefix}_subnet_local", 0, 1),
         XBitField(f"reserved_{bit + 341}", 0, 3),
-        BitField(f"{prefix}_local_ack_timeout", 0, 5),
+        TimeExponentField(f"{prefix}_local_ack_timeout", 0, 5),
         (
             BitField("sap_supported", 0, 1)
             if prefix == "alternate"
@@ -112,14 +113,14 @@ class CMReq(Packet):
         X3BytesField("local_eecn", 0),
         ByteField("initiator_depth", 0),
         X3BytesField("remote_eecn", 0),
-        BitField("remote_cm_response_timeout", 0, 5),
+        TimeExponentField("remote_cm_response_timeout", 0, 5),
         BitEnumField("transport_service_type", 0, 2, TRANSPORT_SERVICE_TYPES),
         BitField("end_to_end_flow_control", 0, 1),
         X3BytesField("starting_psn", 0),
-        BitField("local_cm_response_timeout", 0, 5),
+        TimeExponentField("local_cm_response_timeout", 0, 5),
         BitField("retry_count", 0, 3),
         XShortField("pkey", 0xFFFF),
-        BitEnumField("path_packet_payload_mtu", 0, 4, MTU_CODES),
+        MTUField("path_packet_payload_mtu", 0, 4),
         BitField("rdc_exists", 0, 1),
         BitField("rnr_retry_count", 0, 3),
         BitField("max_cm_retries", 0, 4),
@@ -131,8 +132,12 @@ class CMReq(Packet):
     ]
 
     def mysummary(self):
+        """'CM Send(REQ) comm_id=0x1234 sid=0x... fe80::1 > fe80::2'."""
+        mad = self.underlayer
+        title = (mad_title(mad.mgmt_class, mad.method, mad.attribute_id)
+                 if isinstance(mad, MAD) else "REQ")
         return self.sprintf(
-            "CM REQ comm_id=%CMReq.local_comm_id% sid=%CMReq.service_id% "
+            f"CM {title} comm_id=%CMReq.local_comm_id% sid=%CMReq.service_id% "
             "%CMReq.primary_local_gid% > %CMReq.primary_remote_gid%"
         )
 
@@ -147,7 +152,7 @@ class CMMra(Packet):
         XIntField("remote_comm_id", 0),
         BitEnumField("message_mraed", 0, 2, MESSAGE_REJECTED),
         XBitField("reserved_66", 0, 6),
-        BitField("service_timeout", 0, 5),
+        TimeExponentField("service_timeout", 0, 5),
         XBitField("reserved_77", 0, 3),
         StrFixedLenField("private_data", b"", 222),
     ]
@@ -188,7 +193,7 @@ class CMRep(Packet):
         XByteField("reserved_184", 0),
         ByteField("responder_resources", 0),
         ByteField("initiator_depth", 0),
-        BitField("target_ack_delay", 0, 5),
+        TimeExponentField("target_ack_delay", 0, 5),
         BitEnumField("failover_accepted", 0, 2, FAILOVER_ACCEPTED),
         BitField("end_to_end_flow_control", 0, 1),
         BitField("rnr_retry_count", 0, 3),

@@ -26,6 +26,7 @@ from scapy.fields import (
 from scapy.packet import Packet, Raw, bind_layers
 
 from .. import crc
+from .coded import LIDField
 
 LINKTYPE_ERF = 197
 LINKTYPE_INFINIBAND = 247
@@ -55,10 +56,10 @@ class LRH(Packet):
         BitField("sl", 0, 4),
         XBitField("reserved_10", 0, 2),
         BitEnumField("lnh", LNH_IBA_LOCAL, 2, LNH_VALUES),
-        XShortField("dlid", 0),
+        LIDField("dlid", 0),
         XBitField("reserved_32", 0, 5),
         BitField("pkt_len", None, 11),
-        XShortField("slid", 0),
+        LIDField("slid", 0),
         FCSField("vcrc", None, fmt="<H"),
     ]
 

@@ -19,6 +19,7 @@ from scapy.packet import Packet, Raw
 MAD_SIZE = 256
 MAD_HDR_SIZE = 24
 RMPP_HDR_SIZE = 12
+RMPP_DATA_SIZE = MAD_SIZE - MAD_HDR_SIZE - RMPP_HDR_SIZE  # 220: what PayloadLength counts per segment
 
 # Management classes (ib_mad.h IB_MGMT_CLASS_*).
 MGMT_CLASSES = {
@@ -171,6 +172,13 @@ RMPP_ACTIVE, RMPP_FIRST, RMPP_LAST = 0x01, 0x02, 0x04
 RMPP_NO_RESPTIME = 0x1F
 
 
+def mad_title(mgmt_class: int, method: int, attribute_id: int) -> str:
+    """Method and attribute by their IBA names, as summaries show them: 'GetTableResp(PathRecord)'."""
+    meth = METHODS.get(method, f"0x{method:02x}")
+    attr = ATTRIBUTES_BY_CLASS.get(mgmt_class, {}).get(attribute_id, f"0x{attribute_id:04x}")
+    return f"{meth}({attr})"
+
+
 def status_text(status: int, mgmt_class: int | None = None) -> str:
     """Decode a MAD status word into words, e.g. 0x0300 → 'NO_RECORDS'."""
     parts = []
@@ -244,17 +252,33 @@ class MAD(Packet):
         )
 
     def mysummary(self):
-        attrs = ATTRIBUTES_BY_CLASS.get(self.mgmt_class, {})
+        """'MAD CM Send(REP) tid=0x...' (layers above with a summary of their own, SA and CM
+        REQ, name the method and attribute themselves)."""
         cls = MGMT_CLASSES.get(self.mgmt_class, f"class 0x{self.mgmt_class:02x}")
-        meth = METHODS.get(self.method, f"0x{self.method:02x}")
-        attr = attrs.get(self.attribute_id, f"0x{self.attribute_id:04x}")
-        return f"MAD {cls} {meth}({attr}) tid=0x{self.transaction_id:016x}"
+        title = mad_title(self.mgmt_class, self.method, self.attribute_id)
+        return f"MAD {cls} {title} tid=0x{self.transaction_id:016x}"
+
+
+class PayloadLengthField(IntField):
+    """RMPP PayloadLength; None (the default) is computed by RMPP.post_build."""
+
+    def i2repr(self, pkt, x):
+        if x is None and isinstance(pkt, RMPP):
+            return f"computed: {pkt.built_payload_length()}"
+        return super().i2repr(pkt, x)
 
 
 class RMPP(Packet):
     """RMPP header (IBA Vol1 §13.6.2.1, 12 bytes): 5-bit RRespTime above 3 flag bits.
 
-    For ACK segments payload_length carries NewWindowLast.
+    For ACK segments payload_length carries NewWindowLast. payload_length=None is computed
+    for an active DATA MAD as the kernel's RMPP sender fills it (mad_rmpp.c send_next_seg,
+    wire-formats.md §2), from the class header and data above this header (MAD padding not
+    counted): with FIRST set, the whole message's `20 × segments + data` (what the first
+    segment of rmpp.segment() carries; a lone FIRST|LAST MAD is `20 + data`); LAST alone, `20
+    + data` of its own slice (= 220 - pad); a middle segment 0; anything else (RMPP inactive,
+    ACK, STOP, ABORT) 0. Give the first segment the whole message, or the value, when
+    building segments one by one. An explicit value is always kept, malformed or not.
     """
 
     name = "RMPP"
@@ -265,7 +289,7 @@ class RMPP(Packet):
         FlagsField("rmpp_flags", 0, 3, RMPP_FLAG_NAMES),
         ByteEnumField("rmpp_status", 0, RMPP_STATUS),
         IntField("segment_number", 0),
-        IntField("payload_length", 0),
+        PayloadLengthField("payload_length", None),
     ]
 
     @property
@@ -275,6 +299,36 @@ class RMPP(Packet):
     def is_active(self) -> bool:
         return bool(int(self.rmpp_flags) & RMPP_ACTIVE)
 
+    def built_payload_length(self, pay: bytes | None = None) -> int:
+        """The PayloadLength the build writes (see the class docstring); `pay` is the built
+        payload when known."""
+        if self.payload_length is not None:
+            return self.payload_length
+        flags = int(self.rmpp_flags)
+        if not flags & RMPP_ACTIVE or self.rmpp_type != RMPP_TYPE_DATA:
+            return 0
+        if not flags & (RMPP_FIRST | RMPP_LAST):
+            return 0
+        if pay is None:
+            pay = bytes(self.payload)
+        padding = 0
+        layer = self.payload
+        while layer:  # MAD padding a dissected MAD carries is no data of the message
+            if isinstance(layer, MADPadding):
+                padding += len(layer.load)
+            layer = layer.payload
+        class_hdr = getattr(self.payload, "RMPP_CLASS_HDR_SIZE", 0)
+        data_len = max(len(pay) - padding - class_hdr, 0)
+        if not flags & RMPP_FIRST:
+            return class_hdr + data_len  # LAST: its own slice
+        seg_size = RMPP_DATA_SIZE - class_hdr
+        segments = max(1, -(-data_len // seg_size))
+        return class_hdr * segments + data_len
+
+    def post_build(self, p, pay):
+        if self.payload_length is None:
+            p = p[:8] + self.built_payload_length(pay).to_bytes(4, "big") + p[12:]
+        return p + pay
 
 
 class MADPadding(Raw):

@@ -10,6 +10,7 @@ from scapy.fields import (
     ByteField,
     Field,
     FlagsField,
+    FlagValue,
     IP6Field,
     ShortField,
     XBitField,
@@ -21,9 +22,21 @@ from scapy.packet import Packet, Raw, bind_layers
 
 from ..expr import And, F, If, Max, Min, Remaining, Under, evaluate_on
 from ..hints import ListHint
+from .coded import (  # noqa: F401  (MTU_*/RATE_* re-exported: sa.py was their home)
+    MTU_BYTES,
+    MTU_CODES,
+    RATE_CODES,
+    RATE_GBPS,
+    LIDField,
+    MTUField,
+    RateField,
+    TimeExponentField,
+    time_exponent_seconds,
+)
 from .mad import (
     ATTR_PATH_RECORD,
     MAD,
+    mad_title,
     MADPadding,
     METHOD_GET_TABLE_RESP,
     METHOD_RESP,
@@ -39,39 +52,6 @@ SA_DATA_SIZE = 200
 SA_MAD_HDR_SIZE = 56  # MAD 24 + RMPP 12 + SA 20
 PATH_RECORD_SIZE = 64
 
-# Path MTU codes (enum ib_mtu, OpenSM IB_MTU_LEN_*).
-MTU_CODES = {1: "256", 2: "512", 3: "1024", 4: "2048", 5: "4096"}
-MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
-
-# Static rate codes (enum ib_rate, OpenSM IB_PATH_RECORD_RATE_*), Gb/s.
-RATE_CODES = {
-    0: "port current",
-    2: "2.5 Gb/s",
-    3: "10 Gb/s",
-    4: "30 Gb/s",
-    5: "5 Gb/s",
-    6: "20 Gb/s",
-    7: "40 Gb/s",
-    8: "60 Gb/s",
-    9: "80 Gb/s",
-    10: "120 Gb/s",
-    11: "14 Gb/s",
-    12: "56 Gb/s",
-    13: "112 Gb/s",
-    14: "168 Gb/s",
-    15: "25 Gb/s",
-    16: "100 Gb/s",
-    17: "200 Gb/s",
-    18: "300 Gb/s",
-    19: "28 Gb/s",
-    20: "50 Gb/s",
-    21: "400 Gb/s",
-    22: "600 Gb/s",
-    23: "800 Gb/s",
-    24: "1200 Gb/s",
-    25: "1600 Gb/s",
-}
-
 # Selectors (enum ib_sa_selector).
 SELECTORS = {0: "greater than", 1: "less than", 2: "exactly", 3: "largest/smallest available"}
 SELECTOR_EXACTLY = 2
@@ -79,27 +59,11 @@ SELECTOR_EXACTLY = 2
 
 def packet_life_time_seconds(code: int) -> float:
     """PacketLifeTime is an exponent: 4.096 µs × 2^code (IBA Vol1 §15.2.5.16)."""
-    return 4.096e-6 * (1 << code)
-
-
-def _format_seconds(t: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if t >= scale:
-            return f"{t / scale:.4g} {unit}"
-    return f"{t / 1e-6:.4g} µs"
+    return time_exponent_seconds(code)
 
 
 class GIDField(IP6Field):
     """A 128-bit IB GID, shown as IPv6 text (fe80::2:c903:0:1)."""
-
-
-class PacketLifeTimeField(BitField):
-    """6-bit PacketLifeTime exponent, shown with the time it stands for."""
-
-    def i2repr(self, pkt, x):
-        if x is None:
-            return repr(x)
-        return f"{x} ({_format_seconds(packet_life_time_seconds(x))})"
 
 
 class PathRecord(Packet):
@@ -113,8 +77,8 @@ class PathRecord(Packet):
         XLongField("service_id", 0),
         GIDField("dgid", "::"),
         GIDField("sgid", "::"),
-        XShortField("dlid", 0),
-        XShortField("slid", 0),
+        LIDField("dlid", 0),
+        LIDField("slid", 0),
         BitField("raw_traffic", 0, 1),
         XBitField("reserved_353", 0, 3),
         XBitField("flow_label", 0, 20),
@@ -126,11 +90,11 @@ class PathRecord(Packet):
         XBitField("qos_class", 0, 12),
         BitField("sl", 0, 4),
         BitEnumField("mtu_selector", SELECTOR_EXACTLY, 2, SELECTORS),
-        BitEnumField("mtu", 4, 6, MTU_CODES),
+        MTUField("mtu", 4, 6),
         BitEnumField("rate_selector", SELECTOR_EXACTLY, 2, SELECTORS),
-        BitEnumField("rate", 3, 6, RATE_CODES),
+        RateField("rate", 3, 6),
         BitEnumField("packet_life_time_selector", SELECTOR_EXACTLY, 2, SELECTORS),
-        PacketLifeTimeField("packet_life_time", 18, 6),
+        TimeExponentField("packet_life_time", 18, 6),
         ByteField("preference", 0),
         XBitField("reserved_464", 0, 48),
     ]
@@ -165,10 +129,11 @@ class PathRecord(Packet):
         return b"", s
 
     def mysummary(self):
-        return self.sprintf(
-            "PathRecord %PathRecord.sgid% > %PathRecord.dgid% "
-            "slid=%PathRecord.slid% dlid=%PathRecord.dlid% rev=%PathRecord.reversible%"
-        )
+        """'PathRecord fe80::1 > fe80::2 slid 1 dlid 2 pkey 0xffff mtu 2048 rate 10 Gb/s'."""
+        rev = " reversible" if self.reversible else ""
+        return (f"PathRecord {self.sgid} > {self.dgid} slid {self.slid} dlid {self.dlid} "
+                f"pkey 0x{self.pkey:04x} mtu {MTU_CODES.get(self.mtu, self.mtu)} "
+                f"rate {RATE_CODES.get(self.rate, self.rate)}{rev}")
 
 
 def _component_names() -> list[str]:
@@ -204,11 +169,29 @@ def component_fields(mask: int, record_cls=PathRecord) -> list[str]:
     return out
 
 
+class ComponentMask(FlagValue):
+    """A ComponentMask value: names its bits like any FlagValue, and is an integer wherever
+    Python wants one (hex(), format(), slicing), as the README's examples use it."""
+
+    def __index__(self) -> int:
+        return self.value
+
+
 class ComponentMaskField(FlagsField):
     """64-bit ComponentMask; bit n = value 1 << n (IB_SA_COMP_MASK(n)). None = computed."""
 
     def __init__(self, name, default):
         super().__init__(name, default, 64, COMPONENT_MASK_NAMES)
+
+    def _fixup_val(self, x):
+        v = super()._fixup_val(x)
+        return ComponentMask(v.value, v.names) if type(v) is FlagValue else v
+
+    def i2repr(self, pkt, x):
+        if x is None and isinstance(pkt, SAHeader):
+            mask = pkt.built_component_mask()
+            return f"computed: 0x{mask:x} ({' '.join(component_fields(mask)) or 'none'})"
+        return super().i2repr(pkt, x)
 
 
 # Record class per SA AttributeID; records of other attributes stay raw bytes.
@@ -287,6 +270,7 @@ class SAHeader(Packet):
 
     name = "SA"
     lua_layer = "sa"
+    RMPP_CLASS_HDR_SIZE = SA_HDR_SIZE  # counted by RMPP PayloadLength once per segment
     fields_desc = [
         XLongField("sm_key", 0),
         ShortField("attribute_offset", None),
@@ -327,16 +311,28 @@ class SAHeader(Packet):
         return bool(evaluate_on(IS_SEGMENT, self))
 
     # -- building ----------------------------------------------------------------------------
-    def post_build(self, p, pay):
+    def built_component_mask(self) -> int:
+        """The ComponentMask the build writes: the field when set, else the components set
+        explicitly on the first record."""
+        if self.component_mask is not None:
+            return int(self.component_mask)
+        return component_mask_for(self.records[0]) if self.records else 0
+
+    def built_attribute_offset(self) -> int:
+        """The AttributeOffset the build writes: the field when set, else the record size in
+        8-byte words on a response that carries records, else 0."""
+        if self.attribute_offset is not None:
+            return self.attribute_offset
         mad = self._mad()
+        if self.records and mad is not None and mad.method & METHOD_RESP:
+            return len(bytes(self.records[0])) // 8
+        return 0
+
+    def post_build(self, p, pay):
         if self.component_mask is None:
-            mask = component_mask_for(self.records[0]) if self.records else 0
-            p = p[:12] + mask.to_bytes(8, "big") + p[20:]
+            p = p[:12] + self.built_component_mask().to_bytes(8, "big") + p[20:]
         if self.attribute_offset is None:
-            off = 0
-            if self.records and mad is not None and mad.method & METHOD_RESP:
-                off = len(bytes(self.records[0])) // 8
-            p = p[:8] + off.to_bytes(2, "big") + p[10:]
+            p = p[:8] + self.built_attribute_offset().to_bytes(2, "big") + p[10:]
         return p + pay
 
     def guess_payload_class(self, payload):
@@ -345,7 +341,24 @@ class SAHeader(Packet):
         return MADPadding
 
     def mysummary(self):
-        return f"SA comp_mask=0x{int(self.component_mask or 0):x} records={len(self.records)}"
+        """'SA GetTableResp(PathRecord) 4 records', 'SA Get(PathRecord) 1 record
+        comp_mask=0x380f (computed)', 'SA GetTableResp(PathRecord) RMPP segment 2'."""
+        mad = self._mad()
+        out = "SA " + (mad_title(mad.mgmt_class, mad.method, mad.attribute_id) if mad else "")
+        rmpp = self._rmpp()
+        if self.is_segment():
+            return f"{out} RMPP segment {rmpp.segment_number}"
+        if self.record_class() is None:
+            out += " (records not decoded)"
+        else:
+            n = len(self.records)
+            out += f" {n} record{'' if n == 1 else 's'}"
+        if mad is None or not mad.method & METHOD_RESP:
+            computed = " (computed)" if self.component_mask is None else ""
+            out += f" comp_mask=0x{self.built_component_mask():x}{computed}"
+        elif mad.status:
+            out += f" status 0x{mad.status:04x}"
+        return out
 
 
 bind_layers(MAD, RMPP, mgmt_class=0x03)

@@ -141,8 +141,11 @@ class Emitter:
             return f"ProtoField.{it.ftype}({lua_str(it.abbrev)}, {lua_str(it.label)}, {lua_str(it.desc)})"
         vs = "nil"
         if it.valuestring:
-            self.vs.append(it.valuestring)
-            vs = f"VS[{len(self.vs)}]"
+            # one table per distinct value string: the coded fields (MTU, rate, time
+            # exponents) share theirs
+            if it.valuestring not in self.vs:
+                self.vs.append(it.valuestring)
+            vs = f"VS[{self.vs.index(it.valuestring) + 1}]"
         mask = lua_int(it.mask) if it.mask is not None else "nil"
         base = f"base.{it.base or 'DEC'}"
         return (f"ProtoField.{it.ftype}({lua_str(it.abbrev)}, {lua_str(it.label)}, {base}, {vs}, "

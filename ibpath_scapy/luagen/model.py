@@ -71,7 +71,7 @@ class Item:
     abbrev: str
     label: str
     ftype: str  # uint8 uint16 uint24 uint32 uint64 bool ipv4 ipv6 ether bytes
-    base: str | None = None  # HEX or DEC for integers
+    base: str | None = None  # HEX, DEC or DEC_HEX for integers
     mask: int | None = None
     valuestring: dict | None = None
     bool_bits: int = 0  # for bool: width of the integer the mask applies to
@@ -123,6 +123,12 @@ def _enum_table(fld) -> dict | None:
                 table[k] = str(v)
         return table or None
     return None
+
+
+def _base(fld) -> str:
+    """Display base of an integer field: the field's own `lua_base` (LIDs: DEC_HEX), else
+    HEX for Scapy's X*Fields, else DEC."""
+    return getattr(fld, "lua_base", None) or ("HEX" if _is_hex(fld) else "DEC")
 
 
 def _is_hex(fld) -> bool:
@@ -236,7 +242,7 @@ def build_layer(cls: type, prefix: str, names_seen: set[str] | None = None) -> L
             le = fld.fmt[0] == "<"
             step = Step(fld.name, "int", offset, nbytes=nb, bits=nb * 8, little_endian=le,
                         wide_value=nb > 4,
-                        item=item(fld.name, _int_ftype(nb), base="HEX" if _is_hex(fld) else "DEC",
+                        item=item(fld.name, _int_ftype(nb), base=_base(fld),
                                   valuestring=_enum_table(fld)))
         step.when = when
         steps.append(step)
@@ -269,7 +275,7 @@ def _bindings(cls):
 
 def _bit_step(cls, fld, bitpos: int, item, when, group: tuple[int, int] | None = None) -> Step:
     w = fld.size
-    hexa = _is_hex(fld)
+    base = _base(fld)
     if group is not None:
         # inside a little-endian group: masks apply to the group read as an LE integer
         nbytes, rel, start = group[1], bitpos - group[0], group[0] // 8
@@ -278,7 +284,7 @@ def _bit_step(cls, fld, bitpos: int, item, when, group: tuple[int, int] | None =
         if isinstance(fld, FlagsField):
             return _flags_step(cls, fld, start, rel, nbytes, item, little_endian=True)
         mask = ((1 << w) - 1) << (nbytes * 8 - rel - w)
-        it = item(fld.name, _int_ftype(nbytes), base="HEX" if hexa else "DEC",
+        it = item(fld.name, _int_ftype(nbytes), base=base,
                   mask=None if mask == (1 << nbytes * 8) - 1 else mask, valuestring=_enum_table(fld))
         return Step(fld.name, "bitint", start, nbytes=nbytes, bit_off=rel, bits=w, item=it,
                     when=when, little_endian=True)
@@ -293,7 +299,7 @@ def _bit_step(cls, fld, bitpos: int, item, when, group: tuple[int, int] | None =
         mask = ((1 << w) - 1) << (nbytes * 8 - bit_off - w)
         if mask == (1 << (nbytes * 8)) - 1:
             mask = None
-        it = item(fld.name, _int_ftype(nbytes), base="HEX" if hexa else "DEC", mask=mask,
+        it = item(fld.name, _int_ftype(nbytes), base=base, mask=mask,
                   valuestring=_enum_table(fld))
         return Step(fld.name, "bitint", start, nbytes=nbytes, bit_off=bit_off, bits=w, item=it,
                     when=when)
@@ -303,7 +309,7 @@ def _bit_step(cls, fld, bitpos: int, item, when, group: tuple[int, int] | None =
         if w == 128:
             return Step(fld.name, "ipv6", start, nbytes=16, item=item(fld.name, "ipv6"), when=when)
         if w <= 64:
-            it = item(fld.name, _int_ftype(nbytes), base="HEX" if hexa else "DEC",
+            it = item(fld.name, _int_ftype(nbytes), base=base,
                       valuestring=_enum_table(fld))
             return Step(fld.name, "int", start, nbytes=nbytes, bits=w, item=it, when=when,
                         wide_value=nbytes > 4)
@@ -312,7 +318,7 @@ def _bit_step(cls, fld, bitpos: int, item, when, group: tuple[int, int] | None =
         raise GeneratorError(f"{cls.__name__}.{fld.name}: unaligned bit field wider than 64 bits")
     # wider than a 32-bit window: no ProtoField mask can express it (masks stop at 32 bits);
     # the value is computed with TvbRange:bitfield and added explicitly.
-    it = item(fld.name, "uint64", base="HEX" if hexa else "DEC", valuestring=_enum_table(fld))
+    it = item(fld.name, "uint64", base=base, valuestring=_enum_table(fld))
     return Step(fld.name, "bitint", start, nbytes=nbytes, bit_off=bit_off, bits=w, item=it,
                 when=when, wide_value=True)
 
