@@ -19,6 +19,7 @@ from ibpath_scapy.layers import (
     BTH, DETH, ERF, LRH, MAD, RMPP, CMDrep, CMDreq, CMRej, CMRep, CMReq, CMRtu, PathRecord,
     SAHeader,
 )
+from ibpath_scapy.layers.coded import RawCode
 from ibpath_scapy.luagen.emit import reachable
 from ibpath_scapy.luagen.plugin import DEFAULT_OUTPUT, generate_plugin
 from ibpath_scapy.pcapio import PcapWriter
@@ -74,8 +75,8 @@ def path_record():
         PathRecord, service_id=u(0, 2**64 - 1), dgid=gid, sgid=gid, dlid=u(0, 0xFFFF),
         slid=u(0, 0xFFFF), raw_traffic=u(0, 1), flow_label=u(0, 2**20 - 1), hop_limit=u(0, 255),
         tclass=u(0, 255), reversible=u(0, 1), numb_path=u(0, 127), pkey=u(0, 0xFFFF),
-        qos_class=u(0, 0xFFF), sl=u(0, 15), mtu_selector=u(0, 3), mtu=u(0, 63),
-        rate_selector=u(0, 3), rate=u(0, 63), packet_life_time_selector=u(0, 3),
+        qos_class=u(0, 0xFFF), sl=u(0, 15), mtu_selector=u(0, 3), mtu=u(0, 63).map(RawCode),
+        rate_selector=u(0, 3), rate=u(0, 63).map(RawCode), packet_life_time_selector=u(0, 3),
         packet_life_time=u(0, 63), preference=u(0, 255))
 
 
@@ -107,7 +108,7 @@ def _cm_fields(cls, draw):
             n = f.length_from(None)
             kw[f.name] = draw(st.binary(min_size=n, max_size=n))
         elif isinstance(f, _BitField):
-            kw[f.name] = draw(u(0, (1 << f.size) - 1))
+            kw[f.name] = RawCode(draw(u(0, (1 << f.size) - 1)))  # coded fields too
         else:
             nbytes = 3 if "3Bytes" in type(f).__name__ else f.sz
             kw[f.name] = draw(u(0, (1 << (8 * nbytes)) - 1))
@@ -276,7 +277,7 @@ def test_truncated_at_every_length_never_raises_a_lua_error(tmp_path):
     req = bytes(rocev2_frame(query(dgid="fe80::2", slid=3), src="10.0.0.1", dst="10.0.0.2"))
     cm = bytes(rocev2_frame(MAD(mgmt_class=7, method=3, attribute_id=0x10) / CMReq(),
                             src="10.0.0.1", dst="10.0.0.2"))
-    ib = native_ib_frame(MAD(method=0x81) / RMPP() / SAHeader(records=[PathRecord()]), slid=1, dlid=2)
+    ib = bytes(native_ib_frame(MAD(method=0x81) / RMPP() / SAHeader(records=[PathRecord()]), slid=1, dlid=2))
     eth_frames = [req[:n] for n in range(len(req) + 1)] + [cm[:n] for n in range(len(cm) + 1)]
     p1 = _write(tmp_path, "trunc-eth.pcap", eth_frames)
     p2 = _write(tmp_path, "trunc-ib.pcap", [erf_record(ib[:n], 0.0) for n in range(len(ib) + 1)], 197)

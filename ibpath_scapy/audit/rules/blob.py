@@ -31,6 +31,7 @@ import re
 
 from ...decode import PATH_RECORD_FIELDS, path_record_dict, reserved_nonzero
 from ...kernelview import Blob, LsContext, kernel_view
+from ...layers.coded import raw_values
 from ...layers.netlink import LS_NLA_TYPE_PATH_RECORD
 from ...layers.pathdata import (
     IB_PATH_ALTERNATE,
@@ -413,7 +414,7 @@ def word_swap(data: bytes) -> bytes:
 
 def record_bytes(pr: dict) -> bytes:
     """The 64 wire bytes of a decoded PathRecord (reserved bits, which decoding drops, as 0)."""
-    return bytes(PathRecord(**{k: pr[k] for k in PATH_RECORD_FIELDS}))
+    return bytes(PathRecord(**raw_values({k: pr[k] for k in PATH_RECORD_FIELDS})))
 
 
 def swapped_reading(pr: dict) -> tuple[dict, bool]:
