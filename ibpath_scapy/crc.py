@@ -6,7 +6,7 @@ LRH when a GRH follows (routers rewrite it; RoCEv2 likewise puts 8 bytes of 0xFF
 Linux rxe_icrc.c), GRH TClass/FlowLabel/HopLmt, BTH Resv8a.
 VCRC: CRC-16, polynomial 0x100B, reflected, init and final XOR 0xFFFF, little-endian.
 Both recipes were checked against every frame of the ibdump capture in
-shared/captures/external/ib-erf-sminfo-cm.pcap (tests/test_crc.py).
+the external ibdump capture ib-erf-sminfo-cm.pcap (tests/test_crc.py).
 """
 
 import struct

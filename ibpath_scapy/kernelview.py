@@ -10,7 +10,7 @@ selection function:
   ib_nl_is_good_resolve_resp and ib_nl_process_good_resolve_rsp before Linux 6.1.
 - ``ls-multi``: the same functions after "RDMA/cma: Multiple path records support with netlink
   channel" (6.1) and its refactor (6.3), plus drivers/infiniband/core/cma.c cma_query_handler.
-- ``proposal``: the 2009 linux-rdma thread in ../shared/seed/ (never merged).
+- ``proposal``: the 2009 linux-rdma thread (never merged).
 
 "forward" is the record whose path data leaves on (outbound), "inbound" the one the remote
 side uses to reach us (return); with a single bidirectional record they are all the GMP record.
@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Sequence
 
 from scapy.packet import Packet
 
+from . import sources
 from .layers.netlink import (
     LS_NLA_TYPE_PATH_RECORD,
     LS_NLA_TYPES,
@@ -316,8 +317,7 @@ def select_ls_multi(blob: Blob) -> KernelChoice:
 
 # -- the seed's proposal -------------------------------------------------------------------
 
-_PROPOSAL_SRC = ("linux-rdma 2009, 'Re: [PATCH 1/2] rdma/cm: support option to allow manually "
-                 "setting IB path' (Jason Gunthorpe), ../shared/seed/")
+_PROPOSAL_SRC = sources.SEED_THREAD
 
 
 def select_proposal(blob: Blob) -> KernelChoice:

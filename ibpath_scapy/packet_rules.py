@@ -1,4 +1,4 @@
-"""Rules of the catalogue (audit-rules.md) that one packet can show, declared once as Expr
+"""Rules of the catalogue that one packet can show, declared once as Expr
 conditions on a layer: the Lua generator turns them into expert infos and the analyser
 evaluates the same conditions (expr.evaluate_on)."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import sources
 from .expr import And, Expr, F, Not, Or, Remaining, Under
 from .layers.mad import ATTR_PATH_RECORD, METHOD_GET, METHOD_GET_RESP, METHOD_GET_TABLE, METHOD_RESP
 
@@ -21,6 +22,7 @@ class PacketRule:
     layer: str
     condition: Expr
     message: str
+    source: str  # by name (sources.py), for --list-rules and the rule catalogue
     audit: bool = True
 
 
@@ -33,25 +35,33 @@ _NUMB_PATH_BIT = 1 << 12
 PACKET_RULES = [
     PacketRule("SAQ-SERVICEID-HALF", "error", "SAHeader",
                And(_is_pr_query, Or((_comp & 3) == 1, (_comp & 3) == 2)),
-               "only one of ComponentMask bits 0/1 (ServiceID) set; OpenSM answers INSUF_COMPS"),
+               "only one of ComponentMask bits 0/1 (ServiceID) set; OpenSM answers INSUF_COMPS",
+               sources.OPENSM_PR + " (ServiceID MSB/LSB: both or neither, else INSUF_COMPS)"),
     PacketRule("SAQ-RESERVED-COMP", "warning", "SAHeader",
                And(_is_pr_query, Or((_comp & 0xFF800080) != 0, F("component_mask__hi") != 0)),
-               "reserved ComponentMask bit set in a PathRecord query"),
+               "reserved ComponentMask bit set in a PathRecord query",
+               "IBA 15.2.5.16 PathRecord (ComponentMask bit per component; 7 and 23-63 "
+               "have none)"),
     PacketRule("SAQ-BAD-METHOD", "error", "SAHeader",
                And(_mad.mgmt_class == 3, _mad.attribute_id == ATTR_PATH_RECORD,
                    Or(_mad.class_version != 2,
                       And(Not(_mad.method & METHOD_RESP),
                           Not(Or(_mad.method == METHOD_GET, _mad.method == METHOD_GET_TABLE))))),
-               "PathRecord MAD with a method other than Get/GetTable or class version not 2"),
+               "PathRecord MAD with a method other than Get/GetTable or class version not 2",
+               "IBA 15.4 (PathRecord: SubnAdmGet, SubnAdmGetTable; SA class version 2); "
+               "rdma-core ibacm acmp.c (rejects class_version != 2)"),
     PacketRule("SAQ-NUMBPATH-ZERO", "warning", "PathRecord",
                And(_mad.method == METHOD_GET_TABLE, _mad.attribute_id == ATTR_PATH_RECORD,
                    (Under("SAHeader").component_mask__lo & _NUMB_PATH_BIT) != 0,
                    F("numb_path") == 0),
-               "GetTable with the NumbPath component set and NumbPath 0: OpenSM returns no record"),
+               "GetTable with the NumbPath component set and NumbPath 0: OpenSM returns no record",
+               sources.OPENSM_PR + " (NumbPath 0 with the component bit: zero iterations)"),
     PacketRule("SAR-GET-MULTI", "error", "SAHeader",
                And(_mad.method == METHOD_GET_RESP, _mad.attribute_id == ATTR_PATH_RECORD,
                    _mad.status == 0, F("attribute_offset") != 0, F("attribute_offset") != 8),
-               "GetResp whose AttributeOffset does not match the PathRecord size (8 words)"),
+               "GetResp whose AttributeOffset does not match the PathRecord size (8 words)",
+               "IBA 15.2.1.1 AttributeOffset; OpenSM osm_sa.c osm_sa_respond "
+               "(ib_get_attr_offset)"),
 ]
 
 _pd = Under("PathRecData")
@@ -59,14 +69,15 @@ _BIDIR = 0x28
 PACKET_RULES += [
     PacketRule("BLOB-LENGTH", "error", "PathArray", (Remaining() % 72) != 0,
                "blob length is not a multiple of 72 (ucma_set_ib_path returns EINVAL)",
-               audit=False),
+               sources.UCMA_SET_PATH, audit=False),
     PacketRule("BLOB-UNKNOWN-FLAGS", "error", "PathRecData", (F("flags") & 0xFFFFFFC0) != 0,
-               "flag bit outside 0x3F set", audit=False),
+               "flag bit outside 0x3F set", sources.UAPI_SA, audit=False),
     PacketRule("BLOB-GMP-NOT-REVERSIBLE", "error", "PathRecord",
                And(_pd.flags & 1, F("reversible") == 0),
-               "record flagged GMP carries a PathRecord that is not reversible", audit=False),
+               "record flagged GMP carries a PathRecord that is not reversible",
+               sources.SEED_THREAD, audit=False),
     PacketRule("BLOB-BIDIR-NOT-REVERSIBLE", "error", "PathRecord",
                And((_pd.flags & _BIDIR) == _BIDIR, F("reversible") == 0),
                "record flagged BIDIRECTIONAL carries a PathRecord that is not reversible",
-               audit=False),
+               sources.SEED_THREAD, audit=False),
 ]

@@ -21,20 +21,20 @@ from ibpath_scapy.layers import (
 )
 from ibpath_scapy.layers.coded import RawCode
 from ibpath_scapy.luagen.emit import reachable
-from ibpath_scapy.luagen.plugin import DEFAULT_OUTPUT, generate_plugin
+from ibpath_scapy.luagen.plugin import CHECKOUT_PLUGIN, generate_plugin
 from ibpath_scapy.pcapio import PcapWriter
 
 from conftest import CAPTURES, EXTERNAL
 from plugin_oracle import assert_no_malformed, compare, field_map, need_tshark, tshark
 
-LUA = str(DEFAULT_OUTPUT)
+LUA = str(CHECKOUT_PLUGIN)
 PLUGIN_CLASSES = reachable([LRH, BTH], ("Raw", "Padding", "NoPayload", "MADPadding"))
 FMAP = field_map(PLUGIN_CLASSES)
 
 
 def test_committed_plugin_is_fresh():
     """dissector/ibpath.lua must equal a fresh `ibpath dissector generate`."""
-    assert DEFAULT_OUTPUT.read_text() == generate_plugin(), (
+    assert CHECKOUT_PLUGIN.read_text() == generate_plugin(), (
         "dissector/ibpath.lua is stale: run `ibpath dissector generate` and commit it")
 
 
@@ -195,8 +195,8 @@ def test_two_pass_marks_segments_reassembled_in():
     assert rows[17][1] == "49"
 
 
-def test_agrees_with_builtin_fields_where_they_are_right():
-    path = str(EXTERNAL / "ib-erf-sminfo-cm.pcap")
+def test_agrees_with_builtin_fields_where_they_are_right(external):
+    path = str(external / "ib-erf-sminfo-cm.pcap")
     pairs = [("ibpath.mad.transaction_id", "infiniband.mad.transactionid"),
              ("ibpath.mad.attribute_id", "infiniband.mad.attributeid"),
              ("ibpath.pathrecord.dlid", "infiniband.pathrecord.dlid"),

@@ -76,8 +76,8 @@ with the call's result in a packet comment; CM REQ/REP/RTU on the data side.
 `ibpath audit` reports on the file (errors, warnings and infos), under `--kernel all` unless
 the row names a profile. Check them all with `ibpath craft --verify captures/corpus`.
 
-Real captures: `../opensm/` (OpenSM over ibsim), and `../../../shared/captures/external/`
-beside the checkout.
+Real captures: `../opensm/` (OpenSM over ibsim), and `shared/captures/external/` beside
+the checkout.
 
 | file | what it shows | expected rule IDs |
 |---|---|---|

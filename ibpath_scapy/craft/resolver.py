@@ -1,6 +1,6 @@
 """Two path resolvers, modelled on what they send and what they hand the kernel.
 
-* SeedResolver: the 2009 linux-rdma design (../shared/seed/, wire-formats.md §7.4): ask the SA
+* SeedResolver: the 2009 linux-rdma design (the 2009 linux-rdma thread, wire-formats.md §7.4): ask the SA
   for the forward path; reversible → one GMP|PRIMARY|BIDIRECTIONAL (0x2B) record; otherwise ask
   for a reversible GMP path (Reversible component, bit 1) and the return path (GIDs swapped)
   and hand three records, in the seed's own layout (GMP_PRIMARY, FORWARD_PRIMARY,

@@ -7,7 +7,7 @@ LS_NLA_TYPE_PATH_RECORD attributes of an RDMA netlink local-service RESOLVE resp
 
 Sources: Linux include/uapi/rdma/ib_user_sa.h (struct ib_path_rec_data, IB_PATH_*; commit
 a7ca1f00ed29), rdma-core libibverbs/sa.h (struct ibv_path_data, IBV_PATH_FLAG_*), librdmacm
-rdma_cma.h (RDMA_OPTION_IB_PATH) and the seed thread in ../shared/seed/. wire-formats.md §5.
+rdma_cma.h (RDMA_OPTION_IB_PATH) and the 2009 linux-rdma seed thread. wire-formats.md §5.
 
 Capture form: a blob travels in a pcapng next to the traffic that caused it as a Wireshark
 exported PDU (LINKTYPE_WIRESHARK_UPPER_PDU, 252) whose EXP_PDU_TAG_DISSECTOR_NAME is

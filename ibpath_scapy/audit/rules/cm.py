@@ -21,7 +21,7 @@ else permissive 0xFFFF, except that since 6.1 ("RDMA/cm: Use DLID from inbound/o
 PathRecords as the datapath DLID") the local LID is the inbound record's DLID when there is one.
 On RoCEv2 the kernel keeps the path but recomputes its L2 part (cma_iboe_set_path_rec_l2_fields)
 and the LIDs mean nothing (0xFFFF with the IP hop limit, see the rxe capture in
-../shared/captures/external/), so LIDs are not compared there.
+the external rxe captures), so LIDs are not compared there.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from ...layers.pathdata import (
     IB_PATH_PRIMARY,
     flags_text,
 )
+from ... import sources
 from ..model import rule
 
 PERMISSIVE_LID = 0xFFFF
@@ -147,7 +148,8 @@ def _frames(c: dict, blob: dict) -> list[int]:
     return [c["frame"]] if "file" in blob else [c["frame"], blob["frame"]]
 
 
-@rule("CM-REQ-PATH-MISMATCH", "error", "cm", CM_SRC + "; audit-rules.md")
+@rule("CM-REQ-PATH-MISMATCH", "error", "cm", CM_SRC + "; " + sources.CATALOGUE
+      + " (the kernel connects on the GMP path its profile takes)")
 def req_path_mismatch(subject):
     """The CM REQ's primary path disagrees with the GMP path the kernel took from the blob.
 
@@ -200,7 +202,8 @@ def has_alternate(req: dict) -> bool:
             or req["alternate_remote_lid"] != 0)
 
 
-@rule("CM-REQ-ALT-MISMATCH", "error", "cm", CM_SRC + "; seed (*_SECONDARY records)")
+@rule("CM-REQ-ALT-MISMATCH", "error", "cm", CM_SRC + "; " + sources.SEED_THREAD
+      + " (*_SECONDARY records)")
 def req_alt_mismatch(subject):
     """The REQ's alternate path disagrees with the blob's ALTERNATE record.
 
@@ -278,7 +281,7 @@ def _ip_gid(addr: str) -> ipaddress.IPv6Address | None:
 
 
 @rule("CM-ROCE-GID", "warning", "cm", "RoCEv2 GIDs are the port's IP addresses (IPv4-mapped "
-      "or IPv6), drivers/infiniband/core/roce_gid_mgmt.c; rxe capture in shared/captures")
+      "or IPv6), drivers/infiniband/core/roce_gid_mgmt.c; rxe captures (ibpath lab)")
 def roce_gid(subject):
     """On RoCEv2, the REQ's primary GIDs are not the IPv4-mapped / IPv6 addresses of the packet
     that carries it.

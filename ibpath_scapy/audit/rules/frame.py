@@ -6,10 +6,12 @@ from operator import itemgetter
 
 from ...fast.exprc import compile_expr, part_src, split_name
 from ...packet_rules import PACKET_RULES
+from ... import sources
 from ..model import rule
 
 
-@rule("DECODE-MALFORMED", "warning", "frame", "audit-rules.md: also expected of the analyser")
+@rule("DECODE-MALFORMED", "warning", "frame",
+      sources.CATALOGUE + ": an undecodable frame is reported, never skipped")
 def decode_malformed(rec: dict):
     """A frame that cannot be decoded: reported with its number and the reason; the run goes on."""
     if rec.get("limit"):
@@ -20,7 +22,8 @@ def decode_malformed(rec: dict):
         yield [rec["frame"]], "; ".join(rec.get("errors", [])) or "malformed"
 
 
-@rule("DECODE-LIMIT", "warning", "frame", "issue #9: bounded memory and time per frame")
+@rule("DECODE-LIMIT", "warning", "frame",
+      sources.CATALOGUE + ": bounded memory and time per frame, every cap reported")
 def decode_limit(rec: dict):
     """A cap of the decoder or the analyser was hit, so frames were not fully analysed: a frame
     over the size limit (decode.MAX_FRAME_BYTES, MAX_LIST_FRAME_BYTES), an RMPP transfer over
@@ -145,7 +148,7 @@ def packet_rule_hits(rec: dict):
 
 
 def _register_packet_rule(pr):
-    @rule(pr.rule_id, pr.severity, "frame", f"packet_rules.py (plugin expert {pr.rule_id})")
+    @rule(pr.rule_id, pr.severity, "frame", pr.source)
     def check(rec: dict, _pr=pr):
         for hit, frames, message in packet_rule_hits(rec):
             if hit is _pr:

@@ -61,7 +61,7 @@ def _good(responses: list[dict]) -> list[dict]:
 
 
 @rule("RES-LS-PATHUSE", "error", "ls", "sa_query.c ib_nl_process_good_resolve_rsp; "
-      "cma.c cma_query_handler (kernelview.py ls-legacy, ls-multi)")
+      "cma.c cma_query_handler (ibpath kernel profiles ls-legacy, ls-multi)")
 def ls_path_use(subject):
     """An LS response's records do not satisfy the request's path_use.
 

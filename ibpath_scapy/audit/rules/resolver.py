@@ -1,6 +1,6 @@
 """Resolver rules (audit-rules.md "Resolver rules"): one resolution at a time.
 
-The contract is the seed's (../shared/seed/, linux-rdma 2009, "Re: [PATCH 1/2] rdma/cm: support
+The contract is the seed's (linux-rdma 2009, "Re: [PATCH 1/2] rdma/cm: support
 option to allow manually setting IB path", Jason Gunthorpe): "The rdma_getaddrinfo resolver would
 ask the SA for a FORWARD path, if the result comes back with reversible set then it just passes it
 to the kernel as a single: GMP_PRIMARY | FORWARD_PRIMARY | RETURN_PRIMARY_REV. Otherwise the
@@ -47,11 +47,11 @@ from ...layers.pathdata import (
     flags_text,
 )
 from ...layers.netlink import LS_RESOLVE_PATH_USE_UNIDIRECTIONAL
+from ... import sources
 from ..model import rule
 from ..replay import Resolution, Transaction
 
-SEED = ("linux-rdma 2009 'Re: [PATCH 1/2] rdma/cm: support option to allow manually setting IB "
-        "path' (../shared/seed/)")
+SEED = sources.SEED_THREAD
 
 # The reversed storage format of a _REV record swaps the endpoints (seed: "The _REV notation
 # indicates the path is stored in reversed format").
@@ -346,8 +346,8 @@ def _sa_answers_before(res: Resolution, frame: int) -> list[tuple[Transaction, d
             if t.answered and not t.status and t.completing_frame < frame for r in t.records]
 
 
-@rule("RES-BLOB-MISMATCH", "error", "resolution", "audit-rules.md; ibacm acmp.c stores the SA "
-      "record verbatim (wire-formats.md §7.2)")
+@rule("RES-BLOB-MISMATCH", "error", "resolution", sources.CATALOGUE + " (resolvers pass SA "
+      "data through, in MAD format); " + sources.ACM_VERBATIM)
 def blob_mismatch(subject):
     """A blob record's 64 bytes are not byte-identical to a PathRecord the SA returned in this
     resolution.
@@ -381,8 +381,7 @@ def blob_mismatch(subject):
                 + (" ..." if len(diff) > 6 else ""))
 
 
-@rule("RES-STALE-BLOB", "warning", "resolution", "audit-rules.md; SA status codes "
-      "(wire-formats.md §1)")
+@rule("RES-STALE-BLOB", "warning", "resolution", sources.CATALOGUE + "; " + sources.SA_STATUS)
 def stale_blob(subject):
     """A blob handed to the kernel after the SA answered with a non-zero status for that
     resolution.

@@ -1,0 +1,15 @@
+"""The documents rules and kernel profiles rest on, cited by name: a mailing-list thread by
+subject and date, kernel, rdma-core and OpenSM code by file and function, the IBA by section.
+One spelling each, so `--list-rules`, the JSON kernel view and the HTML report agree."""
+
+SEED_THREAD = ('linux-rdma thread "Re: [PATCH 1/2] rdma/cm: support option to allow manually '
+               'setting IB path" (Jason Gunthorpe, October 2009)')
+# ibpath's own contract with its users, where no protocol document says more.
+CATALOGUE = "ibpath rule catalogue"
+UAPI_SA = "include/uapi/rdma/ib_user_sa.h (IB_PATH_*, struct ib_path_rec_data)"
+UCMA_SET_PATH = "drivers/infiniband/core/ucma.c ucma_set_ib_path"
+LS_RESPONSE = ("drivers/infiniband/core/sa_query.c ib_nl_handle_resolve_resp / "
+               "ib_nl_process_good_resolve_rsp")
+OPENSM_PR = "OpenSM osm_sa_path_record.c osm_pr_rcv_process, pr_rcv_build_pr"
+SA_STATUS = "OpenSM ib_types.h IB_SA_MAD_STATUS_*; IBA 15.2.4 SA MAD status"
+ACM_VERBATIM = "rdma-core ibacm prov/acmp/src/acmp.c acmp_process_sa_resp (memcpy of the SA record)"
