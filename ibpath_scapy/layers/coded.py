@@ -86,7 +86,7 @@ def raw_values(values: dict) -> dict:
             for k, v in values.items()}
 
 
-_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+_NUMBER = r"((?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?)"  # 2.5, .5, 1.759e+04
 _GBPS = re.compile(rf"{_NUMBER}\s*(?:gb/s|gbps|gbit/s|g)", re.I)
 _TIME = re.compile(rf"{_NUMBER}\s*(s|ms|µs|us|ns)", re.I)
 _TIME_SCALE = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}

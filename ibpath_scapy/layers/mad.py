@@ -336,3 +336,4 @@ class MADPadding(Raw):
     which a rebuild moves behind the ICRC/VCRC trailers)."""
 
     name = "MAD padding"
+    show_summary = False  # every MAD has it: summary() names the layers that say something
