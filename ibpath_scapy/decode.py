@@ -6,9 +6,14 @@ message (link type 253) and per blob (exported PDU "ibpath.blob", or a raw blob 
 contract of `ibpath decode --format json` (interfaces.md). Frames that should carry a MAD but
 cannot be decoded come out as kind "malformed" with the reason; nothing is dropped silently.
 
-A file that is neither pcap nor pcapng is a raw blob when PathArray.plausible() accepts it: at
-least 4 bytes, and the first record's flags word (host order) below 0x100. Text and other
+A file that is neither pcap nor pcapng is a raw blob when blobsniff.plausible() accepts it
+(a flags word below 0x100, or whole records whose PathRecords read as resolved paths), or
+whatever its content when the caller says it is one (`--as blob`, `--blob`). Text and other
 binary formats fail that test and are "not a capture or blob file".
+
+Frames of a link type no layer here reads are counted per link type and reported once at the
+end of the file (kind "unsupported"); RMPP segments the receiving kernel would drop
+(rmpp.Reassembler) are marked "rmpp_dropped" and counted, not errors.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Ether
 from scapy.packet import Packet, Padding
 
-from . import crc
+from . import blobsniff, crc
 from .kernelview import (
     blob_from_array,
     blob_from_ls_response,
@@ -41,6 +46,7 @@ from .layers.mad import (
     MAD,
     MAD_SIZE,
     METHODS,
+    METHOD_RESP,
     MGMT_CLASSES,
     RMPP,
     RMPP_TYPE_DATA,
@@ -55,7 +61,7 @@ from .layers.pathdata import (
 )
 from .layers.roce import DETH
 from .layers.sa import COMPONENT_MASK_NAMES, PathRecord, SAHeader
-from .pcapio import RAW_BLOB_LINKTYPE, Frame, read_input
+from .pcapio import RAW_BLOB_LINKTYPE, Frame, Input, read_input
 from .rmpp import Reassembler
 
 conf.debug_dissector = False
@@ -71,6 +77,7 @@ LINKTYPE_LAYERS: dict[int, type[Packet]] = {
     RAW_BLOB_LINKTYPE: PathArray,
 }
 _RAW_IP_LINKTYPES = {101, 228, 229}
+SUPPORTED_LINKTYPES = frozenset(LINKTYPE_LAYERS) | _RAW_IP_LINKTYPES
 
 # Frames larger than these (bytes) are reported (DECODE-LIMIT) instead of dissected: Scapy
 # walks netlink attribute and blob record lists at seconds per 64 KiB, and the native IB VCRC
@@ -93,6 +100,8 @@ def size_limit_record(frame_no: int, size: int, list_framed: bool,
     return {"frame": frame_no, "kind": "malformed", "limit": "frame size",
             "error": f"frame of {size} bytes not dissected: over the decoder's limit of "
                      f"{limit} bytes{what}"}
+
+ICRC_MISMATCH, VCRC_MISMATCH = "ICRC mismatch", "VCRC mismatch"
 
 KIND_BY_CLASS = {0x03: "sa", 0x07: "cm", 0x01: "smp", 0x81: "smp", 0x04: "perf"}
 
@@ -152,6 +161,28 @@ def reserved_nonzero(pkt: Packet) -> list[str]:
             if f.name.startswith("reserved") and pkt.getfieldval(f.name)]
 
 
+def file_end_records(rmpp: Reassembler, stats: "DecodeStats") -> Iterator[dict]:
+    """The records made at the end of a file (both engines): RMPP transfers never completed,
+    link types not decoded, a capture whose ICRCs are all zero."""
+    yield from unfinished_transfers(rmpp, stats)
+    yield from unsupported_records(stats)
+    yield from crc_records(stats)
+
+
+def note_rmpp_drop(rmpp: Reassembler, rec: dict, stats: "DecodeStats") -> None:
+    """After Reassembler.add: mark a segment the receiving kernel drops (both engines)."""
+    if rmpp.dropped:
+        rec["rmpp_dropped"] = rmpp.dropped
+        stats.rmpp_dropped += 1
+
+
+def rmpp_control_key(rec: dict, tid: int, attribute_id: int, method: int) -> tuple:
+    """The reassembly key of the DATA transfer an RMPP ACK/STOP/ABORT answers: it travels the
+    other way, and its method is the data's without the R bit (mad_rmpp.c format_ack and
+    nack_recv flip IB_MGMT_METHOD_RESP)."""
+    return (rec.get("dst"), rec.get("src"), tid, attribute_id, method ^ METHOD_RESP)
+
+
 def unfinished_transfers(rmpp: Reassembler, stats: "DecodeStats") -> Iterator[dict]:
     """One malformed record per RMPP transfer never completed (call at the end of a file)."""
     for key, t in rmpp.pending():
@@ -172,6 +203,67 @@ class DecodeStats:
     blob_frames: int = 0
     malformed: int = 0
     by_kind: dict = field(default_factory=dict)
+    rmpp_dropped: int = 0  # segments the receiving kernel drops (retransmissions, strays)
+    # frames of link types no layer reads: link type -> [first frame, count]
+    unsupported: dict = field(default_factory=dict)
+    crc_errors: int = 0  # frames whose ICRC or VCRC does not match
+    icrc_frames: int = 0  # frames with an ICRC checked ...
+    icrc_zero: int = 0  # ... of which the ICRC is zero
+    icrc_zero_frames: list = field(default_factory=list)  # the first few of those
+
+
+def note_unsupported(stats: DecodeStats, linktype: int, frame_no: int) -> None:
+    """Count a frame of a link type no layer reads (both engines)."""
+    seen = stats.unsupported.get(linktype)
+    if seen is None:
+        stats.unsupported[linktype] = [frame_no, 1]
+    else:
+        seen[1] += 1
+
+
+def unsupported_records(stats: DecodeStats) -> Iterator[dict]:
+    """At the end of a file: one record per link type that was not decoded."""
+    for linktype, (first, count) in sorted(stats.unsupported.items()):
+        yield {"frame": first, "kind": "unsupported", "linktype": linktype, "count": count,
+               "error": f"link type {linktype} is not decoded: {count} frame"
+                        f"{'s' if count != 1 else ''} not read (first: frame {first})"}
+
+
+# frames listed in the one record of a capture whose ICRCs are all zero (the rest are counted)
+_ZERO_ICRC_FRAMES = 20
+
+
+def note_crc(stats: DecodeStats, frame_no: int, errors: list[str], icrc: bytes | None) -> None:
+    """Count a frame's CRC verdict (both engines): icrc is its ICRC field (None if it has
+    none). A zero ICRC that does not match is taken out of the frame's errors: whether it is
+    a mismatch depends on the other frames (crc_records, at the end of the file)."""
+    if icrc is None:
+        return
+    stats.icrc_frames += 1
+    if icrc == bytes(len(icrc)) and ICRC_MISMATCH in errors:
+        stats.icrc_zero += 1
+        if len(stats.icrc_zero_frames) < _ZERO_ICRC_FRAMES:
+            stats.icrc_zero_frames.append(frame_no)
+        errors.remove(ICRC_MISMATCH)
+    if ICRC_MISMATCH in errors or VCRC_MISMATCH in errors:
+        stats.crc_errors += 1
+
+
+def crc_records(stats: DecodeStats) -> Iterator[dict]:
+    """At the end of a file: when every ICRC was zero (a capture path that zeroes or does not
+    compute it), one record saying so; when only some were, they are mismatches."""
+    if not stats.icrc_zero:
+        return
+    frames = stats.icrc_zero_frames
+    if stats.icrc_zero == stats.icrc_frames:
+        yield {"frame": frames[0], "kind": "crc", "frames": frames, "icrc_zero": stats.icrc_zero,
+               "note": f"every ICRC of the capture is zero ({stats.icrc_zero} frames): the "
+                       "capture path zeroed or did not compute it, so no ICRC was checked"}
+    else:
+        stats.crc_errors += stats.icrc_zero
+        yield {"frame": frames[-1], "kind": "crc", "frames": frames, "icrc_zero": stats.icrc_zero,
+               "error": f"{stats.icrc_zero} of {stats.icrc_frames} frames carry a zero ICRC "
+                        "where the others carry computed ones: ICRC mismatch"}
 
 
 def dissect(frame: Frame) -> Packet | None:
@@ -209,13 +301,15 @@ class Decoder:
             yield self._malformed(frame, f"cannot dissect: {exc}")
             return
         if pkt is None:
+            if frame.linktype not in SUPPORTED_LINKTYPES:
+                note_unsupported(self.stats, frame.linktype, frame.number)
             return
         for rec in self._frame_records(frame, pkt):
             self.stats.by_kind[rec["kind"]] = self.stats.by_kind.get(rec["kind"], 0) + 1
             yield rec
 
     def finish(self) -> Iterator[dict]:
-        yield from unfinished_transfers(self.rmpp, self.stats)
+        yield from file_end_records(self.rmpp, self.stats)
 
     # ------------------------------------------------------------------------------------
     def _malformed(self, frame: Frame, reason: str) -> dict:
@@ -254,7 +348,10 @@ class Decoder:
         errors = []
         if len(mad_bytes) != MAD_SIZE:
             errors.append(f"MAD is {len(mad_bytes)} bytes; IB MADs are {MAD_SIZE}")
-        errors += _crc_errors(frame.data, pkt)
+        crc_errs, icrc = _crc_errors(frame.data, pkt)
+        errors += crc_errs
+        # the zero-ICRC census counts whole MADs only (a cut frame's "ICRC" is any 4 bytes)
+        note_crc(self.stats, frame.number, errors, icrc if len(mad_bytes) == MAD_SIZE else None)
         rec["mad"] = _mad_dict(mad)
         if len(mad_bytes) < MAD_SIZE:
             rec["kind"] = "malformed"
@@ -289,7 +386,9 @@ class Decoder:
         records = list(sa.records)
         if sa.is_segment():
             key = (rec.get("src"), rec.get("dst"), mad.transaction_id, mad.attribute_id, mad.method)
-            done = self.rmpp.add(key, rmpp.segment_number, int(rmpp.rmpp_flags), mad_bytes, frame.number)
+            done = self.rmpp.add(key, rmpp.segment_number, int(rmpp.rmpp_flags), mad_bytes,
+                                 frame.number, frame.time)
+            note_rmpp_drop(self.rmpp, rec, self.stats)
             if done is None:
                 records = []
             else:
@@ -300,6 +399,8 @@ class Decoder:
                 errors += transfer.problems
         elif rmpp.rmpp_type not in (0, RMPP_TYPE_DATA) and rmpp.is_active():
             rec["rmpp_control"] = True
+            self.rmpp.control(rmpp_control_key(rec, mad.transaction_id, mad.attribute_id,
+                                               mad.method), rmpp.rmpp_type, frame.number)
         if sa.record_class() is PathRecord:
             rec["path_records"] = [path_record_dict(r) for r in records]
             bad = [i for i, r in enumerate(records) if reserved_nonzero(r)]
@@ -570,33 +671,39 @@ def padding_len(pkt: Packet) -> int:
     return len(last.load) if type(last) is Padding else 0
 
 
-def _crc_errors(data: bytes, pkt: Packet) -> list[str]:
-    """Check ICRC (RoCEv2, native) and VCRC (native) against the frame's own bytes."""
+def _crc_errors(data: bytes, pkt: Packet) -> tuple[list[str], bytes | None]:
+    """Check ICRC (RoCEv2, native) and VCRC (native) against the frame's own bytes: the
+    errors, and the ICRC field (None where the frame has none)."""
     errs = []
     bth = pkt.getlayer(BTH)
     if bth is None or bth.icrc is None:
-        return errs
+        return errs, None
     udp = pkt.getlayer(UDP)
     if udp is not None:
         ip = udp.underlayer
         ip_bytes = data[len(data) - len(bytes(ip)):len(data) - padding_len(ip)]
-        if ip_bytes and crc.rocev2_icrc(ip_bytes) != ip_bytes[-4:]:
-            errs.append("ICRC mismatch")
-        return errs
+        if not ip_bytes:
+            return errs, None
+        if crc.rocev2_icrc(ip_bytes) != ip_bytes[-4:]:
+            errs.append(ICRC_MISMATCH)
+        return errs, ip_bytes[-4:]
     lrh = pkt.getlayer(LRH)
     if lrh is not None:
         body = data[len(data) - len(bytes(lrh)):len(data) - padding_len(lrh) - 2]
         if crc.native_icrc(body) != body[-4:]:
-            errs.append("ICRC mismatch")
+            errs.append(ICRC_MISMATCH)
         if crc.vcrc(body) != lrh.vcrc:
-            errs.append("VCRC mismatch")
-    return errs
+            errs.append(VCRC_MISMATCH)
+        return errs, body[-4:]
+    return errs, None
 
 
-def decode_file(path: str, decoder: Decoder | None = None) -> Iterator[dict]:
-    """Decode every frame of a capture (or the one frame of a raw blob file), streaming.
-    Raises pcapio.CaptureError on a bad file after yielding everything before the damage."""
+def decode_file(src: "str | Input", decoder: Decoder | None = None,
+                as_blob: bool = False) -> Iterator[dict]:
+    """Decode every frame of a capture (or the one frame of a raw blob file; every file is
+    one with as_blob), streaming; src is a path or a pcapio.Input (a stream too). Raises
+    pcapio.CaptureError on a bad file after yielding everything before the damage."""
     decoder = decoder or Decoder()
-    for frame in read_input(path, PathArray.plausible):
+    for frame in read_input(src, blobsniff.plausible, as_blob=as_blob):
         yield from decoder.feed(frame)
     yield from decoder.finish()

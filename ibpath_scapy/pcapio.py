@@ -7,7 +7,10 @@ path needs raw bytes without building any Scapy object.
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
+import sys
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator
 
@@ -58,11 +61,86 @@ def sniff_format(head: bytes) -> str:
     return "other"
 
 
-def read_frames(path: str) -> Iterator[Frame]:
-    """Yield every frame of a pcap or pcapng file, in order, one at a time."""
-    with open(path, "rb") as f:
-        head = f.read(4)
-        f.seek(0)
+STDIN = "-"  # the input name of standard input
+
+
+class Input:
+    """One input opened for reading, by name: a regular file, or a stream that cannot seek
+    (standard input "-", a FIFO, /dev/stdin, a process substitution), read as its bytes arrive.
+
+    The first bytes can be looked at (head()) without seeking: they are kept and handed out
+    again. `pos` counts the bytes handed out and `size` is the file's size (None for a
+    stream), for progress. read() returns n bytes unless the input ends; read_block() returns
+    what is there, at most n bytes, so that a stream written a packet at a time (tcpdump -U)
+    is decoded packet by packet rather than 4 MiB at a time."""
+
+    def __init__(self, name: str):
+        self.name = name
+        if name == STDIN:
+            self._f, self._own = sys.stdin.buffer, False
+        else:
+            self._f, self._own = open(name, "rb"), True
+        try:
+            st = os.fstat(self._f.fileno())
+            regular = stat.S_ISREG(st.st_mode)
+        except (OSError, ValueError):  # a file object without a descriptor (tests)
+            st, regular = None, True
+        self.stream = not regular
+        self.size = st.st_size if regular and st is not None else None
+        self.pos = 0
+        self._pending = b""
+
+    def head(self, n: int) -> bytes:
+        """The first n bytes (fewer if the input is shorter), left to be read again."""
+        while len(self._pending) < n:
+            more = self._f.read(n - len(self._pending))
+            if not more:
+                break
+            self._pending += more
+        return self._pending[:n]
+
+    def read(self, n: int = -1) -> bytes:
+        b, self._pending = self._pending, b""
+        if n < 0:
+            b += self._f.read()
+        elif len(b) > n:
+            b, self._pending = b[:n], b[n:]
+        elif len(b) < n:
+            b += self._f.read(n - len(b))
+        self.pos += len(b)
+        return b
+
+    def read_block(self, n: int) -> bytes:
+        if self._pending or not self.stream:
+            return self.read(n if not self._pending else min(n, len(self._pending)))
+        b = self._f.read1(n)
+        self.pos += len(b)
+        return b
+
+    def tell(self) -> int:
+        return self.pos
+
+    def close(self) -> None:
+        if self._own:
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def opened(src: "str | Input") -> Input:
+    """src itself if it is an Input, else the file of that name opened as one."""
+    return src if isinstance(src, Input) else Input(src)
+
+
+def read_frames(src: "str | Input") -> Iterator[Frame]:
+    """Yield every frame of a pcap or pcapng file (or stream), in order, one at a time."""
+    with opened(src) as f:
+        path = f.name
+        head = f.head(4)
         kind = sniff_format(head)
         if kind == "pcap":
             yield from _read_pcap(path, f)
@@ -72,26 +150,37 @@ def read_frames(path: str) -> Iterator[Frame]:
             raise CaptureError(f"{path}: not a pcap or pcapng file (starts with {head.hex() or 'nothing'})")
 
 
-def read_input(path: str, blob_plausible: Callable[[bytes], bool] | None = None) -> Iterator[Frame]:
+def read_input(src: "str | Input", blob_plausible: Callable[[bytes], bool] | None = None,
+               as_blob: bool = False) -> Iterator[Frame]:
     """Frames of a pcap or pcapng file; or, when the file is neither and blob_plausible
-    accepts its content, one frame (number 1, link type RAW_BLOB_LINKTYPE) holding the whole
-    file. Captures and blobs are told apart by content, never by name."""
-    with open(path, "rb") as f:
-        is_capture = sniff_format(f.read(4)) != "other"
-        f.seek(0)
-        data = b"" if is_capture or blob_plausible is None else f.read(MAX_RAW_BLOB + 1)
-    if is_capture or blob_plausible is None:
-        yield from read_frames(path)
-        return
+    accepts its content (or as_blob says it is one, whatever its content), one frame (number
+    1, link type RAW_BLOB_LINKTYPE) holding the whole file. Captures and blobs are told apart
+    by content, never by name."""
+    with opened(src) as f:
+        path = f.name
+        is_capture = not as_blob and sniff_format(f.head(4)) != "other"
+        if is_capture or (blob_plausible is None and not as_blob):
+            yield from read_frames(f)
+            return
+        yield raw_blob_frame(path, f.read(MAX_RAW_BLOB + 1),
+                             None if as_blob else blob_plausible)
+
+
+def raw_blob_frame(path: str, data: bytes,
+                   blob_plausible: Callable[[bytes], bool] | None) -> Frame:
+    """The one frame of a raw blob file, or the CaptureError of a file that is none (empty,
+    over MAX_RAW_BLOB, or refused by blob_plausible when given)."""
     if not data:
         raise CaptureError(f"{path}: not a capture or blob file (empty)")
-    if len(data) > MAX_RAW_BLOB or not blob_plausible(data):
+    if len(data) > MAX_RAW_BLOB:
+        raise CaptureError(f"{path}: not a capture or blob file (over {MAX_RAW_BLOB} bytes)")
+    if blob_plausible is not None and not blob_plausible(data):
         raise CaptureError(f"{path}: not a capture or blob file "
                            f"(starts with {data[:8].hex()} at byte offset 0)")
-    yield Frame(1, 0.0, RAW_BLOB_LINKTYPE, data, len(data))
+    return Frame(1, 0.0, RAW_BLOB_LINKTYPE, data, len(data))
 
 
-def _read_exact(f: BinaryIO, n: int, path: str, what: str, frame: int) -> bytes:
+def _read_exact(f: Input, n: int, path: str, what: str, frame: int) -> bytes:
     off = f.tell()
     b = f.read(n)
     if len(b) != n:
@@ -101,7 +190,7 @@ def _read_exact(f: BinaryIO, n: int, path: str, what: str, frame: int) -> bytes:
     return b
 
 
-def _read_pcap(path: str, f: BinaryIO) -> Iterator[Frame]:
+def _read_pcap(path: str, f: Input) -> Iterator[Frame]:
     hdr = _read_exact(f, 24, path, "pcap file header", 0)
     endian, tsres = PCAP_MAGICS[hdr[:4]]
     linktype = struct.unpack(endian + "I", hdr[20:24])[0] & 0x0FFFFFFF
@@ -122,7 +211,7 @@ def _read_pcap(path: str, f: BinaryIO) -> Iterator[Frame]:
         yield Frame(number, sec + frac * tsres, linktype, data, orig)
 
 
-def _read_pcapng(path: str, f: BinaryIO) -> Iterator[Frame]:
+def _read_pcapng(path: str, f: Input) -> Iterator[Frame]:
     for frame, _ in pcapng_classified(path, f):
         yield frame
 
@@ -132,14 +221,14 @@ class _Stream:
 
     __slots__ = ("f", "buf", "pos", "base")
 
-    def __init__(self, f: BinaryIO):
+    def __init__(self, f: Input):
         self.f, self.buf, self.pos, self.base = f, b"", 0, f.tell()
 
     def avail(self, n: int) -> int:
         """Bytes at pos, reading on until there are n or the file ends."""
         have = len(self.buf) - self.pos
         while have < n:
-            more = self.f.read(max(READ_BLOCK, n - have))
+            more = self.f.read_block(max(READ_BLOCK, n - have))
             if not more:
                 break
             self.buf = self.buf[self.pos:] + more
@@ -158,7 +247,7 @@ class _Stream:
         return self.pos + at
 
 
-def pcapng_classified(path: str, f: BinaryIO,
+def pcapng_classified(path: str, f: "Input",
                       classifier_for: Callable[[int], Callable] | None = None,
                       skipped: list | None = None,
                       scanner_for: Callable[[int, str, int], Callable | None] | None = None,

@@ -67,6 +67,8 @@ def frame_text(d: dict) -> list[str]:
         return _netlink_or_blob_text(head, d)
     if d["kind"] == "malformed" and "mad" not in d:
         return [head + f"MALFORMED: {d['error']}"]
+    if d["kind"] in ("unsupported", "crc"):  # about the file, made at its end
+        return [head + (f"! {d['error']}" if "error" in d else d["note"])]
     lines = []
     where = f"{d.get('src', '?')} → {d.get('dst', '?')}"
     mad = d.get("mad")
@@ -83,6 +85,8 @@ def frame_text(d: dict) -> list[str]:
         lines.append(f"        RMPP type {rmpp['rmpp_type']} seg {rmpp['segment_number']} "
                      f"paylen {rmpp['payload_length']} flags {'|'.join(names)} "
                      f"rresptime {rmpp['r_resp_time']}")
+    if "rmpp_dropped" in d:
+        lines.append(f"        RMPP segment dropped by the receiver: {d['rmpp_dropped']}")
     sa = d.get("sa")
     if sa and mad and not mad["method"] & 0x80:
         lines.append(f"        component mask 0x{sa['component_mask']:016x}: {' '.join(sa['components'])}")

@@ -2,14 +2,30 @@
 
 Sources: drivers/infiniband/core/mad_rmpp.c (send_next_seg, get_mad_len), mad.c
 (get_pad_size, alloc_send_rmpp_list); wire-formats.md §2 and its worked examples.
+
+The Reassembler receives as the kernel's receiver does (mad_rmpp.c, torvalds/linux):
+continue_rmpp() drops a segment whose transfer is not open (acquire_rmpp_recv finds no
+rmpp_recv) and a segment it already holds (find_seg_location returns NULL); a transfer stays
+known for 10 s after complete_rmpp() (cleanup_work), during which its segments, resent after
+the sender's ACK timeout (ib_retry_rmpp rewinds to last_ack and calls send_next_seg), are
+acknowledged and dropped; a STOP or ABORT from the receiver ends the sender's transfer
+(process_rmpp_stop/process_rmpp_abort -> abort_send). Dropped segments are not errors: the
+caller reads Reassembler.dropped after each add(). The receive window (newwin) is not
+followed: a capture does not show the receiver's queue depth.
 """
 
 from __future__ import annotations
 
 import struct
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from .layers.mad import MAD_SIZE, RMPP_ACTIVE, RMPP_FIRST, RMPP_LAST, RMPP_TYPE_DATA
+
+# RMPP types of the control MADs (IBA 13.6.2.1; kernel ib_mad.h IB_MGMT_RMPP_TYPE_*)
+RMPP_TYPE_ACK, RMPP_TYPE_STOP, RMPP_TYPE_ABORT = 2, 3, 4
+# complete_rmpp(): a completed transfer is cleaned up 10 s later (cleanup_work)
+COMPLETE_LINGER = 10.0
 from .layers.sa import SA_DATA_SIZE, SA_HDR_SIZE, SA_MAD_HDR_SIZE
 
 RMPP_DATA_SIZE = MAD_SIZE - 36  # 220: what PayloadLength counts per segment (SA header + data)
@@ -121,6 +137,7 @@ class Transfer:
     limit: str | None = None  # the cap this transfer hit, if any (reported by DECODE-LIMIT)
     size: int = 0  # bytes of segments held
     dropped_problems: int = 0
+    stopped: str | None = None  # ended by the receiver's STOP or ABORT (Reassembler.control)
 
     def complete(self) -> bool:
         # the length test first: a hostile transfer must not cost a walk per segment
@@ -144,7 +161,7 @@ class Transfer:
         else:
             missing = [k for k in range(1, self.last + 1) if k not in self.segments]
             why = f"segments {missing[:20]}{' ...' if len(missing) > 20 else ''} missing"
-        head = [why] + ([self.limit] if self.limit else [])
+        head = [why] + [x for x in (self.stopped, self.limit) if x]
         more = len(self.problems) - 3 + self.dropped_problems
         return "; ".join(head + self.problems[:3] + ([f"{more} more problems"] if more > 0 else []))
 
@@ -160,6 +177,10 @@ class Reassembler:
         self.max_open_bytes = max_open_bytes
         self.open_bytes = 0
         self.evicted: list[tuple[tuple, Transfer]] = []
+        # transfers completed lately: key -> (capture time, completing frame), bounded
+        self.completed: OrderedDict[tuple, tuple[float | None, int]] = OrderedDict()
+        # why the kernel would drop the segment of the last add(), or None
+        self.dropped: str | None = None
 
     def _evict_oldest(self, why: str) -> None:
         old_key = next(iter(self.open))
@@ -170,12 +191,25 @@ class Reassembler:
         old.size = 0
         self.evicted.append((old_key, old))
 
-    def add(self, key: tuple, seg_num: int, flags: int, mad: bytes, frame: int):
-        """Add a DATA segment; returns (message bytes, Transfer) when the transfer completes."""
+    def add(self, key: tuple, seg_num: int, flags: int, mad: bytes, frame: int,
+            time: float | None = None):
+        """Add a DATA segment; returns (message bytes, Transfer) when the transfer completes.
+        A segment the kernel's receiver drops (see the module docstring) leaves everything
+        as it was and sets self.dropped to why."""
+        self.dropped = None
         t = self.open.get(key)
         if t is None:
-            # Retransmitted segments (the sender resends its window on timeout) land in the
-            # same Transfer; a finished transfer is gone, so a reused TID starts afresh.
+            done = self.completed.get(key)
+            if done is not None and (time is None or done[0] is None
+                                     or time - done[0] <= COMPLETE_LINGER):
+                self.dropped = (f"segment {seg_num} of the transfer completed in frame "
+                                f"{done[1]}: acknowledged and dropped (continue_rmpp, "
+                                "RMPP_STATE_COMPLETE)")
+                return None
+            if 1 < seg_num <= MAX_SEGMENTS:  # (a number no sender uses is a problem below)
+                self.dropped = (f"segment {seg_num} while no transfer of this TID is open: "
+                                "dropped (continue_rmpp: no rmpp_recv)")
+                return None
             t = self.open[key] = Transfer()
             if len(self.open) > self.max_open:
                 self._evict_oldest(f"evicted: more than {self.max_open} RMPP transfers open at once")
@@ -188,9 +222,9 @@ class Reassembler:
             return None
         seg = mad[:MAD_SIZE]
         if seg_num in t.segments:
-            t.problem(f"segment {seg_num} repeated (frame {frame})")
-            t.size -= len(t.segments[seg_num])
-            self.open_bytes -= len(t.segments[seg_num])
+            self.dropped = (f"segment {seg_num} repeated (held from frame "
+                            f"{t.frames[seg_num]}): dropped (find_seg_location)")
+            return None
         t.segments[seg_num] = seg
         t.frames[seg_num] = frame
         t.size += len(seg)
@@ -202,9 +236,27 @@ class Reassembler:
         if t.complete():
             del self.open[key]
             self.open_bytes -= t.size
+            self.completed[key] = (time, frame)
+            self.completed.move_to_end(key)
+            if len(self.completed) > self.max_open:
+                self.completed.popitem(last=False)
             segs = [t.segments[k] for k in range(1, t.last + 1)]
             return reassemble(segs), t
         return None
+
+    def control(self, key: tuple, rmpp_type: int, frame: int) -> None:
+        """An RMPP ACK, STOP or ABORT for the DATA transfer of `key` (decode.rmpp_control_key).
+        STOP and ABORT from its receiver end it, unfinished (abort_send); an ACK changes
+        nothing the reassembly follows."""
+        if rmpp_type not in (RMPP_TYPE_STOP, RMPP_TYPE_ABORT) or key not in self.open:
+            return
+        t = self.open.pop(key)
+        self.open_bytes -= t.size
+        t.size = 0
+        t.segments.clear()
+        t.stopped = (f"ended by the receiver's RMPP {'STOP' if rmpp_type == RMPP_TYPE_STOP else 'ABORT'} "
+                     f"in frame {frame}")
+        self.evicted.append((key, t))
 
     def pending(self) -> list[tuple[tuple, Transfer]]:
         """Transfers never completed (call at end of capture)."""

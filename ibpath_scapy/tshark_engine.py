@@ -132,6 +132,7 @@ from typing import Iterable, Iterator
 from scapy.contrib.roce import BTH, GRH
 
 # decode.py's private tables and helpers are shared on purpose: one definition of each text
+from . import blobsniff
 from . import decode as _decode
 from .decode import CM_REQ_FIELDS, KIND_BY_CLASS, PATH_RECORD_FIELDS, DecodeStats, kernel_view_dict
 from .kernelview import Blob, LsContext, ls_parse_error
@@ -415,6 +416,19 @@ class _Clock:
         self.kind = sniff_format(head)
         self.res = PCAP_MAGICS[head[:4]][1] if self.kind == "pcap" else None
         self._ng = _PcapngInterfaces(path) if self.kind == "pcapng" else None
+        self._pcap_linktype = None
+        if self.kind == "pcap":
+            with open(path, "rb") as f:
+                hdr = f.read(24)
+            if len(hdr) == 24:
+                endian = PCAP_MAGICS[hdr[:4]][0]
+                self._pcap_linktype = struct.unpack(endian + "I", hdr[20:24])[0] & 0x0FFFFFFF
+
+    def linktype(self, section: int, iface: int) -> int | None:
+        """The link type pcapio gives the frame (None where the file does not say)."""
+        if self._ng is not None:
+            return self._ng.linktype(section, iface)
+        return self._pcap_linktype
 
     def time(self, epoch: str, section: int, iface: int) -> float:
         sec_text, _, frac = epoch.partition(".")
@@ -450,8 +464,13 @@ class _PcapngInterfaces:
         while not self._known(section, iface) and not self.done:
             self._next_block()
         if self._known(section, iface):
-            return self.sections[section - 1][iface]
+            return self.sections[section - 1][iface][:2]
         return 10 ** 6, 1e-6
+
+    def linktype(self, section: int, iface: int) -> int | None:
+        while not self._known(section, iface) and not self.done:
+            self._next_block()
+        return self.sections[section - 1][iface][2] if self._known(section, iface) else None
 
     def _known(self, section: int, iface: int) -> bool:
         return 0 < section <= len(self.sections) and iface < len(self.sections[section - 1])
@@ -484,7 +503,8 @@ class _PcapngInterfaces:
                     v = val[0]
                     units = 2 ** (v & 0x7F) if v & 0x80 else 10 ** v
             if self.sections:
-                self.sections[-1].append((units, _tsresol(opts, self.endian)))
+                self.sections[-1].append((units, _tsresol(opts, self.endian),
+                                          struct.unpack(self.endian + "H", body[:2])[0]))
         else:
             self.f.seek(blen - 8, 1)
 
@@ -507,6 +527,7 @@ _MAD_NODE, _RMPP_NODE = _fields_of(MAD).node, _fields_of(RMPP).node
 _SA_NODE = _fields_of(SAHeader).node
 _BLOB_NODE = _fields_of(PathArray).node
 _SEGMENT_FIELD = "ibpath.rmpp.segment"
+_ICRC_FIELD = "ibpath.bth.icrc"
 _WTAP_ENCAP_ERF = 98
 _LRH_BTH_DETH = 8 + 12 + 8  # headers before a native-IB MAD (plus 40 with a GRH)
 _CRC_TRAILERS = 4 + 2  # ICRC and VCRC
@@ -526,6 +547,7 @@ class _Frame:
     encap_type: int
     comment: str | None
     layers: list  # top-level (key, node) pairs
+    linktype: int | None = None  # the file's link type for the frame (pcap or pcapng IDB)
 
 
 @dataclass
@@ -547,12 +569,15 @@ class _Builder:
     # -- per frame ---------------------------------------------------------------------------
     def feed(self, fr: _Frame) -> Iterator[dict]:
         self.stats.frames += 1
+        if fr.linktype is not None and fr.linktype not in _decode.SUPPORTED_LINKTYPES:
+            _decode.note_unsupported(self.stats, fr.linktype, fr.number)
+            return
         for rec in self._frame_records(fr):
             self.stats.by_kind[rec["kind"]] = self.stats.by_kind.get(rec["kind"], 0) + 1
             yield rec
 
     def finish(self) -> Iterator[dict]:
-        yield from _decode.unfinished_transfers(self.rmpp, self.stats)
+        yield from _decode.file_end_records(self.rmpp, self.stats)
 
     def _malformed(self, fr: _Frame, reason: str) -> dict:
         self.stats.malformed += 1
@@ -600,7 +625,9 @@ class _Builder:
         length = self._mad_length(fr)
         if length is not None and length != MAD_SIZE:
             errors.append(f"MAD is {length} bytes; IB MADs are {MAD_SIZE}")
-        errors += self._crc_errors(fr)
+        crc_errs, icrc = self._crc_errors(fr)
+        errors += crc_errs
+        _decode.note_crc(self.stats, fr.number, errors, icrc if length == MAD_SIZE else None)
         rec["mad"] = self._mad_dict(mad)
         if length is not None and length < MAD_SIZE:
             rec["kind"] = "malformed"
@@ -691,20 +718,23 @@ class _Builder:
         return span - _CRC_TRAILERS - _LRH_BTH_DETH - grh
 
     @staticmethod
-    def _crc_errors(fr: _Frame) -> list[str]:
+    def _crc_errors(fr: _Frame) -> tuple[list[str], bytes | None]:
+        """The CRC errors the plugin found, and the ICRC field (None if it showed none)."""
         errs = []
         checks: dict[str, str] = {}
         # the plugin shows both checks under the BTH (RoCEv2 too: its entry sees the frame)
         for node in _all(fr.layers, _fields_of(BTH).node):
-            for key in ("ibpath.check.icrc", "ibpath.check.vcrc"):
+            for key in ("ibpath.check.icrc", "ibpath.check.vcrc", _ICRC_FIELD):
                 v = _first(node, key)
                 if v is not None:
                     checks.setdefault(key, v)
         if checks.get("ibpath.check.icrc") == "0":
-            errs.append("ICRC mismatch")
+            errs.append(_decode.ICRC_MISMATCH)
         if checks.get("ibpath.check.vcrc") == "0":
-            errs.append("VCRC mismatch")
-        return errs
+            errs.append(_decode.VCRC_MISMATCH)
+        icrc = checks.get(_ICRC_FIELD)
+        return errs, (None if icrc is None or "ibpath.check.icrc" not in checks
+                      else _int(icrc).to_bytes(4, "big"))
 
     def _sa(self, fr: _Frame, rec: dict, mad: dict, errors: list[str]) -> Iterator[dict]:
         top = fr.layers
@@ -725,7 +755,9 @@ class _Builder:
         if flags & 1 and rtype == 1 and flags & 6 != 6:  # one segment of a transfer
             key = (rec.get("src"), rec.get("dst"), mad["transaction_id"], mad["attribute_id"],
                    mad["method"])
-            done = self.rmpp.add(key, rmpp.get("segment_number", 0), flags, self._dummy, fr.number)
+            done = self.rmpp.add(key, rmpp.get("segment_number", 0), flags, self._dummy,
+                                 fr.number, fr.time)
+            _decode.note_rmpp_drop(self.rmpp, rec, self.stats)
             records = []
             if done is not None:
                 _, transfer = done
@@ -740,6 +772,9 @@ class _Builder:
                 errors += transfer.problems
         elif rtype not in (0, 1) and flags & 1:
             rec["rmpp_control"] = True
+            self.rmpp.control(_decode.rmpp_control_key(rec, mad["transaction_id"],
+                                                       mad["attribute_id"], mad["method"]),
+                              rtype, fr.number)
         if mad["attribute_id"] == ATTR_PATH_RECORD:
             values = [_values(r, PathRecord) for r in records]
             rec["path_records"] = [{n: v[n] for n in PATH_RECORD_FIELDS} for v in values
@@ -1030,17 +1065,17 @@ def _frame_of(layers: list, clock: _Clock) -> _Frame:
     return _Frame(number=number, time=clock.time(epoch, section, iface),
                   cap_len=_int(_first(frame, "frame.cap_len") or "0"),
                   encap_type=_int(_first(frame, "frame.encap_type") or "0"),
-                  comment=comment, layers=layers)
+                  comment=comment, layers=layers, linktype=clock.linktype(section, iface))
 
 
-def _raw_blob_capture(path: str, tmpdir: str) -> str:
+def _raw_blob_capture(path: str, tmpdir: str, as_blob: bool = False) -> str:
     """A raw blob file as a one-frame pcapng (exported PDU "ibpath.blob"), or CaptureError as
     decode.py raises it for a file that is neither a capture nor a blob."""
     with open(path, "rb") as f:
         data = f.read(MAX_RAW_BLOB + 1)
     if not data:
         raise TsharkEngineError(f"{path}: not a capture or blob file (empty)")
-    if len(data) > MAX_RAW_BLOB or not PathArray.plausible(data):
+    if len(data) > MAX_RAW_BLOB or not (as_blob or blobsniff.plausible(data)):
         raise TsharkEngineError(f"{path}: not a capture or blob file "
                                 f"(starts with {data[:8].hex()} at byte offset 0)")
     out = os.path.join(tmpdir, "blob.pcapng")
@@ -1050,8 +1085,10 @@ def _raw_blob_capture(path: str, tmpdir: str) -> str:
 
 
 def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str | None = None,
-                   plugin: str | os.PathLike | None = None) -> Iterator[dict]:
-    """Decoded records of every frame of a capture (or of a raw blob file), from tshark and the
+                   plugin: str | os.PathLike | None = None,
+                   as_blob: bool = False) -> Iterator[dict]:
+    """Decoded records of every frame of a capture (or of a raw blob file; of any file with
+    as_blob), from tshark and the
     ibpath plugin, in the format of decode.decode_file (see the module docstring for how and
     where they differ). Streams: tshark runs once, and its output is read packet by packet.
 
@@ -1068,9 +1105,9 @@ def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str |
     except OSError as exc:
         raise TsharkEngineError(f"{path}: {exc.strerror or exc}") from None
     with tempfile.TemporaryDirectory(prefix="ibpath-tshark-") as tmp:
-        capture, raw_blob = path, sniff_format(head) == "other"
+        capture, raw_blob = path, as_blob or sniff_format(head) == "other"
         if raw_blob:
-            capture = _raw_blob_capture(path, tmp)
+            capture = _raw_blob_capture(path, tmp, as_blob)
             head = PCAPNG_SHB
         plugin_file = Path(plugin) if plugin else plugin_path()
         if plugin_file is None:

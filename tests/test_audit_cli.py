@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ibpath_scapy.audit import report
 from ibpath_scapy.audit.model import RULES
 from ibpath_scapy.cli.main import main
 from ibpath_scapy.craft.builder import CaptureBuilder
@@ -156,19 +157,27 @@ def test_json_contract(bad, capsys):
 
 
 def test_junit_contract(bad, good, capsys, tmp_path):
+    """<testsuites>, one <testsuite> per input: a "read" case, then one case per rule, failed
+    for each error finding (tests/test_junit.py checks the schema and a JUnit parser)."""
     out_file = tmp_path / "report.xml"
     rc, out, _ = inproc(capsys, "--format", "junit", "-o", out_file, bad, good)
     assert rc == 1 and out == ""
-    suite = ET.parse(out_file).getroot()
-    cases = suite.findall("testcase")
-    assert len(cases) == 2 * len(RULES)
-    assert {(c.get("classname"), c.get("name")) for c in cases} == \
-        {(str(f), r) for f in (bad, good) for r in RULES}
+    root = ET.parse(out_file).getroot()
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == [str(bad), str(good)]
+    cases = [c for s in suites for c in s.findall("testcase")]
+    assert len(cases) == 2 * (len(RULES) + 1)
+    names = {(c.get("classname"), c.get("name")) for c in cases}
+    assert names == {(report.junit_classname(str(f)), r) for f in (bad, good)
+                     for r in list(RULES) + [report.READ_CASE]}
     failed = {(c.get("classname"), c.get("name")) for c in cases if c.find("failure") is not None}
     doc = json.loads(inproc(capsys, "--format", "json", bad, good)[1])
-    errors = {(f["file"], f["rule"]) for f in doc["findings"] if f["severity"] == "error"}
-    assert failed == errors and (str(bad), "RES-NO-FOLLOWUP") in failed
-    assert int(suite.get("failures")) == len(failed)
+    errors = {(report.junit_classname(f["file"]), f["rule"]) for f in doc["findings"]
+              if f["severity"] == "error"}
+    assert failed == errors and (report.junit_classname(str(bad)), "RES-NO-FOLLOWUP") in failed
+    assert int(root.get("failures")) == len(failed) == sum(int(s.get("failures")) for s in suites)
+    assert root.get("errors") == "0"
 
 
 def test_list_rules(capsys):
@@ -231,13 +240,20 @@ def test_real_traffic_has_no_error():
     assert doc["summary"]["packets"] == 42 + 43 + 123 + 16
 
 
-@pytest.mark.parametrize("kind", ["junk", "missing"])
-def test_unreadable_blob_option_exit_2(tmp_path, good, kind):
+def test_unreadable_blob_option_exit_2(tmp_path, good):
     """A --blob file that cannot be read is reported like any input; the captures still are."""
     blob = tmp_path / "optval"
-    if kind == "junk":
-        blob.write_text("not a blob\n")
     rc, doc, err = run_json("--blob", blob, good)
     assert rc == 2 and str(blob) in err
     assert doc["files"] == [str(good), str(blob)]
     assert doc["unreadable"][0]["file"] == str(blob)
+
+
+def test_blob_option_reads_any_non_capture_as_a_blob(tmp_path, good):
+    """--blob says "this is a blob" (issue 17): a text file given so is judged as one (11
+    bytes: BLOB-LENGTH, no whole record), not refused."""
+    blob = tmp_path / "optval"
+    blob.write_text("not a blob\n")
+    rc, doc, err = run_json("--blob", blob, good)
+    assert rc == 1 and "unreadable" not in doc, err
+    assert {f["rule"] for f in doc["findings"] if f["file"] == str(blob)} >= {"BLOB-LENGTH"}

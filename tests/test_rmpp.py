@@ -63,16 +63,49 @@ def test_zero_records_take_one_padded_segment():
 
 
 def test_streaming_reassembler_out_of_order_and_duplicates():
+    """As the kernel's receiver (mad_rmpp.c): out of order inside an open transfer is fine; a
+    segment held already is dropped (find_seg_location), not a problem; segment 2 before the
+    transfer opened is dropped too (continue_rmpp: no rmpp_recv), so it must come again."""
     segs = segment(table_response(10))
     r = Reassembler()
-    order = [2, 1, 1, 4, 3]
-    results = [r.add(("a", "b", 0x42), k, segs[k - 1][26] & 7, segs[k - 1], frame=i + 1)
-               for i, k in enumerate(order)]
-    assert results[:-1] == [None] * 4
+    order = [2, 1, 1, 4, 3, 2]
+    results, drops = [], []
+    for i, k in enumerate(order):
+        results.append(r.add(("a", "b", 0x42), k, segs[k - 1][26] & 7, segs[k - 1], frame=i + 1))
+        drops.append(r.dropped)
+    assert results[:-1] == [None] * 5
     msg, transfer = results[-1]
     assert len(MAD(msg)[SAHeader].records) == 10
-    assert any("repeated" in p for p in transfer.problems)
+    assert transfer.problems == [] and transfer.frames == {1: 2, 2: 6, 3: 5, 4: 4}
+    assert [d is not None for d in drops] == [True, False, True, False, False, False]
+    assert "no transfer" in drops[0] and "repeated (held from frame 2)" in drops[2]
     assert r.pending() == []
+
+
+def test_reassembler_drops_resent_segments_of_a_completed_transfer():
+    """complete_rmpp keeps the transfer 10 s (cleanup_work): a resent segment is dropped then,
+    a segment 1 after that starts a new transfer."""
+    segs = segment(table_response(10))
+    r = Reassembler()
+    key = ("a", "b", 0x42)
+    for k in (1, 2, 3, 4):
+        done = r.add(key, k, segs[k - 1][26] & 7, segs[k - 1], frame=k, time=1.0)
+    assert done is not None
+    assert r.add(key, 1, segs[0][26] & 7, segs[0], frame=5, time=10.9) is None
+    assert "completed in frame 4" in r.dropped
+    assert r.add(key, 1, segs[0][26] & 7, segs[0], frame=6, time=11.5) is None
+    assert r.dropped is None and len(r.pending()) == 1
+
+
+def test_reassembler_stop_ends_the_transfer():
+    segs = segment(table_response(10))
+    r = Reassembler()
+    r.add(("a", "b", 0x42), 1, segs[0][26] & 7, segs[0], frame=1)
+    r.control(("a", "b", 0x42), 3, frame=2)
+    (key, t), = r.pending()
+    assert "ended by the receiver's RMPP STOP in frame 2" in t.why_unfinished()
+    assert r.add(("a", "b", 0x42), 2, segs[1][26] & 7, segs[1], frame=3) is None
+    assert "no transfer" in r.dropped
 
 
 def test_reassembler_reports_unfinished_transfer():

@@ -19,6 +19,7 @@ class FileAudit:
     replay: Replay | None = None
     frames: int = 0
     error: str | None = None  # the file could not be read to its end
+    seconds: float = 0.0  # how long its audit took (the JUnit report's time)
 
 
 def _finding(rule_id: str, r, hit, path: str, resolution: str | None) -> Finding:

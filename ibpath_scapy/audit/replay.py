@@ -18,6 +18,9 @@ from .arrows import sa_arrows
 
 
 PATH_RECORD_ATTR = 0x0035
+# records about the file as a whole that decoders make at its end (decode.file_end_records):
+# judged by the frame rules only
+FILE_KINDS = ("unsupported", "crc")
 SA_CLASS = 0x03
 
 
@@ -166,14 +169,15 @@ class Resolution:
 def _slim(rec: dict) -> dict:
     """What frame rules need of a record (its records are kept by the transaction)."""
     keep = ("frame", "frames", "kind", "mad", "rmpp", "sa", "path_records", "error", "errors",
-            "malformed", "limit")
+            "malformed", "limit", "note", "linktype", "count")
     return {k: rec[k] for k in keep if k in rec}
 
 
 _ABSENT = object()
 # the keys of an SA frame's record that the transaction rules (rules/sa.py, rules/resolver.py)
 # and the ladder (ladder.py) read, besides "frame"
-KEPT_KEYS = ("mad", "rmpp", "sa", "path_records", "rmpp_control", "reassembled_from", "errors")
+KEPT_KEYS = ("mad", "rmpp", "sa", "path_records", "rmpp_control", "reassembled_from", "errors",
+             "rmpp_dropped")
 _SLOT = {k: i for i, k in enumerate(KEPT_KEYS)}
 _PACKED = object()  # a body's "reassembled_from": the frames are in KeptFrames' side arrays
 
@@ -252,7 +256,8 @@ class KeptFrames(Sequence):
         get = rec.get
         body = (get("mad", _ABSENT), get("rmpp", _ABSENT), get("sa", _ABSENT),
                 get("path_records", _ABSENT), get("rmpp_control", _ABSENT),
-                get("reassembled_from", _ABSENT), get("errors", _ABSENT))
+                get("reassembled_from", _ABSENT), get("errors", _ABSENT),
+                get("rmpp_dropped", _ABSENT))
         prs = body[3]
         if prs is not _ABSENT and not prs:
             # RMPP segments but the last have no records: one shared empty sequence
@@ -267,10 +272,11 @@ class KeptFrames(Sequence):
             body = body[:5] + (_PACKED,) + body[6:]
         index = self._index
         key = None
-        if body[6] is _ABSENT and index is not None:
+        if body[6] is _ABSENT and body[7] is _ABSENT and index is not None:
             # the identity of every value, a PathRecord list by its records' (each frame
             # has its own list); the fixed part first, so the records' count is the length.
-            # A frame with errors has values of its own: nothing to share.
+            # A frame with errors (or a dropped RMPP segment) has values of its own: nothing
+            # to share.
             key = (id(body[0]), id(body[1]), id(body[2]), id(body[4]), id(body[5]))
             if prs is _ABSENT:
                 key += (id(_ABSENT),)
@@ -402,7 +408,8 @@ class Replay:
             self.extra_blobs.append({**rec["record"], "file": rec["file"]})
             return
         self.records += 1
-        if kind == "sa" or kind == "malformed" or rec.get("malformed"):
+        if (kind == "sa" or kind == "malformed" or rec.get("malformed") or "errors" in rec
+                or kind in FILE_KINDS):
             # the test reads only keys _slim keeps: ask it before making the copy
             if keep is None:
                 keep = self.keep_frame_record is None or self.keep_frame_record(rec)

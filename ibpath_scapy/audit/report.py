@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from xml.sax.saxutils import escape, quoteattr
 
 from .engine import FileAudit
@@ -40,7 +41,7 @@ def kernel_views(audits: list[FileAudit]) -> list[dict]:
     return out
 
 
-def to_json(audits: list[FileAudit]) -> str:
+def to_json(audits: list[FileAudit], skipped: list = ()) -> str:
     doc = {
         "files": [a.path for a in audits],
         "findings": [f.as_dict() for a in audits for f in a.findings],
@@ -50,34 +51,93 @@ def to_json(audits: list[FileAudit]) -> str:
     errors = [{"file": a.path, "error": a.error} for a in audits if a.error]
     if errors:
         doc["unreadable"] = errors
+    if skipped:
+        doc["skipped"] = [{"file": s.path, "reason": s.reason} for s in skipped]
     return json.dumps(doc, indent=2)
 
 
-def to_junit(audits: list[FileAudit]) -> str:
-    """One test case per rule per file, failed for each error finding."""
+JUNIT_PACKAGE = "ibpath.audit"
+# a suite's test case for reading its input: an error where it cannot be read to its end
+READ_CASE = "read"
+
+
+def junit_classname(path: str) -> str:
+    """A stable dotted class name for an input: JUNIT_PACKAGE, then the path as given, its
+    folders as packages (Jenkins and GitLab group by the dots) and the other characters
+    outside [A-Za-z0-9_] as "_" (captures/corpus/x.pcapng -> ibpath.audit.captures.corpus.
+    x_pcapng)."""
+    parts = [re.sub(r"[^A-Za-z0-9_]", "_", p) for p in re.split(r"[/\\]+", path)
+             if p not in ("", ".")]
+    return ".".join([JUNIT_PACKAGE] + parts)
+
+
+def _junit_case(classname: str, name: str, body: str = "", time: float = 0.0) -> str:
+    return (f"    <testcase classname={quoteattr(classname)} name={quoteattr(name)} "
+            f'time="{time:.3f}">{body}</testcase>')
+
+
+def _junit_suite(a: FileAudit) -> tuple[str, int, int, int]:
+    """One input's <testsuite>: a test case per rule, failed for each error finding (the
+    others under system-out), and READ_CASE, an error when the input could not be read to its
+    end. Returns (xml, tests, failures, errors)."""
+    cls = junit_classname(a.path)
+    by_rule: dict[str, list] = {}
+    for f in a.findings:
+        by_rule.setdefault(f.rule, []).append(f)
     cases, failures = [], 0
-    for a in audits:
+    read_body = ""
+    if a.error:
+        read_body = (f"<error type=\"unreadable\" message={quoteattr(a.error)}>"
+                     f"{escape(a.error)}</error>")
+    cases.append(_junit_case(cls, READ_CASE, read_body, a.seconds))
+    if a.replay is not None:  # an input never opened was judged by no rule
         for rid in sorted(RULES):
-            hits = [f for f in a.findings if f.rule == rid]
+            hits = by_rule.get(rid, [])
             errs = [f for f in hits if f.severity == "error"]
             body = ""
             if errs:
                 failures += 1
                 text = "\n".join(f"frames {list(f.frames)}: {f.message}" for f in errs)
-                body = f'<failure message={quoteattr(f"{len(errs)} error(s)")}>{escape(text)}</failure>'
+                body = (f'<failure type="error" message={quoteattr(f"{len(errs)} error(s)")}>'
+                        f"{escape(text)}</failure>")
             elif hits:
                 body = "<system-out>" + escape("\n".join(
                     f"{f.severity} frames {list(f.frames)}: {f.message}" for f in hits)) + "</system-out>"
-            cases.append(f'  <testcase classname={quoteattr(a.path)} name={quoteattr(rid)}>{body}</testcase>')
+            cases.append(_junit_case(cls, rid, body))
+    errors = 1 if a.error else 0
+    head = (f"  <testsuite name={quoteattr(a.path)} tests=\"{len(cases)}\" "
+            f'failures="{failures}" errors="{errors}" skipped="0" time="{a.seconds:.3f}">')
+    return "\n".join([head] + cases + ["  </testsuite>"]), len(cases), failures, errors
+
+
+def to_junit(audits: list[FileAudit], skipped: list = ()) -> str:
+    """JUnit XML as Jenkins and GitLab read it (the schema of tests/data/junit.xsd): a
+    <testsuites> root and one <testsuite> per input (tests, failures, errors, time); a file
+    of a directory that is neither a capture nor a blob is a suite of one skipped case."""
+    suites, tests, failures, errors, seconds = [], 0, 0, 0, 0.0
+    for a in audits:
+        xml, t, f, e = _junit_suite(a)
+        suites.append(xml)
+        tests, failures, errors, seconds = tests + t, failures + f, errors + e, seconds + a.seconds
+    for s in skipped:
+        body = f'<skipped message={quoteattr(s.reason)}/>'
+        suites.append("\n".join([
+            f'  <testsuite name={quoteattr(s.path)} tests="1" failures="0" errors="0" '
+            'skipped="1" time="0.000">',
+            _junit_case(junit_classname(s.path), READ_CASE, body), "  </testsuite>"]))
+        tests += 1
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<testsuite name="ibpath audit" tests="{len(cases)}" failures="{failures}">\n'
-            + "\n".join(cases) + "\n</testsuite>\n")
+            f'<testsuites name="ibpath audit" tests="{tests}" failures="{failures}" '
+            f'errors="{errors}" time="{seconds:.3f}">\n'
+            + "\n".join(suites) + "\n</testsuites>\n")
 
 
-def to_text(audits: list[FileAudit], colour: bool = False, ladder: bool = False) -> str:
+def to_text(audits: list[FileAudit], colour: bool = False, ladder: bool = False,
+            skipped: list = ()) -> str:
     """Findings per resolution; with `ladder`, each resolution's ladder diagram first
-    (audit/ladder.py), its findings marked under the messages they rest on."""
-    lines = []
+    (audit/ladder.py), its findings marked under the messages they rest on. The files of a
+    directory that were skipped come first, each with why."""
+    lines = [f"== skipped {s.path}: {s.reason}" for s in skipped]
     ladders = {}
     if ladder:
         ladders = {(a.path, lad.name): lad for a in audits for lad in _ladders(a)}
@@ -88,7 +148,7 @@ def to_text(audits: list[FileAudit], colour: bool = False, ladder: bool = False)
     for a in audits:
         lines.append(f"== {a.path}: {a.frames} frames")
         if a.error:
-            lines.append(f"   unreadable: {a.error}")
+            lines.append(f"   unreadable: {a.path}: {a.error.removeprefix(a.path + ': ')}")
         by_res: dict = {}
         for f in a.findings:
             by_res.setdefault(f.resolution, []).append(f)
@@ -106,7 +166,8 @@ def to_text(audits: list[FileAudit], colour: bool = False, ladder: bool = False)
                 frames = ",".join(map(str, f.frames))
                 lines.append(f"   {a.path}:{frames}: {sev(f.severity)} {f.rule} {f.message}")
     s = summary(audits)
-    lines.append(f"== {s['files']} file(s), {s['packets']} frames, {s['transactions']} SA "
+    more = f" ({len(skipped)} skipped)" if skipped else ""
+    lines.append(f"== {s['files']} file(s){more}, {s['packets']} frames, {s['transactions']} SA "
                  f"transactions, {s['resolutions']} resolutions, {s['blobs']} blobs: "
                  f"{s['findings']['error']} errors, {s['findings']['warning']} warnings, "
                  f"{s['findings']['info']} infos")

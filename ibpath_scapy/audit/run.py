@@ -1,51 +1,97 @@
-"""Audit files from the command line: decoding engine, progress and unreadable inputs."""
+"""Audit files from the command line: inputs (files, streams, directories), the decoding
+engine, progress, unreadable inputs, and files audited in several processes."""
 
 from __future__ import annotations
 
 import gc
+import os
+import shutil
 import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 
-from .. import fast
+from .. import blobsniff, fast
 from ..decode import Decoder, decode_file
 from ..fast import FastDecoder, decode_file_fast
-from ..pcapio import CaptureError
+from ..pcapio import MAX_RAW_BLOB, STDIN, CaptureError, Input, sniff_format
 from .engine import FileAudit, audit_records
 from .model import AuditOptions
+from .progress import Progress
 from .replay import extra_blob_record
 
 
-class _Progress:
-    """A frame counter on stderr when it is a terminal (every 10,000 frames)."""
+@dataclass(frozen=True)
+class Skipped:
+    """A file of a directory given as input that is neither a capture nor a blob."""
 
-    def __init__(self, path: str, enabled: bool):
-        self.path, self.enabled, self.last = path, enabled and sys.stderr.isatty(), 0
-
-    def __call__(self, frame: int) -> None:
-        if self.enabled and frame - self.last >= 10000:
-            self.last = frame
-            sys.stderr.write(f"\r{self.path}: frame {frame}")
-            sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.enabled and self.last:
-            sys.stderr.write("\r" + " " * (len(self.path) + 20) + "\r")
+    path: str
+    reason: str
 
 
-def _records(path: str, decoder: Decoder, engine: str, extra: list[dict] = ()):
-    """Decoded records of one file from the chosen engine: the Scapy layers, or tshark with
-    the generated plugin (the same facts, so the same rules judge both)."""
+def _recognised(path: str) -> str | None:
+    """None when the file of a directory is a capture or a blob by its content (or cannot be
+    opened: its audit says why, so that it is never left out in silence), else why not."""
+    try:
+        with Input(path) as f:
+            head = f.head(4)
+            if sniff_format(head) != "other":
+                return None
+            data = f.read(MAX_RAW_BLOB + 1)
+    except OSError:
+        return None
+    if not data:
+        return "empty"
+    if len(data) > MAX_RAW_BLOB:
+        return f"not a capture, and over {MAX_RAW_BLOB} bytes for a blob"
+    if blobsniff.plausible(data):
+        return None
+    return f"not a capture or blob file (starts with {data[:8].hex()})"
+
+
+def expand_inputs(paths: list[str], as_blob: bool = False) -> tuple[list[str], list[Skipped]]:
+    """The files to audit: each path as given, and for a directory every file under it
+    (recursively, in sorted order) that is a capture or a blob by content (with as_blob,
+    every file). The files of a directory that are neither come back as Skipped."""
+    files, skipped = [], []
+    for p in paths:
+        if p == STDIN or not os.path.isdir(p):
+            files.append(p)
+            continue
+        for root, dirs, names in os.walk(p):
+            dirs.sort()
+            for name in sorted(names):
+                f = os.path.join(root, name)
+                why = None if as_blob else _recognised(f)
+                if why is None:
+                    files.append(f)
+                else:
+                    skipped.append(Skipped(f, why))
+    return files, skipped
+
+
+def _records(src, decoder: Decoder, engine: str, as_blob: bool):
+    """Decoded records of one input from the chosen engine: the Scapy layers (src an Input),
+    or tshark with the generated plugin (src a path: the same facts, so the same rules judge
+    both)."""
     if engine == "tshark":
         from ..tshark_engine import tshark_records
-        yield from tshark_records(path, stats=decoder.stats)
+        yield from tshark_records(src, stats=decoder.stats, as_blob=as_blob)
     elif engine == "scapy":
         if isinstance(decoder, FastDecoder):
-            yield from decode_file_fast(path, decoder)
+            yield from decode_file_fast(src, decoder, as_blob=as_blob)
         else:
-            yield from decode_file(path, decoder)
+            yield from decode_file(src, decoder, as_blob=as_blob)
     else:
         raise ValueError(f"unknown engine {engine!r}")
-    yield from extra
+
+
+def _blob_option_file(f: Input) -> bool:
+    """A --blob FILE is a blob whatever its content unless it is a capture (with blob
+    frames)."""
+    return sniff_format(f.head(4)) == "other"
 
 
 def extra_blobs(paths: list[str]) -> list[dict]:
@@ -55,9 +101,10 @@ def extra_blobs(paths: list[str]) -> list[dict]:
     out = []
     for path in paths:
         try:
-            for rec in decode_file(path, Decoder()):
-                if rec.get("kind") == "blob":
-                    out.append(extra_blob_record(rec, path))
+            with Input(path) as f:
+                for rec in decode_file(f, Decoder(), as_blob=_blob_option_file(f)):
+                    if rec.get("kind") == "blob":
+                        out.append(extra_blob_record(rec, path))
         except (CaptureError, OSError):
             pass
     return out
@@ -83,51 +130,121 @@ def _young_gc_only():
         gc.set_threshold(*old)
 
 
-def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
-                quiet: bool = False) -> tuple[list[FileAudit], list[str]]:
-    """Audit each file; an unreadable file is reported on stderr (file and reason) and its
-    findings up to the damage are kept. The blobs of options.extra_blobs (--blob) join the
-    replay of every other file, without being counted as its frames."""
-    with _young_gc_only():
-        return _audit_paths(paths, options, engine, quiet)
+class _UpToDamage:
+    """The records of an input up to the damage: a CaptureError ends them (kept in .error)
+    instead of the audit, so that the findings of the frames before it are judged in the one
+    pass (a stream cannot be read twice); the --blob records follow either way."""
 
+    def __init__(self, records, extra: list[dict]):
+        self.records, self.extra, self.error = records, extra, None
 
-def _audit_paths(paths: list[str], options: AuditOptions, engine: str,
-                 quiet: bool) -> tuple[list[FileAudit], list[str]]:
-    audits, unreadable = [], []
-    extras = extra_blobs(options.extra_blobs)
-    for path in paths:
-        decoder = _decoder(engine)
-        progress = _Progress(path, not quiet)
-        extra = [] if path in options.extra_blobs else extras
+    def __iter__(self):
         try:
-            fa = audit_records(path, _records(path, decoder, engine, extra), options,
-                               on_frame=progress)
+            yield from self.records
         except CaptureError as exc:
-            progress.done()
-            print(f"ibpath: {exc}", file=sys.stderr)
-            unreadable.append(path)
-            fa = _partial(path, decoder, options, str(exc), extra, engine)
-        except OSError as exc:
-            print(f"ibpath: {path}: {exc.strerror or exc}", file=sys.stderr)
-            unreadable.append(path)
-            fa = FileAudit(path, error=exc.strerror or str(exc))
-        progress.done()
-        fa.frames = decoder.stats.frames
-        audits.append(fa)
-    return audits, unreadable
+            self.error = exc
+        yield from self.extra
 
 
-def _partial(path: str, decoder: Decoder, options: AuditOptions, error: str,
-             extra: list[dict] = (), engine: str = "scapy") -> FileAudit:
-    """Findings from the frames before the damage: decode again, with the same engine, up to
-    the error."""
-    out = []
+@contextmanager
+def _tshark_source(path: str):
+    """What tshark reads for an input: the file itself, or a stream copied to a temporary
+    file first (the tshark engine reads a capture twice: tshark, and the pcapng interface
+    table for timestamps)."""
+    if path != STDIN and os.path.isfile(path):
+        yield path
+        return
+    with Input(path) as src, tempfile.TemporaryDirectory(prefix="ibpath-stream-") as tmp:
+        copy = os.path.join(tmp, "stream")
+        with open(copy, "wb") as out:
+            shutil.copyfileobj(src, out)
+        yield copy
+
+
+def audit_one(path: str, options: AuditOptions, engine: str = "scapy",
+              extras: list[dict] = (), as_blob: bool = False,
+              progress: bool = False) -> tuple[FileAudit, str | None]:
+    """Audit one input: its FileAudit (with .error and the findings up to the damage when it
+    cannot be read to its end) and the line for stderr when it cannot (file and reason)."""
+    decoder = _decoder(engine)
+    blob_option = path in options.extra_blobs
+    extra = [] if blob_option else list(extras)
+    start = time.monotonic()
     try:
-        for rec in _records(path, _decoder(engine), engine):
-            out.append(rec)
-    except CaptureError:
-        pass
-    fa = audit_records(path, out + list(extra), options)
-    fa.error = error
+        if engine == "tshark":
+            with _tshark_source(path) as source:
+                bar = Progress(path, progress)
+                records = _UpToDamage(_records(source, decoder, engine, as_blob), extra)
+                try:
+                    fa = audit_records(path, records, options, on_frame=bar)
+                finally:
+                    bar.done()
+                if records.error is not None and source != path:
+                    records.error = CaptureError(str(records.error).replace(source, path))
+        else:
+            with Input(path) as src:
+                blob = as_blob or (blob_option and _blob_option_file(src))
+                bar = Progress(path, progress, lambda: src.pos, src.size)
+                records = _UpToDamage(_records(src, decoder, engine, blob), extra)
+                try:
+                    fa = audit_records(path, records, options, on_frame=bar)
+                finally:
+                    bar.done()
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        fa = FileAudit(path, error=why)
+        fa.seconds = time.monotonic() - start
+        return fa, f"ibpath: {path}: {why}"
+    fa.frames = decoder.stats.frames
+    fa.seconds = time.monotonic() - start
+    if records.error is not None:
+        fa.error = str(records.error)
+        return fa, f"ibpath: {records.error}"
+    return fa, None
+
+
+def _portable(fa: FileAudit) -> FileAudit:
+    """A FileAudit another process can hand back: the replay's callbacks (closures of the
+    audit that made it, used no more) dropped."""
+    if fa.replay is not None:
+        fa.replay.on_close = None
+        fa.replay.keep_frame_record = None
     return fa
+
+
+def _audit_in_worker(args) -> tuple[FileAudit, str | None]:
+    with _young_gc_only():
+        fa, message = audit_one(*args)
+    return _portable(fa), message
+
+
+def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
+                quiet: bool = False, jobs: int = 1, as_blob: bool = False,
+                messages: list[str] | None = None) -> tuple[list[FileAudit], list[str]]:
+    """Audit each input in order; an unreadable one is reported on stderr (file and reason)
+    and its findings up to the damage are kept. The blobs of options.extra_blobs (--blob)
+    join the replay of every other file, without being counted as its frames. With jobs > 1
+    the files are audited in that many processes; the audits, their order and the stderr
+    lines are those of a serial run. messages, when given, receives the stderr lines instead
+    of stderr."""
+    with _young_gc_only():
+        extras = extra_blobs(options.extra_blobs)
+    tasks = [(p, options, engine, extras, as_blob, False) for p in paths]
+    if jobs > 1 and len(paths) > 1 and STDIN not in paths:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
+            results = list(pool.map(_audit_in_worker, tasks))
+    else:
+        results = []
+        with _young_gc_only():
+            for p, *rest in tasks:
+                results.append(audit_one(p, *rest[:-1], progress=not quiet))
+    audits, unreadable = [], []
+    for fa, message in results:
+        audits.append(fa)
+        if message is not None:
+            unreadable.append(fa.path)
+            if messages is not None:
+                messages.append(message)
+            else:
+                print(message, file=sys.stderr)
+    return audits, unreadable

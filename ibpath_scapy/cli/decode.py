@@ -1,4 +1,4 @@
-"""`ibpath decode FILE [--format text|json]`."""
+"""`ibpath decode FILE [--format text|json] [--as blob]`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import sys
 
 from ..decode import Decoder, decode_file
-from ..pcapio import CaptureError
+from ..pcapio import CaptureError, Input
 from ..render import frame_text
 
 
@@ -14,22 +14,38 @@ def add_parser(sub) -> None:
     p = sub.add_parser("decode", help="decode every MAD, netlink message and blob in a capture",
                        description="Decode every IB MAD (RoCEv2, native IB/ERF, exported PDU), "
                        "RDMA netlink message and blob in FILE. Exit status: 0 all frames decoded, "
-                       "1 some frames malformed (reported), 2 FILE cannot be read.")
+                       "1 a frame carries an error (malformed, CRC mismatch, a blob problem, "
+                       "reserved bits; each reported) or a link type was not decoded, 2 FILE "
+                       "cannot be read.")
     p.add_argument("file", help="a pcap, a pcapng, or a raw blob file (rdma_set_option optval "
-                   "bytes), told apart by content")
+                   "bytes), told apart by content; '-' reads a pcap or pcapng stream from "
+                   "standard input")
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--as", dest="as_kind", choices=("blob",),
+                   help="blob: read FILE as a raw blob whatever its content")
     p.set_defaults(func=run)
+
+
+def has_error(rec: dict) -> bool:
+    """Whether a decoded record reports a problem (exit status 1): malformed, an error
+    list, a link type not decoded, zero ICRCs among computed ones."""
+    return bool(rec.get("errors") or rec.get("error") or rec.get("malformed"))
 
 
 def run(args) -> int:
     decoder = Decoder()
     out = sys.stdout
+    bad = 0
     try:
-        for rec in decode_file(args.file, decoder):
-            if args.format == "json":
-                out.write(json.dumps(rec, sort_keys=False) + "\n")
-            else:
-                out.write("\n".join(frame_text(rec)) + "\n")
+        with Input(args.file) as src:
+            for rec in decode_file(src, decoder, as_blob=args.as_kind == "blob"):
+                bad += has_error(rec)
+                if args.format == "json":
+                    out.write(json.dumps(rec, sort_keys=False) + "\n")
+                else:
+                    out.write("\n".join(frame_text(rec)) + "\n")
+                if src.stream:
+                    out.flush()  # a live capture: each frame as it comes
     except CaptureError as exc:
         out.flush()
         print(f"ibpath: {exc}", file=sys.stderr)
@@ -40,8 +56,10 @@ def run(args) -> int:
         print(f"ibpath: {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     s = decoder.stats
-    extra = "".join(f", {n} {what}" for n, what in ((s.netlink_frames, "RDMA netlink frames"),
-                                                     (s.blob_frames, "blob frames")) if n)
+    extra = "".join(f", {n} {what}" for n, what in (
+        (s.netlink_frames, "RDMA netlink frames"), (s.blob_frames, "blob frames"),
+        (s.crc_errors, "with CRC errors"), (s.rmpp_dropped, "RMPP segments dropped (resent)"),
+        (sum(c for _, c in s.unsupported.values()), "of link types not decoded")) if n)
     print(f"{args.file}: {s.frames} frames, {s.mad_frames} MAD frames, {s.malformed} malformed"
           + extra, file=sys.stderr)
-    return 1 if s.malformed else 0
+    return 1 if bad else 0

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+from .. import blobsniff
 from ..batch import batched
-from ..layers.pathdata import PathArray
 from .decoder import FastDecoder
 from .prefilter import FULL, Prefilter
 from .reader import classified_frames
@@ -39,17 +39,19 @@ def prefilter() -> Prefilter:
     return _PREFILTER
 
 
-def decode_file_fast(path: str, decoder: FastDecoder | None = None) -> Iterator[dict]:
+def decode_file_fast(path, decoder: FastDecoder | None = None,
+                     as_blob: bool = False) -> Iterator[dict]:
     """Every record decode.decode_file(path) yields, in the same order, built by the fast path
     where it can. decoder.stats counts every frame, the skipped ones included; raises
-    pcapio.CaptureError on a bad file after yielding everything before the damage."""
+    pcapio.CaptureError on a bad file after yielding everything before the damage. path: a
+    path or a pcapio.Input (a stream too); as_blob: read it as a raw blob whatever it holds."""
     decoder = decoder if decoder is not None else FastDecoder()
     skipped = [0]
     stats = decoder.stats
     try:
         # classify a batch of frames, then decode it (ibpath_scapy.batch)
-        for frame, cl in batched(classified_frames(path, prefilter(), PathArray.plausible,
-                                                   skipped)):
+        for frame, cl in batched(classified_frames(path, prefilter(), blobsniff.plausible,
+                                                   skipped, as_blob=as_blob)):
             if skipped[0]:
                 stats.frames += skipped[0]
                 decoder.skipped += skipped[0]

@@ -17,7 +17,17 @@ from scapy.layers.inet6 import IPv6
 from scapy.pton_ntop import inet_ntop
 
 from .. import crc
-from ..decode import CM_REQ_FIELDS, KIND_BY_CLASS, PATH_RECORD_FIELDS, Decoder
+from ..decode import (
+    CM_REQ_FIELDS,
+    ICRC_MISMATCH,
+    KIND_BY_CLASS,
+    PATH_RECORD_FIELDS,
+    VCRC_MISMATCH,
+    Decoder,
+    note_crc,
+    note_rmpp_drop,
+    rmpp_control_key,
+)
 from ..layers import cm as cm_layers
 from ..layers.ib import LRH
 from ..layers.mad import (
@@ -194,9 +204,11 @@ class FastDecoder(Decoder):
             rec["dst_qp"] = c.dqpn(data, at.bth)
             rec["src_qp"] = c.src_qp(data, at.deth)
             ip_bytes = data[at.ip:]
-            errors = [] if crc.rocev2_icrc(ip_bytes) == ip_bytes[-4:] else ["ICRC mismatch"]
+            icrc = ip_bytes[-4:]
+            errors = [] if crc.rocev2_icrc(ip_bytes) == icrc else [ICRC_MISMATCH]
         else:
-            errors = self._native_ib(rec, data, at)
+            errors, icrc = self._native_ib(rec, data, at)
+        note_crc(self.stats, frame.number, errors, icrc)
         rec["mad"] = mad
         if kind_path == "sa":
             self._fast_sa(frame, rec, data, o, mad, errors)
@@ -213,9 +225,9 @@ class FastDecoder(Decoder):
         by_kind[rec["kind"]] = by_kind.get(rec["kind"], 0) + 1
         return rec
 
-    def _native_ib(self, rec: dict, data: bytes, at: IbMadAt) -> list[str]:
+    def _native_ib(self, rec: dict, data: bytes, at: IbMadAt) -> tuple[list[str], bytes]:
         """decode._addresses and decode._crc_errors of a native-IB datagram (its VCRC ends the
-        frame); the errors found."""
+        frame); the errors found and the ICRC."""
         c = self.c
         rec["encap"] = "ib"
         rec["src"] = f"LID {c.slid(data, at.lrh)}"
@@ -228,10 +240,10 @@ class FastDecoder(Decoder):
         rec["src_qp"] = c.src_qp(data, at.deth)
         end = len(data) - c.vcrc_len
         body = data[at.lrh:end]
-        errors = [] if crc.native_icrc(body) == body[-4:] else ["ICRC mismatch"]
+        errors = [] if crc.native_icrc(body) == body[-4:] else [ICRC_MISMATCH]
         if crc.vcrc(body) != int.from_bytes(data[end:], "little"):
-            errors.append("VCRC mismatch")
-        return errors
+            errors.append(VCRC_MISMATCH)
+        return errors, body[-4:]
 
     def _fast_mad(self, b: bytes, o: int, key: bytes) -> dict:
         """decode._mad_dict of the MAD header at b[o:], kept for the next MAD with the same
@@ -300,7 +312,9 @@ class FastDecoder(Decoder):
         if c.is_segment(mad, r, h):
             key = (rec.get("src"), rec.get("dst"), mad["transaction_id"], mad["attribute_id"],
                    mad["method"])
-            done = self.rmpp.add(key, r["segment_number"], r["rmpp_flags"], b[o:end], frame.number)
+            done = self.rmpp.add(key, r["segment_number"], r["rmpp_flags"], b[o:end],
+                                 frame.number, frame.time)
+            note_rmpp_drop(self.rmpp, rec, self.stats)
             if done is None:
                 starts = [] if starts is not None else None
             else:
@@ -312,6 +326,8 @@ class FastDecoder(Decoder):
                 errors += transfer.problems
         elif r["rmpp_type"] not in (0, RMPP_TYPE_DATA) and r["rmpp_flags"] & 1:
             rec["rmpp_control"] = True
+            self.rmpp.control(rmpp_control_key(rec, mad["transaction_id"], mad["attribute_id"],
+                                               mad["method"]), r["rmpp_type"], frame.number)
         if starts is not None:
             prs = self._prs
             out = []

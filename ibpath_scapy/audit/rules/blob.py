@@ -29,6 +29,7 @@ import functools
 import ipaddress
 import re
 
+from ...blobsniff import wire_anomalies
 from ...decode import PATH_RECORD_FIELDS, path_record_dict, reserved_nonzero
 from ...kernelview import Blob, LsContext, kernel_view
 from ...layers.coded import raw_values
@@ -384,28 +385,6 @@ def blob_endpoints(subject):
 
 
 # -- BLOB-NOT-MAD-FORMAT ----------------------------------------------------------------------
-
-def _swapped_prefix(gid: str) -> bool:
-    """fe80:: link-local prefix with its 32-bit words (or the whole 64-bit prefix) in little
-    endian: 0000:80fe:… or ::80fe…"""
-    b = _gid(gid).packed
-    return b[:4] == b"\x00\x00\x80\xfe" or b[:8] == b"\x00" * 6 + b"\x80\xfe"
-
-
-def wire_anomalies(pr: dict, reserved: bool = False) -> list[str]:
-    """What a resolved PathRecord in SA wire format cannot hold."""
-    out = []
-    if reserved:
-        out.append("reserved bits or bytes are not zero")
-    if not 1 <= pr["mtu"] <= 5:
-        out.append(f"MTU code {pr['mtu']} is outside 1-5")
-    if pr["rate"] not in RATE_CODES:
-        out.append(f"rate code {pr['rate']} is unknown")
-    for g in ("sgid", "dgid"):
-        if _swapped_prefix(pr[g]):
-            out.append(f"{g.upper()} {pr[g]} has the fe80:: prefix byte-swapped")
-    return out
-
 
 def word_swap(data: bytes) -> bytes:
     """Each 32-bit word byte-reversed: wire (big-endian) words read as host order."""

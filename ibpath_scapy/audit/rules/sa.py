@@ -117,8 +117,10 @@ def get_multi(t: Transaction):
 def rmpp_rules(t: Transaction):
     """An RMPP segment sequence breaks the rules: segment numbers not 1..N, FIRST/LAST flags
     wrong, PayloadLength inconsistent with the kernel's rules, missing segments."""
+    # the segments the receiver kept: those it drops (SAR-RMPP-RETRY) are no part of the
+    # sequence
     segs = [r for r in t.responses if r.get("rmpp", {}).get("rmpp_flags", 0) & 1
-            and r["rmpp"]["rmpp_type"] == 1]
+            and r["rmpp"]["rmpp_type"] == 1 and not r.get("rmpp_dropped")]
     if not segs:
         return
     frames = [r["frame"] for r in segs]
@@ -158,3 +160,21 @@ def rmpp_rules(t: Transaction):
         yield [by_num[1]["frame"], by_num[n]["frame"]], (
             f"first PayloadLength {first['payload_length']}, expected {want_first} "
             f"({n} segments, last PayloadLength {last['payload_length']})")
+
+
+@rule("SAR-RMPP-RETRY", "info", "transaction",
+      "kernel mad_rmpp.c continue_rmpp/find_seg_location/complete_rmpp (receiver), "
+      "ib_retry_rmpp/send_next_seg (sender)")
+def rmpp_retry(t: Transaction):
+    """RMPP segments the receiving kernel drops: segments resent after an ACK timeout (the
+    sender's ib_retry_rmpp rewinds to the last ACK and sends again), which the receiver
+    already holds or whose transfer it completed, and segments of no open transfer. The
+    reassembly goes on without them, as the kernel's does; like SAQ-RETRY, one info per
+    transaction naming the frames."""
+    dropped = [r for r in t.responses if r.get("rmpp_dropped")]
+    if dropped:
+        yield [r["frame"] for r in dropped], (
+            f"RMPP transfer tid 0x{t.tid:016x}: {len(dropped)} segment"
+            f"{'s' if len(dropped) > 1 else ''} dropped by the receiver as the kernel does: "
+            + "; ".join(f"frame {r['frame']}: {r['rmpp_dropped']}" for r in dropped[:5])
+            + (f"; {len(dropped) - 5} more" if len(dropped) > 5 else ""))

@@ -1,0 +1,50 @@
+"""Rules about the capture as read: link types not decoded, ICRC/VCRC verdicts.
+
+The decoders (decode.py, fast/, tshark_engine.py) count both as they read and make one record
+per link type and one for a capture whose ICRCs are all zero at the end of the file
+(decode.file_end_records); these rules turn them, and each frame's CRC errors, into findings.
+"""
+
+from __future__ import annotations
+
+from ...decode import ICRC_MISMATCH, VCRC_MISMATCH
+from ... import sources
+from ..model import rule
+
+_CRC_ERRORS = (ICRC_MISMATCH, VCRC_MISMATCH)
+
+
+@rule("DECODE-UNSUPPORTED", "warning", "frame",
+      sources.CATALOGUE + ": a link type is never silently skipped")
+def decode_unsupported(rec: dict):
+    """Frames of a link type ibpath does not decode: reported once per file and link type with
+    the number of frames it covers (none of them was read for MADs, netlink or blobs)."""
+    if rec.get("kind") == "unsupported":
+        yield [rec["frame"]], rec["error"]
+
+
+@rule("CRC-MISMATCH", "error", "frame",
+      "IBA 7.8 (ICRC, VCRC); RoCEv2 annex A17.3.4 (ICRC over UDP)")
+def crc_mismatch(rec: dict):
+    """A frame whose ICRC or VCRC does not match its bytes (error: the bytes are corrupt, so
+    a receiving HCA drops the packet and nothing decoded from it can be trusted); zero ICRCs
+    among computed ones count as mismatches.
+
+    Severity error, as the rule catalogue defines it ("bytes are corrupt"): the receiver discards
+    the packet, so the capture shows a message the peer never got."""
+    if rec.get("kind") == "crc":
+        if "error" in rec:
+            yield rec["frames"], rec["error"]
+        return
+    bad = [e for e in rec.get("errors", ()) if e in _CRC_ERRORS]
+    if bad:
+        yield [rec["frame"]], " and ".join(bad) + ": the receiver drops this packet"
+
+
+@rule("CRC-ZERO", "info", "frame", sources.CATALOGUE + ": checks not made are said, once")
+def crc_zero(rec: dict):
+    """Every ICRC of the capture is zero: the capture path zeroed or did not compute it (some
+    capture points do), so ICRCs could not be checked; said once for the file, with its first
+    frames."""
+    if rec.get("kind") == "crc" and "note" in rec:
+        yield rec["frames"], rec["note"]
