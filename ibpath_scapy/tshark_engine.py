@@ -526,7 +526,6 @@ _NL = _fields_of(nl.RdmaNLMsgHdr).node
 _MAD_NODE, _RMPP_NODE = _fields_of(MAD).node, _fields_of(RMPP).node
 _SA_NODE = _fields_of(SAHeader).node
 _BLOB_NODE = _fields_of(PathArray).node
-_SEGMENT_FIELD = "ibpath.rmpp.segment"
 _ICRC_FIELD = "ibpath.bth.icrc"
 _WTAP_ENCAP_ERF = 98
 _LRH_BTH_DETH = 8 + 12 + 8  # headers before a native-IB MAD (plus 40 with a GRH)
@@ -761,11 +760,10 @@ class _Builder:
             records = []
             if done is not None:
                 _, transfer = done
-                # the plugin's reassembly on this frame: its segments (ibpath.rmpp.segment)
-                # and the nested message with the records of the whole answer
-                segments = [_int(x) for x in _all(sa_node, _SEGMENT_FIELD)]
-                rec["reassembled_from"] = segments or [transfer.frames[k]
-                                                       for k in sorted(transfer.frames)]
+                # the segments the kernel keeps (the Reassembler's: the first of repeated
+                # ones, where the plugin's ibpath.rmpp.segment list names the last), and the
+                # plugin's nested message with the records of the whole answer
+                rec["reassembled_from"] = [transfer.frames[k] for k in sorted(transfer.frames)]
                 whole = _first(sa_node, _SA_NODE)
                 if whole is not None:
                     records = _all(whole, _PATHRECORD)
