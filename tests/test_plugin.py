@@ -369,25 +369,32 @@ def ls_or_blob(draw):
     return kind, dict(records=draw(st.binary(min_size=0, max_size=300)), set_option=-22)
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), phases=NO_SHRINK)
-@given(st.lists(ls_or_blob(), min_size=25, max_size=25))
-def test_netlink_and_blob_fields_equal_scapy_over_generated_messages(tmp_path_factory, items):
+def write_ls_or_blob(path, items):
+    """A pcapng of ls_or_blob() items, written with CaptureBuilder; returns path."""
     from ibpath_scapy.craft import CaptureBuilder
-    from ibpath_scapy.layers.ib import ExportedPDU
-    from ibpath_scapy.layers.netlink import NetlinkCooked, RdmaNLMsgHdr
-    from ibpath_scapy.layers.pathdata import PathArray
-    from ibpath_scapy.pcapio import read_frames
 
-    need_tshark()
-    path = tmp_path_factory.mktemp("nl") / "gen.pcapng"
     with CaptureBuilder(str(path)) as b:
         for kind, kw in items:
+            kw = dict(kw)
             if kind == "request":
                 b.ls_request(kw.pop("seq"), **kw)
             elif kind == "response":
                 b.ls_response(kw.pop("seq"), kw.pop("records"), **kw)
             else:
                 b.blob(kw["records"], set_option=kw["set_option"])
+    return path
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), phases=NO_SHRINK)
+@given(st.lists(ls_or_blob(), min_size=25, max_size=25))
+def test_netlink_and_blob_fields_equal_scapy_over_generated_messages(tmp_path_factory, items):
+    from ibpath_scapy.layers.ib import ExportedPDU
+    from ibpath_scapy.layers.netlink import NetlinkCooked, RdmaNLMsgHdr
+    from ibpath_scapy.layers.pathdata import PathArray
+    from ibpath_scapy.pcapio import read_frames
+
+    need_tshark()
+    path = write_ls_or_blob(tmp_path_factory.mktemp("nl") / "gen.pcapng", items)
     frames = list(read_frames(str(path)))
     dissected = [NetlinkCooked(f.data) if f.linktype == 253 else ExportedPDU(f.data) for f in frames]
     classes = reachable([PathArray, RdmaNLMsgHdr], ("Raw", "Padding", "NoPayload", "MADPadding"))

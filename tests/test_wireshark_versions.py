@@ -17,13 +17,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ibpath_scapy.craft import CaptureBuilder
 from ibpath_scapy.layers import ERF
 from ibpath_scapy.pcapio import PcapWriter
 from ibpath_scapy.wireshark import packaged_plugin
 
 from conftest import CAPTURES
-from test_plugin import NO_SHRINK, frame, ls_or_blob
+from test_plugin import NO_SHRINK, frame, ls_or_blob, write_ls_or_blob
 from tshark_util import AGGREGATOR, assert_clean, require_tshark
 from wireshark_versions import (
     CHROOT_RELEASES, build_chroot, fields_args, host_run, plugin_fields,
@@ -178,16 +177,7 @@ def test_fields_identical_on_generated_packets(tmp_path_factory, chroots, frames
                     w.write(b, float(i))
             compared += assert_identical(fields_in_every_release(d / name, chroots),
                                          lambda i, n=name: f"{n} frame {i + 1}")
-    nl = d / "nl.pcapng"
-    with CaptureBuilder(str(nl)) as b:
-        for kind, kw in items:
-            kw = dict(kw)
-            if kind == "request":
-                b.ls_request(kw.pop("seq"), **kw)
-            elif kind == "response":
-                b.ls_response(kw.pop("seq"), kw.pop("records"), **kw)
-            else:
-                b.blob(kw["records"], set_option=kw["set_option"])
+    nl = write_ls_or_blob(d / "nl.pcapng", items)
     compared += assert_identical(fields_in_every_release(nl, chroots),
                                  lambda i: f"nl.pcapng frame {i + 1}")
     assert compared > 40 * 20
