@@ -29,15 +29,15 @@ from corpus import write_capture2  # noqa: E402
 TARGET_MB = 300
 
 
-def run_on_pty(cmd: list[str], env: dict) -> tuple[int, float, float, int, bytes]:
-    """(exit status, peak RSS MB, wall seconds, bytes written, the last output) of cmd run
-    with a pseudo-terminal as its stdout and stderr."""
+def run_on_pty(cmd: list[str], env: dict | None) -> tuple[int, float, float, int, bytes, bytes]:
+    """(exit status, peak RSS MB, wall seconds, bytes written, the first and the last 4,000
+    bytes of output) of cmd run with a pseudo-terminal as its stdout and stderr."""
     master, slave = pty.openpty()
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env,
                             close_fds=True)
     os.close(slave)
-    total, tail = 0, b""
+    total, head, tail = 0, b"", b""
     while True:
         ready, _, _ = select.select([master], [], [], 1.0)
         if not ready:
@@ -51,11 +51,13 @@ def run_on_pty(cmd: list[str], env: dict) -> tuple[int, float, float, int, bytes
         if not chunk:
             break
         total += len(chunk)
+        if len(head) < 4000:
+            head += chunk[:4000 - len(head)]
         tail = (tail + chunk)[-4000:]
     _, status, ru = os.wait4(proc.pid, 0)
     os.close(master)
     return (os.waitstatus_to_exitcode(status), ru.ru_maxrss / 1024,
-            time.perf_counter() - t, total, tail)
+            time.perf_counter() - t, total, head, tail)
 
 
 def main() -> None:
@@ -77,7 +79,7 @@ def main() -> None:
                                                if args.ladder else [])
         print(f"capture 2, {args.frames:,} frames, {path.stat().st_size / 2**20:.0f} MiB")
         for name, cmd in runs:
-            rc, rss, wall, nbytes, tail = run_on_pty(cmd, env)
+            rc, rss, wall, nbytes, _, tail = run_on_pty(cmd, env)
             if rc not in (0, 1) or b"Traceback" in tail:
                 raise SystemExit(f"{name}: exit {rc}: {tail.decode(errors='replace')}")
             ok = "ok" if rss < TARGET_MB else f"OVER the {TARGET_MB} MB target"

@@ -1,0 +1,117 @@
+"""Issue 17, point 7: `ibpath audit` on a terminal. Progress (share of bytes, frames per
+second, time left) on stderr only when it is a terminal and not --quiet; the ladder default
+switched to the summary for big inputs, with a line saying how to get it. Run under a real
+pseudo-terminal (bench/tty_rss.py measures the memory of the same mode)."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+from ibpath_scapy.audit.progress import Progress
+from ibpath_scapy.cli.audit import TTY_LADDER_LIMIT
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from corpus import write_capture2  # noqa: E402
+from tty_rss import run_on_pty  # noqa: E402
+
+IBPATH = [sys.executable, "-m", "ibpath_scapy.cli.main", "audit"]
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_line_shows_share_rate_and_time_left():
+    now = [100.0]
+    pos = [0]
+    out = _Tty()
+    p = Progress("cap.pcap", True, lambda: pos[0], 1000, stream=out, clock=lambda: now[0])
+    now[0], pos[0] = 102.0, 250
+    p(5000)
+    text = out.getvalue()
+    assert "cap.pcap:" in text and " 25.0 %" in text
+    assert "5,000 frames, 2,500 frames/s" in text and "0:06 left" in text
+    p.done()
+    assert out.getvalue().endswith("\r")
+
+
+def test_progress_of_a_stream_has_no_share():
+    out = _Tty()
+    now = [0.0]
+    p = Progress("-", True, lambda: 10, None, stream=out, clock=lambda: now[0])
+    now[0] = 1.0
+    p(300)
+    assert "-:  300 frames, 300 frames/s" in out.getvalue() and "%" not in out.getvalue()
+
+
+def test_no_progress_unless_a_terminal():
+    out = io.StringIO()
+    p = Progress("x", True, lambda: 1, 2, stream=out, clock=lambda: 10.0)
+    p(1)
+    assert out.getvalue() == ""
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory) -> Path:
+    """Capture 2 just over the terminal's ladder limit."""
+    path = tmp_path_factory.mktemp("tty") / "capture2.pcap"
+    write_capture2(path, 40_000)
+    assert path.stat().st_size > TTY_LADDER_LIMIT
+    return path
+
+
+def test_terminal_mode_progress_and_summary_default(big):
+    rc, rss, _, _, head, tail = run_on_pty(IBPATH + [str(big)], None)
+    text = tail.decode(errors="replace")
+    assert rc == 0 and "Traceback" not in text
+    progress = head.decode(errors="replace")  # stderr's line comes before the report
+    assert "frames/s" in progress and " %  " in progress and "left" in progress
+    assert "(ladder diagrams not drawn on a terminal for" in text and "--ladder draws them" in text
+    assert "== 1 file(s), 40000 frames" in text
+
+
+def test_quiet_silences_the_progress(big):
+    rc, _, _, _, head, tail = run_on_pty(IBPATH + ["--quiet", str(big)], None)
+    assert rc == 0 and "frames/s" not in (head + tail).decode(errors="replace")
+
+
+def test_small_input_on_a_terminal_still_draws_the_ladder():
+    corpus = ROOT / "captures" / "corpus" / "res-no-followup.pcapng"
+    rc, _, _, _, _, tail = run_on_pty(IBPATH + [str(corpus)], None)
+    text = tail.decode(errors="replace")
+    assert rc == 1 and "ladder diagrams not drawn" not in text
+    assert "│" in text or "|" in text  # the ladder's lanes
+
+
+def test_progress_goes_to_stderr_only(big, tmp_path):
+    """stdout to a file, stderr a terminal: the report (no ladder: stdout is no terminal) in
+    the file, the progress on the terminal."""
+    import os
+    import pty
+    import subprocess
+
+    master, slave = pty.openpty()
+    report = tmp_path / "report.txt"
+    with open(report, "w") as out:
+        p = subprocess.Popen(IBPATH + [str(big)], stdout=out, stderr=slave)
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert p.wait(120) == 0
+    os.close(master)
+    assert b"frames/s" in seen
+    text = report.read_text()
+    assert "frames/s" not in text and "== 1 file(s), 40000 frames" in text
