@@ -60,7 +60,7 @@ from .layers.pathdata import (
     parse_set_option_comment,
 )
 from .layers.roce import DETH
-from .layers.sa import COMPONENT_MASK_NAMES, PathRecord, SAHeader
+from .layers.sa import COMPONENT_MASK_NAMES, PathRecord, SAHeader, gid_text
 from .pcapio import RAW_BLOB_LINKTYPE, Frame, Input, read_input
 from .rmpp import Reassembler
 
@@ -125,7 +125,7 @@ def field_value(pkt: Packet, name: str):
     """A field's value in JSON form: GIDs as IPv6 text, flags and ints as ints, bytes as hex."""
     fld, val = pkt.get_field(name), pkt.getfieldval(name)
     if isinstance(fld, IP6Field):
-        return str(ipaddress.IPv6Address(val))
+        return gid_text(ipaddress.IPv6Address(val).packed)
     if isinstance(fld, FlagsField) or hasattr(val, "value"):
         return int(val)
     if isinstance(val, bytes):
@@ -651,8 +651,8 @@ def _addresses(pkt: Packet) -> dict:
         out["src"], out["dst"] = f"LID {lrh.slid}", f"LID {lrh.dlid}"
         if pkt.haslayer(GRH):
             grh = pkt[GRH]
-            out["src_gid"] = str(ipaddress.IPv6Address(grh.sgid))
-            out["dst_gid"] = str(ipaddress.IPv6Address(grh.dgid))
+            out["src_gid"] = gid_text(ipaddress.IPv6Address(grh.sgid).packed)
+            out["dst_gid"] = gid_text(ipaddress.IPv6Address(grh.dgid).packed)
     if pkt.haslayer(ExportedPDU):
         out["encap"] = "exported_pdu/" + out.get("encap", "?")
     bth, deth = pkt.getlayer(BTH), pkt.getlayer(DETH)

@@ -369,9 +369,11 @@ def test_payload_length_is_what_the_kernel_sent():
             assert rebuilt == seg[:len(rebuilt)] and len(rebuilt) >= 56
 
 
-def test_show_says_payload_length_is_computed():
+def test_show_says_what_the_build_computes():
     shown = _table(1).show(dump=True)
     assert "payload_length= computed: 84" in shown
+    assert "attribute_offset= computed: 8" in shown  # what OpenSM puts: 64-byte records
+    assert "attribute_offset= computed: 0" in (MAD() / RMPP() / SAHeader()).show(dump=True)
     assert "payload_length= 0" in (MAD() / RMPP() / SAHeader()).show2(dump=True)
 
 

@@ -203,3 +203,23 @@ def test_lua_str_round_trips_through_lua():
     for s in HOSTILE:
         p = subprocess.run([lua, "-e", f"io.write({lua_str(s)})"], capture_output=True)
         assert p.returncode == 0 and p.stdout == s.encode()
+
+
+def test_display_hints_come_from_the_fields():
+    """A field's own `lua_base` sets the display base (LIDs: DEC_HEX), and fields with the same
+    code table share one value string (the coded MTU, rate and time fields)."""
+    from ibpath_scapy.layers.coded import LIDField, MTUField, RateField, TimeExponentField
+
+    class Coded(Packet):
+        name = "Coded"
+        fields_desc = [LIDField("dlid", 0), MTUField("mtu", 4, 6), RateField("rate", 3, 6),
+                       BitField("pad", 0, 4), MTUField("mtu2", 4, 4),
+                       TimeExponentField("plt", 18, 6), TimeExponentField("plt2", 18, 6),
+                       RateField("rate2", 3, 6), BitField("pad2", 0, 2)]
+
+    lua = generate(Spec(prefix="coded", entry_layers=[Coded]))
+    assert 'ProtoField.uint16("coded.coded.dlid", "DLID", base.DEC_HEX' in lua
+    tables = [line for line in lua.splitlines() if line.startswith("VS[")]
+    assert len(tables) == 3, tables  # MTU, rate, the 6-bit times: each once
+    assert any('[4] = "2048"' in t for t in tables)
+    assert any('[18] = "1.074 s"' in t for t in tables)

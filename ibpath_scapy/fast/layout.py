@@ -10,12 +10,12 @@ ints, byte strings as hex). Nothing here knows an offset that a layer defines.
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Callable, Iterable
 
 from scapy.fields import ConditionalField, Field, IP6Field, IPField, MACField, StrField, _BitField
 from scapy.packet import Packet
 
+from ..layers.sa import gid_text as _gid_text
 from ..luagen.model import GeneratorError, build_layer
 
 
@@ -28,13 +28,13 @@ _GID_CACHE_MAX = 65536
 
 
 def gid_text(b: bytes) -> str:
-    """A 16-byte GID as decode.field_value spells it (ipaddress text), cached: captures
+    """A 16-byte GID as decode.field_value spells it (layers.sa.gid_text), cached: captures
     repeat the same few GIDs on every frame."""
     s = _GID_CACHE.get(b)
     if s is None:
         if len(_GID_CACHE) >= _GID_CACHE_MAX:
             _GID_CACHE.clear()
-        s = _GID_CACHE[b] = str(ipaddress.IPv6Address(b))
+        s = _GID_CACHE[b] = _gid_text(b)
     return s
 
 

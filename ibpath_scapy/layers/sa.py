@@ -4,6 +4,8 @@ Sources: Linux drivers/infiniband/core/sa_query.c path_rec_table, include/rdma/i
 OpenSM ib_types.h, rdma-core libibverbs/sa.h. See wire-formats.md §2-3.
 """
 
+import socket
+
 from scapy.fields import (
     BitEnumField,
     BitField,
@@ -62,8 +64,15 @@ def packet_life_time_seconds(code: int) -> float:
     return time_exponent_seconds(code)
 
 
+def gid_text(packed: bytes) -> str:
+    """A GID as every ibpath output writes it: RFC 5952 IPv6 text as inet_ntop() gives it,
+    which Scapy and Wireshark print too (fe80::2:c903:0:1, an IPv4-mapped RoCE GID as
+    ::ffff:192.168.2.25, whatever the Python version)."""
+    return socket.inet_ntop(socket.AF_INET6, packed)
+
+
 class GIDField(IP6Field):
-    """A 128-bit IB GID, shown as IPv6 text (fe80::2:c903:0:1)."""
+    """A 128-bit IB GID, shown as IPv6 text (fe80::2:c903:0:1; see gid_text)."""
 
 
 class PathRecord(Packet):
@@ -194,6 +203,15 @@ class ComponentMaskField(FlagsField):
         return super().i2repr(pkt, x)
 
 
+class AttributeOffsetField(ShortField):
+    """AttributeOffset (record stride in 8-byte words); None is computed by the build."""
+
+    def i2repr(self, pkt, x):
+        if x is None and isinstance(pkt, SAHeader):
+            return f"computed: {pkt.built_attribute_offset()}"
+        return super().i2repr(pkt, x)
+
+
 # Record class per SA AttributeID; records of other attributes stay raw bytes.
 SA_RECORD_CLASSES = {ATTR_PATH_RECORD: PathRecord}
 
@@ -273,7 +291,7 @@ class SAHeader(Packet):
     RMPP_CLASS_HDR_SIZE = SA_HDR_SIZE  # counted by RMPP PayloadLength once per segment
     fields_desc = [
         XLongField("sm_key", 0),
-        ShortField("attribute_offset", None),
+        AttributeOffsetField("attribute_offset", None),
         XShortField("reserved_80", 0),
         ComponentMaskField("component_mask", None),
         SARecordListField("records"),

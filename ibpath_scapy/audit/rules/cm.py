@@ -37,6 +37,7 @@ from ...layers.pathdata import (
     IB_PATH_PRIMARY,
     flags_text,
 )
+from ...layers.sa import gid_text
 from ... import sources
 from ..model import rule
 
@@ -300,6 +301,6 @@ def roce_gid(subject):
         want = _ip_gid(addr)
         if want is not None and _v6(req[name]) != want:
             bad.append(f"{name} {req[name]} (packet {'source' if 'local' in name else 'destination'} "
-                       f"{addr} = GID {want})")
+                       f"{addr} = GID {gid_text(want.packed)})")
     if bad:
         yield [c["frame"]], "RoCEv2 REQ: " + "; ".join(bad)
