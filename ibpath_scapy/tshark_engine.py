@@ -148,7 +148,7 @@ from .layers.pathdata import (
     flag_names,
 )
 from .layers.roce import DETH
-from .layers.sa import ATTR_PATH_RECORD, COMPONENT_MASK_NAMES, PathRecord, SAHeader
+from .layers.sa import ATTR_PATH_RECORD, COMPONENT_MASK_NAMES, PathRecord, SAHeader, gid_text
 from .luagen.model import build_layer
 from .pcapio import (
     MAX_RAW_BLOB,
@@ -273,7 +273,7 @@ def _plugin_protocols(text: str) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 def _ipv6(text: str) -> str:
-    return str(ipaddress.IPv6Address(text))
+    return gid_text(ipaddress.IPv6Address(text).packed)  # as decode spells GIDs
 
 
 def _int(text: str) -> int:
