@@ -8,6 +8,10 @@ severity, frames, file and message text), every message of the capture has exact
 the replay and of the ladder), the summary matches the JSON summary, there is no console error
 and the page fetches nothing. Captures built here check the arrows' lanes exactly, where each
 finding is attached, the caps, escaping, and that a broken page is caught by the same checks.
+The file table (one row per input, counts by severity, a link to its section) is checked
+against the JSON report per file and severity, and the corpus report at 1280 px has no
+horizontal overflow; cut arrow labels keep their text in an SVG <title>; the PathRecord table
+shows each code decoded beside the raw value (issue 17 point 8).
 A screenshot is kept under build/test-artefacts/.
 """
 
@@ -83,14 +87,28 @@ FACTS_JS = """() => ({
   blobs: [...document.querySelectorAll('table.kernel-view tr.blob')].map(tr => ({
     file: tr.dataset.file, frame: +tr.dataset.frame})),
   capped: document.querySelectorAll('.capped').length,
+  files: [...document.querySelectorAll('table.files tr.file')].map(tr => {
+    const a = tr.querySelector('a'), target = document.querySelector(a.getAttribute('href'));
+    return {file: tr.dataset.file, error: +tr.dataset.error, warning: +tr.dataset.warning,
+      info: +tr.dataset.info, cells: [...tr.cells].slice(2).map(td => +td.textContent),
+      target: target && target.matches('section.file') ? target.dataset.file : null};
+  }),
+  overflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+  cut: [...document.querySelectorAll('svg text')].filter(t => t.querySelector('title'))
+    .map(t => ({shown: [...t.childNodes].filter(n => n.nodeType === 3).map(n => n.data).join(''),
+                full: t.querySelector('title').textContent})),
+  labels: [...document.querySelectorAll('g.arrow text')].map(t =>
+    t.querySelector('title') ? t.querySelector('title').textContent : t.textContent),
+  records: [...document.querySelectorAll('table.records td[data-field]')].map(td => ({
+    field: td.dataset.field, value: td.dataset.value, text: td.textContent})),
 })"""
 
 
 class Page:
     """A report loaded in Chromium: its facts, console errors and every request it made."""
 
-    def __init__(self, browser, html: Path, screenshot: Path | None = None):
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
+    def __init__(self, browser, html: Path, screenshot: Path | None = None, width: int = 1400):
+        page = browser.new_page(viewport={"width": width, "height": 900})
         self.errors: list[str] = []
         self.requests: list[str] = []
         page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
@@ -410,3 +428,95 @@ def test_single_segment_rmpp_answer_is_drawn_as_the_answer():
         assert len(recs[frame]["path_records"]) == 1
         assert arrows[frame].label.endswith("status 0x0000: 1 record(s) Reversible=1")
     assert "RMPP segment 1" in arrows[2].label  # a segment of a 15-segment answer stays one
+
+
+# -- the file table, the width, labels and decoded codes (issue 17 point 8) ----------------------
+
+def check_file_table(p: Page, doc: dict, files: list[Path]) -> None:
+    """One row per input in order, its counts by severity those of the JSON report, its link
+    to that file's own section."""
+    rows = p.facts["files"]
+    assert [r["file"] for r in rows] == [str(f) for f in files]
+    for r in rows:
+        mine = Counter(f["severity"] for f in doc["findings"] if f["file"] == r["file"])
+        want = [mine["error"], mine["warning"], mine["info"]]
+        assert [r["error"], r["warning"], r["info"]] == want == r["cells"], r
+        assert r["target"] == r["file"], r
+
+
+def test_file_table_counts_and_width_1280(browser, tmp_path):
+    """The whole corpus in one report read at 1280 px: the file table and its counts, and
+    nothing wider than the window."""
+    corpus = _corpus()
+    doc, html = reports(corpus, tmp_path)
+    p = Page(browser, html, width=1280)
+    check_clean(p)
+    check_file_table(p, doc, corpus)
+    assert sum(r["error"] + r["warning"] + r["info"] for r in p.facts["files"]) == \
+        len(doc["findings"]) > 0
+    assert any(r["error"] for r in p.facts["files"]) and any(not r["error"] for r in p.facts["files"])
+    assert p.facts["overflow"] <= 0, f"the page is {p.facts['overflow']} px wider than 1280"
+
+
+def test_broken_file_table_is_caught(browser, conversation, tmp_path):
+    doc, html = reports(conversation, tmp_path)
+    text = html.read_text()
+    f = tmp_path / "broken-count.html"
+    f.write_text(text.replace('data-error="', 'data-error="1', 1))
+    with pytest.raises(AssertionError):
+        check_file_table(Page(browser, f), doc, [conversation])
+    f = tmp_path / "broken-wide.html"
+    f.write_text(text.replace("</body>", '<div style="width:3000px">x</div></body>'))
+    assert Page(browser, f, width=1280).facts["overflow"] > 0
+
+
+def test_long_labels_are_cut_with_the_full_text_on_hover(browser, conversation, tmp_path,
+                                                         monkeypatch):
+    """A label longer than LABEL_CHARS is cut with "…"; its <title> holds the whole label."""
+    from ibpath_scapy.audit import html as html_mod
+
+    audits, _ = audit_paths([str(conversation)], AuditOptions(), quiet=True)
+    full = tmp_path / "full.html"
+    full.write_text(to_html(audits))
+    labels = Page(browser, full).facts["labels"]
+    monkeypatch.setattr(html_mod, "LABEL_CHARS", 24)
+    short = tmp_path / "short.html"
+    short.write_text(to_html(audits))
+    p = Page(browser, short, width=1280)
+    check_clean(p)
+    long_ones = [t for t in labels if len(t) > 24]
+    assert long_ones and len(p.facts["cut"]) >= len(long_ones)
+    fulls = {c["full"] for c in p.facts["cut"]}
+    assert set(long_ones) <= fulls
+    for c in p.facts["cut"]:
+        assert len(c["shown"]) == 24 and c["shown"].endswith("…")
+        assert c["full"].startswith(c["shown"][:-1]) and len(c["full"]) > 24
+    assert p.facts["overflow"] <= 0
+
+
+# IBA encodings as wire-formats.md §3 gives them (transcribed: MTU codes, the rate codes used
+# here, PacketLifeTime = 4.096 µs × 2^code).
+MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
+RATE_GBPS = {3: "10", 7: "40", 16: "100"}
+
+
+def test_records_table_shows_codes_decoded_beside_the_raw_code(browser, conversation, tmp_path):
+    doc, html = reports(conversation, tmp_path)
+    p = Page(browser, html)
+    cells = p.facts["records"]
+    by_field: dict[str, list[tuple[str, str]]] = {}
+    for c in cells:
+        by_field.setdefault(c["field"], []).append((c["value"], c["text"]))
+    for value, text in by_field["mtu"]:
+        assert text == f"{MTU_BYTES[int(value)]} ({value})"
+    for value, text in by_field["rate"]:
+        assert text == f"{RATE_GBPS[int(value)]} Gb/s ({value})"
+    for value, text in by_field["packet_life_time"]:
+        if value:
+            seconds = 4.096e-6 * 2 ** int(value)
+            assert text == f"{seconds:.4g} s ({value})" and seconds >= 1
+    for value, text in by_field["slid"] + by_field["dlid"]:
+        assert text == value  # LIDs in decimal
+    for value, text in by_field["pkey"]:
+        assert text == f"0x{int(value):04x}"
+    assert by_field["mtu"] and by_field["rate"] and by_field["local_ack_timeout"]

@@ -9,7 +9,15 @@ most `max_ladders` resolutions are drawn (the others are listed with their findi
 most `max_arrows` messages per diagram, `max_findings` finding rows and `max_blobs`
 kernel-view rows; each cut is stated with its count on the page.
 
+The page fits a 1280 px window: arrow labels longer than `LABEL_CHARS` are cut with "…" and
+the full text in a <title> (shown on hover), wide tables scroll inside their own box, long
+file names break. PathRecord values are shown as every ibpath output shows them (render.py):
+"2048 (4)", "10 Gb/s (3)", "1.074 s (18)", LIDs in decimal.
+
 Stable hooks for tools and tests (tests/test_html_report.py):
+  table.files tr.file[data-file][data-error][data-warning][data-info]    one per input, with
+                                                                          a link to its section
+  section.file#file-N[data-file]                                          one per input
   section.ladder[data-file][data-resolution][data-messages][data-drawn][data-same-as]
                                                                           one per ladder
   g.arrow[data-frame][data-kind][data-src][data-dst][data-arrow]          one per drawn message
@@ -24,6 +32,7 @@ from collections import Counter
 from html import escape
 
 from .. import __version__
+from ..render import field_text
 from .engine import FileAudit
 from .ladder import LANES, Arrow, Ladder, ladders
 from .model import Finding
@@ -34,6 +43,7 @@ LABEL_X = LANE_X[LANES[-1]] + 40
 ROW = 24  # height of a message row in the diagram
 SUB = 18  # height of a finding marker row under its message
 TOP = 34
+LABEL_CHARS = 64  # an arrow label longer than this is cut, its full text on hover
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"DejaVu Sans",sans-serif;margin:1.5em;color:#1b1f24}
@@ -45,7 +55,9 @@ text-align:left;vertical-align:top}th{background:#eef}
 tr.finding.sev-error td:first-child{border-left:4px solid #b00020}
 tr.finding.sev-warning td:first-child{border-left:4px solid #e0a000}
 tr.finding.sev-info td:first-child{border-left:4px solid #3b82c4}
-svg.ladder{display:block;font:12px monospace;margin:.3em 0}
+svg.ladder{display:block;font:12px monospace;margin:.3em 0;max-width:100%;height:auto}
+.scroll{overflow-x:auto;max-width:100%}h2.mono,td.path{word-break:break-all}
+table.files td.n{text-align:right}
 svg .lane{stroke:#889;stroke-width:1}svg .lane-name{font-weight:bold;text-anchor:middle}
 svg .arrow line{stroke:#333;stroke-width:1.4}svg .arrow.sev-error line{stroke:#b00020;stroke-width:2.2}
 svg .arrow.sev-warning line{stroke:#e0a000;stroke-width:2.2}svg .arrow.sev-info line{stroke:#3b82c4}
@@ -97,19 +109,43 @@ def _summary(audits: list[FileAudit], views: list[dict]) -> str:
         f'<tr data-profile="{_e(p)}"><th>{_e(p)}</th><td>'
         + ", ".join(f"{n} {_e(o)}" for o, n in sorted(c.items())) + "</td></tr>"
         for p, c in sorted(prof.items()))
-    files = "".join(
-        f"<li class=mono>{_e(a.path)}: {a.frames} frames"
-        + (f' — <span class="sev-error">unreadable: {_e(a.error)}</span>' if a.error else "")
-        + "</li>" for a in audits)
-    return (f'<section id="summary"><h2>Summary</h2><ul>{files}</ul>'
-            f"<table>{body}</table>"
-            "<h3>Kernel profiles (outcome of each blob, per consumer)</h3>"
+    return (f'<section id="summary"><h2>Summary</h2><table>{body}</table>'
+            + _file_table(audits)
+            + "<h3>Kernel profiles (outcome of each blob, per consumer)</h3>"
             + (f'<table class="profiles">{prow}</table>' if prow else
                '<p class="note">no blob or LS response in the input</p>')
             + "</section>")
 
 
+def _file_table(audits: list[FileAudit]) -> str:
+    """One row per input: its frames and findings by severity, linking to its section."""
+    rows = []
+    for fi, a in enumerate(audits):
+        n = Counter(f.severity for f in a.findings)
+        worst = _worst(a.findings)
+        note = f' <span class="sev-error">unreadable: {_e(a.error)}</span>' if a.error else ""
+        rows.append(
+            f'<tr class="file{f" sev-{worst}" if worst else ""}" data-file="{_e(a.path)}" '
+            + "".join(f'data-{sev}="{n[sev]}" ' for sev in ("error", "warning", "info"))
+            + f'><td class="mono path"><a href="#file-{fi}">{_e(a.path)}</a>{note}</td>'
+            f'<td class=n>{a.frames}</td>'
+            + "".join(f'<td class="n{f" sev-{sev}" if n[sev] else ""}">{n[sev]}</td>'
+                      for sev in ("error", "warning", "info")) + "</tr>")
+    return ('<h3>Files</h3><div class=scroll><table class="files"><tr><th>file</th>'
+            "<th>frames</th><th>errors</th><th>warnings</th><th>infos</th></tr>"
+            + "".join(rows) + "</table></div>")
+
+
 # -- ladder ---------------------------------------------------------------------------------
+
+def _label(text: str, x: int, y: int, cls: str = "") -> str:
+    """An SVG text, cut to LABEL_CHARS with the whole text in a <title> (shown on hover)."""
+    c = f' class="{cls}"' if cls else ""
+    if len(text) <= LABEL_CHARS:
+        return f'<text{c} x="{x}" y="{y}">{_e(text)}</text>'
+    return (f'<text{c} x="{x}" y="{y}"><title>{_e(text)}</title>'
+            f"{_e(text[:LABEL_CHARS - 1])}…</text>")
+
 
 def _arrow_svg(lad_id: str, a: Arrow, y: int, sev: str | None) -> str:
     x1, x2 = LANE_X[a.src], LANE_X[a.dst]
@@ -119,7 +155,7 @@ def _arrow_svg(lad_id: str, a: Arrow, y: int, sev: str | None) -> str:
             f'data-frame="{a.frame}" data-kind="{_e(a.kind)}" data-src="{_e(a.src)}" '
             f'data-dst="{_e(a.dst)}"><line x1="{x1}" y1="{y}" x2="{x2}" y2="{y}"/>'
             f'<polygon points="{x2},{y} {x2 + head},{y - 4} {x2 + head},{y + 4}"/>'
-            f'<text x="{LABEL_X}" y="{y + 4}">f{a.frame}  {_e(a.label)}</text></g>')
+            f"{_label(f'f{a.frame}  {a.label}', LABEL_X, y + 4)}</g>")
 
 
 def _ladder_svg(lad_id: str, lad: Ladder, max_arrows: int) -> str:
@@ -134,13 +170,13 @@ def _ladder_svg(lad_id: str, lad: Ladder, max_arrows: int) -> str:
         y += ROW
         sev = _worst([lad.findings[i] for i in a.findings])
         parts.append(_arrow_svg(lad_id, a, y, sev))
-        longest = max(longest, len(a.label) + 8)
+        longest = max(longest, min(len(a.label) + 4, LABEL_CHARS) + 4)
         for i in anchored.get(a.number, []):
             f = lad.findings[i]
             y += SUB
             text = f"▲ {f.severity} {f.rule}"
-            parts.append(f'<a href="#{lad_id}-f{i}"><text class="marker sev-{f.severity}" '
-                         f'x="{LABEL_X + 20}" y="{y}">{_e(text)}</text></a>')
+            parts.append(f'<a href="#{lad_id}-f{i}">'
+                         f"{_label(text, LABEL_X + 20, y, f'marker sev-{f.severity}')}</a>")
     height = y + ROW
     width = LABEL_X + 8 * longest
     lanes = "".join(
@@ -180,6 +216,10 @@ def _finding_rows(lad_id: str, lad: Ladder, budget: list[int], drawn: int) -> st
             "<th>message</th><th>rests on</th></tr>" + "".join(rows) + "</table>")
 
 
+# the layer field whose display a records-table row uses (the CM REQ column's ACK timeout)
+_FIELD_OF = {"local_ack_timeout": "primary_local_ack_timeout"}
+
+
 def _records_table(lad: Ladder, max_columns: int = 12) -> str:
     cols = lad.columns[:max_columns]
     if not cols:
@@ -200,14 +240,17 @@ def _records_table(lad: Ladder, max_columns: int = 12) -> str:
         for c, r in zip(cols, ref_col):
             v, ref = c.fields.get(k), r.fields.get(k)
             diff = k != "flags" and v is not None and ref is not None and v != ref
-            cells.append(f'<td class="{"diff" if diff else ""}">{"" if v is None else _e(v)}</td>')
+            text = "" if v is None else v if k == "flags" else field_text(_FIELD_OF.get(k, k), v)
+            cells.append(f'<td class="{"diff" if diff else ""}" data-field="{_e(k)}" '
+                         f'data-value="{"" if v is None else _e(v)}">{_e(text)}</td>')
         body.append(f"<tr><th>{_e(k)}</th>{''.join(cells)}</tr>")
     cut = (f'<p class="note">{len(lad.columns) - len(cols)} more record(s) not shown</p>'
            if len(lad.columns) > len(cols) else "")
     return ("<details class=records open><summary>Decoded PathRecords side by side (SA answer, "
             "blob or LS response, CM REQ; in red where a record differs from the first one of "
             "its direction)</summary>"
-            f"<table class=records><tr><th>field</th>{head}</tr>{''.join(body)}</table>{cut}"
+            f"<div class=scroll><table class=records><tr><th>field</th>{head}</tr>"
+            f"{''.join(body)}</table></div>{cut}"
             "</details>")
 
 
@@ -280,8 +323,8 @@ def _kernel_view(views: list[dict], max_blobs: int) -> str:
     cut = (f'<p class="note capped">{len(views) - max_blobs} more blob(s) not shown</p>'
            if len(views) > max_blobs else "")
     return ('<section id="kernel-view"><h2>Kernel view of every blob</h2>'
-            '<table class="kernel-view"><tr><th>file</th><th>frame</th><th>kind</th>'
-            f"{head}</tr>{''.join(rows)}</table>{cut}</section>")
+            '<div class=scroll><table class="kernel-view"><tr><th>file</th><th>frame</th>'
+            f"<th>kind</th>{head}</tr>{''.join(rows)}</table></div>{cut}</section>")
 
 
 # -- page ------------------------------------------------------------------------------------
@@ -305,8 +348,8 @@ def to_html(audits: list[FileAudit], *, max_ladders: int = 200, max_arrows: int 
     sections, drawn, same, capped = [], 0, 0, 0
     for fi, a in enumerate(audits):
         file_ladders = [lad for aa, lad in all_ladders if aa is a]
-        sections.append(f'<section class="file" data-file="{_e(a.path)}"><h2 class=mono>'
-                        f"{_e(a.path)}</h2>")
+        sections.append(f'<section class="file" id="file-{fi}" data-file="{_e(a.path)}">'
+                        f"<h2 class=mono>{_e(a.path)}</h2>")
         if a.error:
             sections.append(f'<p class="sev-error">unreadable: {_e(a.error)} (findings up to '
                             "the damage)</p>")
