@@ -1,7 +1,8 @@
 """The second audit engine: the generated Wireshark plugin, run by tshark, read as facts.
 
-``tshark_records(path)`` runs tshark once over a capture with ``dissector/ibpath.lua`` (or the
-installed plugin, or a freshly generated one) and yields, frame by frame, the same dicts
+``tshark_records(path)`` runs tshark once over a capture with the plugin this package ships
+(``dissector/ibpath.lua``; ``wireshark.packaged_plugin()``), after checking that this tshark
+loads it at all (``wireshark.Tshark.probe``), and yields, frame by frame, the same dicts
 ``decode.decode_file(path)`` yields: the facts ``audit.engine.audit_records`` consumes. Because
 the audit rules see only these dicts, the two engines can be compared finding for finding.
 
@@ -120,7 +121,6 @@ import ipaddress
 import json
 import os
 import re
-import shutil
 import struct
 import subprocess
 import tempfile
@@ -161,6 +161,7 @@ from .pcapio import (
     sniff_format,
 )
 from .rmpp import Reassembler
+from .wireshark import Tshark, find_tshark, packaged_plugin
 
 __all__ = ["TsharkEngineError", "tshark_records", "blob_from_records", "plugin_path"]
 
@@ -175,8 +176,6 @@ class TsharkEngineError(CaptureError):
 # tshark and the plugin
 # --------------------------------------------------------------------------------------------
 
-REPO_PLUGIN = Path(__file__).resolve().parents[1] / "dissector" / "ibpath.lua"
-PERSONAL_PLUGIN = Path.home() / ".local" / "lib" / "wireshark" / "plugins" / "ibpath.lua"
 
 # Capture facts the plugin cannot give and tshark's JSON output would drop, from a helper
 # postdissector loaded with a second -X lua_script (module docstring):
@@ -248,20 +247,12 @@ _WIRESHARK_PROTOCOLS = ("frame", "pkt_comment", "ip", "ipv6", "udp", "netlink", 
 _FAILURE = re.compile(r'^\s*"((?:Lua Error|\[?Dissector bug)[^"\n]*)"\s*:', re.M | re.I)
 
 
-def tshark_path() -> str | None:
-    """$TSHARK when set (and executable), else tshark from PATH."""
-    env = os.environ.get("TSHARK")
-    if env:
-        return env if os.path.isfile(env) and os.access(env, os.X_OK) else None
-    return shutil.which("tshark")
+tshark_path = find_tshark
 
 
-def plugin_path() -> Path | None:
-    """The committed plugin of this checkout, else the installed one (None: generate one)."""
-    for p in (REPO_PLUGIN, PERSONAL_PLUGIN):
-        if p.is_file():
-            return p
-    return None
+def plugin_path() -> Path:
+    """The plugin this package ships, which matches its layers (a personal copy may lag)."""
+    return packaged_plugin()
 
 
 def _plugin_protocols(text: str) -> list[str]:
@@ -1108,10 +1099,6 @@ def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str |
             capture = _raw_blob_capture(path, tmp, as_blob)
             head = PCAPNG_SHB
         plugin_file = Path(plugin) if plugin else plugin_path()
-        if plugin_file is None:
-            from .luagen.plugin import generate_plugin
-            plugin_file = Path(tmp) / "ibpath.lua"
-            plugin_file.write_text(generate_plugin())
         helper = Path(tmp) / "ibpath_engine.lua"
         helper.write_text(_HELPER_LUA)
         protocols = _plugin_protocols(plugin_file.read_text()) + ["ibpath_engine"]
@@ -1120,6 +1107,7 @@ def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str |
         env = dict(os.environ, HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
                    XDG_DATA_HOME=str(home / ".local" / "share"), LC_ALL="C")
         env.pop("WIRESHARK_CONFIG_DIR", None)
+        _require_plugin(path, tshark, plugin_file, env)
         cmd = [tshark, "-n", "-r", capture, "-X", f"lua_script:{plugin_file}",
                "-X", f"lua_script:{helper}", "-T", "json",
                "-J", " ".join(list(_WIRESHARK_PROTOCOLS) + protocols)]
@@ -1171,6 +1159,19 @@ def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str |
             proc.stdout.close()
             errfile.close()
             clock.close()
+
+
+def _require_plugin(path: str, tshark: str, plugin: Path, env: dict) -> None:
+    """TsharkEngineError naming why this tshark loads no ibpath protocol (root on Wireshark
+    4.4 and later, no Lua, a plugin that fails), before the capture is blamed for it."""
+    try:
+        problem = Tshark.at(tshark).probe(plugin, env=env)
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        problem = f"cannot ask {tshark} its version ({exc})"
+    if problem:
+        raise TsharkEngineError(f"{path}: the tshark engine cannot use {tshark}: {problem}; "
+                                "the capture was not read (use the default engine, or run as a "
+                                "regular user)")
 
 
 _STDERR_NOISE = re.compile(

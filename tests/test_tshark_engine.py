@@ -461,7 +461,7 @@ def _one_line(exc: BaseException, path) -> str:
 def test_lua_error_while_dissecting_raises(crafted, tmp_path):
     """A plugin that raises on one frame: tshark exits 0 and prints a "Lua Error" item; the
     engine stops there with the frame and the error."""
-    text = tshark_engine.REPO_PLUGIN.read_text()
+    text = tshark_engine.plugin_path().read_text()
     hook = 'HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)\n'
     assert hook in text
     broken = tmp_path / "broken.lua"
@@ -478,7 +478,7 @@ def test_lua_error_while_dissecting_raises(crafted, tmp_path):
 
 def test_lua_error_while_loading_raises(crafted, tmp_path):
     bad = tmp_path / "bad.lua"
-    bad.write_text(tshark_engine.REPO_PLUGIN.read_text() + "\nthis is not lua\n")
+    bad.write_text(tshark_engine.plugin_path().read_text() + "\nthis is not lua\n")
     path = crafted / "blobs.pcapng"
     with pytest.raises(TsharkEngineError) as e:
         list(tshark_records(str(path), plugin=bad))
@@ -547,7 +547,7 @@ def test_every_field_the_engine_reads_is_registered_by_the_plugin(crafted):
     helper = crafted / "helper.lua"
     helper.write_text(tshark_engine._HELPER_LUA)
     out = subprocess.run([tshark_engine.tshark_path(), "-G", "fields",
-                          "-X", f"lua_script:{tshark_engine.REPO_PLUGIN}",
+                          "-X", f"lua_script:{tshark_engine.plugin_path()}",
                           "-X", f"lua_script:{helper}"],
                          capture_output=True, text=True, timeout=120)
     assert "Lua" not in out.stderr, out.stderr
