@@ -241,7 +241,7 @@ def test_native_lid_4791_is_not_taken_for_a_rocev2_udp_port(tmp_path):
     p1 = _write(tmp_path, "lid4791.pcap", [ib], 197)
     out = tshark(["-r", p1, "-V", "-T", "fields", "-E", "occurrence=a", "-e", "ibpath.lrh.dlid",
                   "-e", "ibpath.bth.dqpn", "-e", "ibpath.mad.transaction_id"], LUA).stdout
-    assert out.split("\t") == ["0x12b7", "1", "0x0000000000000007\n"]
+    assert out.split("\t") == ["4791", "1", "0x0000000000000007\n"]  # LIDs decimal (0x12b7)
     roce = rocev2_frame(query(dgid="fe80::2"), src="10.0.0.1", dst="10.0.0.2")
     roce[IP].options = [IPOption_NOP()] * 4  # IHL 6
     p2 = _write(tmp_path, "ipopts.pcap", [Ether(bytes(roce))])
