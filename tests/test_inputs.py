@@ -253,3 +253,73 @@ def test_parallel_junit_equals_serial_but_for_times(tmp_path):
         return re.sub(r'time="[\d.]+"', 'time=""', p.read_text())
 
     assert untimed(out[0]) == untimed(out[1])
+
+
+def _blocks(path: Path) -> list[bytes]:
+    data, out, pos = path.read_bytes(), [], 0
+    while pos < len(data):
+        end = pos + int.from_bytes(data[pos + 4:pos + 8], "little")
+        out.append(data[pos:end])
+        pos = end
+    return out
+
+
+def _line_within(stream, seconds: float) -> str | None:
+    ready, _, _ = select.select([stream], [], [], seconds)
+    return stream.readline() if ready else None
+
+
+def test_live_stream_reports_findings_while_the_capture_runs(tmp_path):
+    """`tcpdump -U -w - | ibpath audit -`: a frame finding is printed as soon as its frame is
+    in, a transaction's once the capture's clock is 10 s past its answer, all while the
+    stream is still open; the full report follows when it ends."""
+    from test_rules_sa import answer, query as sa_query
+
+    cap = tmp_path / "live.pcapng"
+    with CaptureBuilder(str(cap)) as b:
+        q = b.sa_query(sa_query(service_id=0x106), component_mask=0x1 | 0x0C)  # half ServiceID
+        b.sa_answer(q, [], status=0x0600)  # SAR-STATUS, judged when the transaction closes
+        b.t += 11
+        b.sa_answer(b.sa_query(sa_query()), [answer()])
+    shb, idb, *packets = _blocks(cap)
+    p = subprocess.Popen(IBPATH + ["audit", "--quiet", "-"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False)
+    try:
+        p.stdin.write(shb + idb + packets[0])
+        p.stdin.flush()
+        assert b"findings as they are found" in _line_within(p.stdout, 60)
+        assert b"SAQ-SERVICEID-HALF" in _line_within(p.stdout, 60)
+        p.stdin.write(packets[1])
+        p.stdin.flush()
+        assert _line_within(p.stdout, 1) is None  # the answer's transaction is still open
+        p.stdin.write(packets[2])  # 11 s later
+        p.stdin.flush()
+        line = _line_within(p.stdout, 60)
+        assert line and b"info SAR-STATUS" in line and b"INSUF_COMPS" in line
+        p.stdin.write(packets[3])
+        p.stdin.close()
+        rest = p.stdout.read().decode()
+        assert p.wait(60) == 1
+    finally:
+        p.kill()
+    assert "== -: 4 frames" in rest and "== 1 file(s), 4 frames, 2 SA transactions" in rest
+    assert "SAQ-SERVICEID-HALF" in rest and "SAR-STATUS" in rest
+
+
+def test_ctrl_c_on_a_stream_reports_what_was_read(capture):
+    """Ctrl-C reaches both ends of `tcpdump | ibpath audit -`: the audit ends the input there
+    and reports, without a traceback."""
+    import signal
+
+    shb, *blocks = _blocks(capture)
+    p = subprocess.Popen(IBPATH + ["audit", "--quiet", "--format", "json", "-"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write(shb + b"".join(blocks))
+    p.stdin.flush()
+    time.sleep(3)  # imports, then waiting on the open stream
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert b"Traceback" not in err, err
+    doc = json.loads(out)
+    assert doc["summary"]["packets"] == 6 and p.returncode == 1
+    assert "RES-NO-FOLLOWUP" in {f["rule"] for f in doc["findings"]}

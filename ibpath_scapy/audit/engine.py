@@ -116,9 +116,20 @@ def run_rules(path: str, replay: Replay, options: AuditOptions,
                 yield from _findings(rid, "ls", (entry, options), path, name)
 
 
+# a live stream's transactions are judged once the capture is this far past their answer:
+# retries and repeated answers of a real exchange come within the SA query's timeouts
+LIVE_LINGER_SECONDS = 10.0
+
+
 def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
-                  on_frame: Callable[[int], None] | None = None) -> FileAudit:
-    """Audit one file's decoded records (from either engine)."""
+                  on_frame: Callable[[int], None] | None = None,
+                  on_finding: Callable[[Finding], None] | None = None,
+                  batch: int = 2048) -> FileAudit:
+    """Audit one file's decoded records (from either engine). on_finding, when given, is
+    called with each frame finding and each transaction finding as soon as it is known (a
+    live stream: its transactions are then also closed LIVE_LINGER_SECONDS of capture time
+    after their answer); the FileAudit has them all, in the usual order, at the end. batch:
+    records fed at a time (1 for a live stream, so that nothing waits for more frames)."""
     fa = FileAudit(path)
     replay = Replay(keep_closed=options.keep_transactions)
     replay.arrows = options.ladder_arrows
@@ -126,13 +137,27 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     judged: list[Finding] = []
     replay.on_close = transaction_judge(path, judged)
     has_finding = replay.keep_frame_record
-    for batch in batches(records):
+    told = 0
+    frame_checks = []
+    if on_finding is not None:
+        replay.linger_seconds = LIVE_LINGER_SECONDS
+        frame_checks = [(rid, RULES[rid], RULES[rid].checks["frame"])
+                        for rid in sorted(RULES) if "frame" in RULES[rid].checks]
+    for group in batches(records, batch):
         # the frame checks of a whole batch, then its replay (ibpath_scapy.batch)
-        keep = [has_finding(rec) for rec in batch]
-        for rec, k in zip(batch, keep):
+        keep = [has_finding(rec) for rec in group]
+        for rec, k in zip(group, keep):
             replay.feed(rec, k)
+            if k and on_finding is not None:
+                for rid, r, check in frame_checks:
+                    for hit in check(rec):
+                        on_finding(_finding(rid, r, hit, path, None))
+        if on_finding is not None:
+            for f in judged[told:]:
+                on_finding(f)
+            told = len(judged)
         if on_frame:
-            on_frame(batch[-1]["frame"])
+            on_frame(group[-1]["frame"])
     replay.finish()
     fa.replay = replay
     fa.findings = list(run_rules(path, replay, options, judged))

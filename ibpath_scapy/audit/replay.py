@@ -382,7 +382,11 @@ class Replay:
         self.on_close = None  # called with (transaction, its resolution or None) on closing
         self.sa_count = 0  # PathRecord transactions closed
         # answered transactions in the order they were answered, to close the oldest first
-        self._answered: deque[tuple[tuple, Transaction]] = deque()
+        self._answered: deque[tuple[tuple, Transaction, float]] = deque()
+        # a live stream (audit of "-" or a FIFO): also close a transaction once the capture's
+        # clock is this many seconds past its answer, so that it is judged while the capture
+        # runs (None: by LINGER alone)
+        self.linger_seconds: float | None = None
         self._closing: list[Transaction] = []  # out of the open table, to be closed
         self.resolutions: dict[tuple, Resolution] = {}
         self.blobs: list[dict] = []
@@ -408,6 +412,8 @@ class Replay:
             self.extra_blobs.append({**rec["record"], "file": rec["file"]})
             return
         self.records += 1
+        if self.linger_seconds is not None and self._answered and "time" in rec:
+            self.close_older(rec["time"])
         if (kind == "sa" or kind == "malformed" or rec.get("malformed") or "errors" in rec
                 or kind in FILE_KINDS):
             # the test reads only keys _slim keeps: ask it before making the copy
@@ -466,7 +472,7 @@ class Replay:
             if carries_whole_message(rec) and rec.get("rmpp", {}).get("rmpp_type", 1) in (0, 1) \
                     and not rec.get("rmpp_control"):
                 if not t.answered:
-                    self._answered.append((key, t))
+                    self._answered.append((key, t, rec.get("time", 0.0)))
                 t.answered = True
                 t.completing_frame = rec["frame"]
                 t.records = list(rec.get("path_records", []))
@@ -494,13 +500,24 @@ class Replay:
         between two frames, is what CPython does fastest: see ibpath_scapy.batch)."""
         answered, open_ = self._answered, self.transactions
         while n > 0 and answered:
-            key, t = answered.popleft()
+            key, t, _ = answered.popleft()
             if open_.get(key) is t:
                 del open_[key]
                 self._closing.append(t)
                 n -= 1
         if len(self._closing) >= self.CLOSE_BATCH:
             self._flush_closing()
+
+    def close_older(self, now: float) -> None:
+        """Close the answered transactions whose answer is linger_seconds older than `now`
+        (capture time), at once (a live stream)."""
+        answered, open_ = self._answered, self.transactions
+        while answered and answered[0][2] < now - self.linger_seconds:
+            key, t, _ = answered.popleft()
+            if open_.get(key) is t:
+                del open_[key]
+                self._closing.append(t)
+        self._flush_closing()
 
     def _flush_closing(self) -> None:
         for t in self._closing:

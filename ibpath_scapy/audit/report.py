@@ -132,6 +132,12 @@ def to_junit(audits: list[FileAudit], skipped: list = ()) -> str:
             + "\n".join(suites) + "\n</testsuites>\n")
 
 
+def finding_line(f, sev=lambda s: s) -> str:
+    """A finding as the text report writes it: FILE:FRAMES: SEVERITY RULE MESSAGE."""
+    frames = ",".join(map(str, f.frames))
+    return f"   {f.file}:{frames}: {sev(f.severity)} {f.rule} {f.message}"
+
+
 def to_text(audits: list[FileAudit], colour: bool = False, ladder: bool = False,
             skipped: list = ()) -> str:
     """Findings per resolution; with `ladder`, each resolution's ladder diagram first
@@ -163,8 +169,7 @@ def to_text(audits: list[FileAudit], colour: bool = False, ladder: bool = False,
             if not fs:
                 lines.append("   no findings")
             for f in sorted(fs, key=lambda f: (f.frames[:1], f.rule)):
-                frames = ",".join(map(str, f.frames))
-                lines.append(f"   {a.path}:{frames}: {sev(f.severity)} {f.rule} {f.message}")
+                lines.append(finding_line(f, sev))
     s = summary(audits)
     more = f" ({len(skipped)} skipped)" if skipped else ""
     lines.append(f"== {s['files']} file(s){more}, {s['packets']} frames, {s['transactions']} SA "

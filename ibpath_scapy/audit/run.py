@@ -130,10 +130,37 @@ def _young_gc_only():
         gc.set_threshold(*old)
 
 
+class _Interrupted(BaseException):
+    """Ctrl-C while auditing a stream: the end of the input (_interrupt_ends)."""
+
+
+@contextmanager
+def _interrupt_ends(stream: bool):
+    """For a stream (tcpdump -U -w - | ibpath audit -, where Ctrl-C reaches both), make the
+    first SIGINT end the input instead of the program, so that what was read is reported."""
+    import signal
+    import threading
+
+    if not stream or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGINT, old)  # a second Ctrl-C stops everything
+        raise _Interrupted()
+
+    old = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 class _UpToDamage:
     """The records of an input up to the damage: a CaptureError ends them (kept in .error)
     instead of the audit, so that the findings of the frames before it are judged in the one
-    pass (a stream cannot be read twice); the --blob records follow either way."""
+    pass (a stream cannot be read twice); so does Ctrl-C on a stream. The --blob records
+    follow either way."""
 
     def __init__(self, records, extra: list[dict]):
         self.records, self.extra, self.error = records, extra, None
@@ -143,6 +170,8 @@ class _UpToDamage:
             yield from self.records
         except CaptureError as exc:
             self.error = exc
+        except _Interrupted:
+            pass
         yield from self.extra
 
 
@@ -163,9 +192,12 @@ def _tshark_source(path: str):
 
 def audit_one(path: str, options: AuditOptions, engine: str = "scapy",
               extras: list[dict] = (), as_blob: bool = False,
-              progress: bool = False) -> tuple[FileAudit, str | None]:
+              progress: bool = False, live=None) -> tuple[FileAudit, str | None]:
     """Audit one input: its FileAudit (with .error and the findings up to the damage when it
-    cannot be read to its end) and the line for stderr when it cannot (file and reason)."""
+    cannot be read to its end) and the line for stderr when it cannot (file and reason).
+    live(finding), when given, is told each frame and transaction finding of a stream as
+    soon as it is known (engine.audit_records). Interrupted (Ctrl-C) while it waits on a
+    stream, the audit ends there with what was read, as at the end of the stream."""
     decoder = _decoder(engine)
     blob_option = path in options.extra_blobs
     extra = [] if blob_option else list(extras)
@@ -182,14 +214,20 @@ def audit_one(path: str, options: AuditOptions, engine: str = "scapy",
                 if records.error is not None and source != path:
                     records.error = CaptureError(str(records.error).replace(source, path))
         else:
-            with Input(path) as src:
+            with Input(path) as src, _interrupt_ends(src.stream):
                 blob = as_blob or (blob_option and _blob_option_file(src))
                 bar = Progress(path, progress, lambda: src.pos, src.size)
                 records = _UpToDamage(_records(src, decoder, engine, blob), extra)
                 try:
-                    fa = audit_records(path, records, options, on_frame=bar)
+                    fa = audit_records(path, records, options, on_frame=bar,
+                                       on_finding=live if src.stream else None,
+                                       batch=1 if src.stream else 2048)
                 finally:
                     bar.done()
+    except _Interrupted:  # Ctrl-C outside the wait for input: nothing whole to report
+        fa = FileAudit(path, error="interrupted")
+        fa.seconds = time.monotonic() - start
+        return fa, f"ibpath: {path}: interrupted"
     except OSError as exc:
         why = exc.strerror or str(exc)
         fa = FileAudit(path, error=why)
@@ -220,13 +258,13 @@ def _audit_in_worker(args) -> tuple[FileAudit, str | None]:
 
 def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
                 quiet: bool = False, jobs: int = 1, as_blob: bool = False,
-                messages: list[str] | None = None) -> tuple[list[FileAudit], list[str]]:
+                messages: list[str] | None = None, live=None) -> tuple[list[FileAudit], list[str]]:
     """Audit each input in order; an unreadable one is reported on stderr (file and reason)
     and its findings up to the damage are kept. The blobs of options.extra_blobs (--blob)
     join the replay of every other file, without being counted as its frames. With jobs > 1
     the files are audited in that many processes; the audits, their order and the stderr
     lines are those of a serial run. messages, when given, receives the stderr lines instead
-    of stderr."""
+    of stderr. live: see audit_one (streams are audited in this process)."""
     with _young_gc_only():
         extras = extra_blobs(options.extra_blobs)
     tasks = [(p, options, engine, extras, as_blob, False) for p in paths]
@@ -237,7 +275,7 @@ def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
         results = []
         with _young_gc_only():
             for p, *rest in tasks:
-                results.append(audit_one(p, *rest[:-1], progress=not quiet))
+                results.append(audit_one(p, *rest[:-1], progress=not quiet, live=live))
     audits, unreadable = [], []
     for fa, message in results:
         audits.append(fa)

@@ -67,6 +67,27 @@ def _input_bytes(paths: list[str]) -> int | None:
     return total
 
 
+def _is_stream(path: str) -> bool:
+    return path == STDIN or (os.path.exists(path) and not os.path.isfile(path)
+                             and not os.path.isdir(path))
+
+
+def _live_printer(out):
+    """For a stream in text format: each frame and transaction finding printed as soon as it
+    is known, under a line saying so (the whole report follows when the stream ends)."""
+    started = set()
+
+    def live(f) -> None:
+        if f.file not in started:
+            started.add(f.file)
+            out.write(f"== {f.file}: findings as they are found (the report follows when the "
+                      "input ends)\n")
+        out.write(report.finding_line(f) + "\n")
+        out.flush()
+
+    return live
+
+
 def run(args) -> int:
     if args.list_rules:
         sys.stdout.write(report.rule_list())
@@ -101,8 +122,11 @@ def run(args) -> int:
         # closed transactions are let go; ladder diagrams keep the messages they draw
         options = AuditOptions(kernel=args.kernel, extra_blobs=args.blob,
                                keep_transactions=False, ladder_arrows=ladders)
+        live = None
+        if args.format == "text" and any(_is_stream(p) for p in paths):
+            live = _live_printer(out)
         audits, unreadable = audit_paths(paths, options, engine=args.engine, quiet=args.quiet,
-                                         jobs=args.jobs, as_blob=as_blob)
+                                         jobs=args.jobs, as_blob=as_blob, live=live)
         if args.format == "json":
             out.write(report.to_json(audits, skipped) + "\n")
         elif args.format == "junit":

@@ -50,8 +50,10 @@ def decode_file_fast(path, decoder: FastDecoder | None = None,
     stats = decoder.stats
     try:
         # classify a batch of frames, then decode it (ibpath_scapy.batch)
+        # a live stream is decoded frame by frame: no frame waits for the next ones
+        n = 1 if getattr(path, "stream", False) else 2048
         for frame, cl in batched(classified_frames(path, prefilter(), blobsniff.plausible,
-                                                   skipped, as_blob=as_blob)):
+                                                   skipped, as_blob=as_blob), n):
             if skipped[0]:
                 stats.frames += skipped[0]
                 decoder.skipped += skipped[0]
