@@ -19,6 +19,13 @@ from .netlink import (  # noqa: F401
     NetlinkCooked, NLMsgHdr, RdmaNLMsgHdr, LsAttr, LsResolveRequest, LsResolveResponse,
     LsSetTimeout, LsIpResolveRequest, LsIpResolveResponse,
 )
+from .ucma import (  # noqa: F401
+    UcmaCmdHdr, UcmaCreateId, UcmaCreateIdResp, UcmaResolveIp, UcmaResolveAddr,
+    UcmaResolveRoute, UcmaConnect, UcmaQuery, UcmaQueryPathResp, UcmaGetEvent, UcmaEventResp,
+    UcmaSetOption,
+)
+from .acm import AcmHdr, AcmEpAddrData, AcmEpInfo, AcmResolve  # noqa: F401
+from .umad import UserMad  # noqa: F401
 
 __all__ = [
     "BTH", "GRH", "IP", "IPv6", "UDP", "Ether",
@@ -28,4 +35,8 @@ __all__ = [
     "PathRecData", "PathArray",
     "NetlinkCooked", "NLMsgHdr", "RdmaNLMsgHdr", "LsAttr", "LsResolveRequest",
     "LsResolveResponse", "LsSetTimeout", "LsIpResolveRequest", "LsIpResolveResponse",
+    "UcmaCmdHdr", "UcmaCreateId", "UcmaCreateIdResp", "UcmaResolveIp", "UcmaResolveAddr",
+    "UcmaResolveRoute", "UcmaConnect", "UcmaQuery", "UcmaQueryPathResp", "UcmaGetEvent",
+    "UcmaEventResp", "UcmaSetOption", "AcmHdr", "AcmEpAddrData", "AcmEpInfo", "AcmResolve",
+    "UserMad",
 ]

@@ -1,0 +1,171 @@
+"""ACM messages between librdmacm and ibacm (the unix socket /run/ibacm-unix.sock or
+/run/ibacm.sock, or TCP port 6125 in ibacm's server mode).
+
+A message is `struct acm_msg`: the 16-byte `struct acm_hdr`, then (for RESOLVE, request and
+response) up to 8 x 72-byte `struct acm_ep_addr_data` entries. acm.h: "Message fields in this
+case are not byte swapped, but note that the acm_ep_info data is in network order": the
+header and the entries' flags and type are host order (little-endian on x86_64, the machine
+the capture was recorded on); info is an address, a name or a PathRecord in MAD format
+(struct ibv_path_record, big-endian). PERF_QUERY and EP_QUERY bodies are in network order
+(acm.h); they are kept as bytes. A response sets ACM_OP_ACK (0x80) in opcode. The response's
+path entries become rdma_getaddrinfo's ai_route, the path array librdmacm hands to
+rdma_set_option (librdmacm/acm.c ucma_ib_save_resp).
+
+Capture form: an "ibpath.acm" exported PDU per message, written by ``ibpath record``.
+
+Sources: rdma-core librdmacm/acm.h (struct acm_hdr, union acm_ep_info, struct
+acm_ep_addr_data, struct acm_msg, ACM_OP_*, ACM_STATUS_*, ACM_EP_INFO_*, ACM_EP_FLAG_*,
+ACM_FLAGS_*), librdmacm/acm.c (ucma_ib_resolve, ucma_ib_save_resp).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+
+from scapy.fields import (
+    ByteEnumField,
+    ByteField,
+    FlagsField,
+    LEShortEnumField,
+    LEShortField,
+    PacketListField,
+    StrField,
+    XLELongField,
+    XLEShortField,
+    XStrFixedLenField,
+)
+from scapy.packet import Packet, bind_layers
+
+from .ib import EXPORTED_PDU_DISSECTORS
+from .sa import PathRecord
+
+ACM_DISSECTOR = "ibpath.acm"
+
+ACM_VERSION = 1
+ACM_MSG_HDR_LENGTH = 16
+ACM_MSG_EP_LENGTH = 72
+ACM_MAX_ADDRESS = 64
+ACM_MSG_DATA_LENGTH = ACM_MSG_EP_LENGTH * 8
+ACM_OP_MASK = 0x0F
+ACM_OP_ACK = 0x80
+ACM_OP_RESOLVE = 0x01
+
+_OPS = {0x01: "RESOLVE", 0x02: "PERF_QUERY", 0x03: "EP_QUERY"}
+ACM_OPCODES = {**_OPS, **{op | ACM_OP_ACK: f"{name}|ACK" for op, name in _OPS.items()}}
+
+ACM_STATUS = {
+    0: "SUCCESS", 1: "ENOMEM", 2: "EINVAL", 3: "ENODATA", 5: "ENOTCONN", 6: "ETIMEDOUT",
+    7: "ESRCADDR", 8: "ESRCTYPE", 9: "EDESTADDR", 10: "EDESTTYPE",
+}
+
+ACM_EP_INFO_NAME = 0x0001
+ACM_EP_INFO_ADDRESS_IP = 0x0002
+ACM_EP_INFO_ADDRESS_IP6 = 0x0003
+ACM_EP_INFO_PATH = 0x0010
+ACM_EP_INFO_TYPES = {ACM_EP_INFO_NAME: "NAME", ACM_EP_INFO_ADDRESS_IP: "ADDRESS_IP",
+                     ACM_EP_INFO_ADDRESS_IP6: "ADDRESS_IP6", ACM_EP_INFO_PATH: "PATH"}
+
+# acm_ep_addr_data.flags: ACM_EP_FLAG_SOURCE (1<<0), ACM_EP_FLAG_DEST (1<<1),
+# ACM_FLAGS_NODELAY (1<<30), ACM_FLAGS_QUERY_SA (1<<31).
+_EP_FLAG_NAMES = ["SOURCE", "DEST"] + [f"bit{n}" for n in range(2, 30)] + ["NODELAY", "QUERY_SA"]
+
+
+class AcmHdr(Packet):
+    """struct acm_hdr (acm.h), 16 bytes; data[] is src_out, src_index, dst_index; length
+    counts the whole message, this header included."""
+
+    name = "AcmHdr"
+    fields_desc = [
+        ByteField("version", ACM_VERSION),
+        ByteEnumField("opcode", ACM_OP_RESOLVE, ACM_OPCODES),
+        ByteEnumField("status", 0, ACM_STATUS),
+        ByteField("src_out", 0),
+        ByteField("src_index", 0),
+        ByteField("dst_index", 0),
+        LEShortField("length", None),
+        XLELongField("tid", 0),
+    ]
+
+    def post_build(self, p, pay):
+        if self.length is None:
+            p = p[:6] + struct.pack("<H", len(p) + len(pay)) + p[8:]
+        return p + pay
+
+    def extract_padding(self, s):
+        # bytes past `length` (a reader's buffer) are not part of the message
+        body = max(self.length - ACM_MSG_HDR_LENGTH, 0) if self.length is not None else len(s)
+        return s[:body], s[body:]
+
+    def is_response(self) -> bool:
+        return bool(self.opcode & ACM_OP_ACK)
+
+    def mysummary(self):
+        return self.sprintf("ACM %AcmHdr.opcode% status %AcmHdr.status% tid %AcmHdr.tid%")
+
+
+class AcmEpAddrData(Packet):
+    """struct acm_ep_addr_data (acm.h), 72 bytes: flags and type in host order, then the
+    64-byte union acm_ep_info (the payload: a PathRecord for ACM_EP_INFO_PATH, else
+    AcmEpInfo)."""
+
+    name = "AcmEpAddrData"
+    fields_desc = [
+        FlagsField("flags", 0, -32, _EP_FLAG_NAMES),
+        LEShortEnumField("type", ACM_EP_INFO_PATH, ACM_EP_INFO_TYPES),
+        XLEShortField("reserved", 0),
+    ]
+
+    def extract_padding(self, s):
+        return s[:ACM_MAX_ADDRESS], s[ACM_MAX_ADDRESS:]
+
+    def mysummary(self):
+        return self.sprintf("%AcmEpAddrData.type% %AcmEpAddrData.flags%")
+
+
+class AcmEpInfo(Packet):
+    """union acm_ep_info (acm.h) as an address or a name: 64 bytes, network order."""
+
+    name = "AcmEpInfo"
+    fields_desc = [XStrFixedLenField("addr", b"\0" * ACM_MAX_ADDRESS, ACM_MAX_ADDRESS)]
+
+    def mysummary(self):
+        kind = getattr(self.underlayer, "type", None)
+        if kind == ACM_EP_INFO_ADDRESS_IP:
+            return str(ipaddress.IPv4Address(self.addr[:4]))
+        if kind == ACM_EP_INFO_ADDRESS_IP6:
+            return str(ipaddress.IPv6Address(self.addr[:16]))
+        return self.addr.rstrip(b"\0").decode("ascii", "replace")
+
+
+def _next_entry(pkt, lst, cur, remain):
+    return AcmEpAddrData if len(remain) >= ACM_MSG_EP_LENGTH else None
+
+
+class AcmResolve(Packet):
+    """struct acm_resolve_msg's data[] (acm.h): the entries of a RESOLVE request or response;
+    bytes past the last whole entry are kept in trailing."""
+
+    name = "AcmResolve"
+    fields_desc = [
+        PacketListField("resolve_data", [], AcmEpAddrData, next_cls_cb=_next_entry,
+                        max_count=ACM_MSG_DATA_LENGTH // ACM_MSG_EP_LENGTH),
+        StrField("trailing", b""),
+    ]
+
+    def path_records(self) -> list[PathRecord]:
+        """The PathRecords of the ACM_EP_INFO_PATH entries, in order."""
+        return [e[PathRecord] for e in self.resolve_data if PathRecord in e]
+
+    def mysummary(self):
+        return f"{len(self.resolve_data)} entr(ies), {len(self.path_records())} path(s)"
+
+
+EXPORTED_PDU_DISSECTORS[ACM_DISSECTOR] = AcmHdr
+
+bind_layers(AcmHdr, AcmResolve, opcode=ACM_OP_RESOLVE)
+bind_layers(AcmHdr, AcmResolve, opcode=ACM_OP_RESOLVE | ACM_OP_ACK)
+bind_layers(AcmEpAddrData, PathRecord, type=ACM_EP_INFO_PATH)
+bind_layers(AcmEpAddrData, AcmEpInfo, type=ACM_EP_INFO_NAME)
+bind_layers(AcmEpAddrData, AcmEpInfo, type=ACM_EP_INFO_ADDRESS_IP)
+bind_layers(AcmEpAddrData, AcmEpInfo, type=ACM_EP_INFO_ADDRESS_IP6)

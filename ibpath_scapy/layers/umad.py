@@ -1,0 +1,72 @@
+"""The user MAD device (/dev/infiniband/umad*): struct ib_user_mad as libibumad writes and
+reads it, the 64-byte header (ABI 5 with pkey_index, enabled by IB_USER_MAD_ENABLE_PKEY)
+followed by the MAD.
+
+The header carries the MAD's addressing (remote LID, SL, QPN, Q_Key, GRH fields), so a
+recorded umad keeps what a wire capture would show of the peer. agent_id, status,
+timeout_ms, retries, length and pkey_index are host order (little-endian on x86_64, the
+machine the capture was recorded on); qpn, qkey, lid, gid and flow_label are network order.
+
+Capture form: an "ibpath.umad" exported PDU per MAD written or read, written by
+``ibpath record``.
+
+Sources: Linux include/uapi/rdma/ib_user_mad.h (struct ib_user_mad_hdr, struct ib_user_mad,
+IB_USER_MAD_ABI_VERSION 5), drivers/infiniband/core/user_mad.c (hdr_size: the 64-byte
+header once pkey_index is enabled), rdma-core libibumad/umad.h (ib_mad_addr_t).
+"""
+
+from __future__ import annotations
+
+from scapy.fields import (
+    ByteField,
+    IntField,
+    LEIntField,
+    LEShortField,
+    XIntField,
+    XLEIntField,
+    XStrFixedLenField,
+)
+from scapy.packet import Packet, bind_layers
+
+from .coded import LIDField
+from .ib import EXPORTED_PDU_DISSECTORS
+from .mad import MAD
+from .sa import GIDField
+
+UMAD_DISSECTOR = "ibpath.umad"
+UMAD_HDR_SIZE = 64  # sizeof(struct ib_user_mad_hdr), ABI 5 with pkey_index
+
+
+class UserMad(Packet):
+    """struct ib_user_mad_hdr (ib_user_mad.h), 64 bytes; the MAD is the payload. The C name
+    of agent_id is id; libibumad calls it agent_id (umad.h)."""
+
+    name = "UserMad"
+    fields_desc = [
+        LEIntField("agent_id", 0),
+        XLEIntField("status", 0),
+        LEIntField("timeout_ms", 0),
+        LEIntField("retries", 0),
+        LEIntField("length", 0),
+        XIntField("qpn", 1),
+        XIntField("qkey", 0x80010000),
+        LIDField("lid", 0),
+        ByteField("sl", 0),
+        ByteField("path_bits", 0),
+        ByteField("grh_present", 0),
+        ByteField("gid_index", 0),
+        ByteField("hop_limit", 0),
+        ByteField("traffic_class", 0),
+        GIDField("gid", "::"),
+        IntField("flow_label", 0),
+        LEShortField("pkey_index", 0),
+        XStrFixedLenField("reserved", b"\0" * 6, 6),
+    ]
+
+    def mysummary(self):
+        return self.sprintf("umad agent %UserMad.agent_id% lid %UserMad.lid% qpn %UserMad.qpn%")
+
+
+EXPORTED_PDU_DISSECTORS[UMAD_DISSECTOR] = UserMad
+
+bind_layers(UserMad, MAD)

@@ -1,0 +1,248 @@
+"""The ucma, umad and ACM layers against independent oracles.
+
+- Sizes and offsets: tests/data/record/layout.c, compiled here with gcc, prints them as the
+  compiler lays out the kernel's own uapi headers (<rdma/rdma_user_cm.h>,
+  <rdma/ib_user_mad.h>, installed by linux-libc-dev) and a transcription of rdma-core's
+  librdmacm/acm.h; every Scapy field must sit where its C member does.
+- Values: a RESOLVE response built with those C structs (layout.c's SAMPLE line); every MAD
+  of the committed OpenSM recording (captures/opensm/*.umadrec) read by the existing
+  record/umad.py UmadHeader parser.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import fields as dc_fields
+from pathlib import Path
+
+import pytest
+from scapy.packet import Padding, Raw, raw
+
+from ibpath_scapy.layers.acm import (
+    ACM_DISSECTOR, AcmEpAddrData, AcmEpInfo, AcmHdr, AcmResolve,
+)
+from ibpath_scapy.layers.ib import EXPORTED_PDU_DISSECTORS
+from ibpath_scapy.layers.mad import MAD
+from ibpath_scapy.layers.pathdata import PathArray
+from ibpath_scapy.layers.sa import PathRecord
+from ibpath_scapy.layers.ucma import (
+    UCMA_DISSECTOR, UcmaAhAttr, UcmaCmdHdr, UcmaConnect, UcmaConnParam, UcmaCreateId,
+    UcmaCreateIdResp, UcmaEce, UcmaEventResp, UcmaGetEvent, UcmaQuery, UcmaQueryPathResp,
+    UcmaResolveAddr, UcmaResolveIp, UcmaResolveRoute, UcmaSetOption, UcmaUdParam,
+    sockaddr_text,
+)
+from ibpath_scapy.layers.umad import UMAD_DISSECTOR, UserMad
+from ibpath_scapy.record.umad import UmadHeader, read_log
+
+from layer_checks import assert_bit_runs_close
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYOUT_C = Path(__file__).with_name("data") / "record" / "layout.c"
+OPENSM = ROOT / "captures" / "opensm"
+
+# layer -> the C member its payload is (the union after the entry's header)
+PAYLOAD_MEMBERS = {AcmEpAddrData: "info"}
+# layer -> (C struct, {scapy field: C member} where the names differ)
+STRUCTS = {
+    UcmaCmdHdr: ("rdma_ucm_cmd_hdr", {"in_len": "in", "out_len": "out"}),
+    UcmaCreateId: ("rdma_ucm_create_id", {}),
+    UcmaCreateIdResp: ("rdma_ucm_create_id_resp", {}),
+    UcmaResolveIp: ("rdma_ucm_resolve_ip", {}),
+    UcmaResolveAddr: ("rdma_ucm_resolve_addr", {}),
+    UcmaResolveRoute: ("rdma_ucm_resolve_route", {}),
+    UcmaConnParam: ("rdma_ucm_conn_param", {}),
+    UcmaUdParam: ("rdma_ucm_ud_param", {}),
+    UcmaEce: ("rdma_ucm_ece", {}),
+    UcmaConnect: ("rdma_ucm_connect", {}),
+    UcmaQuery: ("rdma_ucm_query", {}),
+    UcmaQueryPathResp: ("rdma_ucm_query_path_resp", {}),
+    UcmaGetEvent: ("rdma_ucm_get_event", {}),
+    UcmaEventResp: ("rdma_ucm_event_resp", {"param": None, "param_rest": None}),
+    UcmaSetOption: ("rdma_ucm_set_option", {}),
+    UserMad: ("ib_user_mad_hdr", {"agent_id": "id"}),
+    AcmHdr: ("acm_hdr", {"src_out": None, "src_index": None, "dst_index": None}),
+    AcmEpAddrData: ("acm_ep_addr_data", {}),
+}
+
+
+@pytest.fixture(scope="module")
+def oracle(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    exe = tmp_path_factory.mktemp("layout") / "layout"
+    subprocess.run([cc, "-Wall", "-o", str(exe), str(LAYOUT_C)], check=True,
+                   capture_output=True, text=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    sizes, members, samples = {}, {}, {}
+    for line in out.splitlines():
+        kind, *rest = line.split()
+        if kind == "SIZE":
+            sizes[rest[0]] = int(rest[1])
+        elif kind == "FIELD":
+            members[(rest[0], rest[1])] = (int(rest[2]), int(rest[3]))
+        else:
+            samples[rest[0]] = bytes.fromhex(rest[1])
+    return sizes, members, samples
+
+
+def scapy_layout(cls) -> tuple[dict[str, tuple[int, int]], int]:
+    """(offset, size) of every field of cls as it builds, and the built size."""
+    pkt = cls()
+    out, off = {}, 0
+    for f in cls.fields_desc:
+        size = len(f.addfield(pkt, b"", pkt.getfieldval(f.name)))
+        out[f.name] = (off, size)
+        off += size
+    assert off == len(raw(cls()))
+    return out, off
+
+
+@pytest.mark.parametrize("cls", list(STRUCTS), ids=lambda c: c.__name__)
+def test_size_and_offsets_match_the_c_struct(oracle, cls):
+    sizes, members, _ = oracle
+    struct, renamed = STRUCTS[cls]
+    layout, size = scapy_layout(cls)
+    assert_bit_runs_close(cls)
+    if cls in PAYLOAD_MEMBERS:
+        size += members[(struct, PAYLOAD_MEMBERS[cls])][1]
+    assert size == sizes[struct], f"{cls.__name__}: {size} bytes, struct {struct} {sizes[struct]}"
+    for name, (off, width) in layout.items():
+        member = renamed.get(name, name)
+        if member is None:
+            continue  # checked by a test of its own below
+        assert (struct, member) in members, f"{cls.__name__}.{name}: no member {member} in {struct}"
+        assert (off, width) == members[(struct, member)], \
+            f"{cls.__name__}.{name} at {off}+{width}, {struct}.{member} at {members[(struct, member)]}"
+    # every C member is covered (an extra Scapy field would have failed the size check)
+    c_members = {m for (s, m) in members if s == struct}
+    covered = {renamed.get(n, n) for n in layout} | {
+        "param" if cls is UcmaEventResp else None,
+        "data" if cls is AcmHdr else None,
+        "info" if cls is AcmEpAddrData else None,
+        "path_data" if cls is UcmaQueryPathResp else None}
+    assert c_members <= covered, f"{struct}: members {sorted(c_members - covered)} not in {cls.__name__}"
+
+
+def test_split_members_cover_their_c_member(oracle):
+    sizes, members, _ = oracle
+    ev, _ = scapy_layout(UcmaEventResp)
+    off, size = members[("rdma_ucm_event_resp", "param")]
+    # the union: read as rdma_ucm_conn_param, the rest of rdma_ucm_ud_param after it
+    assert ev["param"][0] == off and ev["param"][1] == sizes["rdma_ucm_conn_param"]
+    assert ev["param_rest"] == (off + sizes["rdma_ucm_conn_param"],
+                                size - sizes["rdma_ucm_conn_param"])
+    assert size == sizes["rdma_ucm_ud_param"]
+    hdr, _ = scapy_layout(AcmHdr)
+    data_off, data_size = members[("acm_hdr", "data")]
+    assert [hdr[n] for n in ("src_out", "src_index", "dst_index")] == \
+        [(data_off + i, 1) for i in range(data_size)]  # acm.h: #define src_out data[0] ...
+    ep, ep_size = scapy_layout(AcmEpAddrData)
+    assert members[("acm_ep_addr_data", "info")] == (ep_size, 64)  # the payload: info
+    # UcmaAhAttr flattens ib_uverbs_ah_attr's grh (struct ib_uverbs_global_route)
+    ah, _ = scapy_layout(UcmaAhAttr)
+    grh_off, _ = members[("ib_uverbs_ah_attr", "dlid")]
+    assert grh_off == sizes["ib_uverbs_global_route"]
+    for name, member, struct, base in (
+            ("dgid", "dgid", "ib_uverbs_global_route", 0),
+            ("flow_label", "flow_label", "ib_uverbs_global_route", 0),
+            ("sgid_index", "sgid_index", "ib_uverbs_global_route", 0),
+            ("hop_limit", "hop_limit", "ib_uverbs_global_route", 0),
+            ("traffic_class", "traffic_class", "ib_uverbs_global_route", 0),
+            ("reserved_27", "reserved", "ib_uverbs_global_route", 0),
+            ("dlid", "dlid", "ib_uverbs_ah_attr", 0), ("sl", "sl", "ib_uverbs_ah_attr", 0),
+            ("src_path_bits", "src_path_bits", "ib_uverbs_ah_attr", 0),
+            ("static_rate", "static_rate", "ib_uverbs_ah_attr", 0),
+            ("is_global", "is_global", "ib_uverbs_ah_attr", 0),
+            ("port_num", "port_num", "ib_uverbs_ah_attr", 0),
+            ("reserved_39", "reserved", "ib_uverbs_ah_attr", 0)):
+        c_off, c_size = members[(struct, member)]
+        assert ah[name] == (base + c_off, c_size), name
+    assert sizes["ib_uverbs_ah_attr"] == len(raw(UcmaAhAttr()))
+
+
+def test_acm_message_built_in_c_dissects_field_for_field(oracle):
+    msg = oracle[2]["acm_msg"]
+    pkt = AcmHdr(msg)
+    assert (pkt.version, pkt.opcode, pkt.status) == (1, 0x81, 3)
+    assert (pkt.src_out, pkt.src_index, pkt.dst_index) == (1, 2, 3)
+    assert pkt.length == len(msg) == 16 + 2 * 72
+    assert pkt.tid == 0x0102030405060708
+    assert pkt.is_response()
+    entries = pkt[AcmResolve].resolve_data
+    assert len(entries) == 2 and not pkt[AcmResolve].trailing
+    assert int(entries[0].flags) == (1 << 1) | (1 << 30)
+    assert entries[0].flags.DEST and entries[0].flags.NODELAY and not entries[0].flags.SOURCE
+    assert entries[0].type == 0x0002 and entries[0][AcmEpInfo].mysummary() == "192.0.2.1"
+    assert int(entries[1].flags) == 0x2b and entries[1].type == 0x0010
+    paths = pkt[AcmResolve].path_records()
+    assert len(paths) == 1 and paths[0].dlid == 58 and paths[0].pkey == 0xFFFF
+    assert raw(pkt) == msg
+    # bytes past acm_hdr.length (a reader's buffer) are not part of the message
+    padded = AcmHdr(msg + b"\xee" * 40)
+    assert len(padded[AcmResolve].resolve_data) == 2 and not padded[AcmResolve].trailing
+    assert padded[Padding].load == b"\xee" * 40
+    assert raw(AcmHdr(version=1, opcode=0x01, tid=5) / AcmResolve(resolve_data=[
+        AcmEpAddrData(type=0x10) / PathRecord(msg[16 + 72 + 8:])])) == \
+        msg[:1] + b"\x01\x00\x00\x00\x00" + (16 + 72).to_bytes(2, "little") + \
+        (5).to_bytes(8, "little") + b"\0\0\0\0\x10\0\0\0" + msg[16 + 72 + 8:]
+
+
+def _umad_logs():
+    return sorted(OPENSM.glob("*.umadrec"))
+
+
+@pytest.mark.parametrize("log", _umad_logs(), ids=lambda p: p.name)
+def test_user_mad_equals_the_opensm_recorders_parser(log):
+    records = read_log(log)
+    assert records
+    names = [f.name for f in dc_fields(UmadHeader)]
+    for rec in records:
+        pkt = UserMad(rec.buf)
+        ours = {n: pkt.getfieldval(n) for n in names}
+        ours["gid"] = bytes(pkt.fields_desc[14].addfield(pkt, b"", pkt.gid))
+        theirs = {n: getattr(rec.hdr, n) for n in names}
+        assert ours == theirs, f"{log.name} record {rec.index}"
+        assert isinstance(pkt.payload, MAD) and raw(pkt.payload) == rec.mad[:len(raw(pkt.payload))]
+        assert raw(pkt) == rec.buf[:len(raw(pkt))]
+        assert raw(pkt.payload)[:24] == rec.mad[:24]
+
+
+def test_exported_pdu_names_reach_the_layers():
+    assert EXPORTED_PDU_DISSECTORS[UCMA_DISSECTOR] is UcmaCmdHdr
+    assert EXPORTED_PDU_DISSECTORS[UMAD_DISSECTOR] is UserMad
+    assert EXPORTED_PDU_DISSECTORS[ACM_DISSECTOR] is AcmHdr
+
+
+def test_ucma_command_and_its_response_dissect_as_one_call():
+    blob = bytes(PathArray(b"\x2b\0\0\0" + b"\0" * 4 + raw(PathRecord(dlid=58))))
+    call = UcmaCmdHdr(out_len=8 + 6 * 72) / UcmaQuery(response=0x1000, id=7, option=1)
+    resp = UcmaQueryPathResp(num_paths=1) / PathArray(blob)
+    pkt = UcmaCmdHdr(raw(call) + raw(resp))
+    assert pkt.cmd == 19 and pkt.in_len == 16 and pkt.out_len == 8 + 6 * 72
+    assert pkt[UcmaQuery].id == 7 and pkt[UcmaQueryPathResp].num_paths == 1
+    assert pkt[PathArray].records[0].path_record.dlid == 58
+    ev = UcmaCmdHdr(raw(UcmaCmdHdr(out_len=336) / UcmaGetEvent() /
+                        UcmaEventResp(id=7, event=2, status=-110)))
+    assert ev[UcmaEventResp].event == 2 and ev[UcmaEventResp].status == -110
+    assert "ROUTE_RESOLVED" in ev[UcmaEventResp].mysummary()
+    so = UcmaCmdHdr(raw(UcmaCmdHdr() / UcmaSetOption(optval=0xdead, id=7, optlen=72)))
+    assert so[UcmaSetOption].is_ib_path() and "PATH" in so[UcmaSetOption].mysummary()
+    cid = UcmaCmdHdr(raw(UcmaCmdHdr(out_len=4) / UcmaCreateId() / UcmaCreateIdResp(id=9)))
+    assert cid[UcmaCreateIdResp].id == 9
+    unknown = UcmaCmdHdr(raw(UcmaCmdHdr(cmd=1) / Raw(b"\1" * 16)))
+    assert unknown.cmd == 1 and isinstance(unknown.payload, Raw)
+
+
+def test_sockaddr_text():
+    import socket
+    import struct
+    sin = struct.pack("<H", socket.AF_INET) + struct.pack("!H", 7471) + \
+        socket.inet_aton("192.0.2.1") + b"\0" * 8
+    assert sockaddr_text(sin) == "192.0.2.1:7471"
+    sin6 = struct.pack("<H", socket.AF_INET6) + struct.pack("!HI", 7471, 0) + \
+        socket.inet_pton(socket.AF_INET6, "fe80::20") + b"\0" * 4
+    assert sockaddr_text(sin6) == "[fe80::20]:7471"
+    assert sockaddr_text(b"\0" * 28) == "AF_UNSPEC"
+    assert UcmaResolveIp(dst_addr=sin6 + b"\0" * 0).mysummary().endswith("[fe80::20]:7471")
