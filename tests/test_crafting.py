@@ -212,6 +212,18 @@ def test_raw_codes_round_trip():
             PathRecord(mtu=RawCode(bad))
 
 
+@pytest.mark.parametrize("pkt, name", [
+    (lambda: PathRecord(sl=20), "PathRecord.sl"), (lambda: PathRecord(numb_path=128), "PathRecord.numb_path"),
+    (lambda: PathRecord(flow_label=1 << 20), "PathRecord.flow_label"),
+    (lambda: CMReq(primary_sl=16), "CMReq.primary_sl"),
+    (lambda: RMPP(r_resp_time=32), "RMPP.r_resp_time"),
+])
+def test_other_bit_fields_refuse_values_wider_than_themselves(pkt, name):
+    """Scapy would mask these silently (SL 20 on the wire as 4); the build says so instead."""
+    with pytest.raises(ValueError, match=rf"^{re.escape(name)}: \d+ does not fit in \d+ bits"):
+        bytes(pkt())
+
+
 # -- summaries ------------------------------------------------------------------------------------
 
 def _mad(mgmt_class: int, method: int, attr: int):

@@ -20,7 +20,7 @@ from scapy.fields import (
 from scapy.packet import Packet, bind_layers
 
 from .mad import MAD, MGMT_CLASS_CM, mad_title
-from .coded import LIDField, MTUField, RateField, TimeExponentField
+from .coded import CheckedBits, LIDField, MTUField, RateField, TimeExponentField
 from .sa import GIDField
 
 CM_DATA_SIZE = 232
@@ -96,7 +96,7 @@ def _path_fields(prefix: str, base: int) -> list:
     ]
 
 
-class CMReq(Packet):
+class CMReq(CheckedBits, Packet):
     """CM REQ (IBA Vol1 §12.6.5, Table 106)."""
 
     name = "CM REQ"
@@ -142,7 +142,7 @@ class CMReq(Packet):
         )
 
 
-class CMMra(Packet):
+class CMMra(CheckedBits, Packet):
     """CM MRA (IBA Vol1 §12.6.6, Table 107)."""
 
     name = "CM MRA"
@@ -158,7 +158,7 @@ class CMMra(Packet):
     ]
 
 
-class CMRej(Packet):
+class CMRej(CheckedBits, Packet):
     """CM REJ (IBA Vol1 §12.6.7, Table 108)."""
 
     name = "CM REJ"
@@ -176,7 +176,7 @@ class CMRej(Packet):
     ]
 
 
-class CMRep(Packet):
+class CMRep(CheckedBits, Packet):
     """CM REP (IBA Vol1 §12.6.8, Table 110)."""
 
     name = "CM REP"
@@ -204,7 +204,7 @@ class CMRep(Packet):
     ]
 
 
-class CMRtu(Packet):
+class CMRtu(CheckedBits, Packet):
     """CM RTU (IBA Vol1 §12.6.9, Table 111)."""
 
     name = "CM RTU"
@@ -216,7 +216,7 @@ class CMRtu(Packet):
     ]
 
 
-class CMDreq(Packet):
+class CMDreq(CheckedBits, Packet):
     """CM DREQ (IBA Vol1 §12.6.10, Table 112)."""
 
     name = "CM DREQ"
@@ -230,7 +230,7 @@ class CMDreq(Packet):
     ]
 
 
-class CMDrep(Packet):
+class CMDrep(CheckedBits, Packet):
     """CM DREP (IBA Vol1 §12.6.11, Table 113)."""
 
     name = "CM DREP"

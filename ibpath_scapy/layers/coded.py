@@ -29,7 +29,8 @@ from __future__ import annotations
 import math
 import re
 
-from scapy.fields import BitEnumField, ShortField
+from scapy.fields import BitEnumField, ShortField, _BitField
+from scapy.packet import RawVal
 
 # Path MTU codes (enum ib_mtu, OpenSM IB_MTU_LEN_*): wire-formats.md §3 Encodings.
 MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
@@ -77,6 +78,28 @@ class LIDField(ShortField):
 class RawCode(int):
     """A code written as is, whether the IBA defines it or not (it must fit the field):
     ``PathRecord(mtu=RawCode(0), rate=RawCode(63))`` crafts a record no SA would send."""
+
+
+class CheckedBits:
+    """Packet mixin: building refuses a bit field value wider than the field instead of
+    letting Scapy mask it silently (PathRecord(sl=20) would go out as SL 4). Only values the
+    user set are checked; RawVal still writes any bytes."""
+
+    def self_build(self):
+        for f in self.fields_desc:
+            fld = getattr(f, "fld", f)  # a ConditionalField's field
+            v = self.fields.get(f.name)
+            if (v is None or isinstance(v, RawVal) or not isinstance(fld, _BitField)
+                    or isinstance(fld, CodedField)):  # (coded fields check on assignment)
+                continue
+            try:
+                n = int(v)
+            except (TypeError, ValueError):
+                continue  # a volatile (fuzz) value or a list: Scapy's own business
+            if not 0 <= n < 1 << fld.size:
+                raise ValueError(f"{type(self).__name__}.{f.name}: {n} does not fit in "
+                                 f"{fld.size} bits (0-{(1 << fld.size) - 1})")
+        return super().self_build()
 
 
 def raw_values(values: dict) -> dict:
@@ -226,6 +249,6 @@ class TimeExponentField(CodedField):
         return None
 
 
-__all__ = ["LIDField", "MTU_BYTES", "MTU_CODES", "RATE_GBPS", "RATE_CODES", "RawCode", "CodedField",
+__all__ = ["CheckedBits", "LIDField", "MTU_BYTES", "MTU_CODES", "RATE_GBPS", "RATE_CODES", "RawCode", "CodedField",
            "raw_values", "MTUField", "RateField", "TimeExponentField", "time_exponent_seconds",
            "time_exponent_text", "format_seconds", "coded_text"]

@@ -26,7 +26,7 @@ from scapy.fields import (
 from scapy.packet import Packet, Raw, bind_layers
 
 from .. import crc
-from .coded import LIDField
+from .coded import CheckedBits, LIDField
 
 LINKTYPE_ERF = 197
 LINKTYPE_INFINIBAND = 247
@@ -42,7 +42,7 @@ ERF_TYPE_INFINIBAND = 21
 ERF_HDR_SIZE = 16
 
 
-class LRH(Packet):
+class LRH(CheckedBits, Packet):
     """Local Route Header (8 bytes); the packet's VCRC is its trailer.
 
     icrc/vcrc of a built packet are computed when left as None (native-IB ICRC: VL, GRH

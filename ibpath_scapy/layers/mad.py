@@ -16,6 +16,8 @@ from scapy.fields import (
 )
 from scapy.packet import Packet, Raw
 
+from .coded import CheckedBits
+
 MAD_SIZE = 256
 MAD_HDR_SIZE = 24
 RMPP_HDR_SIZE = 12
@@ -268,7 +270,7 @@ class PayloadLengthField(IntField):
         return super().i2repr(pkt, x)
 
 
-class RMPP(Packet):
+class RMPP(CheckedBits, Packet):
     """RMPP header (IBA Vol1 §13.6.2.1, 12 bytes): 5-bit RRespTime above 3 flag bits.
 
     For ACK segments payload_length carries NewWindowLast. payload_length=None is computed

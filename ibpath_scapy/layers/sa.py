@@ -27,6 +27,7 @@ from ..hints import ListHint
 from .coded import (  # noqa: F401  (MTU_*/RATE_* re-exported: sa.py was their home)
     MTU_BYTES,
     MTU_CODES,
+    CheckedBits,
     RATE_CODES,
     RATE_GBPS,
     LIDField,
@@ -75,7 +76,7 @@ class GIDField(IP6Field):
     """A 128-bit IB GID, shown as IPv6 text (fe80::2:c903:0:1; see gid_text)."""
 
 
-class PathRecord(Packet):
+class PathRecord(CheckedBits, Packet):
     """PathRecord attribute 0x0035 (IBA Vol1 §15.2.5.16, 64 bytes, SA wire format).
 
     Layout: kernel sa_query.c path_rec_table; reserved fields are named by bit offset.
