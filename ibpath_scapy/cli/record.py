@@ -1,4 +1,5 @@
-"""`ibpath record netlink [--protocol NAME|NUM] [--pid PID] -o OUT [-- COMMAND...]`."""
+"""`ibpath record -o OUT.pcapng -- CMD [ARGS...]` (the process recorder, record/process.py) and
+`ibpath record netlink [--protocol NAME|NUM] [--pid PID] -o OUT [-- COMMAND...]` (strace)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import sys
 
 from ..layers.netlink import NETLINK_RDMA
 from ..record.netlink import RecorderError, parse_protocol, protocol_name, record
+from ..record.process import RecordError, RecordOptions, record_command
+from ..record.spool import SpoolError
 
 
 def _protocol(text: str) -> int:
@@ -17,11 +20,37 @@ def _protocol(text: str) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("record", help="record traffic of real software into a capture",
-                       description="Record traffic that no capture device sees.")
-    kinds = p.add_subparsers(dest="kind", required=True)
-    nl = kinds.add_parser(
-        "netlink", help="a process's netlink messages, traced with strace",
+    p = sub.add_parser(
+        "record", help="record what a program said to the RDMA stack into a capture",
+        description="Run CMD with an LD_PRELOAD recorder and write, on one timeline, the ucma "
+        "commands it wrote to /dev/infiniband/rdma_cm (SET_OPTION path arrays as blob frames "
+        "with the kernel's verdict, QUERY PATH readbacks, events), the MADs on "
+        "/dev/infiniband/umad*, its ACM messages to ibacm and its NETLINK_RDMA messages. "
+        "Children and exec'd programs are followed. Exit status: CMD's, or 2 when recording "
+        "cannot start or its spool cannot be read. `ibpath record netlink ...` traces "
+        "netlink with strace instead (`ibpath record netlink --help`).",
+        usage="ibpath record -o OUT.pcapng [options] -- CMD [ARGS...]\n"
+              "       ibpath record netlink [--protocol NAME|NUM] [--pid PID] -o OUT "
+              "[-- COMMAND...]")
+    p.add_argument("-o", "--output", metavar="OUT.pcapng", help="the capture to write")
+    p.add_argument("--max-record", type=int, metavar="BYTES",
+                   help="cap on the bytes kept of one call's data (default 65536); a cut is "
+                   "noted on the packet")
+    p.add_argument("--max-total", type=int, metavar="BYTES",
+                   help="cap on the recording's size (default 256 MiB); reaching it is noted")
+    p.add_argument("--acm-socket", action="append", metavar="PATH",
+                   help="ibacm's unix socket (default /run/ibacm-unix.sock, /run/ibacm.sock, "
+                   "/var/run/ibacm.sock); repeat for several")
+    p.add_argument("--acm-port", type=int, metavar="PORT",
+                   help="ibacm's TCP port in server mode (default 6125)")
+    p.add_argument("--keep-spool", metavar="PATH", help="keep the recorder's raw spool here")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+    p.set_defaults(func=run_record)
+
+
+def _netlink_parser() -> argparse.ArgumentParser:
+    nl = argparse.ArgumentParser(
+        prog="ibpath record netlink",
         description="Trace COMMAND (or the running process PID) with strace and write every "
         "message it sends or receives on its netlink sockets of PROTOCOL as a link-type-253 "
         "record (the cooked header nlmon writes; pkttype 7 = to the kernel, 6 = to a user "
@@ -33,7 +62,33 @@ def add_parser(sub) -> None:
     nl.add_argument("--pid", type=int, help="attach to this running process instead")
     nl.add_argument("-o", "--output", required=True, metavar="OUT")
     nl.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND...")
-    nl.set_defaults(func=run_netlink)
+    return nl
+
+
+def run_record(args) -> int:
+    argv = list(args.argv)
+    if argv[:1] == ["netlink"]:
+        return run_netlink(_netlink_parser().parse_args(argv[1:]))
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not args.output or not argv:
+        print("ibpath record: give -o OUT.pcapng -- CMD [ARGS...]", file=sys.stderr)
+        return 2
+    options = RecordOptions(max_record=args.max_record, max_total=args.max_total,
+                            acm_sockets=args.acm_socket, acm_port=args.acm_port,
+                            spool=args.keep_spool)
+    try:
+        result = record_command(argv, args.output, options)
+    except (RecordError, SpoolError, OSError) as exc:
+        print(f"ibpath record: {exc}", file=sys.stderr)
+        return 2
+    cap = result.capture
+    per_source = ", ".join(f"{n} {src}" for src, n in sorted(cap.frames.items())) or "nothing"
+    print(f"ibpath record: {cap.total} frames ({per_source}; {cap.blobs} blob(s)) from "
+          f"{len(cap.pids)} process(es) written to {args.output}", file=sys.stderr)
+    for text in cap.notes:
+        print(f"ibpath record: note: {text}", file=sys.stderr)
+    return result.exit_status
 
 
 def run_netlink(args) -> int:

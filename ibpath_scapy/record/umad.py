@@ -393,31 +393,35 @@ def _cache_dir() -> Path:
     return Path(base) / "ibpath"
 
 
-def compile_shim(cache_dir: str | os.PathLike | None = None, *, timeout: float = 60) -> Path:
-    """Compile umadrec.c into <cache>/umadrec-<hash>.so (reused while the source and compiler
-    are unchanged) and return its path."""
+def compile_shim(cache_dir: str | os.PathLike | None = None, *, timeout: float = 60,
+                 source: Path = SHIM_SOURCE, defines: Sequence[str] = ()) -> Path:
+    """Compile umadrec.c (or another shim `source`, with -D `defines`) into
+    <cache>/<stem>-<hash>.so (reused while the source, defines and compiler are unchanged)
+    and return its path."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise RuntimeError("no C compiler (cc) found")
-    src = SHIM_SOURCE.read_bytes()
-    key = hashlib.sha256(src + os.path.realpath(cc).encode()).hexdigest()[:16]
+    src = source.read_bytes()
+    flags = [f"-D{d}" for d in defines]
+    key = hashlib.sha256(src + os.path.realpath(cc).encode() + "\0".join(flags).encode()
+                         ).hexdigest()[:16]
     candidates = [Path(cache_dir)] if cache_dir else [_cache_dir(), Path(tempfile.gettempdir())
                                                       / f"ibpath-cache-{os.getuid()}"]
     last_err: Exception | None = None
     for d in candidates:
         try:
             d.mkdir(parents=True, exist_ok=True)
-            so = d / f"umadrec-{key}.so"
+            so = d / f"{source.stem}-{key}.so"
             if so.exists():
                 return so
-            tmp = d / f".umadrec-{key}.{os.getpid()}.so"
-            subprocess.run([cc, "-O2", "-Wall", "-shared", "-fPIC", "-o", str(tmp),
-                            str(SHIM_SOURCE), "-ldl"], check=True, timeout=timeout,
+            tmp = d / f".{source.stem}-{key}.{os.getpid()}.so"
+            subprocess.run([cc, "-O2", "-Wall", "-shared", "-fPIC", *flags, "-o", str(tmp),
+                            str(source), "-ldl", "-lpthread"], check=True, timeout=timeout,
                            capture_output=True, text=True)
             os.replace(tmp, so)
             return so
         except subprocess.CalledProcessError as e:
-            raise RuntimeError(f"compiling {SHIM_SOURCE} failed:\n{e.stderr}") from e
+            raise RuntimeError(f"compiling {source} failed:\n{e.stderr}") from e
         except OSError as e:
             last_err = e
     raise RuntimeError(f"no writable cache directory for the shim: {last_err}")
@@ -559,7 +563,8 @@ def record_sa_session(outdir: str | os.PathLike, queries: Sequence[Query] = DEFA
                                                                                 "Hca3"),
                       lmc: int = 1, query_timeout: float = 15, startup_timeout: float = 30,
                       session_limit: float = 300, pcap_name: str = "opensm-saquery.pcap",
-                      write_readme: bool = True, keep_workdir: bool = False) -> SessionResult:
+                      write_readme: bool = True, keep_workdir: bool = False,
+                      client_preload: Sequence[str] = ()) -> SessionResult:
     """Run ibsim + OpenSM (recorded) + the saquery ``queries`` (recorded) and write to outdir:
 
     * ``<pcap_name>``: the SA exchange as native IB frames (ERF type 21, link type 197);
@@ -567,6 +572,9 @@ def record_sa_session(outdir: str | os.PathLike, queries: Sequence[Query] = DEFA
     * ``saquery-NN-<name>.txt``: each saquery's stdout;
     * ``topology.net``, ``session.json`` (everything needed to interpret the files) and,
       if write_readme, ``README.md``.
+
+    client_preload: libraries preloaded into each saquery before the recorder (another
+    recorder, to compare both on the same run).
 
     Every process is started in its own process group with a timeout and is killed before
     this returns (also on error)."""
@@ -643,7 +651,8 @@ def record_sa_session(outdir: str | os.PathLike, queries: Sequence[Query] = DEFA
         for i, q in enumerate(queries, 1):
             argv = ["saquery"] + [a.format(lid=lid, gid=gid) for a in q.args]
             seed = 1000 + i
-            env = dict(base_env, LD_PRELOAD=preload, SIM_HOST=client_host,
+            env = dict(base_env, LD_PRELOAD=":".join([*map(str, client_preload), preload]),
+                       SIM_HOST=client_host,
                        UMADREC_LOG=str(client_log), UMADREC_SAR_DIR=str(work / "sar"),
                        UMADREC_SEED=str(seed))
             before = len(read_log(client_log)) if client_log.exists() else 0

@@ -1,0 +1,1114 @@
+/*
+ * ibpathrec.c - LD_PRELOAD recorder behind `ibpath record -- CMD`.
+ *
+ * Records, from inside the process, what it says to the RDMA stack:
+ *   - every write() to an fd opened on /dev/infiniband/rdma_cm (one ucma command,
+ *     struct rdma_ucm_cmd_hdr + command, include/uapi/rdma/rdma_user_cm.h), with its
+ *     return value and errno; for SET_OPTION level RDMA_OPTION_IB, optname
+ *     RDMA_OPTION_IB_PATH the optval[optlen] bytes from the caller's memory (the path
+ *     array); for CREATE_ID, QUERY and GET_EVENT the response the kernel wrote back;
+ *   - every MAD written to or read from /dev/infiniband/umad* (struct ib_user_mad,
+ *     include/uapi/rdma/ib_user_mad.h);
+ *   - what is sent and received on sockets connected to ibacm (AF_UNIX at the paths of
+ *     $IBPATHREC_ACM_SOCKETS, or TCP to port $IBPATHREC_ACM_PORT) and on sockets accepted
+ *     from listeners bound there;
+ *   - what is sent and received on AF_NETLINK sockets of protocol NETLINK_RDMA (20).
+ *
+ * Records go to the spool $IBPATHREC_SPOOL (opened O_APPEND; one write() per call, so
+ * processes sharing it never interleave inside a record).  Each record is a packed header
+ * (IPR_HDR_SIZE bytes, host order; layout and constants come from
+ * ibpath_scapy/record/spool.py as -D options, the one definition both sides use) and then
+ * `length` bytes.  A ucma call whose response or optval is recorded is two records written
+ * in one write(): the call, then the extra part.
+ *
+ * Rules: return values and errno pass through untouched; caller memory is copied with
+ * process_vm_readv, so a bad pointer costs a flag, never a fault; one mutex guards the
+ * spool and its bounded static buffer (no allocation); pthread_atfork keeps the mutex sane
+ * across fork and the child records under its own pid; exec'd children inherit LD_PRELOAD
+ * and the spool path through the environment.  Caps: $IBPATHREC_MAX_RECORD bytes per part
+ * (flag TRUNCATED, original length kept) and $IBPATHREC_MAX_TOTAL bytes per run (spool size,
+ * a NOTE record when reached).  A recorder failure stops recording in that process and says
+ * so once on stderr; the program keeps running.
+ *
+ * Not seen: static binaries (no LD_PRELOAD), raw syscalls and libc-internal calls that do
+ * not go through the exported write()/read()/send*()/recv*() symbols.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/netlink.h>
+#include <rdma/ib_user_mad.h>
+#include <rdma/rdma_user_cm.h>
+
+#if !defined(IPR_MAGIC) || !defined(IPR_HDR_SIZE) || !defined(IPR_KIND_UCMA)
+#error "compile through ibpath_scapy.record.shim, which passes the spool format as -D options"
+#endif
+
+#define RDMA_CM_PATH "/dev/infiniband/rdma_cm"
+#define UMAD_PREFIX "/dev/infiniband/umad"
+#define IPR_MAX_FDS 65536
+#define IPR_BUF_MAX (1 << 20)		/* largest part a record can hold */
+#define DEFAULT_MAX_RECORD 65536
+#define DEFAULT_MAX_TOTAL (256LL << 20)
+#define DEFAULT_ACM_SOCKETS "/run/ibacm-unix.sock:/run/ibacm.sock:/var/run/ibacm.sock"
+#define DEFAULT_ACM_PORT 6125
+#define KIND_ACM_LISTEN 0x80		/* fd table only: a listener whose accepts are ACM */
+
+struct ipr_hdr {
+	char magic[4];
+	uint8_t kind;
+	uint8_t part;
+	uint16_t flags;
+	uint32_t pid;
+	uint32_t tid;
+	int32_t fd;
+	uint32_t aux;
+	int64_t ts_ns;
+	int64_t rc;
+	int32_t err;
+	uint32_t length;
+	uint32_t orig_length;
+} __attribute__((packed));
+
+_Static_assert(sizeof(struct ipr_hdr) == IPR_HDR_SIZE, "spool header differs from spool.py");
+
+static ssize_t (*real_write)(int, const void *, size_t);
+static ssize_t (*real_writev)(int, const struct iovec *, int);
+static ssize_t (*real_read)(int, void *, size_t);
+static int (*real_open)(const char *, int, ...);
+static int (*real_open64)(const char *, int, ...);
+static int (*real_openat)(int, const char *, int, ...);
+static int (*real_openat64)(int, const char *, int, ...);
+static int (*real_open_2)(const char *, int);
+static int (*real_open64_2)(const char *, int);
+static int (*real_openat_2)(int, const char *, int);
+static int (*real_openat64_2)(int, const char *, int);
+static int (*real_close)(int);
+static int (*real_close_range)(unsigned int, unsigned int, int);
+static int (*real_dup)(int);
+static int (*real_dup2)(int, int);
+static int (*real_dup3)(int, int, int);
+static int (*real_fcntl)(int, int, ...);
+static int (*real_fcntl64)(int, int, ...);
+static int (*real_socket)(int, int, int);
+static int (*real_connect)(int, const struct sockaddr *, socklen_t);
+static int (*real_bind)(int, const struct sockaddr *, socklen_t);
+static int (*real_accept)(int, struct sockaddr *, socklen_t *);
+static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
+static ssize_t (*real_send)(int, const void *, size_t, int);
+static ssize_t (*real_sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
+static ssize_t (*real_recv)(int, void *, size_t, int);
+static ssize_t (*real_recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
+
+static unsigned char fd_kind[IPR_MAX_FDS];
+
+static pthread_mutex_t spool_lock = PTHREAD_MUTEX_INITIALIZER;
+static int spool_fd = -2;		/* -2: open on first record; -1: recording off */
+static int failed;			/* said so on stderr */
+static int run_cap_noted;
+static size_t max_record = DEFAULT_MAX_RECORD;
+static long long max_total = DEFAULT_MAX_TOTAL;
+static unsigned char buf[2 * (IPR_HDR_SIZE + IPR_BUF_MAX)];
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int inited;			/* every real_* resolved */
+
+#define RESOLVE(var, name) ((var) = dlsym(RTLD_NEXT, name))
+
+static void init(void)
+{
+	const char *s;
+
+	RESOLVE(real_write, "write");
+	RESOLVE(real_writev, "writev");
+	RESOLVE(real_read, "read");
+	RESOLVE(real_open, "open");
+	RESOLVE(real_open64, "open64");
+	RESOLVE(real_openat, "openat");
+	RESOLVE(real_openat64, "openat64");
+	RESOLVE(real_open_2, "__open_2");
+	RESOLVE(real_open64_2, "__open64_2");
+	RESOLVE(real_openat_2, "__openat_2");
+	RESOLVE(real_openat64_2, "__openat64_2");
+	RESOLVE(real_close, "close");
+	RESOLVE(real_close_range, "close_range");
+	RESOLVE(real_dup, "dup");
+	RESOLVE(real_dup2, "dup2");
+	RESOLVE(real_dup3, "dup3");
+	RESOLVE(real_fcntl, "fcntl");
+	RESOLVE(real_fcntl64, "fcntl64");
+	RESOLVE(real_socket, "socket");
+	RESOLVE(real_connect, "connect");
+	RESOLVE(real_bind, "bind");
+	RESOLVE(real_accept, "accept");
+	RESOLVE(real_accept4, "accept4");
+	RESOLVE(real_send, "send");
+	RESOLVE(real_sendto, "sendto");
+	RESOLVE(real_sendmsg, "sendmsg");
+	RESOLVE(real_recv, "recv");
+	RESOLVE(real_recvfrom, "recvfrom");
+	RESOLVE(real_recvmsg, "recvmsg");
+	s = getenv("IBPATHREC_MAX_RECORD");
+	if (s && *s) {
+		max_record = strtoul(s, NULL, 0);
+		if (max_record > IPR_BUF_MAX)
+			max_record = IPR_BUF_MAX;
+	}
+	s = getenv("IBPATHREC_MAX_TOTAL");
+	if (s && *s)
+		max_total = strtoll(s, NULL, 0);
+	__atomic_store_n(&inited, 1, __ATOMIC_RELEASE);
+}
+
+static inline void ensure_init(void)
+{
+	if (__builtin_expect(!__atomic_load_n(&inited, __ATOMIC_ACQUIRE), 0))
+		pthread_once(&init_once, init);
+}
+
+/* ---- fd table --------------------------------------------------------------- */
+
+static inline int kind_of(int fd)
+{
+	if (fd < 0 || fd >= IPR_MAX_FDS)
+		return 0;
+	return __atomic_load_n(&fd_kind[fd], __ATOMIC_RELAXED);
+}
+
+static void note(const char *fmt, ...);
+
+static void set_kind(int fd, int kind)
+{
+	if (fd < 0)
+		return;
+	if (fd >= IPR_MAX_FDS) {
+		if (kind)
+			note("fd %d is beyond the recorder's table of %d fds: not recorded",
+			     fd, IPR_MAX_FDS);
+		return;
+	}
+	__atomic_store_n(&fd_kind[fd], (unsigned char)kind, __ATOMIC_RELAXED);
+}
+
+/* ---- spool ------------------------------------------------------------------ */
+
+static void say_once(const char *what, int err)
+{
+	char msg[512];
+	int n;
+
+	if (failed)
+		return;
+	failed = 1;
+	n = snprintf(msg, sizeof(msg),
+		     "ibpath record: recorder failure in pid %d: %s: %s; the program continues, "
+		     "no longer recorded\n", (int)getpid(), what, strerror(err));
+	if (n > 0)
+		syscall(SYS_write, 2, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+}
+
+/* spool_lock held.  0: spool usable. */
+static int spool_ready(void)
+{
+	const char *name;
+
+	if (spool_fd >= 0)
+		return 0;
+	if (spool_fd == -1)
+		return -1;
+	name = getenv("IBPATHREC_SPOOL");
+	if (!name || !*name) {
+		spool_fd = -1;
+		return -1;
+	}
+	spool_fd = (int)syscall(SYS_openat, AT_FDCWD, name,
+				O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (spool_fd < 0) {
+		say_once("cannot open the spool", errno);
+		spool_fd = -1;
+		return -1;
+	}
+	if (spool_fd >= IPR_MAX_FDS) {
+		/* out of the table's reach; never a tracked fd anyway */
+	} else {
+		fd_kind[spool_fd] = 0;
+	}
+	return 0;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Copy n bytes of this process's memory at src into dst without faulting. */
+static size_t safe_copy(void *dst, const void *src, size_t n, uint16_t *flags)
+{
+	struct iovec local = { dst, n }, remote = { (void *)src, n };
+	ssize_t r;
+
+	if (!n)
+		return 0;
+	r = syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL);
+	if (r == (ssize_t)n)
+		return n;
+	if (r < 0 && (errno == ENOSYS || errno == EPERM)) {
+		/* no process_vm_readv here: callers only pass memory the kernel just read */
+		memcpy(dst, src, n);
+		return n;
+	}
+	*flags |= IPR_FLAG_UNREADABLE;
+	return r > 0 ? (size_t)r : 0;
+}
+
+/* Fill one record at p (header + up to max_record bytes of src); returns its size. */
+static size_t put_record(unsigned char *p, int kind, int part, int fd, uint32_t aux,
+			 int64_t ts, long long rc, int err, const void *src, size_t len,
+			 int from_user)
+{
+	struct ipr_hdr h;
+	size_t n = len > max_record ? max_record : len;
+
+	memset(&h, 0, sizeof(h));
+	memcpy(h.magic, IPR_MAGIC, 4);
+	h.kind = (uint8_t)kind;
+	h.part = (uint8_t)part;
+	if (n < len)
+		h.flags |= IPR_FLAG_TRUNCATED;
+	h.pid = (uint32_t)getpid();
+	h.tid = (uint32_t)syscall(SYS_gettid);
+	h.fd = fd;
+	h.aux = aux;
+	h.ts_ns = ts;
+	h.rc = rc;
+	h.err = err;
+	h.orig_length = (uint32_t)len;
+	if (from_user) {
+		uint16_t flags = h.flags;	/* no pointer into the packed struct */
+
+		n = safe_copy(p + IPR_HDR_SIZE, src, n, &flags);
+		h.flags = flags;
+	} else
+		memcpy(p + IPR_HDR_SIZE, src, n);
+	h.length = (uint32_t)n;
+	memcpy(p, &h, sizeof(h));
+	return IPR_HDR_SIZE + n;
+}
+
+/* spool_lock held: write size bytes of buf, honouring the per-run cap. */
+static void spool_write(size_t size)
+{
+	struct stat st;
+	size_t off = 0;
+
+	if (max_total >= 0 && fstat(spool_fd, &st) == 0 &&
+	    (long long)st.st_size + (long long)size > max_total) {
+		if (!run_cap_noted) {
+			static const char text[] = "per-run cap reached: records after this one "
+						   "are dropped (IBPATHREC_MAX_TOTAL)";
+			run_cap_noted = 1;
+			size = put_record(buf, IPR_KIND_NOTE, IPR_PART_CALL, -1, 0, now_ns(), 0,
+					  0, text, sizeof(text) - 1, 0);
+		} else {
+			return;
+		}
+	}
+	while (off < size) {
+		long r = syscall(SYS_write, spool_fd, buf + off, size - off);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			say_once("cannot write the spool", errno);
+			spool_fd = -1;
+			return;
+		}
+		off += (size_t)r;
+	}
+}
+
+/* One record (extra == NULL) or a call record followed by its extra part. */
+static void record2(int kind, int fd, uint32_t aux, int64_t ts, long long rc, int err,
+		    const void *data, size_t len, int data_part,
+		    int extra_part, const void *extra, size_t extra_len, int64_t extra_ts)
+{
+	int saved = errno;
+	size_t size;
+
+	pthread_mutex_lock(&spool_lock);
+	if (spool_ready() == 0) {
+		size = put_record(buf, kind, data_part, fd, aux, ts, rc, err, data, len, 1);
+		if (extra_part >= 0)
+			size += put_record(buf + size, kind, extra_part, fd, aux, extra_ts, rc, err,
+					   extra, extra_len, 1);
+		spool_write(size);
+	}
+	pthread_mutex_unlock(&spool_lock);
+	errno = saved;
+}
+
+static void record1(int kind, int part, int fd, uint32_t aux, int64_t ts, long long rc,
+		    int err, const void *data, size_t len)
+{
+	record2(kind, fd, aux, ts, rc, err, data, len, part, -1, NULL, 0, 0);
+}
+
+static void note(const char *fmt, ...)
+{
+	char text[256];
+	va_list ap;
+	int n, saved = errno;
+
+	va_start(ap, fmt);
+	n = vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		n = 0;
+	if ((size_t)n >= sizeof(text))
+		n = sizeof(text) - 1;
+	pthread_mutex_lock(&spool_lock);
+	if (spool_ready() == 0)
+		spool_write(put_record(buf, IPR_KIND_NOTE, IPR_PART_CALL, -1, 0, now_ns(), 0, 0,
+				       text, (size_t)n, 0));
+	pthread_mutex_unlock(&spool_lock);
+	errno = saved;
+}
+
+static void atfork_prepare(void) { pthread_mutex_lock(&spool_lock); }
+static void atfork_parent(void) { pthread_mutex_unlock(&spool_lock); }
+static void atfork_child(void) { pthread_mutex_unlock(&spool_lock); }
+
+__attribute__((constructor)) static void ibpathrec_init(void)
+{
+	ensure_init();
+	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+/* ---- ucma -------------------------------------------------------------------- */
+
+/* The response pointer inside a command that has one the recorder keeps, or -1. */
+static long response_offset(uint32_t cmd)
+{
+	switch (cmd) {
+	case RDMA_USER_CM_CMD_CREATE_ID:
+		return offsetof(struct rdma_ucm_create_id, response);
+	case RDMA_USER_CM_CMD_QUERY:
+		return offsetof(struct rdma_ucm_query, response);
+	case RDMA_USER_CM_CMD_GET_EVENT:
+		return offsetof(struct rdma_ucm_get_event, response);
+	}
+	return -1;
+}
+
+/* What the kernel writes back into the response buffer of out bytes (ucma.c). */
+static size_t response_length(uint32_t cmd, const unsigned char *cmdbuf, size_t in,
+			      const void *resp, size_t out)
+{
+	size_t n = out;
+	uint16_t flags = 0;
+
+	if (cmd == RDMA_USER_CM_CMD_CREATE_ID && n > sizeof(struct rdma_ucm_create_id_resp))
+		n = sizeof(struct rdma_ucm_create_id_resp);
+	if (cmd == RDMA_USER_CM_CMD_GET_EVENT && n > sizeof(struct rdma_ucm_event_resp))
+		n = sizeof(struct rdma_ucm_event_resp);
+	if (cmd == RDMA_USER_CM_CMD_QUERY && in >= sizeof(struct rdma_ucm_query)) {
+		struct rdma_ucm_query q;
+		struct rdma_ucm_query_path_resp r;
+
+		memcpy(&q, cmdbuf, sizeof(q));
+		if (q.option == RDMA_USER_CM_QUERY_PATH && out >= sizeof(r) &&
+		    safe_copy(&r, resp, sizeof(r), &flags) == sizeof(r)) {
+			size_t want = sizeof(r) + (size_t)r.num_paths * sizeof(struct ib_path_rec_data);
+			if (want < n)
+				n = want;
+		}
+	}
+	return n;
+}
+
+static void record_ucma(int fd, const void *data, size_t count, ssize_t rc, int err,
+			int64_t ts)
+{
+	struct rdma_ucm_cmd_hdr hdr;
+	union {
+		struct rdma_ucm_create_id create_id;
+		struct rdma_ucm_query query;
+		struct rdma_ucm_get_event get_event;
+		struct rdma_ucm_set_option set_option;
+	} cmd;
+	unsigned char *cmdbuf = (unsigned char *)&cmd;
+	uint16_t flags = 0;
+	size_t in;
+	long off;
+
+	if (count < sizeof(hdr) || safe_copy(&hdr, data, sizeof(hdr), &flags) != sizeof(hdr)) {
+		record1(IPR_KIND_UCMA, IPR_PART_CALL, fd, 0, ts, rc, err, data, count);
+		return;
+	}
+	in = count - sizeof(hdr) < hdr.in ? count - sizeof(hdr) : hdr.in;
+	if (in > sizeof(cmd))
+		in = sizeof(cmd);
+	if (safe_copy(cmdbuf, (const unsigned char *)data + sizeof(hdr), in, &flags) != in)
+		in = 0;
+
+	if (hdr.cmd == RDMA_USER_CM_CMD_SET_OPTION && in >= sizeof(struct rdma_ucm_set_option)) {
+		struct rdma_ucm_set_option so;
+
+		memcpy(&so, cmdbuf, sizeof(so));
+		if (so.level == RDMA_OPTION_IB && so.optname == RDMA_OPTION_IB_PATH) {
+			record2(IPR_KIND_UCMA, fd, hdr.cmd, ts, rc, err, data, count, IPR_PART_CALL,
+				IPR_PART_OPTVAL, (const void *)(uintptr_t)so.optval, so.optlen,
+				ts);
+			return;
+		}
+	}
+	off = response_offset(hdr.cmd);
+	if (rc >= 0 && off >= 0 && hdr.out && in >= (size_t)off + sizeof(uint64_t)) {
+		uint64_t ptr;
+		const void *resp;
+
+		memcpy(&ptr, cmdbuf + off, sizeof(ptr));
+		resp = (const void *)(uintptr_t)ptr;
+		record2(IPR_KIND_UCMA, fd, hdr.cmd, ts, rc, err, data, count, IPR_PART_CALL,
+			IPR_PART_RESPONSE, resp,
+			response_length(hdr.cmd, cmdbuf, in, resp, hdr.out), now_ns());
+		return;
+	}
+	record1(IPR_KIND_UCMA, IPR_PART_CALL, fd, hdr.cmd, ts, rc, err, data, count);
+}
+
+/* ---- path matching ------------------------------------------------------------ */
+
+static int kind_for_path(const char *path)
+{
+	if (!path)
+		return 0;
+	if (!strcmp(path, RDMA_CM_PATH))
+		return IPR_KIND_UCMA;
+	if (!strncmp(path, UMAD_PREFIX, sizeof(UMAD_PREFIX) - 1))
+		return IPR_KIND_UMAD;
+	return 0;
+}
+
+static int is_acm_address(const struct sockaddr *sa, socklen_t len)
+{
+	const char *list, *p;
+	long port = DEFAULT_ACM_PORT;
+
+	if (!sa || len < (socklen_t)sizeof(sa_family_t))
+		return 0;
+	if (sa->sa_family == AF_UNIX) {
+		const struct sockaddr_un *un = (const struct sockaddr_un *)sa;
+		size_t plen;
+
+		if (len <= offsetof(struct sockaddr_un, sun_path) || !un->sun_path[0])
+			return 0;
+		plen = strnlen(un->sun_path, len - offsetof(struct sockaddr_un, sun_path));
+		list = getenv("IBPATHREC_ACM_SOCKETS");
+		if (!list)
+			list = DEFAULT_ACM_SOCKETS;
+		for (p = list; *p;) {
+			const char *end = strchr(p, ':');
+			size_t n = end ? (size_t)(end - p) : strlen(p);
+			if (n == plen && !memcmp(p, un->sun_path, n))
+				return 1;
+			if (!end)
+				break;
+			p = end + 1;
+		}
+		return 0;
+	}
+	list = getenv("IBPATHREC_ACM_PORT");
+	if (list && *list)
+		port = strtol(list, NULL, 0);
+	if (sa->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in))
+		return ntohs(((const struct sockaddr_in *)sa)->sin_port) == port;
+	if (sa->sa_family == AF_INET6 && len >= (socklen_t)sizeof(struct sockaddr_in6))
+		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port) == port;
+	return 0;
+}
+
+/* ---- open / close / dup ------------------------------------------------------- */
+
+static mode_t mode_arg(int flags, va_list ap)
+{
+	if ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE)
+		return (mode_t)va_arg(ap, int);
+	return 0;
+}
+
+static int opened(const char *path, int fd)
+{
+	int kind = kind_for_path(path);
+
+	if (fd >= 0)
+		set_kind(fd, kind);	/* 0 clears a number closed behind our back */
+	return fd;
+}
+
+#define OPEN_WRAPPER(name, real)						\
+int name(const char *path, int flags, ...)					\
+{										\
+	va_list ap;								\
+	mode_t mode;								\
+	int fd, saved;								\
+										\
+	ensure_init();								\
+	va_start(ap, flags);							\
+	mode = mode_arg(flags, ap);						\
+	va_end(ap);								\
+	fd = real(path, flags, mode);						\
+	saved = errno;								\
+	opened(path, fd);							\
+	errno = saved;								\
+	return fd;								\
+}
+
+#define OPENAT_WRAPPER(name, real)						\
+int name(int dirfd, const char *path, int flags, ...)				\
+{										\
+	va_list ap;								\
+	mode_t mode;								\
+	int fd, saved;								\
+										\
+	ensure_init();								\
+	va_start(ap, flags);							\
+	mode = mode_arg(flags, ap);						\
+	va_end(ap);								\
+	fd = real(dirfd, path, flags, mode);					\
+	saved = errno;								\
+	opened(path, fd);							\
+	errno = saved;								\
+	return fd;								\
+}
+
+OPEN_WRAPPER(open, real_open)
+OPEN_WRAPPER(open64, real_open64)
+OPENAT_WRAPPER(openat, real_openat)
+OPENAT_WRAPPER(openat64, real_openat64)
+
+int __open_2(const char *path, int flags)
+{
+	int fd, saved;
+
+	ensure_init();
+	fd = real_open_2(path, flags);
+	saved = errno;
+	opened(path, fd);
+	errno = saved;
+	return fd;
+}
+
+int __open64_2(const char *path, int flags)
+{
+	int fd, saved;
+
+	ensure_init();
+	fd = real_open64_2(path, flags);
+	saved = errno;
+	opened(path, fd);
+	errno = saved;
+	return fd;
+}
+
+int __openat_2(int dirfd, const char *path, int flags)
+{
+	int fd, saved;
+
+	ensure_init();
+	fd = real_openat_2(dirfd, path, flags);
+	saved = errno;
+	opened(path, fd);
+	errno = saved;
+	return fd;
+}
+
+int __openat64_2(int dirfd, const char *path, int flags)
+{
+	int fd, saved;
+
+	ensure_init();
+	fd = real_openat64_2(dirfd, path, flags);
+	saved = errno;
+	opened(path, fd);
+	errno = saved;
+	return fd;
+}
+
+/* The program closes (or dup2s over) the spool's fd: reopen it on the next record. */
+static void spool_fd_lost(int fd)
+{
+	pthread_mutex_lock(&spool_lock);
+	if (spool_fd >= 0 && fd == spool_fd)
+		spool_fd = -2;
+	pthread_mutex_unlock(&spool_lock);
+}
+
+int close(int fd)
+{
+	ensure_init();
+	/* untrack first: once closed, another thread may get the same number */
+	if (kind_of(fd))
+		set_kind(fd, 0);
+	spool_fd_lost(fd);
+	return real_close(fd);
+}
+
+int close_range(unsigned int first, unsigned int last, int flags)
+{
+	unsigned int fd;
+	int r, saved;
+
+	ensure_init();
+	if (!real_close_range) {
+		errno = ENOSYS;
+		return -1;
+	}
+	r = real_close_range(first, last, flags);
+	saved = errno;
+	if (r == 0 && !(flags & CLOSE_RANGE_CLOEXEC)) {
+		for (fd = first; fd <= last && fd < IPR_MAX_FDS; fd++)
+			if (fd_kind[fd])
+				set_kind((int)fd, 0);
+		pthread_mutex_lock(&spool_lock);
+		if (spool_fd >= 0 && (unsigned int)spool_fd >= first &&
+		    (unsigned int)spool_fd <= last)
+			spool_fd = -2;
+		pthread_mutex_unlock(&spool_lock);
+	}
+	errno = saved;
+	return r;
+}
+
+static int duplicated(int oldfd, int newfd)
+{
+	if (newfd >= 0 && newfd != oldfd)
+		set_kind(newfd, kind_of(oldfd));
+	return newfd;
+}
+
+int dup(int oldfd)
+{
+	int r, saved;
+
+	ensure_init();
+	r = real_dup(oldfd);
+	saved = errno;
+	duplicated(oldfd, r);
+	errno = saved;
+	return r;
+}
+
+int dup2(int oldfd, int newfd)
+{
+	int r, saved;
+
+	ensure_init();
+	if (newfd != oldfd)
+		spool_fd_lost(newfd);
+	r = real_dup2(oldfd, newfd);
+	saved = errno;
+	duplicated(oldfd, r);
+	errno = saved;
+	return r;
+}
+
+int dup3(int oldfd, int newfd, int flags)
+{
+	int r, saved;
+
+	ensure_init();
+	if (newfd != oldfd)
+		spool_fd_lost(newfd);
+	r = real_dup3(oldfd, newfd, flags);
+	saved = errno;
+	duplicated(oldfd, r);
+	errno = saved;
+	return r;
+}
+
+/* glibc's own fcntl reads the optional argument as a void * (io/fcntl64.c): so do we. */
+static int fcntl_common(int (*real)(int, int, ...), int fd, int cmd, void *arg)
+{
+	int r, saved;
+
+	r = real(fd, cmd, arg);
+	saved = errno;
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+		duplicated(fd, r);
+	errno = saved;
+	return r;
+}
+
+int fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+	int r;
+
+	ensure_init();
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	r = fcntl_common(real_fcntl, fd, cmd, arg);
+	return r;
+}
+
+int fcntl64(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+	int r;
+
+	ensure_init();
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	r = fcntl_common(real_fcntl64 ? real_fcntl64 : real_fcntl, fd, cmd, arg);
+	return r;
+}
+
+/* ---- sockets ------------------------------------------------------------------ */
+
+int socket(int domain, int type, int protocol)
+{
+	int fd, saved;
+
+	ensure_init();
+	fd = real_socket(domain, type, protocol);
+	saved = errno;
+	if (fd >= 0)
+		set_kind(fd, domain == AF_NETLINK && protocol == NETLINK_RDMA ? IPR_KIND_NETLINK : 0);
+	errno = saved;
+	return fd;
+}
+
+int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	int r, saved;
+
+	ensure_init();
+	r = real_connect(fd, addr, len);
+	saved = errno;
+	if ((r == 0 || saved == EINPROGRESS) && kind_of(fd) != IPR_KIND_NETLINK &&
+	    is_acm_address(addr, len))
+		set_kind(fd, IPR_KIND_ACM);
+	errno = saved;
+	return r;
+}
+
+int bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	int r, saved;
+
+	ensure_init();
+	r = real_bind(fd, addr, len);
+	saved = errno;
+	if (r == 0 && kind_of(fd) != IPR_KIND_NETLINK && is_acm_address(addr, len))
+		set_kind(fd, KIND_ACM_LISTEN);
+	errno = saved;
+	return r;
+}
+
+static int accepted(int lfd, int fd)
+{
+	if (fd >= 0)
+		set_kind(fd, kind_of(lfd) == KIND_ACM_LISTEN ? IPR_KIND_ACM : 0);
+	return fd;
+}
+
+int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	int r, saved;
+
+	ensure_init();
+	r = real_accept(fd, addr, len);
+	saved = errno;
+	accepted(fd, r);
+	errno = saved;
+	return r;
+}
+
+int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	int r, saved;
+
+	ensure_init();
+	r = real_accept4(fd, addr, len, flags);
+	saved = errno;
+	accepted(fd, r);
+	errno = saved;
+	return r;
+}
+
+/* a data-carrying kind (ACM_LISTEN carries none) */
+static inline int data_kind(int fd)
+{
+	int k = kind_of(fd);
+	return k == KIND_ACM_LISTEN ? 0 : k;
+}
+
+static uint32_t nl_dest(const struct sockaddr *sa, socklen_t len)
+{
+	if (sa && len >= (socklen_t)sizeof(struct sockaddr_nl) && sa->sa_family == AF_NETLINK)
+		return ((const struct sockaddr_nl *)sa)->nl_pid;
+	return 0;
+}
+
+/* One record gathered from an iovec: up to n bytes (the call's length), capped. */
+static void record_iov(int kind, int part, int fd, uint32_t aux, int64_t ts, long long rc,
+		       int err, const struct iovec *iov, size_t iovcnt, size_t n)
+{
+	int saved = errno;
+	struct ipr_hdr h;
+	uint16_t flags = 0;
+	size_t total = 0, want = n > max_record ? max_record : n, i;
+
+	pthread_mutex_lock(&spool_lock);
+	if (spool_ready() == 0) {
+		/* the header is filled from a 0-byte record, then the gathered bytes appended */
+		put_record(buf, kind, part, fd, aux, ts, rc, err, NULL, 0, 0);
+		memcpy(&h, buf, sizeof(h));
+		for (i = 0; i < iovcnt && total < want; i++) {
+			size_t take = iov[i].iov_len < want - total ? iov[i].iov_len : want - total;
+			total += safe_copy(buf + IPR_HDR_SIZE + total, iov[i].iov_base, take,
+					   &flags);
+		}
+		if (total < n)
+			flags |= IPR_FLAG_TRUNCATED;
+		h.flags = flags;
+		h.length = (uint32_t)total;
+		h.orig_length = (uint32_t)n;
+		memcpy(buf, &h, sizeof(h));
+		spool_write(IPR_HDR_SIZE + total);
+	}
+	pthread_mutex_unlock(&spool_lock);
+	errno = saved;
+}
+
+static size_t iov_length(const struct iovec *iov, size_t iovcnt)
+{
+	size_t n = 0, i;
+
+	for (i = 0; i < iovcnt; i++)
+		n += iov[i].iov_len;
+	return n;
+}
+
+/* ---- data calls ----------------------------------------------------------------- */
+/*
+ * Each wrapper calls the real function first and keeps its errno (e), records, then
+ * restores e: what the program sees is exactly what libc returned.  Sent/written
+ * records hold what the call was given (sockets: what was accepted, r bytes); read
+ * records what arrived.  Reads that bring nothing (EAGAIN, EINTR, end of file) and
+ * MSG_PEEK reads (the same bytes come again) are not recorded.
+ */
+
+static int nothing_read(ssize_t r, int e)
+{
+	return r == 0 || (r < 0 && (e == EAGAIN || e == EWOULDBLOCK || e == EINTR));
+}
+
+static size_t sent_length(int kind, ssize_t r, size_t len)
+{
+	/* a device takes a write whole; a stream socket may take part of it */
+	if (kind == IPR_KIND_UCMA || kind == IPR_KIND_UMAD || r < 0)
+		return len;
+	return (size_t)r < len ? (size_t)r : len;
+}
+
+ssize_t write(int fd, const void *data, size_t count)
+{
+	int kind, e;
+	int64_t ts;
+	ssize_t r;
+
+	ensure_init();
+	kind = data_kind(fd);
+	if (__builtin_expect(!kind, 1))
+		return real_write(fd, data, count);
+	ts = now_ns();
+	r = real_write(fd, data, count);
+	e = errno;
+	if (kind == IPR_KIND_UCMA)
+		record_ucma(fd, data, count, r, r < 0 ? e : 0, ts);
+	else
+		record1(kind, IPR_PART_CALL, fd, 0, ts, r, r < 0 ? e : 0, data,
+			sent_length(kind, r, count));
+	errno = e;
+	return r;
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+	int kind, e;
+	int64_t ts;
+	ssize_t r;
+
+	ensure_init();
+	kind = data_kind(fd);
+	if (__builtin_expect(!kind, 1))
+		return real_writev(fd, iov, iovcnt);
+	ts = now_ns();
+	r = real_writev(fd, iov, iovcnt);
+	e = errno;
+	if (iovcnt > 0)
+		record_iov(kind, IPR_PART_CALL, fd, 0, ts, r, r < 0 ? e : 0, iov, (size_t)iovcnt,
+			   sent_length(kind, r, iov_length(iov, (size_t)iovcnt)));
+	errno = e;
+	return r;
+}
+
+ssize_t read(int fd, void *data, size_t count)
+{
+	int kind, e;
+	ssize_t r;
+
+	ensure_init();
+	kind = data_kind(fd);
+	/* librdmacm never reads the rdma_cm fd: events come back through GET_EVENT */
+	if (__builtin_expect(!kind || kind == IPR_KIND_UCMA, 1))
+		return real_read(fd, data, count);
+	r = real_read(fd, data, count);
+	e = errno;
+	if (!nothing_read(r, e))
+		record1(kind, IPR_PART_READ, fd, 0, now_ns(), r, r < 0 ? e : 0, data,
+			r > 0 ? (size_t)r : 0);
+	errno = e;
+	return r;
+}
+
+ssize_t send(int fd, const void *data, size_t len, int flags)
+{
+	int kind, e;
+	int64_t ts;
+	ssize_t r;
+
+	ensure_init();
+	kind = data_kind(fd);
+	if (!kind)
+		return real_send(fd, data, len, flags);
+	ts = now_ns();
+	r = real_send(fd, data, len, flags);
+	e = errno;
+	record1(kind, IPR_PART_CALL, fd, 0, ts, r, r < 0 ? e : 0, data, sent_length(kind, r, len));
+	errno = e;
+	return r;
+}
+
+ssize_t sendto(int fd, const void *data, size_t len, int flags, const struct sockaddr *to,
+	       socklen_t tolen)
+{
+	int kind, e;
+	int64_t ts;
+	ssize_t r;
+
+	ensure_init();
+	kind = data_kind(fd);
+	if (!kind)
+		return real_sendto(fd, data, len, flags, to, tolen);
+	ts = now_ns();
+	r = real_sendto(fd, data, len, flags, to, tolen);
+	e = errno;
+	record1(kind, IPR_PART_CALL, fd, nl_dest(to, tolen), ts, r, r < 0 ? e : 0, data,
+		sent_length(kind, r, len));
+	errno = e;
+	return r;
+}
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	int kind, e;
+	int64_t ts;
+	ssize_t r;
+
+	ensure_init();
+	kind = data_kind(fd);
+	if (!kind)
+		return real_sendmsg(fd, msg, flags);
+	ts = now_ns();
+	r = real_sendmsg(fd, msg, flags);
+	e = errno;
+	record_iov(kind, IPR_PART_CALL, fd,
+		   nl_dest((const struct sockaddr *)msg->msg_name, msg->msg_namelen), ts, r,
+		   r < 0 ? e : 0, msg->msg_iov, msg->msg_iovlen,
+		   sent_length(kind, r, iov_length(msg->msg_iov, msg->msg_iovlen)));
+	errno = e;
+	return r;
+}
+
+ssize_t recv(int fd, void *data, size_t len, int flags)
+{
+	int kind, e;
+	ssize_t r;
+
+	ensure_init();
+	kind = data_kind(fd);
+	if (!kind || (flags & MSG_PEEK))
+		return real_recv(fd, data, len, flags);
+	r = real_recv(fd, data, len, flags);
+	e = errno;
+	if (!nothing_read(r, e))	/* MSG_TRUNC: r may exceed what the buffer got */
+		record1(kind, IPR_PART_READ, fd, 0, now_ns(), r, r < 0 ? e : 0, data,
+			sent_length(IPR_KIND_ACM, r, len));
+	errno = e;
+	return r;
+}
+
+ssize_t recvfrom(int fd, void *data, size_t len, int flags, struct sockaddr *from,
+		 socklen_t *fromlen)
+{
+	int kind, e;
+	ssize_t r;
+
+	ensure_init();
+	kind = data_kind(fd);
+	if (!kind || (flags & MSG_PEEK))
+		return real_recvfrom(fd, data, len, flags, from, fromlen);
+	r = real_recvfrom(fd, data, len, flags, from, fromlen);
+	e = errno;
+	if (!nothing_read(r, e))
+		record1(kind, IPR_PART_READ, fd, 0, now_ns(), r, r < 0 ? e : 0, data,
+			sent_length(IPR_KIND_ACM, r, len));
+	errno = e;
+	return r;
+}
+
+ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	int kind, e;
+	ssize_t r;
+
+	ensure_init();
+	kind = data_kind(fd);
+	if (!kind || (flags & MSG_PEEK))
+		return real_recvmsg(fd, msg, flags);
+	r = real_recvmsg(fd, msg, flags);
+	e = errno;
+	if (!nothing_read(r, e))
+		record_iov(kind, IPR_PART_READ, fd, 0, now_ns(), r, r < 0 ? e : 0, msg->msg_iov,
+			   msg->msg_iovlen,
+			   sent_length(IPR_KIND_ACM, r, iov_length(msg->msg_iov, msg->msg_iovlen)));
+	errno = e;
+	return r;
+}

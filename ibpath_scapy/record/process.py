@@ -1,0 +1,116 @@
+"""`ibpath record -o OUT.pcapng -- CMD [ARGS...]`: run CMD under the ibpathrec.c shim, then
+turn its spool into one pcapng (record/capture.py).
+
+The shim is compiled at run time into the cache directory record/umad.py uses, with the spool
+format of record/spool.py. CMD inherits LD_PRELOAD (the shim first, then whatever was already
+preloaded, e.g. libumad2sim.so on ibsim) and IBPATHREC_* through its environment, so its
+children and the programs they exec are recorded into the same spool.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from . import spool as spool_format
+from .capture import ConvertResult, write_pcapng
+from .spool import read_spool
+from .umad import compile_shim
+
+SHIM_SOURCE = Path(__file__).with_name("ibpathrec.c")
+SPOOL_ENV = "IBPATHREC_SPOOL"
+
+
+class RecordError(RuntimeError):
+    """Recording could not start, or its spool could not be converted."""
+
+
+@dataclass
+class RecordOptions:
+    """Caps and where ibacm listens; None keeps the shim's default."""
+
+    max_record: int | None = None  # bytes per recorded part (IBPATHREC_MAX_RECORD)
+    max_total: int | None = None  # spool bytes per run (IBPATHREC_MAX_TOTAL)
+    acm_sockets: Sequence[str] | None = None  # AF_UNIX paths (IBPATHREC_ACM_SOCKETS)
+    acm_port: int | None = None  # TCP port of ibacm's server mode (IBPATHREC_ACM_PORT)
+    spool: str | None = None  # keep the spool here (default: a temporary file)
+
+
+@dataclass
+class RecordResult:
+    """The command's exit status and what the capture holds."""
+
+    exit_status: int
+    capture: ConvertResult
+    spool: str
+
+
+def build_shim() -> Path:
+    """The compiled shim (cached while its source and the spool format are unchanged)."""
+    try:
+        return compile_shim(source=SHIM_SOURCE, defines=spool_format.compile_defines())
+    except RuntimeError as exc:
+        raise RecordError(str(exc)) from None
+
+
+def shim_environment(shim: Path, spool: str, options: RecordOptions,
+                     base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment CMD runs with."""
+    env = dict(os.environ if base is None else base)
+    preload = env.get("LD_PRELOAD", "")
+    env["LD_PRELOAD"] = f"{shim} {preload}".strip()
+    env[SPOOL_ENV] = spool
+    for var, value in (("IBPATHREC_MAX_RECORD", options.max_record),
+                       ("IBPATHREC_MAX_TOTAL", options.max_total),
+                       ("IBPATHREC_ACM_PORT", options.acm_port)):
+        if value is not None:
+            env[var] = str(value)
+    if options.acm_sockets is not None:
+        env["IBPATHREC_ACM_SOCKETS"] = ":".join(options.acm_sockets)
+    return env
+
+
+def record_command(argv: Sequence[str], out: str, options: RecordOptions | None = None, *,
+                   env: Mapping[str, str] | None = None) -> RecordResult:
+    """Run argv with the shim and write what it recorded to the pcapng out."""
+    options = options or RecordOptions()
+    if not argv:
+        raise RecordError("no command to run")
+    shim = build_shim()
+    tmpdir = None
+    if options.spool:
+        spool = options.spool
+        Path(spool).unlink(missing_ok=True)
+    else:
+        tmpdir = tempfile.TemporaryDirectory(prefix="ibpath-record-")
+        spool = os.path.join(tmpdir.name, "spool")
+    try:
+        # a fresh, empty spool: the shim appends
+        Path(spool).touch()
+        status = _run(argv, shim_environment(shim, spool, options, env))
+        records = read_spool(spool)
+        capture = write_pcapng(records, out, spool)
+        return RecordResult(status, capture, spool if options.spool else "")
+    finally:
+        if tmpdir is not None:
+            tmpdir.cleanup()
+
+
+def _run(argv: Sequence[str], env: dict[str, str]) -> int:
+    """Run the command in the foreground; Ctrl-C reaches it (same process group) and the
+    recorder stays to convert what was recorded."""
+    try:
+        proc = subprocess.Popen(list(argv), env=env)
+    except OSError as exc:
+        raise RecordError(f"cannot run {argv[0]}: {exc.strerror}") from None
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        status = proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return 128 - status if status < 0 else status

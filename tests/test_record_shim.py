@@ -1,0 +1,376 @@
+"""`ibpath record -- CMD` and its LD_PRELOAD shim (record/ibpathrec.c), without RDMA hardware.
+
+- ucma: tests/data/record/ucmaprog.c, compiled here, writes real ucma command structs
+  (<rdma/rdma_user_cm.h>) to a stand-in /dev/infiniband/rdma_cm (a regular file
+  bind-mounted in a mount namespace of the test's own, `unshare -m`), from threads, a forked
+  child and an exec'd grandchild, through dup2/fcntl copies, and with calls that fail. It
+  logs what it wrote and got; the recording must hold exactly those bytes, and the program
+  must behave the same with and without the recorder. The SET_OPTION blob is the one
+  `ibpath craft res-no-followup` hands the kernel; `ibpath audit` of the recording must find
+  what it finds in that blob alone.
+- ACM: tests/data/record/acm_peers.py (a stand-in ibacm and a client, messages packed with
+  plain struct from acm.h) on a unix socket.
+- umad: saquery on ibsim under the new shim and the existing umadrec.c recorder at once
+  (record/umad.py record_sa_session): the same MADs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from scapy.packet import raw
+
+from ibpath_scapy.layers.acm import AcmHdr, AcmResolve
+from ibpath_scapy.layers.ib import ExportedPDU
+from ibpath_scapy.layers.pathdata import PathArray, parse_set_option_comment
+from ibpath_scapy.layers.ucma import (
+    UcmaCmdHdr, UcmaCreateIdResp, UcmaEventResp, UcmaQueryPathResp, UcmaResolveAddr,
+    UcmaSetOption,
+)
+from ibpath_scapy.layers.umad import UserMad
+from ibpath_scapy.pcapio import read_frames
+from ibpath_scapy.record import umad as umad_rec
+from ibpath_scapy.record.process import build_shim
+from ibpath_scapy.record.spool import (
+    HEADER, KIND_UMAD, MAGIC, PART_CALL, PART_READ, SpoolError, parse_spool, read_spool,
+)
+
+DATA = Path(__file__).with_name("data") / "record"
+IBPATH = [sys.executable, "-m", "ibpath_scapy"]
+
+# Runs "$@" with a stand-in /dev/infiniband/rdma_cm in the caller's new mount namespace:
+# the host's /dev is left alone (a tmpfs over /dev in this namespace, with links back to
+# the host's entries, when /dev/infiniband does not exist).
+NAMESPACE_SH = r"""
+set -e
+mount --make-rprivate /
+if [ ! -d /dev/infiniband ]; then
+  old=$(mktemp -d)
+  mount --bind /dev "$old"
+  mount -t tmpfs tmpfs /dev
+  for e in "$old"/*; do ln -s "$e" /dev/; done
+  mkdir /dev/infiniband
+fi
+standin=$(mktemp -d)/rdma_cm
+: > "$standin"
+[ -e /dev/infiniband/rdma_cm ] || : > /dev/infiniband/rdma_cm
+mount --bind "$standin" /dev/infiniband/rdma_cm
+exec "$@"
+"""
+
+
+def _can_unshare() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root for unshare -m and mount"
+    if not shutil.which("unshare"):
+        return "unshare (util-linux) not installed"
+    r = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True)
+    return None if r.returncode == 0 else f"unshare -m fails here: {r.stderr.strip()}"
+
+
+NO_NAMESPACE = _can_unshare()
+needs_namespace = pytest.mark.skipif(NO_NAMESPACE is not None, reason=NO_NAMESPACE or "")
+
+
+def in_namespace(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(["unshare", "-m", "sh", "-c", NAMESPACE_SH, "sh", *argv],
+                          capture_output=True, text=True, timeout=120, **kw)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    d = tmp_path_factory.mktemp("shim")
+    subprocess.run([cc, "-O2", "-Wall", "-no-pie", "-pthread", "-o", str(d / "ucmaprog"),
+                    str(DATA / "ucmaprog.c")], check=True, capture_output=True, text=True)
+    crafted = d / "crafted.pcapng"
+    subprocess.run(IBPATH + ["craft", "res-no-followup", "-o", str(crafted)], check=True,
+                   capture_output=True, text=True)
+    blobs = [bytes(p.payload) for p in map(lambda f: ExportedPDU(f.data), read_frames(
+        str(crafted))) if p.dissector_name() == "ibpath.blob"]
+    assert len(blobs) == 1
+    (d / "blob.bin").write_bytes(blobs[0])
+    return d
+
+
+def parse_log(stdout: str) -> list[tuple]:
+    """ucmaprog's lines: (CALL, tag, rc, errno, hex) and (RESP, tag, hex)."""
+    out = []
+    for line in stdout.splitlines():
+        parts = line.split(" ")
+        out.append(tuple(parts))
+    return out
+
+
+def capture_frames(path: Path) -> list[dict]:
+    frames = []
+    for f in read_frames(str(path)):
+        pkt = ExportedPDU(f.data) if f.linktype == 252 else None
+        frames.append({"number": f.number, "linktype": f.linktype, "comment": f.comment or "",
+                       "proto": pkt.dissector_name() if pkt else None,
+                       "payload": bytes(pkt.payload) if pkt else f.data, "time": f.time})
+    return frames
+
+
+def comment_field(comment: str, key: str) -> str:
+    """'pid 12' style fields of the first comment line."""
+    words = comment.splitlines()[0].split()
+    return words[words.index(key) + 1]
+
+
+@pytest.fixture(scope="module")
+def plain_run(work):
+    r = in_namespace([str(work / "ucmaprog"), str(work / "blob.bin")])
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def recorded(work):
+    out = work / "rec.pcapng"
+    r = in_namespace(IBPATH + ["record", "-o", str(out), "--keep-spool", str(work / "spool"),
+                               "--", str(work / "ucmaprog"), str(work / "blob.bin")])
+    assert r.returncode == 0, r.stderr
+    return r, capture_frames(out), out
+
+
+@needs_namespace
+def test_program_behaves_the_same_with_the_recorder(plain_run, recorded):
+    # every call's return value, errno and bytes (addresses inside are fixed: non-PIE
+    # globals), in whatever order the threads ran
+    assert Counter(plain_run.stdout.splitlines()) == Counter(recorded[0].stdout.splitlines())
+    assert "recorder failure" not in recorded[0].stderr
+    assert "CALL ebadf -1 EBADF" in plain_run.stdout and "CALL efault -1 EFAULT" in plain_run.stdout
+
+
+@needs_namespace
+def test_recording_holds_exactly_what_the_program_wrote(recorded):
+    proc, frames, _ = recorded
+    log = parse_log(proc.stdout)
+    ucma = [f for f in frames if f["proto"] == "ibpath.ucma"]
+    # what each frame holds of the call (the response, where there is one, follows it)
+    written = []
+    for f in ucma:
+        lines = f["comment"].splitlines()
+        resp = [int(l.split()[1]) for l in lines if l.startswith("response:")]
+        call = f["payload"][:len(f["payload"]) - resp[0]] if resp else f["payload"]
+        written.append(call.hex())
+    expected = [e[4] for e in log if e[0] == "CALL" and e[1] != "not_tracked"]
+    assert Counter(written) == Counter(expected)
+    assert len(ucma) == len(expected) == 113
+    # responses as the program holds them after the call (QUERY: trimmed to num_paths)
+    responses = {e[1]: e[2] for e in log if e[0] == "RESP"}
+    by_cmd = {}
+    for f in ucma:
+        if not f["payload"]:
+            continue  # the EFAULT call: nothing readable
+        hdr = UcmaCmdHdr(f["payload"])
+        by_cmd.setdefault(hdr.cmd, []).append((f, hdr))
+    (f, cid), = by_cmd[0]
+    assert raw(cid[UcmaCreateIdResp]).hex() == responses["create_id"] and cid[UcmaCreateIdResp].id == 7
+    (f, q), = by_cmd[19]
+    assert raw(q[UcmaQueryPathResp]).hex() == responses["query"]
+    assert q[UcmaQueryPathResp].num_paths == 1 and len(q[PathArray].records) == 1
+    (f, ev), = by_cmd[12]
+    assert raw(ev[UcmaEventResp]).hex() == responses["get_event"]
+    assert ev[UcmaEventResp].event == 2 and ev[UcmaEventResp].id == 7  # ROUTE_RESOLVED
+    (f, ra), = by_cmd[21]
+    assert ra[UcmaResolveAddr].mysummary().endswith("[fe80::20]:7471")
+
+
+@needs_namespace
+def test_set_option_blob_is_a_blob_frame_with_the_kernels_verdict(work, recorded):
+    _, frames, _ = recorded
+    blob = (work / "blob.bin").read_bytes()
+    blob_frames = [f for f in frames if f["proto"] == "ibpath.blob"]
+    assert len(blob_frames) == 1
+    bf = blob_frames[0]
+    assert bf["payload"] == blob
+    assert parse_set_option_comment(bf["comment"]) == "0"  # the stand-in took the write
+    so = next(f for f in frames if f["proto"] == "ibpath.ucma" and f["payload"]
+              and UcmaCmdHdr(f["payload"]).cmd == 14)
+    opt = UcmaCmdHdr(so["payload"])[UcmaSetOption]
+    assert opt.is_ib_path() and opt.optlen == len(blob) and opt.id == 7
+    assert so["number"] + 1 == bf["number"]
+    for key in ("pid", "tid", "fd"):
+        assert comment_field(bf["comment"].splitlines()[1], key) == comment_field(so["comment"], key)
+
+
+@needs_namespace
+def test_audit_of_the_recording_reports_the_blobs_findings(work, recorded):
+    _, _, out = recorded
+
+    def rules(path):
+        r = subprocess.run(IBPATH + ["audit", "--format", "json", str(path)],
+                           capture_output=True, text=True)
+        assert r.returncode in (0, 1), r.stderr
+        return sorted(f["rule"] for f in json.loads(r.stdout)["findings"])
+
+    expected = rules(work / "blob.bin")
+    assert expected == ["BLOB-BIDIR-NOT-REVERSIBLE", "BLOB-GMP-NOT-REVERSIBLE"]
+    assert rules(out) == expected
+
+
+@needs_namespace
+def test_threads_fork_exec_and_fd_copies_are_followed(recorded):
+    proc, frames, _ = recorded
+    ucma = [f for f in frames if f["proto"] == "ibpath.ucma"]
+    main_pid = comment_field(ucma[0]["comment"], "pid")
+    ids = {}
+    for f in ucma:
+        if not f["payload"]:
+            continue
+        hdr = UcmaCmdHdr(f["payload"])
+        if hdr.cmd == 4:  # RESOLVE_ROUTE: the id tells which call it is
+            ids[hdr.payload.id] = f
+    threads = {comment_field(ids[1000 * (t + 1) + i]["comment"], "tid") for t in range(4)
+               for i in range(25)}
+    assert len(threads) == 4 and main_pid not in threads
+    assert all(comment_field(ids[1000 * (t + 1)]["comment"], "pid") == main_pid
+               for t in range(4))
+    fork_pid = comment_field(ids[11]["comment"], "pid")
+    assert fork_pid != main_pid
+    assert comment_field(ids[4242]["comment"], "pid") == fork_pid  # exec'd: same pid
+    assert comment_field(ids[8]["comment"], "fd") == "50"  # dup2(fd, 50)
+    assert int(comment_field(ids[9]["comment"], "fd")) >= 60  # fcntl(F_DUPFD_CLOEXEC, 60)
+    assert 12 not in ids  # fd 50 after close: a plain file, not recorded
+    assert "errno=EBADF" in ids[10]["comment"]
+    efault = [f for f in ucma if "errno=EFAULT" in f["comment"]]
+    assert len(efault) == 1 and "unreadable" in efault[0]["comment"] and not efault[0]["payload"]
+    assert [f["time"] for f in frames] == sorted(f["time"] for f in frames)
+
+
+@needs_namespace
+def test_each_source_has_its_interface(recorded):
+    _, _, out = recorded
+    if not shutil.which("tshark"):
+        pytest.skip("tshark not installed")
+    r = subprocess.run(["tshark", "-r", str(out), "-T", "fields", "-e", "frame.interface_name",
+                        "-e", "frame.comment"], capture_output=True, text=True, check=True)
+    names = Counter(line.split("\t")[0] for line in r.stdout.splitlines())
+    assert names == {"ibpath record ucma": 114}
+    assert r.stdout.count("rdma_set_option=0") == 1
+
+
+@needs_namespace
+def test_per_record_cap_is_reported(work):
+    out = work / "capped.pcapng"
+    r = in_namespace(IBPATH + ["record", "-o", str(out), "--max-record", "64", "--",
+                               str(work / "ucmaprog"), str(work / "blob.bin")])
+    assert r.returncode == 0, r.stderr
+    frames = capture_frames(out)
+    addr = next(f for f in frames if f["proto"] == "ibpath.ucma"
+                and "RESOLVE_ADDR" in f["comment"])
+    assert len(addr["payload"]) == 64
+    assert "truncated: call 64 of 280 bytes recorded" in addr["comment"]
+    # the 72-byte blob does not fit: said so, and never handed to the audit cut short
+    assert not [f for f in frames if f["proto"] == "ibpath.blob"]
+    notes = [f for f in frames if f["proto"] == "data"]
+    assert len(notes) == 1 and "not written as a blob" in notes[0]["comment"]
+    assert "not written as a blob" in r.stderr
+
+
+@needs_namespace
+def test_per_run_cap_is_reported(work):
+    out = work / "runcap.pcapng"
+    r = in_namespace(IBPATH + ["record", "-o", str(out), "--max-total", "2000", "--",
+                               str(work / "ucmaprog"), str(work / "blob.bin")])
+    assert r.returncode == 0, r.stderr
+    frames = capture_frames(out)
+    notes = [f for f in frames if f["proto"] == "data"]
+    # one note per recording process that hit the cap (the main one at least)
+    assert notes and all("per-run cap reached" in n["comment"] for n in notes)
+    assert sum(len(f["payload"]) for f in frames) < 2000
+    assert len([f for f in frames if f["proto"] == "ibpath.ucma"]) < 113
+
+
+@needs_namespace
+def test_recorder_failure_leaves_the_program_running(work, plain_run):
+    shim = build_shim()
+    env = dict(os.environ, LD_PRELOAD=str(shim), IBPATHREC_SPOOL="/nonexistent/dir/spool")
+    r = in_namespace([str(work / "ucmaprog"), str(work / "blob.bin")], env=env)
+    assert r.returncode == 0
+    assert Counter(r.stdout.splitlines()) == Counter(plain_run.stdout.splitlines())
+    failures = [l for l in r.stderr.splitlines() if "recorder failure" in l]
+    # said once per process that tried to record (the main program and its forked child)
+    assert 1 <= len(failures) <= 2 and "cannot open the spool" in failures[0]
+
+
+def test_acm_messages_are_recorded_and_reframed(tmp_path):
+    path_record = (bytes(64))  # a PathRecord, MAD format: its DLID and P_Key set below
+    path_record = path_record[:40] + b"\x00\x3a" + path_record[42:50] + b"\xff\xff" + \
+        path_record[52:]
+    (tmp_path / "pr.bin").write_bytes(path_record)
+    sock = tmp_path / "ibacm-test.sock"
+    out = tmp_path / "acm.pcapng"
+    r = subprocess.run(IBPATH + ["record", "-o", str(out), "--acm-socket", str(sock), "--",
+                                 sys.executable, str(DATA / "acm_peers.py"), str(sock),
+                                 str(tmp_path / "pr.bin")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    said = Counter()
+    for line in r.stdout.splitlines():
+        who, what, hexed = line.split()
+        said[bytes.fromhex(hexed)] += 1
+    frames = [f for f in capture_frames(out) if f["proto"] == "ibpath.acm"]
+    # each message twice: sent by one peer, received by the other (the server's two
+    # send() calls are one frame)
+    assert Counter(f["payload"] for f in frames) == Counter({m: 2 for m in said})
+    assert len(frames) == 4
+    response = next(AcmHdr(f["payload"]) for f in frames if f["payload"][1] == 0x81)
+    assert response.tid == 0x1234 and response.is_response()
+    paths = response[AcmResolve].path_records()
+    assert len(paths) == 1 and paths[0].dlid == 58 and paths[0].pkey == 0xFFFF
+
+
+def test_spool_errors_name_the_file_the_record_and_the_reason():
+    good = HEADER.pack(MAGIC, KIND_UMAD, PART_CALL, 0, 1, 1, 3, 0, 0, 4, 0, 4, 4) + b"abcd"
+    assert len(parse_spool(good + good, "s")) == 2
+    with pytest.raises(SpoolError, match=r"s: record 1 at byte 56: truncated body \(2 of 4"):
+        parse_spool(good + good[:-2], "s")
+    with pytest.raises(SpoolError, match=r"s: record 0 at byte 0: bad magic"):
+        parse_spool(b"XXXX" + good[4:], "s")
+    with pytest.raises(SpoolError, match=r"s: record 1 at byte 56: truncated header"):
+        parse_spool(good + good[:10], "s")
+    bad_kind = good[:4] + b"\x09" + good[5:]
+    with pytest.raises(SpoolError, match="unknown source kind 9"):
+        parse_spool(bad_kind, "s")
+    lone = HEADER.pack(MAGIC, 1, 2, 0, 1, 1, 3, 0, 0, 4, 0, 0, 0)
+    from ibpath_scapy.record.capture import frames_of
+    with pytest.raises(SpoolError, match="record 0 at byte 0: response without the ucma call"):
+        frames_of(parse_spool(lone, "s"), "s")
+
+
+def _ibsim_missing() -> str | None:
+    missing = umad_rec.missing_tools()
+    return "missing: " + ", ".join(missing) if missing else None
+
+
+@pytest.mark.skipif(_ibsim_missing() is not None, reason=_ibsim_missing() or "")
+def test_saquery_on_ibsim_gives_the_same_mads_as_the_umadrec_recorder(tmp_path, monkeypatch):
+    spool = tmp_path / "spool"
+    monkeypatch.setenv("IBPATHREC_SPOOL", str(spool))
+    queries = [q for q in umad_rec.DEFAULT_QUERIES if q.name in ("all-paths", "sgid-to-dgid",
+                                                                 "invalid-rate")]
+    umad_rec.record_sa_session(tmp_path / "osm", queries, client_preload=[build_shim()],
+                               write_readme=False)
+    ours = [r for r in read_spool(spool) if r.kind == KIND_UMAD and r.data]
+    theirs = umad_rec.read_log(tmp_path / "osm" / "saquery.umadrec")
+    # what saquery itself wrote and was handed (umadrec's "replaced" reads are what
+    # umad2sim delivered before umadrec served the reassembled message instead)
+    theirs = [r for r in theirs if not r.flags & umad_rec.FLAG_SAR_REPLACED]
+    assert [("W" if r.part == PART_CALL else "R", r.data) for r in ours] == \
+        [(r.direction, r.buf) for r in theirs]
+    assert sum(r.part == PART_READ for r in ours) >= len(queries)
+    for r in ours:
+        pkt = UserMad(r.data)
+        assert pkt.payload.mgmt_class == 0x03 and pkt.payload.attribute_id == 0x0035
