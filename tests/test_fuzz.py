@@ -60,7 +60,7 @@ def test_short_fuzz_run(tmp_path):
                          tshark_files=9, cli=1, keep=tmp_path / "crashers")
     problems = [f"{p.kind}: {p.path}: {p.detail[:800]}" for p in st_.problems]
     assert not problems, "\n".join(problems)
-    assert st_.frames >= 3000 and st_.files >= 40
+    assert st_.frames >= 2500 and st_.files >= 40  # thousands (the draw follows the corpus)
     assert st_.malformed > 0 and st_.records > 1000  # the mutations did reach the decoder
     if tshark_path() is not None:
         assert st_.tshark_runs == 9 and st_.tshark_frames >= 2500
@@ -97,7 +97,7 @@ def test_fuzzer_catches_what_it_claims_to(tmp_path, monkeypatch):
     path = ROOT / "captures" / "corpus" / "sar-get-multi.pcapng"
     ib = fuzz.Input(path=path, frames=sum(1 for _ in read_frames(str(path))))
     assert not fuzz.check_in_process(ib).problems
-    monkeypatch.setattr(FastDecoder, "_native_ib", lambda self, rec, data, at: [])
+    monkeypatch.setattr(FastDecoder, "_native_ib", lambda self, rec, data, at: ([], bytes(4)))
     assert [p.kind for p in fuzz.check_in_process(ib).problems] == ["fastpath-diff"]
 
 
@@ -199,13 +199,17 @@ def test_netlink_frame_over_the_list_limit_is_reported(tmp_path):
 def test_rmpp_caps(tmp_path):
     """rmpp.Reassembler: segment numbers past MAX_SEGMENTS, too many open transfers, too many
     open bytes: each transfer that hits a cap is reported unfinished with its limit; a flood
-    of repeats keeps MAX_PROBLEMS problems and counts the rest."""
+    of repeats is dropped as the kernel drops it (nothing kept), a flood of segment numbers
+    no sender uses keeps MAX_PROBLEMS problems and counts the rest."""
     hdr = bytes(MAD(method=0x92) / RMPP(rmpp_version=1, rmpp_type=1) / SAHeader())[:56]
     seg = segment(hdr + bytes(200))[0]
     r = Reassembler(max_open=2, max_open_bytes=3 * 256)
     r.add(("a",), MAX_SEGMENTS + 1, 0, seg, 1)
     for f in range(2, 40):
-        r.add(("b",), 1, 0, seg, f)  # repeated
+        r.add(("b",), 1, 0, seg, f)  # repeated: dropped
+        assert (r.dropped is None) == (f == 2)
+    for f in range(2, 40):
+        r.add(("b",), 0, 0, seg, f)  # segment number 0: a problem each
     r.add(("c",), 1, 0, seg, 40)  # third open transfer: "a" evicted
     r.add(("c",), 2, 0, seg, 41)
     r.add(("c",), 3, 0, seg, 42)  # 4 segments open > 3 * 256 bytes: "b" evicted
@@ -219,13 +223,14 @@ def test_rmpp_caps(tmp_path):
 
 
 def test_rmpp_transfer_of_max_segments_completes():
-    """The largest transfer the caps allow, every segment in reverse order, reassembles."""
+    """The largest transfer the caps allow, segment 1 (which opens it, as in the kernel) and
+    then every other segment in reverse order, reassembles."""
     hdr = bytes(MAD(method=0x92, transaction_id=5) / RMPP(rmpp_version=1, rmpp_type=1)
                 / SAHeader(attribute_offset=8))[:56]
     segs = segment(hdr + bytes(200 * MAX_SEGMENTS))
     assert len(segs) == MAX_SEGMENTS
     r, done = Reassembler(), None
-    for k in range(MAX_SEGMENTS, 0, -1):
+    for k in [1] + list(range(MAX_SEGMENTS, 1, -1)):
         done = r.add(("k",), k, segs[k - 1][26], segs[k - 1], k)
     msg, t = done
     assert len(msg) == 56 + 200 * MAX_SEGMENTS and not r.pending() and r.open_bytes == 0

@@ -68,6 +68,11 @@ class CaptureBuilder:
         self.frame = 0
         self.tid = 0x0000_0001_0000_1000
         self.lids = {requester: 6, sa: 2}  # native IB: LRH LIDs of the two ends
+        # capture faults: damage the next MAD frame on the wire (its last MAD byte flipped
+        # after the CRCs were computed), and write every RoCEv2 ICRC as zero (capture points
+        # that zero or do not compute it)
+        self.damage_next = False
+        self.zero_icrc = False
 
     # -- plumbing ------------------------------------------------------------------------------
     def _write(self, data: bytes, linktype: int, comment: str | None = None) -> int:
@@ -81,10 +86,22 @@ class CaptureBuilder:
         """One MAD on the wire (requester → SA, or back)."""
         a, b = (self.sa, self.requester) if from_sa else (self.requester, self.sa)
         a, b = src or a, dst or b
+        damage, self.damage_next = self.damage_next, False
         if self.encap == "ib":
-            raw = native_ib_frame(mad, slid=self.lids.get(a, 7), dlid=self.lids.get(b, 8))
+            raw = bytes(native_ib_frame(mad, slid=self.lids.get(a, 7), dlid=self.lids.get(b, 8)))
+            if damage:  # the MAD's last byte sits before ICRC (4) and VCRC (2)
+                raw = raw[:-7] + bytes([raw[-7] ^ 0x01]) + raw[-6:]
             return self._write(erf_record(raw, self.t), 197)
-        return self._write(bytes(rocev2_frame(mad, src=a, dst=b)), 1)
+        frame = bytes(rocev2_frame(mad, src=a, dst=b))
+        if damage:  # the MAD's last byte sits before the ICRC
+            frame = frame[:-5] + bytes([frame[-5] ^ 0x01]) + frame[-4:]
+        if self.zero_icrc:
+            frame = frame[:-4] + bytes(4)
+        return self._write(frame, 1)
+
+    def other_frame(self, data: bytes, linktype: int) -> int:
+        """Any frame of any link type (frames ibpath does not read, for instance)."""
+        return self._write(data, linktype)
 
     def close(self) -> None:
         self.w.close()

@@ -555,6 +555,60 @@ def sar_rmpp_gap(s: Session) -> None:
     s.ask(q, method=0x12, skip_segments=(2,))
 
 
+@scenario("sar-rmpp-retry", ("SAR-RMPP-RETRY",))
+def sar_rmpp_retry(s: Session) -> None:
+    """The SA sends the second RMPP segment of a GetTable answer twice (the ACK came late), and the requester's kernel drops the copy.
+
+    The sender's ib_retry_rmpp rewinds to the last ACK; the receiver's continue_rmpp finds the
+    segment held already (find_seg_location) and drops it. The answer is whole: an info."""
+    ans = s.ask(s.query(numb_path=4), method=0x12, answer=False)
+    segs = s.sa.respond(ans.query.raw)
+    for seg in segs[:2] + segs[1:]:
+        s.b.mad(seg, from_sa=True)
+
+
+# -- the capture itself ------------------------------------------------------------------------
+
+# pcap's LINKTYPE_USER0: a private framing no dissector here reads
+LINKTYPE_USER0 = 147
+
+
+@scenario("decode-unsupported", ("DECODE-UNSUPPORTED",))
+def decode_unsupported(s: Session) -> None:
+    """The conforming exchange in a capture that also holds three frames of a link type ibpath does not read (USER0, 147).
+
+    The frames are counted and named once for their link type, never skipped in silence."""
+    for k in range(3):
+        s.b.other_frame(bytes([k]) * 40, LINKTYPE_USER0)
+    res = SeedResolver(s).resolve()
+    hand_over(s, res.records, res)
+
+
+@scenario("crc-mismatch", ("CRC-MISMATCH", "SAQ-RETRY"), malformed=True)
+def crc_mismatch(s: Session) -> None:
+    """The forward query is damaged on the wire (one bit flipped) and dropped by the SA; the requester's retry goes through.
+
+    The damaged copy's ICRC (and, natively, VCRC) does not match its bytes; it still decodes as
+    the first transmission of the TID, so the retry is an info."""
+    s.b.damage_next = True
+    ans = s.ask(s.query(), answer=False)
+    s.retransmit(ans)
+    s.answer(ans)
+    hand_over(s, [(GMP_BIDIR, ans.record)], req=ans.record)
+
+
+# malformed: the plugin checks each frame alone, so in tshark every zero ICRC is a mismatch
+@scenario("crc-zero", ("CRC-ZERO",), encaps=("rocev2",), malformed=True)
+def crc_zero(s: Session) -> None:
+    """The conforming exchange captured where the ICRC is not kept: every ICRC reads zero.
+
+    Some capture points zero the ICRC or never compute it; the capture is said to be so once,
+    instead of a mismatch on every frame."""
+    s.b.zero_icrc = True
+    res = SeedResolver(s).resolve()
+    hand_over(s, res.records, res)
+
+
 # -- analyser limits ----------------------------------------------------------------------------
 
 @scenario("decode-limit", ("DECODE-LIMIT",))
