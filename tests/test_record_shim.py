@@ -374,3 +374,56 @@ def test_saquery_on_ibsim_gives_the_same_mads_as_the_umadrec_recorder(tmp_path, 
     for r in ours:
         pkt = UserMad(r.data)
         assert pkt.payload.mgmt_class == 0x03 and pkt.payload.attribute_id == 0x0035
+    # and in the capture: one ibpath.umad frame per MAD, the bytes as recorded
+    from ibpath_scapy.record.capture import write_pcapng
+    out = tmp_path / "umad.pcapng"
+    write_pcapng(read_spool(spool), str(out))
+    frames = [f for f in capture_frames(out) if f["proto"] == "ibpath.umad"]
+    assert [f["payload"] for f in frames] == [r.data for r in ours]
+
+
+def test_netlink_records_become_the_frames_nlmon_would_write(tmp_path):
+    # the craft builder's link-type-253 frames of an LS exchange are the oracle: the kernel's
+    # request as the resolver receives it, the resolver's answer sent to the kernel (nl_pid 0)
+    from ibpath_scapy.craft.builder import CaptureBuilder
+    from ibpath_scapy.layers.pathdata import GMP_PRIMARY_BIDIRECTIONAL
+    from ibpath_scapy.layers.sa import PathRecord
+    from ibpath_scapy.record.capture import frames_of
+    from ibpath_scapy.record.spool import KIND_NETLINK
+    crafted = tmp_path / "ls.pcapng"
+    with CaptureBuilder(str(crafted)) as b:
+        b.ls_request(7, path_use=0, sgid="fe80::10", dgid="fe80::20")
+        b.ls_response(7, [(GMP_PRIMARY_BIDIRECTIONAL, PathRecord(dlid=58))])
+    request, response = [f.data for f in read_frames(str(crafted))]
+    cooked = 16  # the cooked header the recorder adds (layers/netlink.py NetlinkCooked)
+    spool = b"".join(
+        HEADER.pack(MAGIC, KIND_NETLINK, part, 0, 9, 9, 4, 0, ts, len(body), 0,
+                    len(body), len(body)) + body
+        for ts, part, body in ((1000, PART_READ, request[cooked:]),
+                               (2000, PART_CALL, response[cooked:])))
+    frames, result = frames_of(parse_spool(spool, "s"), "s")
+    assert [f.data for f in frames] == [request, response]
+    assert [f.linktype for f in frames] == [253, 253] and result.frames["netlink"] == 2
+
+
+def _netlink_rdma_unavailable() -> str | None:
+    import socket
+    try:
+        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 20).close()
+    except OSError as exc:
+        return f"no NETLINK_RDMA socket here ({exc.strerror}; ib_core not loaded)"
+    if not shutil.which("rdma") or not shutil.which("strace"):
+        return "needs iproute2's rdma and strace"
+    return None
+
+
+@pytest.mark.skipif(_netlink_rdma_unavailable() is not None,
+                    reason=_netlink_rdma_unavailable() or "")
+def test_netlink_messages_equal_the_strace_recorders(tmp_path):
+    shim_out, strace_out = tmp_path / "shim.pcapng", tmp_path / "strace.pcapng"
+    for argv in (IBPATH + ["record", "-o", str(shim_out), "--", "rdma", "dev"],
+                 IBPATH + ["record", "netlink", "-o", str(strace_out), "--", "rdma", "dev"]):
+        subprocess.run(argv, check=True, capture_output=True, timeout=60)
+    ours = [f.data for f in read_frames(str(shim_out)) if f.linktype == 253]
+    theirs = [f.data for f in read_frames(str(strace_out)) if f.linktype == 253]
+    assert ours and ours == theirs
