@@ -17,10 +17,11 @@ from dataclasses import fields as dc_fields
 from pathlib import Path
 
 import pytest
+from scapy.fields import ConditionalField
 from scapy.packet import Padding, Raw, raw
 
 from ibpath_scapy.layers.acm import (
-    ACM_DISSECTOR, AcmEpAddrData, AcmEpInfo, AcmHdr, AcmResolve,
+    ACM_DISSECTOR, AcmEpAddrData, AcmHdr, AcmResolve,
 )
 from ibpath_scapy.layers.ib import EXPORTED_PDU_DISSECTORS
 from ibpath_scapy.layers.mad import MAD
@@ -41,8 +42,6 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYOUT_C = Path(__file__).with_name("data") / "record" / "layout.c"
 OPENSM = ROOT / "captures" / "opensm"
 
-# layer -> the C member its payload is (the union after the entry's header)
-PAYLOAD_MEMBERS = {AcmEpAddrData: "info"}
 # layer -> (C struct, {scapy field: C member} where the names differ)
 STRUCTS = {
     UcmaCmdHdr: ("rdma_ucm_cmd_hdr", {"in_len": "in", "out_len": "out"}),
@@ -62,7 +61,7 @@ STRUCTS = {
     UcmaSetOption: ("rdma_ucm_set_option", {}),
     UserMad: ("ib_user_mad_hdr", {"agent_id": "id"}),
     AcmHdr: ("acm_hdr", {"src_out": None, "src_index": None, "dst_index": None}),
-    AcmEpAddrData: ("acm_ep_addr_data", {}),
+    AcmEpAddrData: ("acm_ep_addr_data", {"path": "info"}),  # union acm_ep_info
 }
 
 
@@ -87,15 +86,17 @@ def oracle(tmp_path_factory):
     return sizes, members, samples
 
 
-def scapy_layout(cls) -> tuple[dict[str, tuple[int, int]], int]:
-    """(offset, size) of every field of cls as it builds, and the built size."""
-    pkt = cls()
+def scapy_layout(cls, **values) -> tuple[dict[str, tuple[int, int]], int]:
+    """(offset, size) of every field of cls(**values) as it builds, and the built size."""
+    pkt = cls(**values)
     out, off = {}, 0
     for f in cls.fields_desc:
         size = len(f.addfield(pkt, b"", pkt.getfieldval(f.name)))
+        if size == 0 and isinstance(f, ConditionalField):
+            continue  # the other member of a union
         out[f.name] = (off, size)
         off += size
-    assert off == len(raw(cls()))
+    assert off == len(raw(pkt))
     return out, off
 
 
@@ -105,8 +106,6 @@ def test_size_and_offsets_match_the_c_struct(oracle, cls):
     struct, renamed = STRUCTS[cls]
     layout, size = scapy_layout(cls)
     assert_bit_runs_close(cls)
-    if cls in PAYLOAD_MEMBERS:
-        size += members[(struct, PAYLOAD_MEMBERS[cls])][1]
     assert size == sizes[struct], f"{cls.__name__}: {size} bytes, struct {struct} {sizes[struct]}"
     for name, (off, width) in layout.items():
         member = renamed.get(name, name)
@@ -120,7 +119,6 @@ def test_size_and_offsets_match_the_c_struct(oracle, cls):
     covered = {renamed.get(n, n) for n in layout} | {
         "param" if cls is UcmaEventResp else None,
         "data" if cls is AcmHdr else None,
-        "info" if cls is AcmEpAddrData else None,
         "path_data" if cls is UcmaQueryPathResp else None}
     assert c_members <= covered, f"{struct}: members {sorted(c_members - covered)} not in {cls.__name__}"
 
@@ -138,8 +136,8 @@ def test_split_members_cover_their_c_member(oracle):
     data_off, data_size = members[("acm_hdr", "data")]
     assert [hdr[n] for n in ("src_out", "src_index", "dst_index")] == \
         [(data_off + i, 1) for i in range(data_size)]  # acm.h: #define src_out data[0] ...
-    ep, ep_size = scapy_layout(AcmEpAddrData)
-    assert members[("acm_ep_addr_data", "info")] == (ep_size, 64)  # the payload: info
+    address, _ = scapy_layout(AcmEpAddrData, type=0x0002)
+    assert address["info"] == members[("acm_ep_addr_data", "info")]  # the other union member
     # UcmaAhAttr flattens ib_uverbs_ah_attr's grh (struct ib_uverbs_global_route)
     ah, _ = scapy_layout(UcmaAhAttr)
     grh_off, _ = members[("ib_uverbs_ah_attr", "dlid")]
@@ -174,7 +172,7 @@ def test_acm_message_built_in_c_dissects_field_for_field(oracle):
     assert len(entries) == 2 and not pkt[AcmResolve].trailing
     assert int(entries[0].flags) == (1 << 1) | (1 << 30)
     assert entries[0].flags.DEST and entries[0].flags.NODELAY and not entries[0].flags.SOURCE
-    assert entries[0].type == 0x0002 and entries[0][AcmEpInfo].mysummary() == "192.0.2.1"
+    assert entries[0].type == 0x0002 and entries[0].address_text() == "192.0.2.1"
     assert int(entries[1].flags) == 0x2b and entries[1].type == 0x0010
     paths = pkt[AcmResolve].path_records()
     assert len(paths) == 1 and paths[0].dlid == 58 and paths[0].pkey == 0xFFFF
@@ -184,7 +182,7 @@ def test_acm_message_built_in_c_dissects_field_for_field(oracle):
     assert len(padded[AcmResolve].resolve_data) == 2 and not padded[AcmResolve].trailing
     assert padded[Padding].load == b"\xee" * 40
     assert raw(AcmHdr(version=1, opcode=0x01, tid=5) / AcmResolve(resolve_data=[
-        AcmEpAddrData(type=0x10) / PathRecord(msg[16 + 72 + 8:])])) == \
+        AcmEpAddrData(type=0x10, path=PathRecord(msg[16 + 72 + 8:]))])) == \
         msg[:1] + b"\x01\x00\x00\x00\x00" + (16 + 72).to_bytes(2, "little") + \
         (5).to_bytes(8, "little") + b"\0\0\0\0\x10\0\0\0" + msg[16 + 72 + 8:]
 
@@ -224,8 +222,8 @@ def test_ucma_command_and_its_response_dissect_as_one_call():
     assert pkt[UcmaQuery].id == 7 and pkt[UcmaQueryPathResp].num_paths == 1
     assert pkt[PathArray].records[0].path_record.dlid == 58
     ev = UcmaCmdHdr(raw(UcmaCmdHdr(out_len=336) / UcmaGetEvent() /
-                        UcmaEventResp(id=7, event=2, status=-110)))
-    assert ev[UcmaEventResp].event == 2 and ev[UcmaEventResp].status == -110
+                        UcmaEventResp(id=7, event=2, status=(1 << 32) - 110)))
+    assert ev[UcmaEventResp].event == 2 and ev[UcmaEventResp].signed_status() == -110
     assert "ROUTE_RESOLVED" in ev[UcmaEventResp].mysummary()
     so = UcmaCmdHdr(raw(UcmaCmdHdr() / UcmaSetOption(optval=0xdead, id=7, optlen=72)))
     assert so[UcmaSetOption].is_ib_path() and "PATH" in so[UcmaSetOption].mysummary()

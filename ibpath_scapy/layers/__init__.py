@@ -24,7 +24,7 @@ from .ucma import (  # noqa: F401
     UcmaResolveRoute, UcmaConnect, UcmaQuery, UcmaQueryPathResp, UcmaGetEvent, UcmaEventResp,
     UcmaSetOption,
 )
-from .acm import AcmHdr, AcmEpAddrData, AcmEpInfo, AcmResolve  # noqa: F401
+from .acm import AcmHdr, AcmEpAddrData, AcmResolve  # noqa: F401
 from .umad import UserMad  # noqa: F401
 
 __all__ = [
@@ -37,6 +37,6 @@ __all__ = [
     "LsResolveResponse", "LsSetTimeout", "LsIpResolveRequest", "LsIpResolveResponse",
     "UcmaCmdHdr", "UcmaCreateId", "UcmaCreateIdResp", "UcmaResolveIp", "UcmaResolveAddr",
     "UcmaResolveRoute", "UcmaConnect", "UcmaQuery", "UcmaQueryPathResp", "UcmaGetEvent",
-    "UcmaEventResp", "UcmaSetOption", "AcmHdr", "AcmEpAddrData", "AcmEpInfo", "AcmResolve",
+    "UcmaEventResp", "UcmaSetOption", "AcmHdr", "AcmEpAddrData", "AcmResolve",
     "UserMad",
 ]

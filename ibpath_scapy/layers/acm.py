@@ -26,9 +26,11 @@ import struct
 from scapy.fields import (
     ByteEnumField,
     ByteField,
+    ConditionalField,
     FlagsField,
     LEShortEnumField,
     LEShortField,
+    PacketField,
     PacketListField,
     StrField,
     XLELongField,
@@ -37,6 +39,8 @@ from scapy.fields import (
 )
 from scapy.packet import Packet, bind_layers
 
+from ..expr import Const, F, Remaining, evaluate_on
+from ..hints import LengthHint, ListHint, WhenHint
 from .ib import EXPORTED_PDU_DISSECTORS
 from .sa import PathRecord
 
@@ -76,6 +80,7 @@ class AcmHdr(Packet):
     counts the whole message, this header included."""
 
     name = "AcmHdr"
+    lua_layer = "acm"
     fields_desc = [
         ByteField("version", ACM_VERSION),
         ByteEnumField("opcode", ACM_OP_RESOLVE, ACM_OPCODES),
@@ -87,6 +92,8 @@ class AcmHdr(Packet):
         XLELongField("tid", 0),
     ]
 
+    length_hint = F("length")  # the plugin ends the message where Scapy does
+
     def post_build(self, p, pay):
         if self.length is None:
             p = p[:6] + struct.pack("<H", len(p) + len(pay)) + p[8:]
@@ -94,7 +101,9 @@ class AcmHdr(Packet):
 
     def extract_padding(self, s):
         # bytes past `length` (a reader's buffer) are not part of the message
-        body = max(self.length - ACM_MSG_HDR_LENGTH, 0) if self.length is not None else len(s)
+        if self.length is None:
+            return s, b""
+        body = max(evaluate_on(self.length_hint, self) - ACM_MSG_HDR_LENGTH, 0)
         return s[:body], s[body:]
 
     def is_response(self) -> bool:
@@ -104,38 +113,42 @@ class AcmHdr(Packet):
         return self.sprintf("ACM %AcmHdr.opcode% status %AcmHdr.status% tid %AcmHdr.tid%")
 
 
+_IS_PATH = WhenHint(F("type") == ACM_EP_INFO_PATH)
+_IS_ADDRESS = WhenHint(F("type") != ACM_EP_INFO_PATH)
+
+
 class AcmEpAddrData(Packet):
     """struct acm_ep_addr_data (acm.h), 72 bytes: flags and type in host order, then the
-    64-byte union acm_ep_info (the payload: a PathRecord for ACM_EP_INFO_PATH, else
-    AcmEpInfo)."""
+    64-byte union acm_ep_info, network order: a PathRecord (path) for ACM_EP_INFO_PATH, else
+    an address or a name (info)."""
 
     name = "AcmEpAddrData"
+    lua_layer = "acm_ep_addr_data"
     fields_desc = [
         FlagsField("flags", 0, -32, _EP_FLAG_NAMES),
         LEShortEnumField("type", ACM_EP_INFO_PATH, ACM_EP_INFO_TYPES),
         XLEShortField("reserved", 0),
+        ConditionalField(PacketField("path", PathRecord(), PathRecord),
+                         lambda pkt: evaluate_on(_IS_PATH.condition, pkt)),
+        ConditionalField(XStrFixedLenField("info", b"\0" * ACM_MAX_ADDRESS, ACM_MAX_ADDRESS),
+                         lambda pkt: evaluate_on(_IS_ADDRESS.condition, pkt)),
     ]
+    field_hints = {"path": _IS_PATH, "info": _IS_ADDRESS}
 
     def extract_padding(self, s):
-        return s[:ACM_MAX_ADDRESS], s[ACM_MAX_ADDRESS:]
+        return b"", s
+
+    def address_text(self) -> str:
+        """info as text: an IPv4 or IPv6 address, or a name."""
+        if self.type == ACM_EP_INFO_ADDRESS_IP:
+            return str(ipaddress.IPv4Address(self.info[:4]))
+        if self.type == ACM_EP_INFO_ADDRESS_IP6:
+            return str(ipaddress.IPv6Address(self.info[:16]))
+        return self.info.rstrip(b"\0").decode("ascii", "replace")
 
     def mysummary(self):
-        return self.sprintf("%AcmEpAddrData.type% %AcmEpAddrData.flags%")
-
-
-class AcmEpInfo(Packet):
-    """union acm_ep_info (acm.h) as an address or a name: 64 bytes, network order."""
-
-    name = "AcmEpInfo"
-    fields_desc = [XStrFixedLenField("addr", b"\0" * ACM_MAX_ADDRESS, ACM_MAX_ADDRESS)]
-
-    def mysummary(self):
-        kind = getattr(self.underlayer, "type", None)
-        if kind == ACM_EP_INFO_ADDRESS_IP:
-            return str(ipaddress.IPv4Address(self.addr[:4]))
-        if kind == ACM_EP_INFO_ADDRESS_IP6:
-            return str(ipaddress.IPv6Address(self.addr[:16]))
-        return self.addr.rstrip(b"\0").decode("ascii", "replace")
+        what = self.path.mysummary() if self.type == ACM_EP_INFO_PATH else self.address_text()
+        return self.sprintf("%AcmEpAddrData.type% %AcmEpAddrData.flags% ") + what
 
 
 def _next_entry(pkt, lst, cur, remain):
@@ -147,15 +160,22 @@ class AcmResolve(Packet):
     bytes past the last whole entry are kept in trailing."""
 
     name = "AcmResolve"
+    lua_layer = "acm_resolve"
     fields_desc = [
         PacketListField("resolve_data", [], AcmEpAddrData, next_cls_cb=_next_entry,
                         max_count=ACM_MSG_DATA_LENGTH // ACM_MSG_EP_LENGTH),
         StrField("trailing", b""),
     ]
+    field_hints = {
+        "resolve_data": ListHint(count=Remaining() // ACM_MSG_EP_LENGTH,
+                                 stride=Const(ACM_MSG_EP_LENGTH), selector=Const(0),
+                                 classes={0: AcmEpAddrData}),
+        "trailing": LengthHint(Remaining()),
+    }
 
     def path_records(self) -> list[PathRecord]:
         """The PathRecords of the ACM_EP_INFO_PATH entries, in order."""
-        return [e[PathRecord] for e in self.resolve_data if PathRecord in e]
+        return [e.path for e in self.resolve_data if e.type == ACM_EP_INFO_PATH]
 
     def mysummary(self):
         return f"{len(self.resolve_data)} entr(ies), {len(self.path_records())} path(s)"
@@ -165,7 +185,3 @@ EXPORTED_PDU_DISSECTORS[ACM_DISSECTOR] = AcmHdr
 
 bind_layers(AcmHdr, AcmResolve, opcode=ACM_OP_RESOLVE)
 bind_layers(AcmHdr, AcmResolve, opcode=ACM_OP_RESOLVE | ACM_OP_ACK)
-bind_layers(AcmEpAddrData, PathRecord, type=ACM_EP_INFO_PATH)
-bind_layers(AcmEpAddrData, AcmEpInfo, type=ACM_EP_INFO_NAME)
-bind_layers(AcmEpAddrData, AcmEpInfo, type=ACM_EP_INFO_ADDRESS_IP)
-bind_layers(AcmEpAddrData, AcmEpInfo, type=ACM_EP_INFO_ADDRESS_IP6)

@@ -34,7 +34,6 @@ from scapy.fields import (
     LEIntField,
     LEShortEnumField,
     LEShortField,
-    LESignedIntField,
     PacketField,
     XByteField,
     XLEIntField,
@@ -122,6 +121,7 @@ class UcmaCmdHdr(Packet):
     after this header and the size `out` of the response buffer (fields in, out)."""
 
     name = "UcmaCmdHdr"
+    lua_layer = "ucma"
     fields_desc = [
         LEIntEnumField("cmd", 0, UCMA_COMMANDS),
         LEShortField("in_len", None),
@@ -142,6 +142,7 @@ class UcmaCreateId(Packet):
     """struct rdma_ucm_create_id (rdma_user_cm.h), 24 bytes."""
 
     name = "UcmaCreateId"
+    lua_layer = "ucma_create_id"
     fields_desc = [
         XLELongField("uid", 0),
         XLELongField("response", 0),
@@ -155,6 +156,7 @@ class UcmaCreateIdResp(Packet):
     """struct rdma_ucm_create_id_resp (rdma_user_cm.h): the new cm_id's id."""
 
     name = "UcmaCreateIdResp"
+    lua_layer = "ucma_create_id_resp"
     fields_desc = [LEIntField("id", 0)]
 
     def mysummary(self):
@@ -165,6 +167,7 @@ class UcmaResolveIp(Packet):
     """struct rdma_ucm_resolve_ip (rdma_user_cm.h), 64 bytes (two sockaddr_in6)."""
 
     name = "UcmaResolveIp"
+    lua_layer = "ucma_resolve_ip"
     fields_desc = [
         SockAddrField("src_addr", b"\0" * SOCKADDR_IN6_SIZE, SOCKADDR_IN6_SIZE),
         SockAddrField("dst_addr", b"\0" * SOCKADDR_IN6_SIZE, SOCKADDR_IN6_SIZE),
@@ -180,6 +183,7 @@ class UcmaResolveAddr(Packet):
     """struct rdma_ucm_resolve_addr (rdma_user_cm.h), 272 bytes (two sockaddr_storage)."""
 
     name = "UcmaResolveAddr"
+    lua_layer = "ucma_resolve_addr"
     fields_desc = [
         LEIntField("id", 0),
         LEIntField("timeout_ms", 0),
@@ -199,6 +203,7 @@ class UcmaResolveRoute(Packet):
     (SA query or netlink local service)."""
 
     name = "UcmaResolveRoute"
+    lua_layer = "ucma_resolve_route"
     fields_desc = [LEIntField("id", 0), LEIntField("timeout_ms", 0)]
 
     def mysummary(self):
@@ -209,6 +214,7 @@ class UcmaConnParam(Packet):
     """struct rdma_ucm_conn_param (rdma_user_cm.h), 272 bytes."""
 
     name = "UcmaConnParam"
+    lua_layer = "ucma_conn_param"
     fields_desc = [
         XLEIntField("qp_num", 0),
         XLEIntField("qkey", 0),
@@ -232,6 +238,7 @@ class UcmaAhAttr(Packet):
     32 bytes."""
 
     name = "UcmaAhAttr"
+    lua_layer = "ucma_ah_attr"
     fields_desc = [
         GIDField("dgid", "::"),
         XLEIntField("flow_label", 0),
@@ -257,6 +264,7 @@ class UcmaUdParam(Packet):
     rdma_ucm_event_resp's param union."""
 
     name = "UcmaUdParam"
+    lua_layer = "ucma_ud_param"
     fields_desc = [
         XLEIntField("qp_num", 0),
         XLEIntField("qkey", 0),
@@ -274,6 +282,7 @@ class UcmaEce(Packet):
     """struct rdma_ucm_ece (rdma_user_cm.h): Enhanced Connection Establishment."""
 
     name = "UcmaEce"
+    lua_layer = "ucma_ece"
     fields_desc = [XLEIntField("vendor_id", 0), XLEIntField("attr_mod", 0)]
 
     def extract_padding(self, s):
@@ -284,6 +293,7 @@ class UcmaConnect(Packet):
     """struct rdma_ucm_connect (rdma_user_cm.h), 288 bytes: the CM REQ's parameters."""
 
     name = "UcmaConnect"
+    lua_layer = "ucma_connect"
     fields_desc = [
         PacketField("conn_param", UcmaConnParam(), UcmaConnParam),
         LEIntField("id", 0),
@@ -300,6 +310,7 @@ class UcmaQuery(Packet):
     kernel holds for the cm_id (the response: UcmaQueryPathResp)."""
 
     name = "UcmaQuery"
+    lua_layer = "ucma_query"
     fields_desc = [
         XLELongField("response", 0),
         LEIntField("id", 0),
@@ -316,6 +327,7 @@ class UcmaQueryPathResp(Packet):
     ucma_query_path (ucma.c) copies 8 + num_paths * 72 bytes back."""
 
     name = "UcmaQueryPathResp"
+    lua_layer = "ucma_query_path_resp"
     fields_desc = [LEIntField("num_paths", 0), XLEIntField("reserved", 0)]
 
     def mysummary(self):
@@ -326,6 +338,7 @@ class UcmaGetEvent(Packet):
     """struct rdma_ucm_get_event (rdma_user_cm.h): the response pointer for the event."""
 
     name = "UcmaGetEvent"
+    lua_layer = "ucma_get_event"
     fields_desc = [XLELongField("response", 0)]
 
 
@@ -336,19 +349,25 @@ class UcmaEventResp(Packet):
     member, rdma_ucm_ud_param, is 304 bytes)."""
 
     name = "UcmaEventResp"
+    lua_layer = "ucma_event_resp"
     fields_desc = [
         XLELongField("uid", 0),
         LEIntField("id", 0),
         LEIntEnumField("event", 0, CM_EVENTS),
-        LESignedIntField("status", 0),
+        LEIntField("status", 0),  # __u32: a negative errno arrives as 2^32 - errno
         PacketField("param", UcmaConnParam(), UcmaConnParam),
         XStrFixedLenField("param_rest", b"\0" * 32, 32),
         XLEIntField("reserved", 0),
         PacketField("ece", UcmaEce(), UcmaEce),
     ]
 
+    def signed_status(self) -> int:
+        """status as the kernel meant it (an int: 0, -errno or a reject reason)."""
+        return self.status - (1 << 32) if self.status >= 1 << 31 else self.status
+
     def mysummary(self):
-        return self.sprintf("id %UcmaEventResp.id% %UcmaEventResp.event% status %UcmaEventResp.status%")
+        return self.sprintf("id %UcmaEventResp.id% %UcmaEventResp.event%") + \
+            f" status {self.signed_status()}"
 
 
 class _OptNameField(LEIntField):
@@ -363,6 +382,7 @@ class UcmaSetOption(Packet):
     as its own "ibpath.blob" frame)."""
 
     name = "UcmaSetOption"
+    lua_layer = "ucma_set_option"
     fields_desc = [
         XLELongField("optval", 0),
         LEIntField("id", 0),

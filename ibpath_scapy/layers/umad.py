@@ -42,6 +42,7 @@ class UserMad(Packet):
     of agent_id is id; libibumad calls it agent_id (umad.h)."""
 
     name = "UserMad"
+    lua_layer = "umad"
     fields_desc = [
         LEIntField("agent_id", 0),
         XLEIntField("status", 0),

@@ -18,6 +18,13 @@ EP = struct.Struct("<IHH64s")
 ACM_OP_RESOLVE, ACM_OP_ACK = 0x01, 0x80
 ACM_EP_INFO_ADDRESS_IP, ACM_EP_INFO_PATH = 0x0002, 0x0010
 ACM_EP_FLAG_SOURCE, ACM_EP_FLAG_DEST = 1, 2
+_out = threading.Lock()
+
+
+def say(who: str, what: str, msg: bytes) -> None:
+    with _out:  # one line at a time from the two threads
+        sys.stdout.write(f"{who} {what} {msg.hex()}\n")
+        sys.stdout.flush()
 
 
 def message(opcode: int, tid: int, entries: list[bytes]) -> bytes:
@@ -45,13 +52,13 @@ def main() -> None:
     def serve() -> None:
         conn, _ = server.accept()
         request = recv_message(conn)
-        print("server received", request.hex(), flush=True)
+        say("server", "received", request)
         tid = HDR.unpack_from(request)[7]
         response = message(ACM_OP_RESOLVE | ACM_OP_ACK, tid,
                            [EP.pack(0x2B, ACM_EP_INFO_PATH, 0, record)])
         conn.send(response[:20])
         conn.send(response[20:])
-        print("server sent", response.hex(), flush=True)
+        say("server", "sent", response)
         conn.close()
 
     thread = threading.Thread(target=serve)
@@ -62,8 +69,8 @@ def main() -> None:
         EP.pack(ACM_EP_FLAG_SOURCE, ACM_EP_INFO_ADDRESS_IP, 0, socket.inet_aton("192.0.2.1")),
         EP.pack(ACM_EP_FLAG_DEST, ACM_EP_INFO_ADDRESS_IP, 0, socket.inet_aton("192.0.2.2"))])
     client.send(request)
-    print("client sent", request.hex(), flush=True)
-    print("client received", recv_message(client).hex(), flush=True)
+    say("client", "sent", request)
+    say("client", "received", recv_message(client))
     thread.join()
     client.close()
     server.close()
