@@ -40,21 +40,29 @@ local MAX_LIST_ITEMS = 4096
 VS[1] = {[0] = "Raw", [1] = "IP non-IBA", [2] = "IBA local", [3] = "IBA global"}
 VS[2] = {[0] = "RC_SEND_FIRST", [1] = "RC_SEND_MIDDLE", [2] = "RC_SEND_LAST", [3] = "RC_SEND_LAST_WITH_IMMEDIATE", [4] = "RC_SEND_ONLY", [5] = "RC_SEND_ONLY_WITH_IMMEDIATE", [6] = "RC_RDMA_WRITE_FIRST", [7] = "RC_RDMA_WRITE_MIDDLE", [8] = "RC_RDMA_WRITE_LAST", [9] = "RC_RDMA_WRITE_LAST_WITH_IMMEDIATE", [10] = "RC_RDMA_WRITE_ONLY", [11] = "RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", [12] = "RC_RDMA_READ_REQUEST", [13] = "RC_RDMA_READ_RESPONSE_FIRST", [14] = "RC_RDMA_READ_RESPONSE_MIDDLE", [15] = "RC_RDMA_READ_RESPONSE_LAST", [16] = "RC_RDMA_READ_RESPONSE_ONLY", [17] = "RC_ACKNOWLEDGE", [18] = "RC_ATOMIC_ACKNOWLEDGE", [19] = "RC_COMPARE_SWAP", [20] = "RC_FETCH_ADD", [32] = "UC_SEND_FIRST", [33] = "UC_SEND_MIDDLE", [34] = "UC_SEND_LAST", [35] = "UC_SEND_LAST_WITH_IMMEDIATE", [36] = "UC_SEND_ONLY", [37] = "UC_SEND_ONLY_WITH_IMMEDIATE", [38] = "UC_RDMA_WRITE_FIRST", [39] = "UC_RDMA_WRITE_MIDDLE", [40] = "UC_RDMA_WRITE_LAST", [41] = "UC_RDMA_WRITE_LAST_WITH_IMMEDIATE", [42] = "UC_RDMA_WRITE_ONLY", [43] = "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", [64] = "RD_SEND_FIRST", [65] = "RD_SEND_MIDDLE", [66] = "RD_SEND_LAST", [67] = "RD_SEND_LAST_WITH_IMMEDIATE", [68] = "RD_SEND_ONLY", [69] = "RD_SEND_ONLY_WITH_IMMEDIATE", [70] = "RD_RDMA_WRITE_FIRST", [71] = "RD_RDMA_WRITE_MIDDLE", [72] = "RD_RDMA_WRITE_LAST", [73] = "RD_RDMA_WRITE_LAST_WITH_IMMEDIATE", [74] = "RD_RDMA_WRITE_ONLY", [75] = "RD_RDMA_WRITE_ONLY_WITH_IMMEDIATE", [76] = "RD_RDMA_READ_REQUEST", [77] = "RD_RDMA_READ_RESPONSE_FIRST", [78] = "RD_RDMA_READ_RESPONSE_MIDDLE", [79] = "RD_RDMA_READ_RESPONSE_LAST", [80] = "RD_RDMA_READ_RESPONSE_ONLY", [81] = "RD_ACKNOWLEDGE", [82] = "RD_ATOMIC_ACKNOWLEDGE", [83] = "RD_COMPARE_SWAP", [84] = "RD_FETCH_ADD", [100] = "UD_SEND_ONLY", [101] = "UD_SEND_ONLY_WITH_IMMEDIATE", [129] = "CNP"}
 VS[3] = {[1] = "RDMA_CM", [2] = "IWCM", [3] = "RSVD", [4] = "LS", [5] = "NLDEV"}
-VS[4] = {[0] = "ALL", [1] = "UNIDIRECTIONAL", [2] = "GMP"}
-VS[5] = {[1] = "SubnMgt", [3] = "SubnAdm", [4] = "PerfMgt", [5] = "BM", [6] = "DevMgt", [7] = "CM", [8] = "SNMP", [16] = "DevAdm", [18] = "BIS", [33] = "CongestionMgt", [44] = "ibacm", [129] = "SubnMgtDirectedRoute"}
-VS[6] = {[1] = "Get", [2] = "Set", [3] = "Send", [5] = "Trap", [6] = "Report", [7] = "TrapRepress", [18] = "GetTable", [19] = "GetTraceTable", [20] = "GetMulti", [21] = "Delete", [129] = "GetResp", [134] = "ReportResp", [146] = "GetTableResp", [148] = "GetMultiResp", [149] = "DeleteResp"}
-VS[7] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "largest/smallest available"}
-VS[8] = {[1] = "256", [2] = "512", [3] = "1024", [4] = "2048", [5] = "4096"}
-VS[9] = {[0] = "port current", [2] = "2.5 Gb/s", [3] = "10 Gb/s", [4] = "30 Gb/s", [5] = "5 Gb/s", [6] = "20 Gb/s", [7] = "40 Gb/s", [8] = "60 Gb/s", [9] = "80 Gb/s", [10] = "120 Gb/s", [11] = "14 Gb/s", [12] = "56 Gb/s", [13] = "112 Gb/s", [14] = "168 Gb/s", [15] = "25 Gb/s", [16] = "100 Gb/s", [17] = "200 Gb/s", [18] = "300 Gb/s", [19] = "28 Gb/s", [20] = "50 Gb/s", [21] = "400 Gb/s", [22] = "600 Gb/s", [23] = "800 Gb/s", [24] = "1200 Gb/s", [25] = "1600 Gb/s"}
-VS[10] = {[0] = "4.096 \194\181s", [1] = "8.192 \194\181s", [2] = "16.38 \194\181s", [3] = "32.77 \194\181s", [4] = "65.54 \194\181s", [5] = "131.1 \194\181s", [6] = "262.1 \194\181s", [7] = "524.3 \194\181s", [8] = "1.049 ms", [9] = "2.097 ms", [10] = "4.194 ms", [11] = "8.389 ms", [12] = "16.78 ms", [13] = "33.55 ms", [14] = "67.11 ms", [15] = "134.2 ms", [16] = "268.4 ms", [17] = "536.9 ms", [18] = "1.074 s", [19] = "2.147 s", [20] = "4.295 s", [21] = "8.59 s", [22] = "17.18 s", [23] = "34.36 s", [24] = "68.72 s", [25] = "137.4 s", [26] = "274.9 s", [27] = "549.8 s", [28] = "1100 s", [29] = "2199 s", [30] = "4398 s", [31] = "8796 s", [32] = "1.759e+04 s", [33] = "3.518e+04 s", [34] = "7.037e+04 s", [35] = "1.407e+05 s", [36] = "2.815e+05 s", [37] = "5.629e+05 s", [38] = "1.126e+06 s", [39] = "2.252e+06 s", [40] = "4.504e+06 s", [41] = "9.007e+06 s", [42] = "1.801e+07 s", [43] = "3.603e+07 s", [44] = "7.206e+07 s", [45] = "1.441e+08 s", [46] = "2.882e+08 s", [47] = "5.765e+08 s", [48] = "1.153e+09 s", [49] = "2.306e+09 s", [50] = "4.612e+09 s", [51] = "9.223e+09 s", [52] = "1.845e+10 s", [53] = "3.689e+10 s", [54] = "7.379e+10 s", [55] = "1.476e+11 s", [56] = "2.951e+11 s", [57] = "5.903e+11 s", [58] = "1.181e+12 s", [59] = "2.361e+12 s", [60] = "4.722e+12 s", [61] = "9.445e+12 s", [62] = "1.889e+13 s", [63] = "3.778e+13 s"}
-VS[11] = {[0] = "UNSPEC", [1] = "PATH_RECORD", [2] = "TIMEOUT", [3] = "SERVICE_ID", [4] = "DGID", [5] = "SGID", [6] = "TCLASS", [7] = "PKEY", [8] = "QOS_CLASS", [9] = "IPV4", [10] = "IPV6"}
-VS[12] = {[0] = "none", [1] = "DATA", [2] = "ACK", [3] = "STOP", [4] = "ABORT"}
-VS[13] = {[0] = "OK", [1] = "RESX", [118] = "T2L", [119] = "BAD_LEN", [120] = "BAD_SEG", [121] = "BADT", [122] = "W2S", [123] = "S2B", [124] = "BAD_STATUS", [125] = "UNV", [126] = "TMR", [127] = "UNSPEC"}
-VS[14] = {[0] = "4.096 \194\181s", [1] = "8.192 \194\181s", [2] = "16.38 \194\181s", [3] = "32.77 \194\181s", [4] = "65.54 \194\181s", [5] = "131.1 \194\181s", [6] = "262.1 \194\181s", [7] = "524.3 \194\181s", [8] = "1.049 ms", [9] = "2.097 ms", [10] = "4.194 ms", [11] = "8.389 ms", [12] = "16.78 ms", [13] = "33.55 ms", [14] = "67.11 ms", [15] = "134.2 ms", [16] = "268.4 ms", [17] = "536.9 ms", [18] = "1.074 s", [19] = "2.147 s", [20] = "4.295 s", [21] = "8.59 s", [22] = "17.18 s", [23] = "34.36 s", [24] = "68.72 s", [25] = "137.4 s", [26] = "274.9 s", [27] = "549.8 s", [28] = "1100 s", [29] = "2199 s", [30] = "4398 s", [31] = "8796 s"}
-VS[15] = {[0] = "RC", [1] = "UC", [2] = "RD", [3] = "reserved"}
-VS[16] = {[0] = "REQ", [1] = "REP", [2] = "other"}
-VS[17] = {[1] = "no QP", [2] = "no EEC", [3] = "no resources", [4] = "timeout", [5] = "unsupported", [6] = "invalid comm ID", [7] = "invalid comm instance", [8] = "invalid service ID", [9] = "invalid transport type", [10] = "stale conn", [11] = "RDC not exist", [12] = "invalid GID", [13] = "invalid LID", [14] = "invalid SL", [15] = "invalid traffic class", [16] = "invalid hop limit", [17] = "invalid packet rate", [18] = "invalid alt GID", [19] = "invalid alt LID", [20] = "invalid alt SL", [21] = "invalid alt traffic class", [22] = "invalid alt hop limit", [23] = "invalid alt packet rate", [24] = "port CM redirect", [25] = "port redirect", [26] = "invalid MTU", [27] = "insufficient resp resources", [28] = "consumer defined", [29] = "invalid RNR retry", [30] = "duplicate local comm ID", [31] = "invalid class version", [32] = "invalid flow label", [33] = "invalid alt flow label", [35] = "VENDOR_OPTION_NOT_SUPPORTED"}
-VS[18] = {[0] = "accepted", [1] = "rejected (not supported)", [2] = "rejected", [3] = "reserved"}
+VS[4] = {[0] = "CREATE_ID", [1] = "DESTROY_ID", [2] = "BIND_IP", [3] = "RESOLVE_IP", [4] = "RESOLVE_ROUTE", [5] = "QUERY_ROUTE", [6] = "CONNECT", [7] = "LISTEN", [8] = "ACCEPT", [9] = "REJECT", [10] = "DISCONNECT", [11] = "INIT_QP_ATTR", [12] = "GET_EVENT", [13] = "GET_OPTION", [14] = "SET_OPTION", [15] = "NOTIFY", [16] = "JOIN_IP_MCAST", [17] = "LEAVE_MCAST", [18] = "MIGRATE_ID", [19] = "QUERY", [20] = "BIND", [21] = "RESOLVE_ADDR", [22] = "JOIN_MCAST"}
+VS[5] = {[1] = "RESOLVE", [2] = "PERF_QUERY", [3] = "EP_QUERY", [129] = "RESOLVE|ACK", [130] = "PERF_QUERY|ACK", [131] = "EP_QUERY|ACK"}
+VS[6] = {[0] = "SUCCESS", [1] = "ENOMEM", [2] = "EINVAL", [3] = "ENODATA", [5] = "ENOTCONN", [6] = "ETIMEDOUT", [7] = "ESRCADDR", [8] = "ESRCTYPE", [9] = "EDESTADDR", [10] = "EDESTTYPE"}
+VS[7] = {[0] = "ALL", [1] = "UNIDIRECTIONAL", [2] = "GMP"}
+VS[8] = {[2] = "IPOIB", [262] = "TCP", [273] = "UDP", [319] = "IB"}
+VS[9] = {[0] = "ID", [1] = "IB"}
+VS[10] = {[0] = "ADDR", [1] = "PATH", [2] = "GID"}
+VS[11] = {[1] = "SubnMgt", [3] = "SubnAdm", [4] = "PerfMgt", [5] = "BM", [6] = "DevMgt", [7] = "CM", [8] = "SNMP", [16] = "DevAdm", [18] = "BIS", [33] = "CongestionMgt", [44] = "ibacm", [129] = "SubnMgtDirectedRoute"}
+VS[12] = {[1] = "Get", [2] = "Set", [3] = "Send", [5] = "Trap", [6] = "Report", [7] = "TrapRepress", [18] = "GetTable", [19] = "GetTraceTable", [20] = "GetMulti", [21] = "Delete", [129] = "GetResp", [134] = "ReportResp", [146] = "GetTableResp", [148] = "GetMultiResp", [149] = "DeleteResp"}
+VS[13] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "largest/smallest available"}
+VS[14] = {[1] = "256", [2] = "512", [3] = "1024", [4] = "2048", [5] = "4096"}
+VS[15] = {[0] = "port current", [2] = "2.5 Gb/s", [3] = "10 Gb/s", [4] = "30 Gb/s", [5] = "5 Gb/s", [6] = "20 Gb/s", [7] = "40 Gb/s", [8] = "60 Gb/s", [9] = "80 Gb/s", [10] = "120 Gb/s", [11] = "14 Gb/s", [12] = "56 Gb/s", [13] = "112 Gb/s", [14] = "168 Gb/s", [15] = "25 Gb/s", [16] = "100 Gb/s", [17] = "200 Gb/s", [18] = "300 Gb/s", [19] = "28 Gb/s", [20] = "50 Gb/s", [21] = "400 Gb/s", [22] = "600 Gb/s", [23] = "800 Gb/s", [24] = "1200 Gb/s", [25] = "1600 Gb/s"}
+VS[16] = {[0] = "4.096 \194\181s", [1] = "8.192 \194\181s", [2] = "16.38 \194\181s", [3] = "32.77 \194\181s", [4] = "65.54 \194\181s", [5] = "131.1 \194\181s", [6] = "262.1 \194\181s", [7] = "524.3 \194\181s", [8] = "1.049 ms", [9] = "2.097 ms", [10] = "4.194 ms", [11] = "8.389 ms", [12] = "16.78 ms", [13] = "33.55 ms", [14] = "67.11 ms", [15] = "134.2 ms", [16] = "268.4 ms", [17] = "536.9 ms", [18] = "1.074 s", [19] = "2.147 s", [20] = "4.295 s", [21] = "8.59 s", [22] = "17.18 s", [23] = "34.36 s", [24] = "68.72 s", [25] = "137.4 s", [26] = "274.9 s", [27] = "549.8 s", [28] = "1100 s", [29] = "2199 s", [30] = "4398 s", [31] = "8796 s", [32] = "1.759e+04 s", [33] = "3.518e+04 s", [34] = "7.037e+04 s", [35] = "1.407e+05 s", [36] = "2.815e+05 s", [37] = "5.629e+05 s", [38] = "1.126e+06 s", [39] = "2.252e+06 s", [40] = "4.504e+06 s", [41] = "9.007e+06 s", [42] = "1.801e+07 s", [43] = "3.603e+07 s", [44] = "7.206e+07 s", [45] = "1.441e+08 s", [46] = "2.882e+08 s", [47] = "5.765e+08 s", [48] = "1.153e+09 s", [49] = "2.306e+09 s", [50] = "4.612e+09 s", [51] = "9.223e+09 s", [52] = "1.845e+10 s", [53] = "3.689e+10 s", [54] = "7.379e+10 s", [55] = "1.476e+11 s", [56] = "2.951e+11 s", [57] = "5.903e+11 s", [58] = "1.181e+12 s", [59] = "2.361e+12 s", [60] = "4.722e+12 s", [61] = "9.445e+12 s", [62] = "1.889e+13 s", [63] = "3.778e+13 s"}
+VS[17] = {[0] = "UNSPEC", [1] = "PATH_RECORD", [2] = "TIMEOUT", [3] = "SERVICE_ID", [4] = "DGID", [5] = "SGID", [6] = "TCLASS", [7] = "PKEY", [8] = "QOS_CLASS", [9] = "IPV4", [10] = "IPV6"}
+VS[18] = {[0] = "ADDR_RESOLVED", [1] = "ADDR_ERROR", [2] = "ROUTE_RESOLVED", [3] = "ROUTE_ERROR", [4] = "CONNECT_REQUEST", [5] = "CONNECT_RESPONSE", [6] = "CONNECT_ERROR", [7] = "UNREACHABLE", [8] = "REJECTED", [9] = "ESTABLISHED", [10] = "DISCONNECTED", [11] = "DEVICE_REMOVAL", [12] = "MULTICAST_JOIN", [13] = "MULTICAST_ERROR", [14] = "ADDR_CHANGE", [15] = "TIMEWAIT_EXIT"}
+VS[19] = {[1] = "NAME", [2] = "ADDRESS_IP", [3] = "ADDRESS_IP6", [16] = "PATH"}
+VS[20] = {[0] = "none", [1] = "DATA", [2] = "ACK", [3] = "STOP", [4] = "ABORT"}
+VS[21] = {[0] = "OK", [1] = "RESX", [118] = "T2L", [119] = "BAD_LEN", [120] = "BAD_SEG", [121] = "BADT", [122] = "W2S", [123] = "S2B", [124] = "BAD_STATUS", [125] = "UNV", [126] = "TMR", [127] = "UNSPEC"}
+VS[22] = {[0] = "4.096 \194\181s", [1] = "8.192 \194\181s", [2] = "16.38 \194\181s", [3] = "32.77 \194\181s", [4] = "65.54 \194\181s", [5] = "131.1 \194\181s", [6] = "262.1 \194\181s", [7] = "524.3 \194\181s", [8] = "1.049 ms", [9] = "2.097 ms", [10] = "4.194 ms", [11] = "8.389 ms", [12] = "16.78 ms", [13] = "33.55 ms", [14] = "67.11 ms", [15] = "134.2 ms", [16] = "268.4 ms", [17] = "536.9 ms", [18] = "1.074 s", [19] = "2.147 s", [20] = "4.295 s", [21] = "8.59 s", [22] = "17.18 s", [23] = "34.36 s", [24] = "68.72 s", [25] = "137.4 s", [26] = "274.9 s", [27] = "549.8 s", [28] = "1100 s", [29] = "2199 s", [30] = "4398 s", [31] = "8796 s"}
+VS[23] = {[0] = "RC", [1] = "UC", [2] = "RD", [3] = "reserved"}
+VS[24] = {[0] = "REQ", [1] = "REP", [2] = "other"}
+VS[25] = {[1] = "no QP", [2] = "no EEC", [3] = "no resources", [4] = "timeout", [5] = "unsupported", [6] = "invalid comm ID", [7] = "invalid comm instance", [8] = "invalid service ID", [9] = "invalid transport type", [10] = "stale conn", [11] = "RDC not exist", [12] = "invalid GID", [13] = "invalid LID", [14] = "invalid SL", [15] = "invalid traffic class", [16] = "invalid hop limit", [17] = "invalid packet rate", [18] = "invalid alt GID", [19] = "invalid alt LID", [20] = "invalid alt SL", [21] = "invalid alt traffic class", [22] = "invalid alt hop limit", [23] = "invalid alt packet rate", [24] = "port CM redirect", [25] = "port redirect", [26] = "invalid MTU", [27] = "insufficient resp resources", [28] = "consumer defined", [29] = "invalid RNR retry", [30] = "duplicate local comm ID", [31] = "invalid class version", [32] = "invalid flow label", [33] = "invalid alt flow label", [35] = "VENDOR_OPTION_NOT_SUPPORTED"}
+VS[26] = {[0] = "accepted", [1] = "rejected (not supported)", [2] = "rejected", [3] = "reserved"}
 PF[1] = ProtoField.uint8("ibpath.lrh.vl", "VL", base.DEC, nil, 0xf0, "")
 PF[2] = ProtoField.uint8("ibpath.lrh.lver", "LVer", base.DEC, nil, 0xf, "")
 PF[3] = ProtoField.uint8("ibpath.lrh.sl", "SL", base.DEC, nil, 0xf0, "")
@@ -96,223 +104,312 @@ PF[38] = ProtoField.bool("ibpath.nl.nlmsg_flags.atomic", "ATOMIC", 16, nil, 0x40
 PF[39] = ProtoField.bool("ibpath.nl.nlmsg_flags.append", "APPEND", 16, nil, 0x800, "")
 PF[40] = ProtoField.uint32("ibpath.nl.nlmsg_seq", "nlmsg Seq", base.DEC, nil, nil, "")
 PF[41] = ProtoField.uint32("ibpath.nl.nlmsg_pid", "nlmsg Pid", base.DEC, nil, nil, "")
-PF[42] = ProtoField.uint8("ibpath.grh.ipver", "Ipver", base.DEC, nil, 0xf0, "")
-PF[43] = ProtoField.uint16("ibpath.grh.tclass", "TClass", base.DEC, nil, 0xff0, "")
-PF[44] = ProtoField.uint24("ibpath.grh.flowlabel", "Flowlabel", base.DEC, nil, 0xfffff, "")
-PF[45] = ProtoField.uint16("ibpath.grh.paylen", "Paylen", base.DEC, nil, nil, "")
-PF[46] = ProtoField.uint8("ibpath.grh.nexthdr", "Nexthdr", base.DEC, nil, nil, "")
-PF[47] = ProtoField.uint8("ibpath.grh.hoplmt", "Hoplmt", base.DEC, nil, nil, "")
-PF[48] = ProtoField.ipv6("ibpath.grh.sgid", "SGID", "")
-PF[49] = ProtoField.ipv6("ibpath.grh.dgid", "DGID", "")
-PF[50] = ProtoField.uint64("ibpath.cnppadding.reserved1", "Reserved1", base.HEX, nil, nil, "")
-PF[51] = ProtoField.uint64("ibpath.cnppadding.reserved2", "Reserved2", base.HEX, nil, nil, "")
-PF[52] = ProtoField.uint8("ibpath.aeth.syndrome", "Syndrome", base.HEX, nil, nil, "")
-PF[53] = ProtoField.uint24("ibpath.aeth.msn", "Msn", base.HEX, nil, nil, "")
-PF[54] = ProtoField.uint32("ibpath.deth.q_key", "Q Key", base.HEX, nil, nil, "")
-PF[55] = ProtoField.uint8("ibpath.deth.reserved_32", "Reserved 32", base.HEX, nil, nil, "")
-PF[56] = ProtoField.uint24("ibpath.deth.src_qp", "Src QP", base.HEX, nil, nil, "")
-PF[57] = ProtoField.uint32("ibpath.pathdata.flags", "Flags", base.HEX, nil, nil, "")
-PF[58] = ProtoField.bool("ibpath.pathdata.flags.gmp", "GMP", 32, nil, 1, "")
-PF[59] = ProtoField.bool("ibpath.pathdata.flags.primary", "PRIMARY", 32, nil, 2, "")
-PF[60] = ProtoField.bool("ibpath.pathdata.flags.alternate", "ALTERNATE", 32, nil, 4, "")
-PF[61] = ProtoField.bool("ibpath.pathdata.flags.outbound", "OUTBOUND", 32, nil, 8, "")
-PF[62] = ProtoField.bool("ibpath.pathdata.flags.inbound", "INBOUND", 32, nil, 0x10, "")
-PF[63] = ProtoField.bool("ibpath.pathdata.flags.inbound_reverse", "INBOUND REVERSE", 32, nil, 0x20, "")
-PF[64] = ProtoField.uint32("ibpath.pathdata.reserved", "Reserved", base.HEX, nil, nil, "")
-PF[65] = ProtoField.bytes("ibpath.ls_resolve_request.device_name", "Device Name", "")
-PF[66] = ProtoField.uint8("ibpath.ls_resolve_request.port_num", "Port Num", base.DEC, nil, nil, "")
-PF[67] = ProtoField.uint8("ibpath.ls_resolve_request.path_use", "Path Use", base.DEC, VS[4], nil, "")
-PF[68] = ProtoField.uint16("ibpath.ls_resolve_request.reserved_528", "Reserved 528", base.HEX, nil, nil, "")
-PF[69] = ProtoField.bytes("ibpath.ls_resolve_request.trailing", "Trailing", "")
-PF[70] = ProtoField.bytes("ibpath.ls_resolve_response.trailing", "Trailing", "")
-PF[71] = ProtoField.bytes("ibpath.ls_set_timeout.trailing", "Trailing", "")
-PF[72] = ProtoField.uint32("ibpath.ls_ip_resolve_request.ifindex", "Ifindex", base.DEC, nil, nil, "")
-PF[73] = ProtoField.bytes("ibpath.ls_ip_resolve_request.trailing", "Trailing", "")
-PF[74] = ProtoField.bytes("ibpath.ls_ip_resolve_response.trailing", "Trailing", "")
-PF[75] = ProtoField.uint8("ibpath.mad.base_version", "Base Version", base.DEC, nil, nil, "")
-PF[76] = ProtoField.uint8("ibpath.mad.mgmt_class", "Mgmt Class", base.DEC, VS[5], nil, "")
-PF[77] = ProtoField.uint8("ibpath.mad.class_version", "Class Version", base.DEC, nil, nil, "")
-PF[78] = ProtoField.uint8("ibpath.mad.method", "Method", base.DEC, VS[6], nil, "")
-PF[79] = ProtoField.uint16("ibpath.mad.status", "Status", base.HEX, nil, nil, "")
-PF[80] = ProtoField.uint16("ibpath.mad.class_specific", "Class Specific", base.HEX, nil, nil, "")
-PF[81] = ProtoField.uint64("ibpath.mad.transaction_id", "Transaction ID", base.HEX, nil, nil, "")
-PF[82] = ProtoField.uint16("ibpath.mad.attribute_id", "Attribute ID", base.HEX, nil, nil, "")
-PF[83] = ProtoField.uint16("ibpath.mad.reserved_144", "Reserved 144", base.HEX, nil, nil, "")
-PF[84] = ProtoField.uint32("ibpath.mad.attribute_modifier", "Attribute Modifier", base.HEX, nil, nil, "")
-PF[85] = ProtoField.uint64("ibpath.pathrecord.service_id", "Service ID", base.HEX, nil, nil, "")
-PF[86] = ProtoField.ipv6("ibpath.pathrecord.dgid", "DGID", "")
-PF[87] = ProtoField.ipv6("ibpath.pathrecord.sgid", "SGID", "")
-PF[88] = ProtoField.uint16("ibpath.pathrecord.dlid", "DLID", base.DEC_HEX, nil, nil, "")
-PF[89] = ProtoField.uint16("ibpath.pathrecord.slid", "SLID", base.DEC_HEX, nil, nil, "")
-PF[90] = ProtoField.uint8("ibpath.pathrecord.raw_traffic", "Raw Traffic", base.DEC, nil, 0x80, "")
-PF[91] = ProtoField.uint8("ibpath.pathrecord.reserved_353", "Reserved 353", base.HEX, nil, 0x70, "")
-PF[92] = ProtoField.uint24("ibpath.pathrecord.flow_label", "Flow Label", base.HEX, nil, 0xfffff, "")
-PF[93] = ProtoField.uint8("ibpath.pathrecord.hop_limit", "Hop Limit", base.DEC, nil, nil, "")
-PF[94] = ProtoField.uint8("ibpath.pathrecord.tclass", "TClass", base.HEX, nil, nil, "")
-PF[95] = ProtoField.uint8("ibpath.pathrecord.reversible", "Reversible", base.DEC, nil, 0x80, "")
-PF[96] = ProtoField.uint8("ibpath.pathrecord.numb_path", "Numb Path", base.DEC, nil, 0x7f, "")
-PF[97] = ProtoField.uint16("ibpath.pathrecord.pkey", "P_Key", base.HEX, nil, nil, "")
-PF[98] = ProtoField.uint16("ibpath.pathrecord.qos_class", "QoS Class", base.HEX, nil, 0xfff0, "")
-PF[99] = ProtoField.uint8("ibpath.pathrecord.sl", "SL", base.DEC, nil, 0xf, "")
-PF[100] = ProtoField.uint8("ibpath.pathrecord.mtu_selector", "MTU Selector", base.DEC, VS[7], 0xc0, "")
-PF[101] = ProtoField.uint8("ibpath.pathrecord.mtu", "MTU", base.DEC, VS[8], 0x3f, "")
-PF[102] = ProtoField.uint8("ibpath.pathrecord.rate_selector", "Rate Selector", base.DEC, VS[7], 0xc0, "")
-PF[103] = ProtoField.uint8("ibpath.pathrecord.rate", "Rate", base.DEC, VS[9], 0x3f, "")
-PF[104] = ProtoField.uint8("ibpath.pathrecord.packet_life_time_selector", "Packet Life Time Selector", base.DEC, VS[7], 0xc0, "")
-PF[105] = ProtoField.uint8("ibpath.pathrecord.packet_life_time", "Packet Life Time", base.DEC, VS[10], 0x3f, "")
-PF[106] = ProtoField.uint8("ibpath.pathrecord.preference", "Preference", base.DEC, nil, nil, "")
-PF[107] = ProtoField.uint64("ibpath.pathrecord.reserved_464", "Reserved 464", base.HEX, nil, nil, "")
-PF[108] = ProtoField.uint16("ibpath.ls_attr.nla_len", "NLA Len", base.DEC, nil, nil, "")
-PF[109] = ProtoField.uint16("ibpath.ls_attr.nested", "Nested", base.DEC, nil, 0x8000, "")
-PF[110] = ProtoField.uint16("ibpath.ls_attr.net_byteorder", "Net Byteorder", base.DEC, nil, 0x4000, "")
-PF[111] = ProtoField.uint16("ibpath.ls_attr.mandatory", "Mandatory", base.DEC, nil, 0x2000, "")
-PF[112] = ProtoField.uint16("ibpath.ls_attr.nla_type", "NLA Type", base.DEC, VS[11], 0x1fff, "")
-PF[113] = ProtoField.uint8("ibpath.rmpp.rmpp_version", "RMPP Version", base.DEC, nil, nil, "")
-PF[114] = ProtoField.uint8("ibpath.rmpp.rmpp_type", "RMPP Type", base.DEC, VS[12], nil, "")
-PF[115] = ProtoField.uint8("ibpath.rmpp.r_resp_time", "R Resp Time", base.DEC, nil, 0xf8, "")
-PF[116] = ProtoField.uint8("ibpath.rmpp.rmpp_flags", "RMPP Flags", base.HEX, nil, 7, "")
-PF[117] = ProtoField.bool("ibpath.rmpp.rmpp_flags.active", "Active", 8, nil, 1, "")
-PF[118] = ProtoField.bool("ibpath.rmpp.rmpp_flags.first", "First", 8, nil, 2, "")
-PF[119] = ProtoField.bool("ibpath.rmpp.rmpp_flags.last", "Last", 8, nil, 4, "")
-PF[120] = ProtoField.uint8("ibpath.rmpp.rmpp_status", "RMPP Status", base.DEC, VS[13], nil, "")
-PF[121] = ProtoField.uint32("ibpath.rmpp.segment_number", "Segment Number", base.DEC, nil, nil, "")
-PF[122] = ProtoField.uint32("ibpath.rmpp.payload_length", "Payload Length", base.DEC, nil, nil, "")
-PF[123] = ProtoField.uint32("ibpath.cm_req.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[124] = ProtoField.uint32("ibpath.cm_req.reserved_32", "Reserved 32", base.HEX, nil, nil, "")
-PF[125] = ProtoField.uint64("ibpath.cm_req.service_id", "Service ID", base.HEX, nil, nil, "")
-PF[126] = ProtoField.uint64("ibpath.cm_req.local_ca_guid", "Local CA GUID", base.HEX, nil, nil, "")
-PF[127] = ProtoField.uint32("ibpath.cm_req.reserved_192", "Reserved 192", base.HEX, nil, nil, "")
-PF[128] = ProtoField.uint32("ibpath.cm_req.local_q_key", "Local Q Key", base.HEX, nil, nil, "")
-PF[129] = ProtoField.uint24("ibpath.cm_req.local_qpn", "Local QPN", base.HEX, nil, nil, "")
-PF[130] = ProtoField.uint8("ibpath.cm_req.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
-PF[131] = ProtoField.uint24("ibpath.cm_req.local_eecn", "Local EECN", base.HEX, nil, nil, "")
-PF[132] = ProtoField.uint8("ibpath.cm_req.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
-PF[133] = ProtoField.uint24("ibpath.cm_req.remote_eecn", "Remote EECN", base.HEX, nil, nil, "")
-PF[134] = ProtoField.uint8("ibpath.cm_req.remote_cm_response_timeout", "Remote CM Response Timeout", base.DEC, VS[14], 0xf8, "")
-PF[135] = ProtoField.uint8("ibpath.cm_req.transport_service_type", "Transport Service Type", base.DEC, VS[15], 6, "")
-PF[136] = ProtoField.uint8("ibpath.cm_req.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
-PF[137] = ProtoField.uint24("ibpath.cm_req.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
-PF[138] = ProtoField.uint8("ibpath.cm_req.local_cm_response_timeout", "Local CM Response Timeout", base.DEC, VS[14], 0xf8, "")
-PF[139] = ProtoField.uint8("ibpath.cm_req.retry_count", "Retry Count", base.DEC, nil, 7, "")
-PF[140] = ProtoField.uint16("ibpath.cm_req.pkey", "P_Key", base.HEX, nil, nil, "")
-PF[141] = ProtoField.uint8("ibpath.cm_req.path_packet_payload_mtu", "Path Packet Payload MTU", base.DEC, VS[8], 0xf0, "")
-PF[142] = ProtoField.uint8("ibpath.cm_req.rdc_exists", "RDC Exists", base.DEC, nil, 8, "")
-PF[143] = ProtoField.uint8("ibpath.cm_req.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 7, "")
-PF[144] = ProtoField.uint8("ibpath.cm_req.max_cm_retries", "Max CM Retries", base.DEC, nil, 0xf0, "")
-PF[145] = ProtoField.uint8("ibpath.cm_req.srq", "SRQ", base.DEC, nil, 8, "")
-PF[146] = ProtoField.uint8("ibpath.cm_req.extended_transport_type", "Extended Transport Type", base.DEC, nil, 7, "")
-PF[147] = ProtoField.uint16("ibpath.cm_req.primary_local_lid", "Primary Local LID", base.DEC_HEX, nil, nil, "")
-PF[148] = ProtoField.uint16("ibpath.cm_req.primary_remote_lid", "Primary Remote LID", base.DEC_HEX, nil, nil, "")
-PF[149] = ProtoField.ipv6("ibpath.cm_req.primary_local_gid", "Primary Local GID", "")
-PF[150] = ProtoField.ipv6("ibpath.cm_req.primary_remote_gid", "Primary Remote GID", "")
-PF[151] = ProtoField.uint24("ibpath.cm_req.primary_flow_label", "Primary Flow Label", base.HEX, nil, 0xfffff0, "")
-PF[152] = ProtoField.uint16("ibpath.cm_req.reserved_724", "Reserved 724", base.HEX, nil, 0xfc0, "")
-PF[153] = ProtoField.uint8("ibpath.cm_req.primary_packet_rate", "Primary Packet Rate", base.DEC, VS[9], 0x3f, "")
-PF[154] = ProtoField.uint8("ibpath.cm_req.primary_traffic_class", "Primary Traffic Class", base.HEX, nil, nil, "")
-PF[155] = ProtoField.uint8("ibpath.cm_req.primary_hop_limit", "Primary Hop Limit", base.DEC, nil, nil, "")
-PF[156] = ProtoField.uint8("ibpath.cm_req.primary_sl", "Primary SL", base.DEC, nil, 0xf0, "")
-PF[157] = ProtoField.uint8("ibpath.cm_req.primary_subnet_local", "Primary Subnet Local", base.DEC, nil, 8, "")
-PF[158] = ProtoField.uint8("ibpath.cm_req.reserved_757", "Reserved 757", base.HEX, nil, 7, "")
-PF[159] = ProtoField.uint8("ibpath.cm_req.primary_local_ack_timeout", "Primary Local ACK Timeout", base.DEC, VS[14], 0xf8, "")
-PF[160] = ProtoField.uint8("ibpath.cm_req.reserved_765", "Reserved 765", base.HEX, nil, 4, "")
-PF[161] = ProtoField.uint8("ibpath.cm_req.reserved_766", "Reserved 766", base.HEX, nil, 3, "")
-PF[162] = ProtoField.uint16("ibpath.cm_req.alternate_local_lid", "Alternate Local LID", base.DEC_HEX, nil, nil, "")
-PF[163] = ProtoField.uint16("ibpath.cm_req.alternate_remote_lid", "Alternate Remote LID", base.DEC_HEX, nil, nil, "")
-PF[164] = ProtoField.ipv6("ibpath.cm_req.alternate_local_gid", "Alternate Local GID", "")
-PF[165] = ProtoField.ipv6("ibpath.cm_req.alternate_remote_gid", "Alternate Remote GID", "")
-PF[166] = ProtoField.uint24("ibpath.cm_req.alternate_flow_label", "Alternate Flow Label", base.HEX, nil, 0xfffff0, "")
-PF[167] = ProtoField.uint16("ibpath.cm_req.reserved_1076", "Reserved 1076", base.HEX, nil, 0xfc0, "")
-PF[168] = ProtoField.uint8("ibpath.cm_req.alternate_packet_rate", "Alternate Packet Rate", base.DEC, VS[9], 0x3f, "")
-PF[169] = ProtoField.uint8("ibpath.cm_req.alternate_traffic_class", "Alternate Traffic Class", base.HEX, nil, nil, "")
-PF[170] = ProtoField.uint8("ibpath.cm_req.alternate_hop_limit", "Alternate Hop Limit", base.DEC, nil, nil, "")
-PF[171] = ProtoField.uint8("ibpath.cm_req.alternate_sl", "Alternate SL", base.DEC, nil, 0xf0, "")
-PF[172] = ProtoField.uint8("ibpath.cm_req.alternate_subnet_local", "Alternate Subnet Local", base.DEC, nil, 8, "")
-PF[173] = ProtoField.uint8("ibpath.cm_req.reserved_1109", "Reserved 1109", base.HEX, nil, 7, "")
-PF[174] = ProtoField.uint8("ibpath.cm_req.alternate_local_ack_timeout", "Alternate Local ACK Timeout", base.DEC, VS[14], 0xf8, "")
-PF[175] = ProtoField.uint8("ibpath.cm_req.sap_supported", "SAP Supported", base.DEC, nil, 4, "")
-PF[176] = ProtoField.uint8("ibpath.cm_req.reserved_1118", "Reserved 1118", base.HEX, nil, 3, "")
-PF[177] = ProtoField.bytes("ibpath.cm_req.private_data", "Private Data", "")
-PF[178] = ProtoField.uint32("ibpath.cm_mra.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[179] = ProtoField.uint32("ibpath.cm_mra.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[180] = ProtoField.uint8("ibpath.cm_mra.message_mraed", "Message Mraed", base.DEC, VS[16], 0xc0, "")
-PF[181] = ProtoField.uint8("ibpath.cm_mra.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
-PF[182] = ProtoField.uint8("ibpath.cm_mra.service_timeout", "Service Timeout", base.DEC, VS[14], 0xf8, "")
-PF[183] = ProtoField.uint8("ibpath.cm_mra.reserved_77", "Reserved 77", base.HEX, nil, 7, "")
-PF[184] = ProtoField.bytes("ibpath.cm_mra.private_data", "Private Data", "")
-PF[185] = ProtoField.uint32("ibpath.cm_rej.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[186] = ProtoField.uint32("ibpath.cm_rej.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[187] = ProtoField.uint8("ibpath.cm_rej.message_rejected", "Message Rejected", base.DEC, VS[16], 0xc0, "")
-PF[188] = ProtoField.uint8("ibpath.cm_rej.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
-PF[189] = ProtoField.uint8("ibpath.cm_rej.reject_info_length", "Reject Info Length", base.DEC, nil, 0xfe, "")
-PF[190] = ProtoField.uint8("ibpath.cm_rej.reserved_79", "Reserved 79", base.HEX, nil, 1, "")
-PF[191] = ProtoField.uint16("ibpath.cm_rej.reason", "Reason", base.DEC, VS[17], nil, "")
-PF[192] = ProtoField.bytes("ibpath.cm_rej.ari", "ARI", "")
-PF[193] = ProtoField.bytes("ibpath.cm_rej.private_data", "Private Data", "")
-PF[194] = ProtoField.uint32("ibpath.cm_rep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[195] = ProtoField.uint32("ibpath.cm_rep.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[196] = ProtoField.uint32("ibpath.cm_rep.local_q_key", "Local Q Key", base.HEX, nil, nil, "")
-PF[197] = ProtoField.uint24("ibpath.cm_rep.local_qpn", "Local QPN", base.HEX, nil, nil, "")
-PF[198] = ProtoField.uint8("ibpath.cm_rep.reserved_120", "Reserved 120", base.HEX, nil, nil, "")
-PF[199] = ProtoField.uint24("ibpath.cm_rep.local_ee_context_number", "Local EE Context Number", base.HEX, nil, nil, "")
-PF[200] = ProtoField.uint8("ibpath.cm_rep.reserved_152", "Reserved 152", base.HEX, nil, nil, "")
-PF[201] = ProtoField.uint24("ibpath.cm_rep.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
-PF[202] = ProtoField.uint8("ibpath.cm_rep.reserved_184", "Reserved 184", base.HEX, nil, nil, "")
-PF[203] = ProtoField.uint8("ibpath.cm_rep.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
-PF[204] = ProtoField.uint8("ibpath.cm_rep.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
-PF[205] = ProtoField.uint8("ibpath.cm_rep.target_ack_delay", "Target ACK Delay", base.DEC, VS[14], 0xf8, "")
-PF[206] = ProtoField.uint8("ibpath.cm_rep.failover_accepted", "Failover Accepted", base.DEC, VS[18], 6, "")
-PF[207] = ProtoField.uint8("ibpath.cm_rep.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
-PF[208] = ProtoField.uint8("ibpath.cm_rep.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 0xe0, "")
-PF[209] = ProtoField.uint8("ibpath.cm_rep.srq", "SRQ", base.DEC, nil, 0x10, "")
-PF[210] = ProtoField.uint8("ibpath.cm_rep.reserved_220", "Reserved 220", base.HEX, nil, 0xf, "")
-PF[211] = ProtoField.uint64("ibpath.cm_rep.local_ca_guid", "Local CA GUID", base.HEX, nil, nil, "")
-PF[212] = ProtoField.bytes("ibpath.cm_rep.private_data", "Private Data", "")
-PF[213] = ProtoField.uint32("ibpath.cm_rtu.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[214] = ProtoField.uint32("ibpath.cm_rtu.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[215] = ProtoField.bytes("ibpath.cm_rtu.private_data", "Private Data", "")
-PF[216] = ProtoField.uint32("ibpath.cm_dreq.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[217] = ProtoField.uint32("ibpath.cm_dreq.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[218] = ProtoField.uint24("ibpath.cm_dreq.remote_qpn_eecn", "Remote QPN EECN", base.HEX, nil, nil, "")
-PF[219] = ProtoField.uint8("ibpath.cm_dreq.reserved_88", "Reserved 88", base.HEX, nil, nil, "")
-PF[220] = ProtoField.bytes("ibpath.cm_dreq.private_data", "Private Data", "")
-PF[221] = ProtoField.uint32("ibpath.cm_drep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[222] = ProtoField.uint32("ibpath.cm_drep.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[223] = ProtoField.bytes("ibpath.cm_drep.private_data", "Private Data", "")
-PF[224] = ProtoField.uint32("ibpath.ls_timeout.timeout_ms", "Timeout Ms", base.DEC, nil, nil, "")
-PF[225] = ProtoField.uint64("ibpath.ls_service_id.service_id", "Service ID", base.HEX, nil, nil, "")
-PF[226] = ProtoField.ipv6("ibpath.ls_dgid.dgid", "DGID", "")
-PF[227] = ProtoField.ipv6("ibpath.ls_sgid.sgid", "SGID", "")
-PF[228] = ProtoField.uint8("ibpath.ls_tclass.tclass", "TClass", base.HEX, nil, nil, "")
-PF[229] = ProtoField.uint16("ibpath.ls_pkey.pkey", "P_Key", base.HEX, nil, nil, "")
-PF[230] = ProtoField.uint16("ibpath.ls_qos_class.qos_class", "QoS Class", base.DEC, nil, nil, "")
-PF[231] = ProtoField.ipv4("ibpath.ls_ipv4.ipv4", "Ipv4", "")
-PF[232] = ProtoField.ipv6("ibpath.ls_ipv6.ipv6", "Ipv6", "")
-PF[233] = ProtoField.uint64("ibpath.sa.sm_key", "SM Key", base.HEX, nil, nil, "")
-PF[234] = ProtoField.uint16("ibpath.sa.attribute_offset", "Attribute Offset", base.DEC, nil, nil, "")
-PF[235] = ProtoField.uint16("ibpath.sa.reserved_80", "Reserved 80", base.HEX, nil, nil, "")
-PF[236] = ProtoField.uint64("ibpath.sa.component_mask", "Component Mask", base.HEX, nil, nil, "")
-PF[237] = ProtoField.bool("ibpath.sa.component_mask.service_id_msb", "Service ID MSB", 32, nil, 1, "")
-PF[238] = ProtoField.bool("ibpath.sa.component_mask.service_id_lsb", "Service ID LSB", 32, nil, 2, "")
-PF[239] = ProtoField.bool("ibpath.sa.component_mask.dgid", "DGID", 32, nil, 4, "")
-PF[240] = ProtoField.bool("ibpath.sa.component_mask.sgid", "SGID", 32, nil, 8, "")
-PF[241] = ProtoField.bool("ibpath.sa.component_mask.dlid", "DLID", 32, nil, 0x10, "")
-PF[242] = ProtoField.bool("ibpath.sa.component_mask.slid", "SLID", 32, nil, 0x20, "")
-PF[243] = ProtoField.bool("ibpath.sa.component_mask.raw_traffic", "Raw Traffic", 32, nil, 0x40, "")
-PF[244] = ProtoField.bool("ibpath.sa.component_mask.flow_label", "Flow Label", 32, nil, 0x100, "")
-PF[245] = ProtoField.bool("ibpath.sa.component_mask.hop_limit", "Hop Limit", 32, nil, 0x200, "")
-PF[246] = ProtoField.bool("ibpath.sa.component_mask.tclass", "TClass", 32, nil, 0x400, "")
-PF[247] = ProtoField.bool("ibpath.sa.component_mask.reversible", "Reversible", 32, nil, 0x800, "")
-PF[248] = ProtoField.bool("ibpath.sa.component_mask.numb_path", "Numb Path", 32, nil, 0x1000, "")
-PF[249] = ProtoField.bool("ibpath.sa.component_mask.pkey", "P_Key", 32, nil, 0x2000, "")
-PF[250] = ProtoField.bool("ibpath.sa.component_mask.qos_class", "QoS Class", 32, nil, 0x4000, "")
-PF[251] = ProtoField.bool("ibpath.sa.component_mask.sl", "SL", 32, nil, 0x8000, "")
-PF[252] = ProtoField.bool("ibpath.sa.component_mask.mtu_selector", "MTU Selector", 32, nil, 0x10000, "")
-PF[253] = ProtoField.bool("ibpath.sa.component_mask.mtu", "MTU", 32, nil, 0x20000, "")
-PF[254] = ProtoField.bool("ibpath.sa.component_mask.rate_selector", "Rate Selector", 32, nil, 0x40000, "")
-PF[255] = ProtoField.bool("ibpath.sa.component_mask.rate", "Rate", 32, nil, 0x80000, "")
-PF[256] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time_selector", "Packet Life Time Selector", 32, nil, 0x100000, "")
-PF[257] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time", "Packet Life Time", 32, nil, 0x200000, "")
-PF[258] = ProtoField.bool("ibpath.sa.component_mask.preference", "Preference", 32, nil, 0x400000, "")
+PF[42] = ProtoField.uint32("ibpath.ucma.cmd", "Cmd", base.DEC, VS[4], nil, "")
+PF[43] = ProtoField.uint16("ibpath.ucma.in_len", "In Len", base.DEC, nil, nil, "")
+PF[44] = ProtoField.uint16("ibpath.ucma.out_len", "Out Len", base.DEC, nil, nil, "")
+PF[45] = ProtoField.uint8("ibpath.acm.version", "Version", base.DEC, nil, nil, "")
+PF[46] = ProtoField.uint8("ibpath.acm.opcode", "Opcode", base.DEC, VS[5], nil, "")
+PF[47] = ProtoField.uint8("ibpath.acm.status", "Status", base.DEC, VS[6], nil, "")
+PF[48] = ProtoField.uint8("ibpath.acm.src_out", "Src Out", base.DEC, nil, nil, "")
+PF[49] = ProtoField.uint8("ibpath.acm.src_index", "Src Index", base.DEC, nil, nil, "")
+PF[50] = ProtoField.uint8("ibpath.acm.dst_index", "Dst Index", base.DEC, nil, nil, "")
+PF[51] = ProtoField.uint16("ibpath.acm.length", "Length", base.DEC, nil, nil, "")
+PF[52] = ProtoField.uint64("ibpath.acm.tid", "TID", base.HEX, nil, nil, "")
+PF[53] = ProtoField.uint32("ibpath.umad.agent_id", "Agent ID", base.DEC, nil, nil, "")
+PF[54] = ProtoField.uint32("ibpath.umad.status", "Status", base.HEX, nil, nil, "")
+PF[55] = ProtoField.uint32("ibpath.umad.timeout_ms", "Timeout Ms", base.DEC, nil, nil, "")
+PF[56] = ProtoField.uint32("ibpath.umad.retries", "Retries", base.DEC, nil, nil, "")
+PF[57] = ProtoField.uint32("ibpath.umad.length", "Length", base.DEC, nil, nil, "")
+PF[58] = ProtoField.uint32("ibpath.umad.qpn", "QPN", base.HEX, nil, nil, "")
+PF[59] = ProtoField.uint32("ibpath.umad.qkey", "Qkey", base.HEX, nil, nil, "")
+PF[60] = ProtoField.uint16("ibpath.umad.lid", "LID", base.DEC_HEX, nil, nil, "")
+PF[61] = ProtoField.uint8("ibpath.umad.sl", "SL", base.DEC, nil, nil, "")
+PF[62] = ProtoField.uint8("ibpath.umad.path_bits", "Path Bits", base.DEC, nil, nil, "")
+PF[63] = ProtoField.uint8("ibpath.umad.grh_present", "GRH Present", base.DEC, nil, nil, "")
+PF[64] = ProtoField.uint8("ibpath.umad.gid_index", "GID Index", base.DEC, nil, nil, "")
+PF[65] = ProtoField.uint8("ibpath.umad.hop_limit", "Hop Limit", base.DEC, nil, nil, "")
+PF[66] = ProtoField.uint8("ibpath.umad.traffic_class", "Traffic Class", base.DEC, nil, nil, "")
+PF[67] = ProtoField.ipv6("ibpath.umad.gid", "GID", "")
+PF[68] = ProtoField.uint32("ibpath.umad.flow_label", "Flow Label", base.DEC, nil, nil, "")
+PF[69] = ProtoField.uint16("ibpath.umad.pkey_index", "P_Key Index", base.DEC, nil, nil, "")
+PF[70] = ProtoField.bytes("ibpath.umad.reserved", "Reserved", "")
+PF[71] = ProtoField.uint8("ibpath.grh.ipver", "Ipver", base.DEC, nil, 0xf0, "")
+PF[72] = ProtoField.uint16("ibpath.grh.tclass", "TClass", base.DEC, nil, 0xff0, "")
+PF[73] = ProtoField.uint24("ibpath.grh.flowlabel", "Flowlabel", base.DEC, nil, 0xfffff, "")
+PF[74] = ProtoField.uint16("ibpath.grh.paylen", "Paylen", base.DEC, nil, nil, "")
+PF[75] = ProtoField.uint8("ibpath.grh.nexthdr", "Nexthdr", base.DEC, nil, nil, "")
+PF[76] = ProtoField.uint8("ibpath.grh.hoplmt", "Hoplmt", base.DEC, nil, nil, "")
+PF[77] = ProtoField.ipv6("ibpath.grh.sgid", "SGID", "")
+PF[78] = ProtoField.ipv6("ibpath.grh.dgid", "DGID", "")
+PF[79] = ProtoField.uint64("ibpath.cnppadding.reserved1", "Reserved1", base.HEX, nil, nil, "")
+PF[80] = ProtoField.uint64("ibpath.cnppadding.reserved2", "Reserved2", base.HEX, nil, nil, "")
+PF[81] = ProtoField.uint8("ibpath.aeth.syndrome", "Syndrome", base.HEX, nil, nil, "")
+PF[82] = ProtoField.uint24("ibpath.aeth.msn", "Msn", base.HEX, nil, nil, "")
+PF[83] = ProtoField.uint32("ibpath.deth.q_key", "Q Key", base.HEX, nil, nil, "")
+PF[84] = ProtoField.uint8("ibpath.deth.reserved_32", "Reserved 32", base.HEX, nil, nil, "")
+PF[85] = ProtoField.uint24("ibpath.deth.src_qp", "Src QP", base.HEX, nil, nil, "")
+PF[86] = ProtoField.uint32("ibpath.pathdata.flags", "Flags", base.HEX, nil, nil, "")
+PF[87] = ProtoField.bool("ibpath.pathdata.flags.gmp", "GMP", 32, nil, 1, "")
+PF[88] = ProtoField.bool("ibpath.pathdata.flags.primary", "PRIMARY", 32, nil, 2, "")
+PF[89] = ProtoField.bool("ibpath.pathdata.flags.alternate", "ALTERNATE", 32, nil, 4, "")
+PF[90] = ProtoField.bool("ibpath.pathdata.flags.outbound", "OUTBOUND", 32, nil, 8, "")
+PF[91] = ProtoField.bool("ibpath.pathdata.flags.inbound", "INBOUND", 32, nil, 0x10, "")
+PF[92] = ProtoField.bool("ibpath.pathdata.flags.inbound_reverse", "INBOUND REVERSE", 32, nil, 0x20, "")
+PF[93] = ProtoField.uint32("ibpath.pathdata.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[94] = ProtoField.bytes("ibpath.ls_resolve_request.device_name", "Device Name", "")
+PF[95] = ProtoField.uint8("ibpath.ls_resolve_request.port_num", "Port Num", base.DEC, nil, nil, "")
+PF[96] = ProtoField.uint8("ibpath.ls_resolve_request.path_use", "Path Use", base.DEC, VS[7], nil, "")
+PF[97] = ProtoField.uint16("ibpath.ls_resolve_request.reserved_528", "Reserved 528", base.HEX, nil, nil, "")
+PF[98] = ProtoField.bytes("ibpath.ls_resolve_request.trailing", "Trailing", "")
+PF[99] = ProtoField.bytes("ibpath.ls_resolve_response.trailing", "Trailing", "")
+PF[100] = ProtoField.bytes("ibpath.ls_set_timeout.trailing", "Trailing", "")
+PF[101] = ProtoField.uint32("ibpath.ls_ip_resolve_request.ifindex", "Ifindex", base.DEC, nil, nil, "")
+PF[102] = ProtoField.bytes("ibpath.ls_ip_resolve_request.trailing", "Trailing", "")
+PF[103] = ProtoField.bytes("ibpath.ls_ip_resolve_response.trailing", "Trailing", "")
+PF[104] = ProtoField.uint64("ibpath.ucma_create_id.uid", "Uid", base.HEX, nil, nil, "")
+PF[105] = ProtoField.uint64("ibpath.ucma_create_id.response", "Response", base.HEX, nil, nil, "")
+PF[106] = ProtoField.uint16("ibpath.ucma_create_id.ps", "Ps", base.DEC, VS[8], nil, "")
+PF[107] = ProtoField.uint8("ibpath.ucma_create_id.qp_type", "QP Type", base.DEC, nil, nil, "")
+PF[108] = ProtoField.bytes("ibpath.ucma_create_id.reserved", "Reserved", "")
+PF[109] = ProtoField.bytes("ibpath.ucma_resolve_ip.src_addr", "Src Addr", "")
+PF[110] = ProtoField.bytes("ibpath.ucma_resolve_ip.dst_addr", "Dst Addr", "")
+PF[111] = ProtoField.uint32("ibpath.ucma_resolve_ip.id", "ID", base.DEC, nil, nil, "")
+PF[112] = ProtoField.uint32("ibpath.ucma_resolve_ip.timeout_ms", "Timeout Ms", base.DEC, nil, nil, "")
+PF[113] = ProtoField.uint32("ibpath.ucma_resolve_route.id", "ID", base.DEC, nil, nil, "")
+PF[114] = ProtoField.uint32("ibpath.ucma_resolve_route.timeout_ms", "Timeout Ms", base.DEC, nil, nil, "")
+PF[115] = ProtoField.uint32("ibpath.ucma_connect.id", "ID", base.DEC, nil, nil, "")
+PF[116] = ProtoField.uint32("ibpath.ucma_connect.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[117] = ProtoField.uint64("ibpath.ucma_get_event.response", "Response", base.HEX, nil, nil, "")
+PF[118] = ProtoField.uint64("ibpath.ucma_set_option.optval", "Optval", base.HEX, nil, nil, "")
+PF[119] = ProtoField.uint32("ibpath.ucma_set_option.id", "ID", base.DEC, nil, nil, "")
+PF[120] = ProtoField.uint32("ibpath.ucma_set_option.level", "Level", base.DEC, VS[9], nil, "")
+PF[121] = ProtoField.uint32("ibpath.ucma_set_option.optname", "Optname", base.DEC, nil, nil, "")
+PF[122] = ProtoField.uint32("ibpath.ucma_set_option.optlen", "Optlen", base.DEC, nil, nil, "")
+PF[123] = ProtoField.uint64("ibpath.ucma_query.response", "Response", base.HEX, nil, nil, "")
+PF[124] = ProtoField.uint32("ibpath.ucma_query.id", "ID", base.DEC, nil, nil, "")
+PF[125] = ProtoField.uint32("ibpath.ucma_query.option", "Option", base.DEC, VS[10], nil, "")
+PF[126] = ProtoField.uint32("ibpath.ucma_resolve_addr.id", "ID", base.DEC, nil, nil, "")
+PF[127] = ProtoField.uint32("ibpath.ucma_resolve_addr.timeout_ms", "Timeout Ms", base.DEC, nil, nil, "")
+PF[128] = ProtoField.uint16("ibpath.ucma_resolve_addr.src_size", "Src Size", base.DEC, nil, nil, "")
+PF[129] = ProtoField.uint16("ibpath.ucma_resolve_addr.dst_size", "Dst Size", base.DEC, nil, nil, "")
+PF[130] = ProtoField.uint32("ibpath.ucma_resolve_addr.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[131] = ProtoField.bytes("ibpath.ucma_resolve_addr.src_addr", "Src Addr", "")
+PF[132] = ProtoField.bytes("ibpath.ucma_resolve_addr.dst_addr", "Dst Addr", "")
+PF[133] = ProtoField.bytes("ibpath.acm_resolve.trailing", "Trailing", "")
+PF[134] = ProtoField.uint8("ibpath.mad.base_version", "Base Version", base.DEC, nil, nil, "")
+PF[135] = ProtoField.uint8("ibpath.mad.mgmt_class", "Mgmt Class", base.DEC, VS[11], nil, "")
+PF[136] = ProtoField.uint8("ibpath.mad.class_version", "Class Version", base.DEC, nil, nil, "")
+PF[137] = ProtoField.uint8("ibpath.mad.method", "Method", base.DEC, VS[12], nil, "")
+PF[138] = ProtoField.uint16("ibpath.mad.status", "Status", base.HEX, nil, nil, "")
+PF[139] = ProtoField.uint16("ibpath.mad.class_specific", "Class Specific", base.HEX, nil, nil, "")
+PF[140] = ProtoField.uint64("ibpath.mad.transaction_id", "Transaction ID", base.HEX, nil, nil, "")
+PF[141] = ProtoField.uint16("ibpath.mad.attribute_id", "Attribute ID", base.HEX, nil, nil, "")
+PF[142] = ProtoField.uint16("ibpath.mad.reserved_144", "Reserved 144", base.HEX, nil, nil, "")
+PF[143] = ProtoField.uint32("ibpath.mad.attribute_modifier", "Attribute Modifier", base.HEX, nil, nil, "")
+PF[144] = ProtoField.uint64("ibpath.pathrecord.service_id", "Service ID", base.HEX, nil, nil, "")
+PF[145] = ProtoField.ipv6("ibpath.pathrecord.dgid", "DGID", "")
+PF[146] = ProtoField.ipv6("ibpath.pathrecord.sgid", "SGID", "")
+PF[147] = ProtoField.uint16("ibpath.pathrecord.dlid", "DLID", base.DEC_HEX, nil, nil, "")
+PF[148] = ProtoField.uint16("ibpath.pathrecord.slid", "SLID", base.DEC_HEX, nil, nil, "")
+PF[149] = ProtoField.uint8("ibpath.pathrecord.raw_traffic", "Raw Traffic", base.DEC, nil, 0x80, "")
+PF[150] = ProtoField.uint8("ibpath.pathrecord.reserved_353", "Reserved 353", base.HEX, nil, 0x70, "")
+PF[151] = ProtoField.uint24("ibpath.pathrecord.flow_label", "Flow Label", base.HEX, nil, 0xfffff, "")
+PF[152] = ProtoField.uint8("ibpath.pathrecord.hop_limit", "Hop Limit", base.DEC, nil, nil, "")
+PF[153] = ProtoField.uint8("ibpath.pathrecord.tclass", "TClass", base.HEX, nil, nil, "")
+PF[154] = ProtoField.uint8("ibpath.pathrecord.reversible", "Reversible", base.DEC, nil, 0x80, "")
+PF[155] = ProtoField.uint8("ibpath.pathrecord.numb_path", "Numb Path", base.DEC, nil, 0x7f, "")
+PF[156] = ProtoField.uint16("ibpath.pathrecord.pkey", "P_Key", base.HEX, nil, nil, "")
+PF[157] = ProtoField.uint16("ibpath.pathrecord.qos_class", "QoS Class", base.HEX, nil, 0xfff0, "")
+PF[158] = ProtoField.uint8("ibpath.pathrecord.sl", "SL", base.DEC, nil, 0xf, "")
+PF[159] = ProtoField.uint8("ibpath.pathrecord.mtu_selector", "MTU Selector", base.DEC, VS[13], 0xc0, "")
+PF[160] = ProtoField.uint8("ibpath.pathrecord.mtu", "MTU", base.DEC, VS[14], 0x3f, "")
+PF[161] = ProtoField.uint8("ibpath.pathrecord.rate_selector", "Rate Selector", base.DEC, VS[13], 0xc0, "")
+PF[162] = ProtoField.uint8("ibpath.pathrecord.rate", "Rate", base.DEC, VS[15], 0x3f, "")
+PF[163] = ProtoField.uint8("ibpath.pathrecord.packet_life_time_selector", "Packet Life Time Selector", base.DEC, VS[13], 0xc0, "")
+PF[164] = ProtoField.uint8("ibpath.pathrecord.packet_life_time", "Packet Life Time", base.DEC, VS[16], 0x3f, "")
+PF[165] = ProtoField.uint8("ibpath.pathrecord.preference", "Preference", base.DEC, nil, nil, "")
+PF[166] = ProtoField.uint64("ibpath.pathrecord.reserved_464", "Reserved 464", base.HEX, nil, nil, "")
+PF[167] = ProtoField.uint16("ibpath.ls_attr.nla_len", "NLA Len", base.DEC, nil, nil, "")
+PF[168] = ProtoField.uint16("ibpath.ls_attr.nested", "Nested", base.DEC, nil, 0x8000, "")
+PF[169] = ProtoField.uint16("ibpath.ls_attr.net_byteorder", "Net Byteorder", base.DEC, nil, 0x4000, "")
+PF[170] = ProtoField.uint16("ibpath.ls_attr.mandatory", "Mandatory", base.DEC, nil, 0x2000, "")
+PF[171] = ProtoField.uint16("ibpath.ls_attr.nla_type", "NLA Type", base.DEC, VS[17], 0x1fff, "")
+PF[172] = ProtoField.uint32("ibpath.ucma_create_id_resp.id", "ID", base.DEC, nil, nil, "")
+PF[173] = ProtoField.uint32("ibpath.ucma_conn_param.qp_num", "QP Num", base.HEX, nil, nil, "")
+PF[174] = ProtoField.uint32("ibpath.ucma_conn_param.qkey", "Qkey", base.HEX, nil, nil, "")
+PF[175] = ProtoField.bytes("ibpath.ucma_conn_param.private_data", "Private Data", "")
+PF[176] = ProtoField.uint8("ibpath.ucma_conn_param.private_data_len", "Private Data Len", base.DEC, nil, nil, "")
+PF[177] = ProtoField.uint8("ibpath.ucma_conn_param.srq", "SRQ", base.DEC, nil, nil, "")
+PF[178] = ProtoField.uint8("ibpath.ucma_conn_param.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
+PF[179] = ProtoField.uint8("ibpath.ucma_conn_param.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
+PF[180] = ProtoField.uint8("ibpath.ucma_conn_param.flow_control", "Flow Control", base.DEC, nil, nil, "")
+PF[181] = ProtoField.uint8("ibpath.ucma_conn_param.retry_count", "Retry Count", base.DEC, nil, nil, "")
+PF[182] = ProtoField.uint8("ibpath.ucma_conn_param.rnr_retry_count", "RNR Retry Count", base.DEC, nil, nil, "")
+PF[183] = ProtoField.uint8("ibpath.ucma_conn_param.valid", "Valid", base.DEC, nil, nil, "")
+PF[184] = ProtoField.uint32("ibpath.ucma_ece.vendor_id", "Vendor ID", base.HEX, nil, nil, "")
+PF[185] = ProtoField.uint32("ibpath.ucma_ece.attr_mod", "Attr Mod", base.HEX, nil, nil, "")
+PF[186] = ProtoField.uint64("ibpath.ucma_event_resp.uid", "Uid", base.HEX, nil, nil, "")
+PF[187] = ProtoField.uint32("ibpath.ucma_event_resp.id", "ID", base.DEC, nil, nil, "")
+PF[188] = ProtoField.uint32("ibpath.ucma_event_resp.event", "Event", base.DEC, VS[18], nil, "")
+PF[189] = ProtoField.uint32("ibpath.ucma_event_resp.status", "Status", base.DEC, nil, nil, "")
+PF[190] = ProtoField.bytes("ibpath.ucma_event_resp.param_rest", "Param Rest", "")
+PF[191] = ProtoField.uint32("ibpath.ucma_event_resp.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[192] = ProtoField.uint32("ibpath.ucma_query_path_resp.num_paths", "Num Paths", base.DEC, nil, nil, "")
+PF[193] = ProtoField.uint32("ibpath.ucma_query_path_resp.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[194] = ProtoField.uint32("ibpath.acm_ep_addr_data.flags", "Flags", base.HEX, nil, nil, "")
+PF[195] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.source", "SOURCE", 32, nil, 1, "")
+PF[196] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.dest", "DEST", 32, nil, 2, "")
+PF[197] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.nodelay", "NODELAY", 32, nil, 0x40000000, "")
+PF[198] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.query_sa", "QUERY SA", 32, nil, 0x80000000, "")
+PF[199] = ProtoField.uint16("ibpath.acm_ep_addr_data.type", "Type", base.DEC, VS[19], nil, "")
+PF[200] = ProtoField.uint16("ibpath.acm_ep_addr_data.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[201] = ProtoField.bytes("ibpath.acm_ep_addr_data.info", "Info", "")
+PF[202] = ProtoField.uint8("ibpath.rmpp.rmpp_version", "RMPP Version", base.DEC, nil, nil, "")
+PF[203] = ProtoField.uint8("ibpath.rmpp.rmpp_type", "RMPP Type", base.DEC, VS[20], nil, "")
+PF[204] = ProtoField.uint8("ibpath.rmpp.r_resp_time", "R Resp Time", base.DEC, nil, 0xf8, "")
+PF[205] = ProtoField.uint8("ibpath.rmpp.rmpp_flags", "RMPP Flags", base.HEX, nil, 7, "")
+PF[206] = ProtoField.bool("ibpath.rmpp.rmpp_flags.active", "Active", 8, nil, 1, "")
+PF[207] = ProtoField.bool("ibpath.rmpp.rmpp_flags.first", "First", 8, nil, 2, "")
+PF[208] = ProtoField.bool("ibpath.rmpp.rmpp_flags.last", "Last", 8, nil, 4, "")
+PF[209] = ProtoField.uint8("ibpath.rmpp.rmpp_status", "RMPP Status", base.DEC, VS[21], nil, "")
+PF[210] = ProtoField.uint32("ibpath.rmpp.segment_number", "Segment Number", base.DEC, nil, nil, "")
+PF[211] = ProtoField.uint32("ibpath.rmpp.payload_length", "Payload Length", base.DEC, nil, nil, "")
+PF[212] = ProtoField.uint32("ibpath.cm_req.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[213] = ProtoField.uint32("ibpath.cm_req.reserved_32", "Reserved 32", base.HEX, nil, nil, "")
+PF[214] = ProtoField.uint64("ibpath.cm_req.service_id", "Service ID", base.HEX, nil, nil, "")
+PF[215] = ProtoField.uint64("ibpath.cm_req.local_ca_guid", "Local CA GUID", base.HEX, nil, nil, "")
+PF[216] = ProtoField.uint32("ibpath.cm_req.reserved_192", "Reserved 192", base.HEX, nil, nil, "")
+PF[217] = ProtoField.uint32("ibpath.cm_req.local_q_key", "Local Q Key", base.HEX, nil, nil, "")
+PF[218] = ProtoField.uint24("ibpath.cm_req.local_qpn", "Local QPN", base.HEX, nil, nil, "")
+PF[219] = ProtoField.uint8("ibpath.cm_req.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
+PF[220] = ProtoField.uint24("ibpath.cm_req.local_eecn", "Local EECN", base.HEX, nil, nil, "")
+PF[221] = ProtoField.uint8("ibpath.cm_req.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
+PF[222] = ProtoField.uint24("ibpath.cm_req.remote_eecn", "Remote EECN", base.HEX, nil, nil, "")
+PF[223] = ProtoField.uint8("ibpath.cm_req.remote_cm_response_timeout", "Remote CM Response Timeout", base.DEC, VS[22], 0xf8, "")
+PF[224] = ProtoField.uint8("ibpath.cm_req.transport_service_type", "Transport Service Type", base.DEC, VS[23], 6, "")
+PF[225] = ProtoField.uint8("ibpath.cm_req.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
+PF[226] = ProtoField.uint24("ibpath.cm_req.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
+PF[227] = ProtoField.uint8("ibpath.cm_req.local_cm_response_timeout", "Local CM Response Timeout", base.DEC, VS[22], 0xf8, "")
+PF[228] = ProtoField.uint8("ibpath.cm_req.retry_count", "Retry Count", base.DEC, nil, 7, "")
+PF[229] = ProtoField.uint16("ibpath.cm_req.pkey", "P_Key", base.HEX, nil, nil, "")
+PF[230] = ProtoField.uint8("ibpath.cm_req.path_packet_payload_mtu", "Path Packet Payload MTU", base.DEC, VS[14], 0xf0, "")
+PF[231] = ProtoField.uint8("ibpath.cm_req.rdc_exists", "RDC Exists", base.DEC, nil, 8, "")
+PF[232] = ProtoField.uint8("ibpath.cm_req.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 7, "")
+PF[233] = ProtoField.uint8("ibpath.cm_req.max_cm_retries", "Max CM Retries", base.DEC, nil, 0xf0, "")
+PF[234] = ProtoField.uint8("ibpath.cm_req.srq", "SRQ", base.DEC, nil, 8, "")
+PF[235] = ProtoField.uint8("ibpath.cm_req.extended_transport_type", "Extended Transport Type", base.DEC, nil, 7, "")
+PF[236] = ProtoField.uint16("ibpath.cm_req.primary_local_lid", "Primary Local LID", base.DEC_HEX, nil, nil, "")
+PF[237] = ProtoField.uint16("ibpath.cm_req.primary_remote_lid", "Primary Remote LID", base.DEC_HEX, nil, nil, "")
+PF[238] = ProtoField.ipv6("ibpath.cm_req.primary_local_gid", "Primary Local GID", "")
+PF[239] = ProtoField.ipv6("ibpath.cm_req.primary_remote_gid", "Primary Remote GID", "")
+PF[240] = ProtoField.uint24("ibpath.cm_req.primary_flow_label", "Primary Flow Label", base.HEX, nil, 0xfffff0, "")
+PF[241] = ProtoField.uint16("ibpath.cm_req.reserved_724", "Reserved 724", base.HEX, nil, 0xfc0, "")
+PF[242] = ProtoField.uint8("ibpath.cm_req.primary_packet_rate", "Primary Packet Rate", base.DEC, VS[15], 0x3f, "")
+PF[243] = ProtoField.uint8("ibpath.cm_req.primary_traffic_class", "Primary Traffic Class", base.HEX, nil, nil, "")
+PF[244] = ProtoField.uint8("ibpath.cm_req.primary_hop_limit", "Primary Hop Limit", base.DEC, nil, nil, "")
+PF[245] = ProtoField.uint8("ibpath.cm_req.primary_sl", "Primary SL", base.DEC, nil, 0xf0, "")
+PF[246] = ProtoField.uint8("ibpath.cm_req.primary_subnet_local", "Primary Subnet Local", base.DEC, nil, 8, "")
+PF[247] = ProtoField.uint8("ibpath.cm_req.reserved_757", "Reserved 757", base.HEX, nil, 7, "")
+PF[248] = ProtoField.uint8("ibpath.cm_req.primary_local_ack_timeout", "Primary Local ACK Timeout", base.DEC, VS[22], 0xf8, "")
+PF[249] = ProtoField.uint8("ibpath.cm_req.reserved_765", "Reserved 765", base.HEX, nil, 4, "")
+PF[250] = ProtoField.uint8("ibpath.cm_req.reserved_766", "Reserved 766", base.HEX, nil, 3, "")
+PF[251] = ProtoField.uint16("ibpath.cm_req.alternate_local_lid", "Alternate Local LID", base.DEC_HEX, nil, nil, "")
+PF[252] = ProtoField.uint16("ibpath.cm_req.alternate_remote_lid", "Alternate Remote LID", base.DEC_HEX, nil, nil, "")
+PF[253] = ProtoField.ipv6("ibpath.cm_req.alternate_local_gid", "Alternate Local GID", "")
+PF[254] = ProtoField.ipv6("ibpath.cm_req.alternate_remote_gid", "Alternate Remote GID", "")
+PF[255] = ProtoField.uint24("ibpath.cm_req.alternate_flow_label", "Alternate Flow Label", base.HEX, nil, 0xfffff0, "")
+PF[256] = ProtoField.uint16("ibpath.cm_req.reserved_1076", "Reserved 1076", base.HEX, nil, 0xfc0, "")
+PF[257] = ProtoField.uint8("ibpath.cm_req.alternate_packet_rate", "Alternate Packet Rate", base.DEC, VS[15], 0x3f, "")
+PF[258] = ProtoField.uint8("ibpath.cm_req.alternate_traffic_class", "Alternate Traffic Class", base.HEX, nil, nil, "")
+PF[259] = ProtoField.uint8("ibpath.cm_req.alternate_hop_limit", "Alternate Hop Limit", base.DEC, nil, nil, "")
+PF[260] = ProtoField.uint8("ibpath.cm_req.alternate_sl", "Alternate SL", base.DEC, nil, 0xf0, "")
+PF[261] = ProtoField.uint8("ibpath.cm_req.alternate_subnet_local", "Alternate Subnet Local", base.DEC, nil, 8, "")
+PF[262] = ProtoField.uint8("ibpath.cm_req.reserved_1109", "Reserved 1109", base.HEX, nil, 7, "")
+PF[263] = ProtoField.uint8("ibpath.cm_req.alternate_local_ack_timeout", "Alternate Local ACK Timeout", base.DEC, VS[22], 0xf8, "")
+PF[264] = ProtoField.uint8("ibpath.cm_req.sap_supported", "SAP Supported", base.DEC, nil, 4, "")
+PF[265] = ProtoField.uint8("ibpath.cm_req.reserved_1118", "Reserved 1118", base.HEX, nil, 3, "")
+PF[266] = ProtoField.bytes("ibpath.cm_req.private_data", "Private Data", "")
+PF[267] = ProtoField.uint32("ibpath.cm_mra.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[268] = ProtoField.uint32("ibpath.cm_mra.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[269] = ProtoField.uint8("ibpath.cm_mra.message_mraed", "Message Mraed", base.DEC, VS[24], 0xc0, "")
+PF[270] = ProtoField.uint8("ibpath.cm_mra.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
+PF[271] = ProtoField.uint8("ibpath.cm_mra.service_timeout", "Service Timeout", base.DEC, VS[22], 0xf8, "")
+PF[272] = ProtoField.uint8("ibpath.cm_mra.reserved_77", "Reserved 77", base.HEX, nil, 7, "")
+PF[273] = ProtoField.bytes("ibpath.cm_mra.private_data", "Private Data", "")
+PF[274] = ProtoField.uint32("ibpath.cm_rej.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[275] = ProtoField.uint32("ibpath.cm_rej.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[276] = ProtoField.uint8("ibpath.cm_rej.message_rejected", "Message Rejected", base.DEC, VS[24], 0xc0, "")
+PF[277] = ProtoField.uint8("ibpath.cm_rej.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
+PF[278] = ProtoField.uint8("ibpath.cm_rej.reject_info_length", "Reject Info Length", base.DEC, nil, 0xfe, "")
+PF[279] = ProtoField.uint8("ibpath.cm_rej.reserved_79", "Reserved 79", base.HEX, nil, 1, "")
+PF[280] = ProtoField.uint16("ibpath.cm_rej.reason", "Reason", base.DEC, VS[25], nil, "")
+PF[281] = ProtoField.bytes("ibpath.cm_rej.ari", "ARI", "")
+PF[282] = ProtoField.bytes("ibpath.cm_rej.private_data", "Private Data", "")
+PF[283] = ProtoField.uint32("ibpath.cm_rep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[284] = ProtoField.uint32("ibpath.cm_rep.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[285] = ProtoField.uint32("ibpath.cm_rep.local_q_key", "Local Q Key", base.HEX, nil, nil, "")
+PF[286] = ProtoField.uint24("ibpath.cm_rep.local_qpn", "Local QPN", base.HEX, nil, nil, "")
+PF[287] = ProtoField.uint8("ibpath.cm_rep.reserved_120", "Reserved 120", base.HEX, nil, nil, "")
+PF[288] = ProtoField.uint24("ibpath.cm_rep.local_ee_context_number", "Local EE Context Number", base.HEX, nil, nil, "")
+PF[289] = ProtoField.uint8("ibpath.cm_rep.reserved_152", "Reserved 152", base.HEX, nil, nil, "")
+PF[290] = ProtoField.uint24("ibpath.cm_rep.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
+PF[291] = ProtoField.uint8("ibpath.cm_rep.reserved_184", "Reserved 184", base.HEX, nil, nil, "")
+PF[292] = ProtoField.uint8("ibpath.cm_rep.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
+PF[293] = ProtoField.uint8("ibpath.cm_rep.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
+PF[294] = ProtoField.uint8("ibpath.cm_rep.target_ack_delay", "Target ACK Delay", base.DEC, VS[22], 0xf8, "")
+PF[295] = ProtoField.uint8("ibpath.cm_rep.failover_accepted", "Failover Accepted", base.DEC, VS[26], 6, "")
+PF[296] = ProtoField.uint8("ibpath.cm_rep.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
+PF[297] = ProtoField.uint8("ibpath.cm_rep.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 0xe0, "")
+PF[298] = ProtoField.uint8("ibpath.cm_rep.srq", "SRQ", base.DEC, nil, 0x10, "")
+PF[299] = ProtoField.uint8("ibpath.cm_rep.reserved_220", "Reserved 220", base.HEX, nil, 0xf, "")
+PF[300] = ProtoField.uint64("ibpath.cm_rep.local_ca_guid", "Local CA GUID", base.HEX, nil, nil, "")
+PF[301] = ProtoField.bytes("ibpath.cm_rep.private_data", "Private Data", "")
+PF[302] = ProtoField.uint32("ibpath.cm_rtu.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[303] = ProtoField.uint32("ibpath.cm_rtu.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[304] = ProtoField.bytes("ibpath.cm_rtu.private_data", "Private Data", "")
+PF[305] = ProtoField.uint32("ibpath.cm_dreq.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[306] = ProtoField.uint32("ibpath.cm_dreq.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[307] = ProtoField.uint24("ibpath.cm_dreq.remote_qpn_eecn", "Remote QPN EECN", base.HEX, nil, nil, "")
+PF[308] = ProtoField.uint8("ibpath.cm_dreq.reserved_88", "Reserved 88", base.HEX, nil, nil, "")
+PF[309] = ProtoField.bytes("ibpath.cm_dreq.private_data", "Private Data", "")
+PF[310] = ProtoField.uint32("ibpath.cm_drep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[311] = ProtoField.uint32("ibpath.cm_drep.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[312] = ProtoField.bytes("ibpath.cm_drep.private_data", "Private Data", "")
+PF[313] = ProtoField.uint32("ibpath.ls_timeout.timeout_ms", "Timeout Ms", base.DEC, nil, nil, "")
+PF[314] = ProtoField.uint64("ibpath.ls_service_id.service_id", "Service ID", base.HEX, nil, nil, "")
+PF[315] = ProtoField.ipv6("ibpath.ls_dgid.dgid", "DGID", "")
+PF[316] = ProtoField.ipv6("ibpath.ls_sgid.sgid", "SGID", "")
+PF[317] = ProtoField.uint8("ibpath.ls_tclass.tclass", "TClass", base.HEX, nil, nil, "")
+PF[318] = ProtoField.uint16("ibpath.ls_pkey.pkey", "P_Key", base.HEX, nil, nil, "")
+PF[319] = ProtoField.uint16("ibpath.ls_qos_class.qos_class", "QoS Class", base.DEC, nil, nil, "")
+PF[320] = ProtoField.ipv4("ibpath.ls_ipv4.ipv4", "Ipv4", "")
+PF[321] = ProtoField.ipv6("ibpath.ls_ipv6.ipv6", "Ipv6", "")
+PF[322] = ProtoField.uint64("ibpath.sa.sm_key", "SM Key", base.HEX, nil, nil, "")
+PF[323] = ProtoField.uint16("ibpath.sa.attribute_offset", "Attribute Offset", base.DEC, nil, nil, "")
+PF[324] = ProtoField.uint16("ibpath.sa.reserved_80", "Reserved 80", base.HEX, nil, nil, "")
+PF[325] = ProtoField.uint64("ibpath.sa.component_mask", "Component Mask", base.HEX, nil, nil, "")
+PF[326] = ProtoField.bool("ibpath.sa.component_mask.service_id_msb", "Service ID MSB", 32, nil, 1, "")
+PF[327] = ProtoField.bool("ibpath.sa.component_mask.service_id_lsb", "Service ID LSB", 32, nil, 2, "")
+PF[328] = ProtoField.bool("ibpath.sa.component_mask.dgid", "DGID", 32, nil, 4, "")
+PF[329] = ProtoField.bool("ibpath.sa.component_mask.sgid", "SGID", 32, nil, 8, "")
+PF[330] = ProtoField.bool("ibpath.sa.component_mask.dlid", "DLID", 32, nil, 0x10, "")
+PF[331] = ProtoField.bool("ibpath.sa.component_mask.slid", "SLID", 32, nil, 0x20, "")
+PF[332] = ProtoField.bool("ibpath.sa.component_mask.raw_traffic", "Raw Traffic", 32, nil, 0x40, "")
+PF[333] = ProtoField.bool("ibpath.sa.component_mask.flow_label", "Flow Label", 32, nil, 0x100, "")
+PF[334] = ProtoField.bool("ibpath.sa.component_mask.hop_limit", "Hop Limit", 32, nil, 0x200, "")
+PF[335] = ProtoField.bool("ibpath.sa.component_mask.tclass", "TClass", 32, nil, 0x400, "")
+PF[336] = ProtoField.bool("ibpath.sa.component_mask.reversible", "Reversible", 32, nil, 0x800, "")
+PF[337] = ProtoField.bool("ibpath.sa.component_mask.numb_path", "Numb Path", 32, nil, 0x1000, "")
+PF[338] = ProtoField.bool("ibpath.sa.component_mask.pkey", "P_Key", 32, nil, 0x2000, "")
+PF[339] = ProtoField.bool("ibpath.sa.component_mask.qos_class", "QoS Class", 32, nil, 0x4000, "")
+PF[340] = ProtoField.bool("ibpath.sa.component_mask.sl", "SL", 32, nil, 0x8000, "")
+PF[341] = ProtoField.bool("ibpath.sa.component_mask.mtu_selector", "MTU Selector", 32, nil, 0x10000, "")
+PF[342] = ProtoField.bool("ibpath.sa.component_mask.mtu", "MTU", 32, nil, 0x20000, "")
+PF[343] = ProtoField.bool("ibpath.sa.component_mask.rate_selector", "Rate Selector", 32, nil, 0x40000, "")
+PF[344] = ProtoField.bool("ibpath.sa.component_mask.rate", "Rate", 32, nil, 0x80000, "")
+PF[345] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time_selector", "Packet Life Time Selector", 32, nil, 0x100000, "")
+PF[346] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time", "Packet Life Time", 32, nil, 0x200000, "")
+PF[347] = ProtoField.bool("ibpath.sa.component_mask.preference", "Preference", 32, nil, 0x400000, "")
 
 local ib_main = Proto("ibpath", "ibpath (generated from Scapy layers)")
 P["LRH"] = Proto("ibpath.lrh", "ibpath LRH")
@@ -323,68 +420,104 @@ P["PathArray"] = Proto("ibpath.blob", "ibpath PathArray")
 P["PathArray"].fields = {PF[25]}
 P["RdmaNLMsgHdr"] = Proto("ibpath.nl", "ibpath RDMA nlmsghdr")
 P["RdmaNLMsgHdr"].fields = {PF[26], PF[27], PF[28], PF[29], PF[30], PF[31], PF[32], PF[33], PF[34], PF[35], PF[36], PF[37], PF[38], PF[39], PF[40], PF[41]}
+P["UcmaCmdHdr"] = Proto("ibpath.ucma", "ibpath UcmaCmdHdr")
+P["UcmaCmdHdr"].fields = {PF[42], PF[43], PF[44]}
+P["AcmHdr"] = Proto("ibpath.acm", "ibpath AcmHdr")
+P["AcmHdr"].fields = {PF[45], PF[46], PF[47], PF[48], PF[49], PF[50], PF[51], PF[52]}
+P["UserMad"] = Proto("ibpath.umad", "ibpath UserMad")
+P["UserMad"].fields = {PF[53], PF[54], PF[55], PF[56], PF[57], PF[58], PF[59], PF[60], PF[61], PF[62], PF[63], PF[64], PF[65], PF[66], PF[67], PF[68], PF[69], PF[70]}
 P["GRH"] = Proto("ibpath.grh", "ibpath GRH")
-P["GRH"].fields = {PF[42], PF[43], PF[44], PF[45], PF[46], PF[47], PF[48], PF[49]}
+P["GRH"].fields = {PF[71], PF[72], PF[73], PF[74], PF[75], PF[76], PF[77], PF[78]}
 P["CNPPadding"] = Proto("ibpath.cnppadding", "ibpath CNPPadding")
-P["CNPPadding"].fields = {PF[50], PF[51]}
+P["CNPPadding"].fields = {PF[79], PF[80]}
 P["AETH"] = Proto("ibpath.aeth", "ibpath AETH")
-P["AETH"].fields = {PF[52], PF[53]}
+P["AETH"].fields = {PF[81], PF[82]}
 P["DETH"] = Proto("ibpath.deth", "ibpath DETH")
-P["DETH"].fields = {PF[54], PF[55], PF[56]}
+P["DETH"].fields = {PF[83], PF[84], PF[85]}
 P["PathRecData"] = Proto("ibpath.pathdata", "ibpath PathRecData")
-P["PathRecData"].fields = {PF[57], PF[58], PF[59], PF[60], PF[61], PF[62], PF[63], PF[64]}
+P["PathRecData"].fields = {PF[86], PF[87], PF[88], PF[89], PF[90], PF[91], PF[92], PF[93]}
 P["LsResolveRequest"] = Proto("ibpath.ls_resolve_request", "ibpath LS RESOLVE request")
-P["LsResolveRequest"].fields = {PF[65], PF[66], PF[67], PF[68], PF[69]}
+P["LsResolveRequest"].fields = {PF[94], PF[95], PF[96], PF[97], PF[98]}
 P["LsResolveResponse"] = Proto("ibpath.ls_resolve_response", "ibpath LS RESOLVE response")
-P["LsResolveResponse"].fields = {PF[70]}
+P["LsResolveResponse"].fields = {PF[99]}
 P["LsSetTimeout"] = Proto("ibpath.ls_set_timeout", "ibpath LS SET_TIMEOUT")
-P["LsSetTimeout"].fields = {PF[71]}
+P["LsSetTimeout"].fields = {PF[100]}
 P["LsIpResolveRequest"] = Proto("ibpath.ls_ip_resolve_request", "ibpath LS IP_RESOLVE request")
-P["LsIpResolveRequest"].fields = {PF[72], PF[73]}
+P["LsIpResolveRequest"].fields = {PF[101], PF[102]}
 P["LsIpResolveResponse"] = Proto("ibpath.ls_ip_resolve_response", "ibpath LS IP_RESOLVE response")
-P["LsIpResolveResponse"].fields = {PF[74]}
+P["LsIpResolveResponse"].fields = {PF[103]}
+P["UcmaCreateId"] = Proto("ibpath.ucma_create_id", "ibpath UcmaCreateId")
+P["UcmaCreateId"].fields = {PF[104], PF[105], PF[106], PF[107], PF[108]}
+P["UcmaResolveIp"] = Proto("ibpath.ucma_resolve_ip", "ibpath UcmaResolveIp")
+P["UcmaResolveIp"].fields = {PF[109], PF[110], PF[111], PF[112]}
+P["UcmaResolveRoute"] = Proto("ibpath.ucma_resolve_route", "ibpath UcmaResolveRoute")
+P["UcmaResolveRoute"].fields = {PF[113], PF[114]}
+P["UcmaConnect"] = Proto("ibpath.ucma_connect", "ibpath UcmaConnect")
+P["UcmaConnect"].fields = {PF[115], PF[116]}
+P["UcmaGetEvent"] = Proto("ibpath.ucma_get_event", "ibpath UcmaGetEvent")
+P["UcmaGetEvent"].fields = {PF[117]}
+P["UcmaSetOption"] = Proto("ibpath.ucma_set_option", "ibpath UcmaSetOption")
+P["UcmaSetOption"].fields = {PF[118], PF[119], PF[120], PF[121], PF[122]}
+P["UcmaQuery"] = Proto("ibpath.ucma_query", "ibpath UcmaQuery")
+P["UcmaQuery"].fields = {PF[123], PF[124], PF[125]}
+P["UcmaResolveAddr"] = Proto("ibpath.ucma_resolve_addr", "ibpath UcmaResolveAddr")
+P["UcmaResolveAddr"].fields = {PF[126], PF[127], PF[128], PF[129], PF[130], PF[131], PF[132]}
+P["AcmResolve"] = Proto("ibpath.acm_resolve", "ibpath AcmResolve")
+P["AcmResolve"].fields = {PF[133]}
 P["MAD"] = Proto("ibpath.mad", "ibpath MAD")
-P["MAD"].fields = {PF[75], PF[76], PF[77], PF[78], PF[79], PF[80], PF[81], PF[82], PF[83], PF[84]}
+P["MAD"].fields = {PF[134], PF[135], PF[136], PF[137], PF[138], PF[139], PF[140], PF[141], PF[142], PF[143]}
 P["PathRecord"] = Proto("ibpath.pathrecord", "ibpath PathRecord")
-P["PathRecord"].fields = {PF[85], PF[86], PF[87], PF[88], PF[89], PF[90], PF[91], PF[92], PF[93], PF[94], PF[95], PF[96], PF[97], PF[98], PF[99], PF[100], PF[101], PF[102], PF[103], PF[104], PF[105], PF[106], PF[107]}
+P["PathRecord"].fields = {PF[144], PF[145], PF[146], PF[147], PF[148], PF[149], PF[150], PF[151], PF[152], PF[153], PF[154], PF[155], PF[156], PF[157], PF[158], PF[159], PF[160], PF[161], PF[162], PF[163], PF[164], PF[165], PF[166]}
 P["LsAttr"] = Proto("ibpath.ls_attr", "ibpath LS attribute")
-P["LsAttr"].fields = {PF[108], PF[109], PF[110], PF[111], PF[112]}
+P["LsAttr"].fields = {PF[167], PF[168], PF[169], PF[170], PF[171]}
+P["UcmaCreateIdResp"] = Proto("ibpath.ucma_create_id_resp", "ibpath UcmaCreateIdResp")
+P["UcmaCreateIdResp"].fields = {PF[172]}
+P["UcmaConnParam"] = Proto("ibpath.ucma_conn_param", "ibpath UcmaConnParam")
+P["UcmaConnParam"].fields = {PF[173], PF[174], PF[175], PF[176], PF[177], PF[178], PF[179], PF[180], PF[181], PF[182], PF[183]}
+P["UcmaEce"] = Proto("ibpath.ucma_ece", "ibpath UcmaEce")
+P["UcmaEce"].fields = {PF[184], PF[185]}
+P["UcmaEventResp"] = Proto("ibpath.ucma_event_resp", "ibpath UcmaEventResp")
+P["UcmaEventResp"].fields = {PF[186], PF[187], PF[188], PF[189], PF[190], PF[191]}
+P["UcmaQueryPathResp"] = Proto("ibpath.ucma_query_path_resp", "ibpath UcmaQueryPathResp")
+P["UcmaQueryPathResp"].fields = {PF[192], PF[193]}
+P["AcmEpAddrData"] = Proto("ibpath.acm_ep_addr_data", "ibpath AcmEpAddrData")
+P["AcmEpAddrData"].fields = {PF[194], PF[195], PF[196], PF[197], PF[198], PF[199], PF[200], PF[201]}
 P["RMPP"] = Proto("ibpath.rmpp", "ibpath RMPP")
-P["RMPP"].fields = {PF[113], PF[114], PF[115], PF[116], PF[117], PF[118], PF[119], PF[120], PF[121], PF[122]}
+P["RMPP"].fields = {PF[202], PF[203], PF[204], PF[205], PF[206], PF[207], PF[208], PF[209], PF[210], PF[211]}
 P["CMReq"] = Proto("ibpath.cm_req", "ibpath CM REQ")
-P["CMReq"].fields = {PF[123], PF[124], PF[125], PF[126], PF[127], PF[128], PF[129], PF[130], PF[131], PF[132], PF[133], PF[134], PF[135], PF[136], PF[137], PF[138], PF[139], PF[140], PF[141], PF[142], PF[143], PF[144], PF[145], PF[146], PF[147], PF[148], PF[149], PF[150], PF[151], PF[152], PF[153], PF[154], PF[155], PF[156], PF[157], PF[158], PF[159], PF[160], PF[161], PF[162], PF[163], PF[164], PF[165], PF[166], PF[167], PF[168], PF[169], PF[170], PF[171], PF[172], PF[173], PF[174], PF[175], PF[176], PF[177]}
+P["CMReq"].fields = {PF[212], PF[213], PF[214], PF[215], PF[216], PF[217], PF[218], PF[219], PF[220], PF[221], PF[222], PF[223], PF[224], PF[225], PF[226], PF[227], PF[228], PF[229], PF[230], PF[231], PF[232], PF[233], PF[234], PF[235], PF[236], PF[237], PF[238], PF[239], PF[240], PF[241], PF[242], PF[243], PF[244], PF[245], PF[246], PF[247], PF[248], PF[249], PF[250], PF[251], PF[252], PF[253], PF[254], PF[255], PF[256], PF[257], PF[258], PF[259], PF[260], PF[261], PF[262], PF[263], PF[264], PF[265], PF[266]}
 P["CMMra"] = Proto("ibpath.cm_mra", "ibpath CM MRA")
-P["CMMra"].fields = {PF[178], PF[179], PF[180], PF[181], PF[182], PF[183], PF[184]}
+P["CMMra"].fields = {PF[267], PF[268], PF[269], PF[270], PF[271], PF[272], PF[273]}
 P["CMRej"] = Proto("ibpath.cm_rej", "ibpath CM REJ")
-P["CMRej"].fields = {PF[185], PF[186], PF[187], PF[188], PF[189], PF[190], PF[191], PF[192], PF[193]}
+P["CMRej"].fields = {PF[274], PF[275], PF[276], PF[277], PF[278], PF[279], PF[280], PF[281], PF[282]}
 P["CMRep"] = Proto("ibpath.cm_rep", "ibpath CM REP")
-P["CMRep"].fields = {PF[194], PF[195], PF[196], PF[197], PF[198], PF[199], PF[200], PF[201], PF[202], PF[203], PF[204], PF[205], PF[206], PF[207], PF[208], PF[209], PF[210], PF[211], PF[212]}
+P["CMRep"].fields = {PF[283], PF[284], PF[285], PF[286], PF[287], PF[288], PF[289], PF[290], PF[291], PF[292], PF[293], PF[294], PF[295], PF[296], PF[297], PF[298], PF[299], PF[300], PF[301]}
 P["CMRtu"] = Proto("ibpath.cm_rtu", "ibpath CM RTU")
-P["CMRtu"].fields = {PF[213], PF[214], PF[215]}
+P["CMRtu"].fields = {PF[302], PF[303], PF[304]}
 P["CMDreq"] = Proto("ibpath.cm_dreq", "ibpath CM DREQ")
-P["CMDreq"].fields = {PF[216], PF[217], PF[218], PF[219], PF[220]}
+P["CMDreq"].fields = {PF[305], PF[306], PF[307], PF[308], PF[309]}
 P["CMDrep"] = Proto("ibpath.cm_drep", "ibpath CM DREP")
-P["CMDrep"].fields = {PF[221], PF[222], PF[223]}
+P["CMDrep"].fields = {PF[310], PF[311], PF[312]}
 P["LsTimeout"] = Proto("ibpath.ls_timeout", "ibpath LS TIMEOUT")
-P["LsTimeout"].fields = {PF[224]}
+P["LsTimeout"].fields = {PF[313]}
 P["LsServiceId"] = Proto("ibpath.ls_service_id", "ibpath LS SERVICE_ID")
-P["LsServiceId"].fields = {PF[225]}
+P["LsServiceId"].fields = {PF[314]}
 P["LsDgid"] = Proto("ibpath.ls_dgid", "ibpath LS DGID")
-P["LsDgid"].fields = {PF[226]}
+P["LsDgid"].fields = {PF[315]}
 P["LsSgid"] = Proto("ibpath.ls_sgid", "ibpath LS SGID")
-P["LsSgid"].fields = {PF[227]}
+P["LsSgid"].fields = {PF[316]}
 P["LsTclass"] = Proto("ibpath.ls_tclass", "ibpath LS TCLASS")
-P["LsTclass"].fields = {PF[228]}
+P["LsTclass"].fields = {PF[317]}
 P["LsPkey"] = Proto("ibpath.ls_pkey", "ibpath LS PKEY")
-P["LsPkey"].fields = {PF[229]}
+P["LsPkey"].fields = {PF[318]}
 P["LsQosClass"] = Proto("ibpath.ls_qos_class", "ibpath LS QOS_CLASS")
-P["LsQosClass"].fields = {PF[230]}
+P["LsQosClass"].fields = {PF[319]}
 P["LsIpv4"] = Proto("ibpath.ls_ipv4", "ibpath LS IPV4")
-P["LsIpv4"].fields = {PF[231]}
+P["LsIpv4"].fields = {PF[320]}
 P["LsIpv6"] = Proto("ibpath.ls_ipv6", "ibpath LS IPV6")
-P["LsIpv6"].fields = {PF[232]}
+P["LsIpv6"].fields = {PF[321]}
 P["SAHeader"] = Proto("ibpath.sa", "ibpath SA")
-P["SAHeader"].fields = {PF[233], PF[234], PF[235], PF[236], PF[237], PF[238], PF[239], PF[240], PF[241], PF[242], PF[243], PF[244], PF[245], PF[246], PF[247], PF[248], PF[249], PF[250], PF[251], PF[252], PF[253], PF[254], PF[255], PF[256], PF[257], PF[258]}
+P["SAHeader"].fields = {PF[322], PF[323], PF[324], PF[325], PF[326], PF[327], PF[328], PF[329], PF[330], PF[331], PF[332], PF[333], PF[334], PF[335], PF[336], PF[337], PF[338], PF[339], PF[340], PF[341], PF[342], PF[343], PF[344], PF[345], PF[346], PF[347]}
 
 EX.short = ProtoExpert.new("ibpath.truncated", "Truncated", expert.group.MALFORMED, expert.severity.ERROR)
 EX.count = ProtoExpert.new("ibpath.list_capped", "List longer than the dissector shows", expert.group.MALFORMED, expert.severity.WARN)
@@ -588,6 +721,108 @@ D["RdmaNLMsgHdr"] = function(tvb, pinfo, tree, off, ctx)
   return item_next or r
 end
 
+D["UcmaCmdHdr"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaCmdHdr"] = v
+  ctx.at["UcmaCmdHdr"] = off
+  if off + 8 > limit then return ib_short(tvb, tree, P["UcmaCmdHdr"], off, limit, 8) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaCmdHdr"], tvb(off, 8)) end
+  local o = off + 8
+  v["cmd"] = tvb(off + 0, 4):le_uint()
+  if show then t:add_le(PF[42], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[43], tvb(off + 4, 2)) end
+  if show then t:add_le(PF[44], tvb(off + 6, 2)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaCmdHdr"] then HOOKS["UcmaCmdHdr"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  if ib_val(v, "cmd") == 0 then r = D["UcmaCreateId"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "cmd") == 3 then r = D["UcmaResolveIp"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "cmd") == 4 then r = D["UcmaResolveRoute"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "cmd") == 6 then r = D["UcmaConnect"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "cmd") == 12 then r = D["UcmaGetEvent"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "cmd") == 14 then r = D["UcmaSetOption"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "cmd") == 19 then r = D["UcmaQuery"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "cmd") == 21 then r = D["UcmaResolveAddr"](tvb, pinfo, tree, o, ctx)
+  end
+  return r
+end
+
+D["AcmHdr"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["AcmHdr"] = v
+  ctx.at["AcmHdr"] = off
+  if off + 16 > limit then return ib_short(tvb, tree, P["AcmHdr"], off, limit, 16) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["AcmHdr"], tvb(off, 16)) end
+  local o = off + 16
+  if show then t:add(PF[45], tvb(off + 0, 1)) end
+  v["opcode"] = tvb(off + 1, 1):uint()
+  if show then t:add(PF[46], tvb(off + 1, 1)) end
+  if show then t:add(PF[47], tvb(off + 2, 1)) end
+  if show then t:add(PF[48], tvb(off + 3, 1)) end
+  if show then t:add(PF[49], tvb(off + 4, 1)) end
+  if show then t:add(PF[50], tvb(off + 5, 1)) end
+  v["length"] = tvb(off + 6, 2):le_uint()
+  if show then t:add_le(PF[51], tvb(off + 6, 2)) end
+  if show then t:add_le(PF[52], tvb(off + 8, 8)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["AcmHdr"] then HOOKS["AcmHdr"](tvb, pinfo, t, off, o, ctx, v) end
+  local item_len = ib_val(v, "length")
+  if item_len < 16 then return off end
+  limit = math.min(limit, off + item_len)
+  ctx.limit = limit
+  local item_next = math.min(ctx_limit, off + ib_idiv(item_len + 0, 1) * 1)
+  local r = o
+  if ib_val(v, "opcode") == 1 then r = D["AcmResolve"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "opcode") == 129 then r = D["AcmResolve"](tvb, pinfo, tree, o, ctx)
+  end
+  return item_next or r
+end
+
+D["UserMad"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UserMad"] = v
+  ctx.at["UserMad"] = off
+  if off + 64 > limit then return ib_short(tvb, tree, P["UserMad"], off, limit, 64) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UserMad"], tvb(off, 64)) end
+  local o = off + 64
+  if show then t:add_le(PF[53], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[54], tvb(off + 4, 4)) end
+  if show then t:add_le(PF[55], tvb(off + 8, 4)) end
+  if show then t:add_le(PF[56], tvb(off + 12, 4)) end
+  if show then t:add_le(PF[57], tvb(off + 16, 4)) end
+  if show then t:add(PF[58], tvb(off + 20, 4)) end
+  if show then t:add(PF[59], tvb(off + 24, 4)) end
+  if show then t:add(PF[60], tvb(off + 28, 2)) end
+  if show then t:add(PF[61], tvb(off + 30, 1)) end
+  if show then t:add(PF[62], tvb(off + 31, 1)) end
+  if show then t:add(PF[63], tvb(off + 32, 1)) end
+  if show then t:add(PF[64], tvb(off + 33, 1)) end
+  if show then t:add(PF[65], tvb(off + 34, 1)) end
+  if show then t:add(PF[66], tvb(off + 35, 1)) end
+  if show then t:add(PF[67], tvb(off + 36, 16)) end
+  if show then t:add(PF[68], tvb(off + 52, 4)) end
+  if show then t:add_le(PF[69], tvb(off + 56, 2)) end
+  if show then t:add(PF[70], tvb(off + 58, 6)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UserMad"] then HOOKS["UserMad"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  if true then r = D["MAD"](tvb, pinfo, tree, o, ctx)
+  end
+  return r
+end
+
 D["GRH"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
   local ctx_limit = limit
@@ -599,14 +834,14 @@ D["GRH"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["GRH"], tvb(off, 40)) end
   local o = off + 40
-  if show then t:add(PF[42], tvb(off + 0, 1)) end
-  if show then t:add(PF[43], tvb(off + 0, 2)) end
-  if show then t:add(PF[44], tvb(off + 1, 3)) end
-  if show then t:add(PF[45], tvb(off + 4, 2)) end
-  if show then t:add(PF[46], tvb(off + 6, 1)) end
-  if show then t:add(PF[47], tvb(off + 7, 1)) end
-  if show then t:add(PF[48], tvb(off + 8, 16)) end
-  if show then t:add(PF[49], tvb(off + 24, 16)) end
+  if show then t:add(PF[71], tvb(off + 0, 1)) end
+  if show then t:add(PF[72], tvb(off + 0, 2)) end
+  if show then t:add(PF[73], tvb(off + 1, 3)) end
+  if show then t:add(PF[74], tvb(off + 4, 2)) end
+  if show then t:add(PF[75], tvb(off + 6, 1)) end
+  if show then t:add(PF[76], tvb(off + 7, 1)) end
+  if show then t:add(PF[77], tvb(off + 8, 16)) end
+  if show then t:add(PF[78], tvb(off + 24, 16)) end
   if show then t:set_len(o - off) end
   if HOOKS["GRH"] then HOOKS["GRH"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -626,8 +861,8 @@ D["CNPPadding"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CNPPadding"], tvb(off, 16)) end
   local o = off + 16
-  if show then t:add(PF[50], tvb(off + 0, 8)) end
-  if show then t:add(PF[51], tvb(off + 8, 8)) end
+  if show then t:add(PF[79], tvb(off + 0, 8)) end
+  if show then t:add(PF[80], tvb(off + 8, 8)) end
   if show then t:set_len(o - off) end
   if HOOKS["CNPPadding"] then HOOKS["CNPPadding"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -645,8 +880,8 @@ D["AETH"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["AETH"], tvb(off, 4)) end
   local o = off + 4
-  if show then t:add(PF[52], tvb(off + 0, 1)) end
-  if show then t:add(PF[53], tvb(off + 1, 3)) end
+  if show then t:add(PF[81], tvb(off + 0, 1)) end
+  if show then t:add(PF[82], tvb(off + 1, 3)) end
   if show then t:set_len(o - off) end
   if HOOKS["AETH"] then HOOKS["AETH"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -664,10 +899,10 @@ D["DETH"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["DETH"], tvb(off, 8)) end
   local o = off + 8
-  if show then t:add(PF[54], tvb(off + 0, 4)) end
-  if show then t:add(PF[55], tvb(off + 4, 1)) end
+  if show then t:add(PF[83], tvb(off + 0, 4)) end
+  if show then t:add(PF[84], tvb(off + 4, 1)) end
   v["src_qp"] = tvb(off + 5, 3):uint()
-  if show then t:add(PF[56], tvb(off + 5, 3)) end
+  if show then t:add(PF[85], tvb(off + 5, 3)) end
   if show then t:set_len(o - off) end
   if HOOKS["DETH"] then HOOKS["DETH"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -691,15 +926,15 @@ D["PathRecData"] = function(tvb, pinfo, tree, off, ctx)
   local o = off + 72
   v["flags"] = tvb(off + 0, 4):le_uint()
   if show then
-    local ft = t:add_le(PF[57], tvb(off + 0, 4))
-    ft:add_le(PF[58], tvb(off + 0 + 0, 4))
-    ft:add_le(PF[59], tvb(off + 0 + 0, 4))
-    ft:add_le(PF[60], tvb(off + 0 + 0, 4))
-    ft:add_le(PF[61], tvb(off + 0 + 0, 4))
-    ft:add_le(PF[62], tvb(off + 0 + 0, 4))
-    ft:add_le(PF[63], tvb(off + 0 + 0, 4))
+    local ft = t:add_le(PF[86], tvb(off + 0, 4))
+    ft:add_le(PF[87], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[88], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[89], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[90], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[91], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[92], tvb(off + 0 + 0, 4))
   end
-  if show then t:add_le(PF[64], tvb(off + 4, 4)) end
+  if show then t:add_le(PF[93], tvb(off + 4, 4)) end
   D["PathRecord"](tvb, pinfo, t, off + 8, ib_subctx(ctx, off + 8 + 64))
   if show then t:set_len(o - off) end
   if HOOKS["PathRecData"] then HOOKS["PathRecData"](tvb, pinfo, t, off, o, ctx, v) end
@@ -719,10 +954,10 @@ D["LsResolveRequest"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsResolveRequest"], tvb(off, 68)) end
   local o = off + 68
-  if show then t:add(PF[65], tvb(off + 0, 64)) end
-  if show then t:add(PF[66], tvb(off + 64, 1)) end
-  if show then t:add(PF[67], tvb(off + 65, 1)) end
-  if show then t:add(PF[68], tvb(off + 66, 2)) end
+  if show then t:add(PF[94], tvb(off + 0, 64)) end
+  if show then t:add(PF[95], tvb(off + 64, 1)) end
+  if show then t:add(PF[96], tvb(off + 65, 1)) end
+  if show then t:add(PF[97], tvb(off + 66, 2)) end
   do
     local count = 0
     while o + 4 <= limit and count < MAX_LIST_ITEMS do
@@ -738,7 +973,7 @@ D["LsResolveRequest"] = function(tvb, pinfo, tree, off, ctx)
   end
   local n2 = math.max(0, (limit - o))
   if o + n2 > limit then return ib_short(tvb, t, P["LsResolveRequest"], o, limit, n2) end
-  if show and n2 > 0 then t:add(PF[69], tvb(o, n2)) end
+  if show and n2 > 0 then t:add(PF[98], tvb(o, n2)) end
   o = o + n2
   if show then t:set_len(o - off) end
   if HOOKS["LsResolveRequest"] then HOOKS["LsResolveRequest"](tvb, pinfo, t, off, o, ctx, v) end
@@ -772,7 +1007,7 @@ D["LsResolveResponse"] = function(tvb, pinfo, tree, off, ctx)
   end
   local n3 = math.max(0, (limit - o))
   if o + n3 > limit then return ib_short(tvb, t, P["LsResolveResponse"], o, limit, n3) end
-  if show and n3 > 0 then t:add(PF[70], tvb(o, n3)) end
+  if show and n3 > 0 then t:add(PF[99], tvb(o, n3)) end
   o = o + n3
   if show then t:set_len(o - off) end
   if HOOKS["LsResolveResponse"] then HOOKS["LsResolveResponse"](tvb, pinfo, t, off, o, ctx, v) end
@@ -806,7 +1041,7 @@ D["LsSetTimeout"] = function(tvb, pinfo, tree, off, ctx)
   end
   local n4 = math.max(0, (limit - o))
   if o + n4 > limit then return ib_short(tvb, t, P["LsSetTimeout"], o, limit, n4) end
-  if show and n4 > 0 then t:add(PF[71], tvb(o, n4)) end
+  if show and n4 > 0 then t:add(PF[100], tvb(o, n4)) end
   o = o + n4
   if show then t:set_len(o - off) end
   if HOOKS["LsSetTimeout"] then HOOKS["LsSetTimeout"](tvb, pinfo, t, off, o, ctx, v) end
@@ -825,7 +1060,7 @@ D["LsIpResolveRequest"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsIpResolveRequest"], tvb(off, 4)) end
   local o = off + 4
-  if show then t:add_le(PF[72], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[101], tvb(off + 0, 4)) end
   do
     local count = 0
     while o + 4 <= limit and count < MAX_LIST_ITEMS do
@@ -841,7 +1076,7 @@ D["LsIpResolveRequest"] = function(tvb, pinfo, tree, off, ctx)
   end
   local n5 = math.max(0, (limit - o))
   if o + n5 > limit then return ib_short(tvb, t, P["LsIpResolveRequest"], o, limit, n5) end
-  if show and n5 > 0 then t:add(PF[73], tvb(o, n5)) end
+  if show and n5 > 0 then t:add(PF[102], tvb(o, n5)) end
   o = o + n5
   if show then t:set_len(o - off) end
   if HOOKS["LsIpResolveRequest"] then HOOKS["LsIpResolveRequest"](tvb, pinfo, t, off, o, ctx, v) end
@@ -875,10 +1110,220 @@ D["LsIpResolveResponse"] = function(tvb, pinfo, tree, off, ctx)
   end
   local n6 = math.max(0, (limit - o))
   if o + n6 > limit then return ib_short(tvb, t, P["LsIpResolveResponse"], o, limit, n6) end
-  if show and n6 > 0 then t:add(PF[74], tvb(o, n6)) end
+  if show and n6 > 0 then t:add(PF[103], tvb(o, n6)) end
   o = o + n6
   if show then t:set_len(o - off) end
   if HOOKS["LsIpResolveResponse"] then HOOKS["LsIpResolveResponse"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["UcmaCreateId"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaCreateId"] = v
+  ctx.at["UcmaCreateId"] = off
+  if off + 24 > limit then return ib_short(tvb, tree, P["UcmaCreateId"], off, limit, 24) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaCreateId"], tvb(off, 24)) end
+  local o = off + 24
+  if show then t:add_le(PF[104], tvb(off + 0, 8)) end
+  if show then t:add_le(PF[105], tvb(off + 8, 8)) end
+  if show then t:add_le(PF[106], tvb(off + 16, 2)) end
+  if show then t:add(PF[107], tvb(off + 18, 1)) end
+  if show then t:add(PF[108], tvb(off + 19, 5)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaCreateId"] then HOOKS["UcmaCreateId"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  if true then r = D["UcmaCreateIdResp"](tvb, pinfo, tree, o, ctx)
+  end
+  return r
+end
+
+D["UcmaResolveIp"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaResolveIp"] = v
+  ctx.at["UcmaResolveIp"] = off
+  if off + 64 > limit then return ib_short(tvb, tree, P["UcmaResolveIp"], off, limit, 64) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaResolveIp"], tvb(off, 64)) end
+  local o = off + 64
+  if show then t:add(PF[109], tvb(off + 0, 28)) end
+  if show then t:add(PF[110], tvb(off + 28, 28)) end
+  if show then t:add_le(PF[111], tvb(off + 56, 4)) end
+  if show then t:add_le(PF[112], tvb(off + 60, 4)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaResolveIp"] then HOOKS["UcmaResolveIp"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["UcmaResolveRoute"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaResolveRoute"] = v
+  ctx.at["UcmaResolveRoute"] = off
+  if off + 8 > limit then return ib_short(tvb, tree, P["UcmaResolveRoute"], off, limit, 8) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaResolveRoute"], tvb(off, 8)) end
+  local o = off + 8
+  if show then t:add_le(PF[113], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[114], tvb(off + 4, 4)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaResolveRoute"] then HOOKS["UcmaResolveRoute"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["UcmaConnect"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaConnect"] = v
+  ctx.at["UcmaConnect"] = off
+  if off + 288 > limit then return ib_short(tvb, tree, P["UcmaConnect"], off, limit, 288) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaConnect"], tvb(off, 288)) end
+  local o = off + 288
+  D["UcmaConnParam"](tvb, pinfo, t, off + 0, ib_subctx(ctx, off + 0 + 272))
+  if show then t:add_le(PF[115], tvb(off + 272, 4)) end
+  if show then t:add_le(PF[116], tvb(off + 276, 4)) end
+  D["UcmaEce"](tvb, pinfo, t, off + 280, ib_subctx(ctx, off + 280 + 8))
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaConnect"] then HOOKS["UcmaConnect"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["UcmaGetEvent"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaGetEvent"] = v
+  ctx.at["UcmaGetEvent"] = off
+  if off + 8 > limit then return ib_short(tvb, tree, P["UcmaGetEvent"], off, limit, 8) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaGetEvent"], tvb(off, 8)) end
+  local o = off + 8
+  if show then t:add_le(PF[117], tvb(off + 0, 8)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaGetEvent"] then HOOKS["UcmaGetEvent"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  if true then r = D["UcmaEventResp"](tvb, pinfo, tree, o, ctx)
+  end
+  return r
+end
+
+D["UcmaSetOption"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaSetOption"] = v
+  ctx.at["UcmaSetOption"] = off
+  if off + 24 > limit then return ib_short(tvb, tree, P["UcmaSetOption"], off, limit, 24) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaSetOption"], tvb(off, 24)) end
+  local o = off + 24
+  if show then t:add_le(PF[118], tvb(off + 0, 8)) end
+  if show then t:add_le(PF[119], tvb(off + 8, 4)) end
+  if show then t:add_le(PF[120], tvb(off + 12, 4)) end
+  if show then t:add_le(PF[121], tvb(off + 16, 4)) end
+  if show then t:add_le(PF[122], tvb(off + 20, 4)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaSetOption"] then HOOKS["UcmaSetOption"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["UcmaQuery"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaQuery"] = v
+  ctx.at["UcmaQuery"] = off
+  if off + 16 > limit then return ib_short(tvb, tree, P["UcmaQuery"], off, limit, 16) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaQuery"], tvb(off, 16)) end
+  local o = off + 16
+  if show then t:add_le(PF[123], tvb(off + 0, 8)) end
+  if show then t:add_le(PF[124], tvb(off + 8, 4)) end
+  v["option"] = tvb(off + 12, 4):le_uint()
+  if show then t:add_le(PF[125], tvb(off + 12, 4)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaQuery"] then HOOKS["UcmaQuery"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  if ib_val(v, "option") == 1 then r = D["UcmaQueryPathResp"](tvb, pinfo, tree, o, ctx)
+  end
+  return r
+end
+
+D["UcmaResolveAddr"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaResolveAddr"] = v
+  ctx.at["UcmaResolveAddr"] = off
+  if off + 272 > limit then return ib_short(tvb, tree, P["UcmaResolveAddr"], off, limit, 272) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaResolveAddr"], tvb(off, 272)) end
+  local o = off + 272
+  if show then t:add_le(PF[126], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[127], tvb(off + 4, 4)) end
+  if show then t:add_le(PF[128], tvb(off + 8, 2)) end
+  if show then t:add_le(PF[129], tvb(off + 10, 2)) end
+  if show then t:add_le(PF[130], tvb(off + 12, 4)) end
+  if show then t:add(PF[131], tvb(off + 16, 128)) end
+  if show then t:add(PF[132], tvb(off + 144, 128)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaResolveAddr"] then HOOKS["UcmaResolveAddr"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["AcmResolve"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["AcmResolve"] = v
+  ctx.at["AcmResolve"] = off
+  if off + 0 > limit then return ib_short(tvb, tree, P["AcmResolve"], off, limit, 0) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["AcmResolve"], tvb(off, 0)) end
+  local o = off + 0
+  do
+    local count = math.floor(ib_idiv((limit - o), 72))
+    local stride = math.floor(72)
+    local sel = 0
+    if stride < 1 then count = 0 end
+    if count > MAX_LIST_ITEMS then t:add_proto_expert_info(EX.count); count = MAX_LIST_ITEMS end
+    for i = 0, count - 1 do
+      local s = o + i * stride
+      if s + stride > limit then ib_short(tvb, t, P["AcmResolve"], s, limit, stride); count = i; break end
+      if sel == 0 then D["AcmEpAddrData"](tvb, pinfo, t, s, ib_subctx(ctx, s + stride))
+      end
+    end
+    o = o + math.max(count, 0) * math.max(stride, 0)
+    v["resolve_data_count"] = count
+  end
+  local n7 = math.max(0, (limit - o))
+  if o + n7 > limit then return ib_short(tvb, t, P["AcmResolve"], o, limit, n7) end
+  if show and n7 > 0 then t:add(PF[133], tvb(o, n7)) end
+  o = o + n7
+  if show then t:set_len(o - off) end
+  if HOOKS["AcmResolve"] then HOOKS["AcmResolve"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
   return r
 end
@@ -894,22 +1339,22 @@ D["MAD"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["MAD"], tvb(off, 24)) end
   local o = off + 24
-  if show then t:add(PF[75], tvb(off + 0, 1)) end
+  if show then t:add(PF[134], tvb(off + 0, 1)) end
   v["mgmt_class"] = tvb(off + 1, 1):uint()
-  if show then t:add(PF[76], tvb(off + 1, 1)) end
+  if show then t:add(PF[135], tvb(off + 1, 1)) end
   v["class_version"] = tvb(off + 2, 1):uint()
-  if show then t:add(PF[77], tvb(off + 2, 1)) end
+  if show then t:add(PF[136], tvb(off + 2, 1)) end
   v["method"] = tvb(off + 3, 1):uint()
-  if show then t:add(PF[78], tvb(off + 3, 1)) end
+  if show then t:add(PF[137], tvb(off + 3, 1)) end
   v["status"] = tvb(off + 4, 2):uint()
-  if show then t:add(PF[79], tvb(off + 4, 2)) end
-  if show then t:add(PF[80], tvb(off + 6, 2)) end
+  if show then t:add(PF[138], tvb(off + 4, 2)) end
+  if show then t:add(PF[139], tvb(off + 6, 2)) end
   v["transaction_id"] = tvb(off + 8, 8):uint64():tonumber()
-  if show then t:add(PF[81], tvb(off + 8, 8)) end
+  if show then t:add(PF[140], tvb(off + 8, 8)) end
   v["attribute_id"] = tvb(off + 16, 2):uint()
-  if show then t:add(PF[82], tvb(off + 16, 2)) end
-  if show then t:add(PF[83], tvb(off + 18, 2)) end
-  if show then t:add(PF[84], tvb(off + 20, 4)) end
+  if show then t:add(PF[141], tvb(off + 16, 2)) end
+  if show then t:add(PF[142], tvb(off + 18, 2)) end
+  if show then t:add(PF[143], tvb(off + 20, 4)) end
   if show then t:set_len(o - off) end
   if HOOKS["MAD"] then HOOKS["MAD"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -936,31 +1381,31 @@ D["PathRecord"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["PathRecord"], tvb(off, 64)) end
   local o = off + 64
-  if show then t:add(PF[85], tvb(off + 0, 8)) end
-  if show then t:add(PF[86], tvb(off + 8, 16)) end
-  if show then t:add(PF[87], tvb(off + 24, 16)) end
-  if show then t:add(PF[88], tvb(off + 40, 2)) end
-  if show then t:add(PF[89], tvb(off + 42, 2)) end
-  if show then t:add(PF[90], tvb(off + 44, 1)) end
-  if show then t:add(PF[91], tvb(off + 44, 1)) end
-  if show then t:add(PF[92], tvb(off + 44, 3)) end
-  if show then t:add(PF[93], tvb(off + 47, 1)) end
-  if show then t:add(PF[94], tvb(off + 48, 1)) end
+  if show then t:add(PF[144], tvb(off + 0, 8)) end
+  if show then t:add(PF[145], tvb(off + 8, 16)) end
+  if show then t:add(PF[146], tvb(off + 24, 16)) end
+  if show then t:add(PF[147], tvb(off + 40, 2)) end
+  if show then t:add(PF[148], tvb(off + 42, 2)) end
+  if show then t:add(PF[149], tvb(off + 44, 1)) end
+  if show then t:add(PF[150], tvb(off + 44, 1)) end
+  if show then t:add(PF[151], tvb(off + 44, 3)) end
+  if show then t:add(PF[152], tvb(off + 47, 1)) end
+  if show then t:add(PF[153], tvb(off + 48, 1)) end
   v["reversible"] = tvb(off + 49, 1):bitfield(0, 1)
-  if show then t:add(PF[95], tvb(off + 49, 1)) end
+  if show then t:add(PF[154], tvb(off + 49, 1)) end
   v["numb_path"] = tvb(off + 49, 1):bitfield(1, 7)
-  if show then t:add(PF[96], tvb(off + 49, 1)) end
-  if show then t:add(PF[97], tvb(off + 50, 2)) end
-  if show then t:add(PF[98], tvb(off + 52, 2)) end
-  if show then t:add(PF[99], tvb(off + 53, 1)) end
-  if show then t:add(PF[100], tvb(off + 54, 1)) end
-  if show then t:add(PF[101], tvb(off + 54, 1)) end
-  if show then t:add(PF[102], tvb(off + 55, 1)) end
-  if show then t:add(PF[103], tvb(off + 55, 1)) end
-  if show then t:add(PF[104], tvb(off + 56, 1)) end
-  if show then t:add(PF[105], tvb(off + 56, 1)) end
-  if show then t:add(PF[106], tvb(off + 57, 1)) end
-  if show then t:add(PF[107], tvb(off + 58, 6)) end
+  if show then t:add(PF[155], tvb(off + 49, 1)) end
+  if show then t:add(PF[156], tvb(off + 50, 2)) end
+  if show then t:add(PF[157], tvb(off + 52, 2)) end
+  if show then t:add(PF[158], tvb(off + 53, 1)) end
+  if show then t:add(PF[159], tvb(off + 54, 1)) end
+  if show then t:add(PF[160], tvb(off + 54, 1)) end
+  if show then t:add(PF[161], tvb(off + 55, 1)) end
+  if show then t:add(PF[162], tvb(off + 55, 1)) end
+  if show then t:add(PF[163], tvb(off + 56, 1)) end
+  if show then t:add(PF[164], tvb(off + 56, 1)) end
+  if show then t:add(PF[165], tvb(off + 57, 1)) end
+  if show then t:add(PF[166], tvb(off + 58, 6)) end
   if show then t:set_len(o - off) end
   if HOOKS["PathRecord"] then HOOKS["PathRecord"](tvb, pinfo, t, off, o, ctx, v) end
   if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 18)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_band(ib_lo(ib_under(ctx, "SAHeader", "component_mask")), 4096) ~= 0)), ib_bool((ib_val(v, "numb_path") == 0)))) then t:add_proto_expert_info(EX[4]) end
@@ -982,12 +1427,12 @@ D["LsAttr"] = function(tvb, pinfo, tree, off, ctx)
   if show then t = tree:add(P["LsAttr"], tvb(off, 4)) end
   local o = off + 4
   v["nla_len"] = tvb(off + 0, 2):le_uint()
-  if show then t:add_le(PF[108], tvb(off + 0, 2)) end
-  if show then t:add_le(PF[109], tvb(off + 2, 2)) end
-  if show then t:add_le(PF[110], tvb(off + 2, 2)) end
-  if show then t:add_le(PF[111], tvb(off + 2, 2)) end
+  if show then t:add_le(PF[167], tvb(off + 0, 2)) end
+  if show then t:add_le(PF[168], tvb(off + 2, 2)) end
+  if show then t:add_le(PF[169], tvb(off + 2, 2)) end
+  if show then t:add_le(PF[170], tvb(off + 2, 2)) end
   v["nla_type"] = ib_band(ib_rshift(tvb(off + 2, 2):le_uint(), 0), 8191)
-  if show then t:add_le(PF[112], tvb(off + 2, 2)) end
+  if show then t:add_le(PF[171], tvb(off + 2, 2)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsAttr"] then HOOKS["LsAttr"](tvb, pinfo, t, off, o, ctx, v) end
   local item_len = ib_val(v, "nla_len")
@@ -1010,6 +1455,154 @@ D["LsAttr"] = function(tvb, pinfo, tree, off, ctx)
   return item_next or r
 end
 
+D["UcmaCreateIdResp"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaCreateIdResp"] = v
+  ctx.at["UcmaCreateIdResp"] = off
+  if off + 4 > limit then return ib_short(tvb, tree, P["UcmaCreateIdResp"], off, limit, 4) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaCreateIdResp"], tvb(off, 4)) end
+  local o = off + 4
+  if show then t:add_le(PF[172], tvb(off + 0, 4)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaCreateIdResp"] then HOOKS["UcmaCreateIdResp"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["UcmaConnParam"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaConnParam"] = v
+  ctx.at["UcmaConnParam"] = off
+  if off + 272 > limit then return ib_short(tvb, tree, P["UcmaConnParam"], off, limit, 272) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaConnParam"], tvb(off, 272)) end
+  local o = off + 272
+  if show then t:add_le(PF[173], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[174], tvb(off + 4, 4)) end
+  if show then t:add(PF[175], tvb(off + 8, 256)) end
+  if show then t:add(PF[176], tvb(off + 264, 1)) end
+  if show then t:add(PF[177], tvb(off + 265, 1)) end
+  if show then t:add(PF[178], tvb(off + 266, 1)) end
+  if show then t:add(PF[179], tvb(off + 267, 1)) end
+  if show then t:add(PF[180], tvb(off + 268, 1)) end
+  if show then t:add(PF[181], tvb(off + 269, 1)) end
+  if show then t:add(PF[182], tvb(off + 270, 1)) end
+  if show then t:add(PF[183], tvb(off + 271, 1)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaConnParam"] then HOOKS["UcmaConnParam"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["UcmaEce"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaEce"] = v
+  ctx.at["UcmaEce"] = off
+  if off + 8 > limit then return ib_short(tvb, tree, P["UcmaEce"], off, limit, 8) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaEce"], tvb(off, 8)) end
+  local o = off + 8
+  if show then t:add_le(PF[184], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[185], tvb(off + 4, 4)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaEce"] then HOOKS["UcmaEce"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["UcmaEventResp"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaEventResp"] = v
+  ctx.at["UcmaEventResp"] = off
+  if off + 336 > limit then return ib_short(tvb, tree, P["UcmaEventResp"], off, limit, 336) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaEventResp"], tvb(off, 336)) end
+  local o = off + 336
+  if show then t:add_le(PF[186], tvb(off + 0, 8)) end
+  if show then t:add_le(PF[187], tvb(off + 8, 4)) end
+  if show then t:add_le(PF[188], tvb(off + 12, 4)) end
+  if show then t:add_le(PF[189], tvb(off + 16, 4)) end
+  D["UcmaConnParam"](tvb, pinfo, t, off + 20, ib_subctx(ctx, off + 20 + 272))
+  if show then t:add(PF[190], tvb(off + 292, 32)) end
+  if show then t:add_le(PF[191], tvb(off + 324, 4)) end
+  D["UcmaEce"](tvb, pinfo, t, off + 328, ib_subctx(ctx, off + 328 + 8))
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaEventResp"] then HOOKS["UcmaEventResp"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["UcmaQueryPathResp"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaQueryPathResp"] = v
+  ctx.at["UcmaQueryPathResp"] = off
+  if off + 8 > limit then return ib_short(tvb, tree, P["UcmaQueryPathResp"], off, limit, 8) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaQueryPathResp"], tvb(off, 8)) end
+  local o = off + 8
+  if show then t:add_le(PF[192], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[193], tvb(off + 4, 4)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaQueryPathResp"] then HOOKS["UcmaQueryPathResp"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  if true then r = D["PathArray"](tvb, pinfo, tree, o, ctx)
+  end
+  return r
+end
+
+D["AcmEpAddrData"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["AcmEpAddrData"] = v
+  ctx.at["AcmEpAddrData"] = off
+  if off + 8 > limit then return ib_short(tvb, tree, P["AcmEpAddrData"], off, limit, 8) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["AcmEpAddrData"], tvb(off, 8)) end
+  local o = off + 8
+  if show then
+    local ft = t:add_le(PF[194], tvb(off + 0, 4))
+    ft:add_le(PF[195], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[196], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[197], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[198], tvb(off + 0 + 0, 4))
+  end
+  v["type"] = tvb(off + 4, 2):le_uint()
+  if show then t:add_le(PF[199], tvb(off + 4, 2)) end
+  if show then t:add_le(PF[200], tvb(off + 6, 2)) end
+  if ib_truthy(ib_bool((ib_val(v, "type") == 16))) then
+    if o + 64 > limit then return ib_short(tvb, t, P["AcmEpAddrData"], o, limit, 64) end
+    D["PathRecord"](tvb, pinfo, t, o, ib_subctx(ctx, o + 64))
+    o = o + 64
+  end
+  if ib_truthy(ib_bool((ib_val(v, "type") ~= 16))) then
+    if o + 64 > limit then return ib_short(tvb, t, P["AcmEpAddrData"], o, limit, 64) end
+    if show then t:add(PF[201], tvb(o, 64)) end
+    o = o + 64
+  end
+  if show then t:set_len(o - off) end
+  if HOOKS["AcmEpAddrData"] then HOOKS["AcmEpAddrData"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
 D["RMPP"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
   local ctx_limit = limit
@@ -1021,22 +1614,22 @@ D["RMPP"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["RMPP"], tvb(off, 12)) end
   local o = off + 12
-  if show then t:add(PF[113], tvb(off + 0, 1)) end
+  if show then t:add(PF[202], tvb(off + 0, 1)) end
   v["rmpp_type"] = tvb(off + 1, 1):uint()
-  if show then t:add(PF[114], tvb(off + 1, 1)) end
-  if show then t:add(PF[115], tvb(off + 2, 1)) end
+  if show then t:add(PF[203], tvb(off + 1, 1)) end
+  if show then t:add(PF[204], tvb(off + 2, 1)) end
   v["rmpp_flags"] = tvb(off + 2, 1):bitfield(5, 3)
   if show then
-    local ft = t:add(PF[116], tvb(off + 2, 1))
-    ft:add(PF[117], tvb(off + 2 + 0, 1))
-    ft:add(PF[118], tvb(off + 2 + 0, 1))
-    ft:add(PF[119], tvb(off + 2 + 0, 1))
+    local ft = t:add(PF[205], tvb(off + 2, 1))
+    ft:add(PF[206], tvb(off + 2 + 0, 1))
+    ft:add(PF[207], tvb(off + 2 + 0, 1))
+    ft:add(PF[208], tvb(off + 2 + 0, 1))
   end
-  if show then t:add(PF[120], tvb(off + 3, 1)) end
+  if show then t:add(PF[209], tvb(off + 3, 1)) end
   v["segment_number"] = tvb(off + 4, 4):uint()
-  if show then t:add(PF[121], tvb(off + 4, 4)) end
+  if show then t:add(PF[210], tvb(off + 4, 4)) end
   v["payload_length"] = tvb(off + 8, 4):uint()
-  if show then t:add(PF[122], tvb(off + 8, 4)) end
+  if show then t:add(PF[211], tvb(off + 8, 4)) end
   if show then t:set_len(o - off) end
   if HOOKS["RMPP"] then HOOKS["RMPP"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1056,61 +1649,61 @@ D["CMReq"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMReq"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[123], tvb(off + 0, 4)) end
-  if show then t:add(PF[124], tvb(off + 4, 4)) end
-  if show then t:add(PF[125], tvb(off + 8, 8)) end
-  if show then t:add(PF[126], tvb(off + 16, 8)) end
-  if show then t:add(PF[127], tvb(off + 24, 4)) end
-  if show then t:add(PF[128], tvb(off + 28, 4)) end
-  if show then t:add(PF[129], tvb(off + 32, 3)) end
-  if show then t:add(PF[130], tvb(off + 35, 1)) end
-  if show then t:add(PF[131], tvb(off + 36, 3)) end
-  if show then t:add(PF[132], tvb(off + 39, 1)) end
-  if show then t:add(PF[133], tvb(off + 40, 3)) end
-  if show then t:add(PF[134], tvb(off + 43, 1)) end
-  if show then t:add(PF[135], tvb(off + 43, 1)) end
-  if show then t:add(PF[136], tvb(off + 43, 1)) end
-  if show then t:add(PF[137], tvb(off + 44, 3)) end
-  if show then t:add(PF[138], tvb(off + 47, 1)) end
-  if show then t:add(PF[139], tvb(off + 47, 1)) end
-  if show then t:add(PF[140], tvb(off + 48, 2)) end
-  if show then t:add(PF[141], tvb(off + 50, 1)) end
-  if show then t:add(PF[142], tvb(off + 50, 1)) end
-  if show then t:add(PF[143], tvb(off + 50, 1)) end
-  if show then t:add(PF[144], tvb(off + 51, 1)) end
-  if show then t:add(PF[145], tvb(off + 51, 1)) end
-  if show then t:add(PF[146], tvb(off + 51, 1)) end
-  if show then t:add(PF[147], tvb(off + 52, 2)) end
-  if show then t:add(PF[148], tvb(off + 54, 2)) end
-  if show then t:add(PF[149], tvb(off + 56, 16)) end
-  if show then t:add(PF[150], tvb(off + 72, 16)) end
-  if show then t:add(PF[151], tvb(off + 88, 3)) end
-  if show then t:add(PF[152], tvb(off + 90, 2)) end
-  if show then t:add(PF[153], tvb(off + 91, 1)) end
-  if show then t:add(PF[154], tvb(off + 92, 1)) end
-  if show then t:add(PF[155], tvb(off + 93, 1)) end
-  if show then t:add(PF[156], tvb(off + 94, 1)) end
-  if show then t:add(PF[157], tvb(off + 94, 1)) end
-  if show then t:add(PF[158], tvb(off + 94, 1)) end
-  if show then t:add(PF[159], tvb(off + 95, 1)) end
-  if show then t:add(PF[160], tvb(off + 95, 1)) end
-  if show then t:add(PF[161], tvb(off + 95, 1)) end
-  if show then t:add(PF[162], tvb(off + 96, 2)) end
-  if show then t:add(PF[163], tvb(off + 98, 2)) end
-  if show then t:add(PF[164], tvb(off + 100, 16)) end
-  if show then t:add(PF[165], tvb(off + 116, 16)) end
-  if show then t:add(PF[166], tvb(off + 132, 3)) end
-  if show then t:add(PF[167], tvb(off + 134, 2)) end
-  if show then t:add(PF[168], tvb(off + 135, 1)) end
-  if show then t:add(PF[169], tvb(off + 136, 1)) end
-  if show then t:add(PF[170], tvb(off + 137, 1)) end
-  if show then t:add(PF[171], tvb(off + 138, 1)) end
-  if show then t:add(PF[172], tvb(off + 138, 1)) end
-  if show then t:add(PF[173], tvb(off + 138, 1)) end
-  if show then t:add(PF[174], tvb(off + 139, 1)) end
-  if show then t:add(PF[175], tvb(off + 139, 1)) end
-  if show then t:add(PF[176], tvb(off + 139, 1)) end
-  if show then t:add(PF[177], tvb(off + 140, 92)) end
+  if show then t:add(PF[212], tvb(off + 0, 4)) end
+  if show then t:add(PF[213], tvb(off + 4, 4)) end
+  if show then t:add(PF[214], tvb(off + 8, 8)) end
+  if show then t:add(PF[215], tvb(off + 16, 8)) end
+  if show then t:add(PF[216], tvb(off + 24, 4)) end
+  if show then t:add(PF[217], tvb(off + 28, 4)) end
+  if show then t:add(PF[218], tvb(off + 32, 3)) end
+  if show then t:add(PF[219], tvb(off + 35, 1)) end
+  if show then t:add(PF[220], tvb(off + 36, 3)) end
+  if show then t:add(PF[221], tvb(off + 39, 1)) end
+  if show then t:add(PF[222], tvb(off + 40, 3)) end
+  if show then t:add(PF[223], tvb(off + 43, 1)) end
+  if show then t:add(PF[224], tvb(off + 43, 1)) end
+  if show then t:add(PF[225], tvb(off + 43, 1)) end
+  if show then t:add(PF[226], tvb(off + 44, 3)) end
+  if show then t:add(PF[227], tvb(off + 47, 1)) end
+  if show then t:add(PF[228], tvb(off + 47, 1)) end
+  if show then t:add(PF[229], tvb(off + 48, 2)) end
+  if show then t:add(PF[230], tvb(off + 50, 1)) end
+  if show then t:add(PF[231], tvb(off + 50, 1)) end
+  if show then t:add(PF[232], tvb(off + 50, 1)) end
+  if show then t:add(PF[233], tvb(off + 51, 1)) end
+  if show then t:add(PF[234], tvb(off + 51, 1)) end
+  if show then t:add(PF[235], tvb(off + 51, 1)) end
+  if show then t:add(PF[236], tvb(off + 52, 2)) end
+  if show then t:add(PF[237], tvb(off + 54, 2)) end
+  if show then t:add(PF[238], tvb(off + 56, 16)) end
+  if show then t:add(PF[239], tvb(off + 72, 16)) end
+  if show then t:add(PF[240], tvb(off + 88, 3)) end
+  if show then t:add(PF[241], tvb(off + 90, 2)) end
+  if show then t:add(PF[242], tvb(off + 91, 1)) end
+  if show then t:add(PF[243], tvb(off + 92, 1)) end
+  if show then t:add(PF[244], tvb(off + 93, 1)) end
+  if show then t:add(PF[245], tvb(off + 94, 1)) end
+  if show then t:add(PF[246], tvb(off + 94, 1)) end
+  if show then t:add(PF[247], tvb(off + 94, 1)) end
+  if show then t:add(PF[248], tvb(off + 95, 1)) end
+  if show then t:add(PF[249], tvb(off + 95, 1)) end
+  if show then t:add(PF[250], tvb(off + 95, 1)) end
+  if show then t:add(PF[251], tvb(off + 96, 2)) end
+  if show then t:add(PF[252], tvb(off + 98, 2)) end
+  if show then t:add(PF[253], tvb(off + 100, 16)) end
+  if show then t:add(PF[254], tvb(off + 116, 16)) end
+  if show then t:add(PF[255], tvb(off + 132, 3)) end
+  if show then t:add(PF[256], tvb(off + 134, 2)) end
+  if show then t:add(PF[257], tvb(off + 135, 1)) end
+  if show then t:add(PF[258], tvb(off + 136, 1)) end
+  if show then t:add(PF[259], tvb(off + 137, 1)) end
+  if show then t:add(PF[260], tvb(off + 138, 1)) end
+  if show then t:add(PF[261], tvb(off + 138, 1)) end
+  if show then t:add(PF[262], tvb(off + 138, 1)) end
+  if show then t:add(PF[263], tvb(off + 139, 1)) end
+  if show then t:add(PF[264], tvb(off + 139, 1)) end
+  if show then t:add(PF[265], tvb(off + 139, 1)) end
+  if show then t:add(PF[266], tvb(off + 140, 92)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMReq"] then HOOKS["CMReq"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1128,13 +1721,13 @@ D["CMMra"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMMra"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[178], tvb(off + 0, 4)) end
-  if show then t:add(PF[179], tvb(off + 4, 4)) end
-  if show then t:add(PF[180], tvb(off + 8, 1)) end
-  if show then t:add(PF[181], tvb(off + 8, 1)) end
-  if show then t:add(PF[182], tvb(off + 9, 1)) end
-  if show then t:add(PF[183], tvb(off + 9, 1)) end
-  if show then t:add(PF[184], tvb(off + 10, 222)) end
+  if show then t:add(PF[267], tvb(off + 0, 4)) end
+  if show then t:add(PF[268], tvb(off + 4, 4)) end
+  if show then t:add(PF[269], tvb(off + 8, 1)) end
+  if show then t:add(PF[270], tvb(off + 8, 1)) end
+  if show then t:add(PF[271], tvb(off + 9, 1)) end
+  if show then t:add(PF[272], tvb(off + 9, 1)) end
+  if show then t:add(PF[273], tvb(off + 10, 222)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMMra"] then HOOKS["CMMra"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1152,15 +1745,15 @@ D["CMRej"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMRej"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[185], tvb(off + 0, 4)) end
-  if show then t:add(PF[186], tvb(off + 4, 4)) end
-  if show then t:add(PF[187], tvb(off + 8, 1)) end
-  if show then t:add(PF[188], tvb(off + 8, 1)) end
-  if show then t:add(PF[189], tvb(off + 9, 1)) end
-  if show then t:add(PF[190], tvb(off + 9, 1)) end
-  if show then t:add(PF[191], tvb(off + 10, 2)) end
-  if show then t:add(PF[192], tvb(off + 12, 72)) end
-  if show then t:add(PF[193], tvb(off + 84, 148)) end
+  if show then t:add(PF[274], tvb(off + 0, 4)) end
+  if show then t:add(PF[275], tvb(off + 4, 4)) end
+  if show then t:add(PF[276], tvb(off + 8, 1)) end
+  if show then t:add(PF[277], tvb(off + 8, 1)) end
+  if show then t:add(PF[278], tvb(off + 9, 1)) end
+  if show then t:add(PF[279], tvb(off + 9, 1)) end
+  if show then t:add(PF[280], tvb(off + 10, 2)) end
+  if show then t:add(PF[281], tvb(off + 12, 72)) end
+  if show then t:add(PF[282], tvb(off + 84, 148)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMRej"] then HOOKS["CMRej"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1178,25 +1771,25 @@ D["CMRep"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMRep"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[194], tvb(off + 0, 4)) end
-  if show then t:add(PF[195], tvb(off + 4, 4)) end
-  if show then t:add(PF[196], tvb(off + 8, 4)) end
-  if show then t:add(PF[197], tvb(off + 12, 3)) end
-  if show then t:add(PF[198], tvb(off + 15, 1)) end
-  if show then t:add(PF[199], tvb(off + 16, 3)) end
-  if show then t:add(PF[200], tvb(off + 19, 1)) end
-  if show then t:add(PF[201], tvb(off + 20, 3)) end
-  if show then t:add(PF[202], tvb(off + 23, 1)) end
-  if show then t:add(PF[203], tvb(off + 24, 1)) end
-  if show then t:add(PF[204], tvb(off + 25, 1)) end
-  if show then t:add(PF[205], tvb(off + 26, 1)) end
-  if show then t:add(PF[206], tvb(off + 26, 1)) end
-  if show then t:add(PF[207], tvb(off + 26, 1)) end
-  if show then t:add(PF[208], tvb(off + 27, 1)) end
-  if show then t:add(PF[209], tvb(off + 27, 1)) end
-  if show then t:add(PF[210], tvb(off + 27, 1)) end
-  if show then t:add(PF[211], tvb(off + 28, 8)) end
-  if show then t:add(PF[212], tvb(off + 36, 196)) end
+  if show then t:add(PF[283], tvb(off + 0, 4)) end
+  if show then t:add(PF[284], tvb(off + 4, 4)) end
+  if show then t:add(PF[285], tvb(off + 8, 4)) end
+  if show then t:add(PF[286], tvb(off + 12, 3)) end
+  if show then t:add(PF[287], tvb(off + 15, 1)) end
+  if show then t:add(PF[288], tvb(off + 16, 3)) end
+  if show then t:add(PF[289], tvb(off + 19, 1)) end
+  if show then t:add(PF[290], tvb(off + 20, 3)) end
+  if show then t:add(PF[291], tvb(off + 23, 1)) end
+  if show then t:add(PF[292], tvb(off + 24, 1)) end
+  if show then t:add(PF[293], tvb(off + 25, 1)) end
+  if show then t:add(PF[294], tvb(off + 26, 1)) end
+  if show then t:add(PF[295], tvb(off + 26, 1)) end
+  if show then t:add(PF[296], tvb(off + 26, 1)) end
+  if show then t:add(PF[297], tvb(off + 27, 1)) end
+  if show then t:add(PF[298], tvb(off + 27, 1)) end
+  if show then t:add(PF[299], tvb(off + 27, 1)) end
+  if show then t:add(PF[300], tvb(off + 28, 8)) end
+  if show then t:add(PF[301], tvb(off + 36, 196)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMRep"] then HOOKS["CMRep"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1214,9 +1807,9 @@ D["CMRtu"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMRtu"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[213], tvb(off + 0, 4)) end
-  if show then t:add(PF[214], tvb(off + 4, 4)) end
-  if show then t:add(PF[215], tvb(off + 8, 224)) end
+  if show then t:add(PF[302], tvb(off + 0, 4)) end
+  if show then t:add(PF[303], tvb(off + 4, 4)) end
+  if show then t:add(PF[304], tvb(off + 8, 224)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMRtu"] then HOOKS["CMRtu"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1234,11 +1827,11 @@ D["CMDreq"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMDreq"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[216], tvb(off + 0, 4)) end
-  if show then t:add(PF[217], tvb(off + 4, 4)) end
-  if show then t:add(PF[218], tvb(off + 8, 3)) end
-  if show then t:add(PF[219], tvb(off + 11, 1)) end
-  if show then t:add(PF[220], tvb(off + 12, 220)) end
+  if show then t:add(PF[305], tvb(off + 0, 4)) end
+  if show then t:add(PF[306], tvb(off + 4, 4)) end
+  if show then t:add(PF[307], tvb(off + 8, 3)) end
+  if show then t:add(PF[308], tvb(off + 11, 1)) end
+  if show then t:add(PF[309], tvb(off + 12, 220)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMDreq"] then HOOKS["CMDreq"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1256,9 +1849,9 @@ D["CMDrep"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMDrep"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[221], tvb(off + 0, 4)) end
-  if show then t:add(PF[222], tvb(off + 4, 4)) end
-  if show then t:add(PF[223], tvb(off + 8, 224)) end
+  if show then t:add(PF[310], tvb(off + 0, 4)) end
+  if show then t:add(PF[311], tvb(off + 4, 4)) end
+  if show then t:add(PF[312], tvb(off + 8, 224)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMDrep"] then HOOKS["CMDrep"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1276,7 +1869,7 @@ D["LsTimeout"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsTimeout"], tvb(off, 4)) end
   local o = off + 4
-  if show then t:add_le(PF[224], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[313], tvb(off + 0, 4)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsTimeout"] then HOOKS["LsTimeout"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1294,7 +1887,7 @@ D["LsServiceId"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsServiceId"], tvb(off, 8)) end
   local o = off + 8
-  if show then t:add_le(PF[225], tvb(off + 0, 8)) end
+  if show then t:add_le(PF[314], tvb(off + 0, 8)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsServiceId"] then HOOKS["LsServiceId"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1312,7 +1905,7 @@ D["LsDgid"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsDgid"], tvb(off, 16)) end
   local o = off + 16
-  if show then t:add(PF[226], tvb(off + 0, 16)) end
+  if show then t:add(PF[315], tvb(off + 0, 16)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsDgid"] then HOOKS["LsDgid"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1330,7 +1923,7 @@ D["LsSgid"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsSgid"], tvb(off, 16)) end
   local o = off + 16
-  if show then t:add(PF[227], tvb(off + 0, 16)) end
+  if show then t:add(PF[316], tvb(off + 0, 16)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsSgid"] then HOOKS["LsSgid"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1348,7 +1941,7 @@ D["LsTclass"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsTclass"], tvb(off, 1)) end
   local o = off + 1
-  if show then t:add(PF[228], tvb(off + 0, 1)) end
+  if show then t:add(PF[317], tvb(off + 0, 1)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsTclass"] then HOOKS["LsTclass"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1366,7 +1959,7 @@ D["LsPkey"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsPkey"], tvb(off, 2)) end
   local o = off + 2
-  if show then t:add_le(PF[229], tvb(off + 0, 2)) end
+  if show then t:add_le(PF[318], tvb(off + 0, 2)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsPkey"] then HOOKS["LsPkey"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1384,7 +1977,7 @@ D["LsQosClass"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsQosClass"], tvb(off, 2)) end
   local o = off + 2
-  if show then t:add_le(PF[230], tvb(off + 0, 2)) end
+  if show then t:add_le(PF[319], tvb(off + 0, 2)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsQosClass"] then HOOKS["LsQosClass"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1402,7 +1995,7 @@ D["LsIpv4"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsIpv4"], tvb(off, 4)) end
   local o = off + 4
-  if show then t:add(PF[231], tvb(off + 0, 4)) end
+  if show then t:add(PF[320], tvb(off + 0, 4)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsIpv4"] then HOOKS["LsIpv4"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1420,7 +2013,7 @@ D["LsIpv6"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsIpv6"], tvb(off, 16)) end
   local o = off + 16
-  if show then t:add(PF[232], tvb(off + 0, 16)) end
+  if show then t:add(PF[321], tvb(off + 0, 16)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsIpv6"] then HOOKS["LsIpv6"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1438,35 +2031,35 @@ D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["SAHeader"], tvb(off, 20)) end
   local o = off + 20
-  if show then t:add(PF[233], tvb(off + 0, 8)) end
+  if show then t:add(PF[322], tvb(off + 0, 8)) end
   v["attribute_offset"] = tvb(off + 8, 2):uint()
-  if show then t:add(PF[234], tvb(off + 8, 2)) end
-  if show then t:add(PF[235], tvb(off + 10, 2)) end
+  if show then t:add(PF[323], tvb(off + 8, 2)) end
+  if show then t:add(PF[324], tvb(off + 10, 2)) end
   v["component_mask"] = tvb(off + 12, 8):uint64():tonumber()
   if show then
-    local ft = t:add(PF[236], tvb(off + 12, 8))
-    ft:add(PF[237], tvb(off + 12 + 4, 4))
-    ft:add(PF[238], tvb(off + 12 + 4, 4))
-    ft:add(PF[239], tvb(off + 12 + 4, 4))
-    ft:add(PF[240], tvb(off + 12 + 4, 4))
-    ft:add(PF[241], tvb(off + 12 + 4, 4))
-    ft:add(PF[242], tvb(off + 12 + 4, 4))
-    ft:add(PF[243], tvb(off + 12 + 4, 4))
-    ft:add(PF[244], tvb(off + 12 + 4, 4))
-    ft:add(PF[245], tvb(off + 12 + 4, 4))
-    ft:add(PF[246], tvb(off + 12 + 4, 4))
-    ft:add(PF[247], tvb(off + 12 + 4, 4))
-    ft:add(PF[248], tvb(off + 12 + 4, 4))
-    ft:add(PF[249], tvb(off + 12 + 4, 4))
-    ft:add(PF[250], tvb(off + 12 + 4, 4))
-    ft:add(PF[251], tvb(off + 12 + 4, 4))
-    ft:add(PF[252], tvb(off + 12 + 4, 4))
-    ft:add(PF[253], tvb(off + 12 + 4, 4))
-    ft:add(PF[254], tvb(off + 12 + 4, 4))
-    ft:add(PF[255], tvb(off + 12 + 4, 4))
-    ft:add(PF[256], tvb(off + 12 + 4, 4))
-    ft:add(PF[257], tvb(off + 12 + 4, 4))
-    ft:add(PF[258], tvb(off + 12 + 4, 4))
+    local ft = t:add(PF[325], tvb(off + 12, 8))
+    ft:add(PF[326], tvb(off + 12 + 4, 4))
+    ft:add(PF[327], tvb(off + 12 + 4, 4))
+    ft:add(PF[328], tvb(off + 12 + 4, 4))
+    ft:add(PF[329], tvb(off + 12 + 4, 4))
+    ft:add(PF[330], tvb(off + 12 + 4, 4))
+    ft:add(PF[331], tvb(off + 12 + 4, 4))
+    ft:add(PF[332], tvb(off + 12 + 4, 4))
+    ft:add(PF[333], tvb(off + 12 + 4, 4))
+    ft:add(PF[334], tvb(off + 12 + 4, 4))
+    ft:add(PF[335], tvb(off + 12 + 4, 4))
+    ft:add(PF[336], tvb(off + 12 + 4, 4))
+    ft:add(PF[337], tvb(off + 12 + 4, 4))
+    ft:add(PF[338], tvb(off + 12 + 4, 4))
+    ft:add(PF[339], tvb(off + 12 + 4, 4))
+    ft:add(PF[340], tvb(off + 12 + 4, 4))
+    ft:add(PF[341], tvb(off + 12 + 4, 4))
+    ft:add(PF[342], tvb(off + 12 + 4, 4))
+    ft:add(PF[343], tvb(off + 12 + 4, 4))
+    ft:add(PF[344], tvb(off + 12 + 4, 4))
+    ft:add(PF[345], tvb(off + 12 + 4, 4))
+    ft:add(PF[346], tvb(off + 12 + 4, 4))
+    ft:add(PF[347], tvb(off + 12 + 4, 4))
   end
   do
     local count = math.floor((ib_truthy(ib_and(ib_band(ib_under(ctx, "MAD", "method"), 128), ib_bool((ib_under(ctx, "MAD", "status") ~= 0)))) and 0 or (ib_truthy(ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 1)) and (ib_truthy(ib_and(ib_bool((ib_under(ctx, "RMPP", "rmpp_type") == 1)), ib_bool((ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 6) == 6)))) and ib_idiv(math.min(math.max((ib_under(ctx, "RMPP", "payload_length") - 20), 0), (limit - o)), math.max((ib_val(v, "attribute_offset") * 8), 64)) or 0) or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "method") == 146))) and (ib_truthy(ib_and(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), 64))), ib_bool((ib_val(v, "attribute_offset") ~= 0)))) and 1 or 0) or (ib_truthy(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), 64)))) and 1 or 0)))))
@@ -2035,6 +2628,23 @@ P["PathArray"].dissector = function(tvb, pinfo, tree)
                                     arr.records_count or 0, tvb:len()))
   return tvb:len()
 end
+
+-- ibpath record: exported PDUs reach the generated layers by their Proto's name
+local function recorded_source(key, column, field, names)
+  P[key].dissector = function(tvb, pinfo, tree)
+    pinfo.cols.protocol:set(column)
+    local ctx = {limit = tvb:len(), v = {}, at = {}, encap = "record", show = true}
+    D[key](tvb, pinfo, tree, 0, ctx)
+    local v = ctx.v[key] or {}
+    if field and v[field] ~= nil then
+      pinfo.cols.info:set(names[v[field]] or tostring(v[field]))
+    end
+    return tvb:len()
+  end
+end
+recorded_source("UcmaCmdHdr", "ibpath ucma", "cmd", {[0] = "CREATE_ID", [1] = "DESTROY_ID", [2] = "BIND_IP", [3] = "RESOLVE_IP", [4] = "RESOLVE_ROUTE", [5] = "QUERY_ROUTE", [6] = "CONNECT", [7] = "LISTEN", [8] = "ACCEPT", [9] = "REJECT", [10] = "DISCONNECT", [11] = "INIT_QP_ATTR", [12] = "GET_EVENT", [13] = "GET_OPTION", [14] = "SET_OPTION", [15] = "NOTIFY", [16] = "JOIN_IP_MCAST", [17] = "LEAVE_MCAST", [18] = "MIGRATE_ID", [19] = "QUERY", [20] = "BIND", [21] = "RESOLVE_ADDR", [22] = "JOIN_MCAST"})
+recorded_source("AcmHdr", "ibpath acm", "opcode", {[1] = "RESOLVE", [2] = "PERF_QUERY", [3] = "EP_QUERY", [129] = "RESOLVE|ACK", [130] = "PERF_QUERY|ACK", [131] = "EP_QUERY|ACK"})
+recorded_source("UserMad", "ibpath umad", nil, nil)
 
 -- experts are registered once, after the runtime added its own
 ib_main.experts = EXPERT_LIST

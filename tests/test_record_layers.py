@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYOUT_C = Path(__file__).with_name("data") / "record" / "layout.c"
 OPENSM = ROOT / "captures" / "opensm"
 
+# values a layer needs to build its whole struct
+LAYOUT_VALUES = {AcmEpAddrData: {"path": PathRecord()}}
 # layer -> (C struct, {scapy field: C member} where the names differ)
 STRUCTS = {
     UcmaCmdHdr: ("rdma_ucm_cmd_hdr", {"in_len": "in", "out_len": "out"}),
@@ -104,7 +106,7 @@ def scapy_layout(cls, **values) -> tuple[dict[str, tuple[int, int]], int]:
 def test_size_and_offsets_match_the_c_struct(oracle, cls):
     sizes, members, _ = oracle
     struct, renamed = STRUCTS[cls]
-    layout, size = scapy_layout(cls)
+    layout, size = scapy_layout(cls, **LAYOUT_VALUES.get(cls, {}))
     assert_bit_runs_close(cls)
     assert size == sizes[struct], f"{cls.__name__}: {size} bytes, struct {struct} {sizes[struct]}"
     for name, (off, width) in layout.items():

@@ -128,7 +128,8 @@ class AcmEpAddrData(Packet):
         FlagsField("flags", 0, -32, _EP_FLAG_NAMES),
         LEShortEnumField("type", ACM_EP_INFO_PATH, ACM_EP_INFO_TYPES),
         XLEShortField("reserved", 0),
-        ConditionalField(PacketField("path", PathRecord(), PathRecord),
+        # no default PathRecord: an address entry holds no path, not an empty one
+        ConditionalField(PacketField("path", None, PathRecord),
                          lambda pkt: evaluate_on(_IS_PATH.condition, pkt)),
         ConditionalField(XStrFixedLenField("info", b"\0" * ACM_MAX_ADDRESS, ACM_MAX_ADDRESS),
                          lambda pkt: evaluate_on(_IS_ADDRESS.condition, pkt)),

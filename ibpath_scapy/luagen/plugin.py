@@ -7,10 +7,14 @@ from pathlib import Path
 
 from .. import __version__
 from ..layers import BTH, LRH
+from ..layers.acm import ACM_OPCODES, AcmHdr
 from ..layers.netlink import RdmaNLMsgHdr
 from ..layers.pathdata import PathArray
+from ..layers.ucma import UCMA_COMMANDS, UcmaCmdHdr
+from ..layers.umad import UserMad
 from ..packet_rules import PACKET_RULES
 from .emit import Spec, generate
+from .lua import lua_str, lua_table
 
 # In a checkout, the committed plugin: tests compare it with a fresh generation.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -40,10 +44,40 @@ request/response matching by TID, and expert infos for single-packet audit rules
 Fields: ibpath.<layer>.<field>. Install: ibpath dissector install"""
 
 
+# `ibpath record`'s exported PDUs (record/capture.py): (first layer, protocol column, the field
+# the info column names, its names). The protocol name of each is its first layer's Proto
+# (ibpath.ucma, ibpath.acm, ibpath.umad), which Wireshark's exported-PDU dissector finds by name.
+RECORDED_SOURCES = [(UcmaCmdHdr, "ibpath ucma", "cmd", UCMA_COMMANDS),
+                    (AcmHdr, "ibpath acm", "opcode", ACM_OPCODES),
+                    (UserMad, "ibpath umad", None, None)]
+
+
+def recorded_sources_lua() -> str:
+    """The dissector function of each recorded source's Proto."""
+    lines = ["-- ibpath record: exported PDUs reach the generated layers by their Proto's name",
+             "local function recorded_source(key, column, field, names)",
+             "  P[key].dissector = function(tvb, pinfo, tree)",
+             "    pinfo.cols.protocol:set(column)",
+             '    local ctx = {limit = tvb:len(), v = {}, at = {}, encap = "record", show = true}',
+             "    D[key](tvb, pinfo, tree, 0, ctx)",
+             "    local v = ctx.v[key] or {}",
+             "    if field and v[field] ~= nil then",
+             "      pinfo.cols.info:set(names[v[field]] or tostring(v[field]))",
+             "    end",
+             "    return tvb:len()",
+             "  end",
+             "end"]
+    for cls, column, field, names in RECORDED_SOURCES:
+        args = [lua_str(cls.__name__), lua_str(column),
+                lua_str(field) if field else "nil", lua_table(names) if names else "nil"]
+        lines.append(f"recorded_source({', '.join(args)})")
+    return "\n".join(lines) + "\n"
+
+
 def plugin_spec() -> Spec:
     return Spec(
         prefix="ibpath",
-        entry_layers=[LRH, BTH, PathArray, RdmaNLMsgHdr],
+        entry_layers=[LRH, BTH, PathArray, RdmaNLMsgHdr] + [s[0] for s in RECORDED_SOURCES],
         rules=list(PACKET_RULES),
         header_comment=HEADER,
         keep={
@@ -53,7 +87,8 @@ def plugin_spec() -> Spec:
             "LRH": {"lnh"},
             "RdmaNLMsgHdr": {"rdma_client", "rdma_op", "nlmsg_flags", "nlmsg_seq"},
         },
-        extra_lua=resources.files(__package__).joinpath("runtime.lua").read_text(),
+        extra_lua=resources.files(__package__).joinpath("runtime.lua").read_text()
+        + "\n" + recorded_sources_lua(),
     )
 
 
