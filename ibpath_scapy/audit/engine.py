@@ -42,13 +42,23 @@ def _frame_finding_test() -> Callable[[dict], bool]:
     # the packet rules' checks all read packet_rule_hits(rec): one call answers for them all
     checks = [c for c in frame_checks if not getattr(c, "packet_rule", False)]
     packet_rules = len(checks) < len(frame_checks)
+    # a check with `only_if` keys (rules/capture.py) is asked only about records with one
+    always = [c for c in checks if not hasattr(c, "only_if")]
+    guarded = [c for c in checks if hasattr(c, "only_if")]
+    guard_keys = tuple(sorted({k for c in guarded for k in c.only_if}))
 
     def has_finding(rec: dict) -> bool:
         if packet_rules and packet_rule_hits(rec):
             return True
-        for check in checks:
+        for check in always:
             for _ in check(rec):
                 return True
+        for k in guard_keys:
+            if k in rec:
+                for check in guarded:
+                    for _ in check(rec):
+                        return True
+                return False
         return False
 
     return has_finding
