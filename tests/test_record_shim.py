@@ -356,30 +356,39 @@ def _ibsim_missing() -> str | None:
 
 
 @pytest.mark.skipif(_ibsim_missing() is not None, reason=_ibsim_missing() or "")
-def test_saquery_on_ibsim_gives_the_same_mads_as_the_umadrec_recorder(tmp_path, monkeypatch):
+def test_saquery_and_opensm_on_ibsim_give_the_same_mads_as_the_umadrec_recorder(tmp_path,
+                                                                               monkeypatch):
     spool = tmp_path / "spool"
     monkeypatch.setenv("IBPATHREC_SPOOL", str(spool))
     queries = [q for q in umad_rec.DEFAULT_QUERIES if q.name in ("all-paths", "sgid-to-dgid",
                                                                  "invalid-rate")]
-    umad_rec.record_sa_session(tmp_path / "osm", queries, client_preload=[build_shim()],
+    # both recorders in OpenSM and in every saquery at once, the new one first (outermost)
+    umad_rec.record_sa_session(tmp_path / "osm", queries, also_preload=[build_shim()],
                                write_readme=False)
-    ours = [r for r in read_spool(spool) if r.kind == KIND_UMAD and r.data]
-    theirs = umad_rec.read_log(tmp_path / "osm" / "saquery.umadrec")
-    # what saquery itself wrote and was handed (umadrec's "replaced" reads are what
-    # umad2sim delivered before umadrec served the reassembled message instead)
-    theirs = [r for r in theirs if not r.flags & umad_rec.FLAG_SAR_REPLACED]
-    assert [("W" if r.part == PART_CALL else "R", r.data) for r in ours] == \
-        [(r.direction, r.buf) for r in theirs]
-    assert sum(r.part == PART_READ for r in ours) >= len(queries)
-    for r in ours:
-        pkt = UserMad(r.data)
-        assert pkt.payload.mgmt_class == 0x03 and pkt.payload.attribute_id == 0x0035
+    ours: dict[int, list] = {}
+    for r in read_spool(spool):
+        # umadrec logs the calls that moved bytes (writes and reads that returned > 0)
+        if r.kind == KIND_UMAD and r.rc > 0:
+            ours.setdefault(r.pid, []).append(("W" if r.part == PART_CALL else "R", r.data))
+    theirs: dict[int, list] = {}
+    for log in ("opensm.umadrec", "saquery.umadrec"):
+        for r in umad_rec.read_log(tmp_path / "osm" / log):
+            # "replaced" reads are what umad2sim delivered before umadrec served the
+            # reassembled message instead: the program never saw them
+            if not r.flags & umad_rec.FLAG_SAR_REPLACED:
+                theirs.setdefault(r.pid, []).append((r.direction, r.buf))
+    assert len(theirs) == 1 + len(queries)  # OpenSM and one process per query
+    assert ours == theirs
+    sa = [UserMad(d) for recs in ours.values() for _, d in recs if UserMad(d).payload.mgmt_class == 3]
+    assert sum(p.payload.attribute_id == 0x0035 for p in sa) >= 2 * len(queries)
     # and in the capture: one ibpath.umad frame per MAD, the bytes as recorded
     from ibpath_scapy.record.capture import write_pcapng
     out = tmp_path / "umad.pcapng"
-    write_pcapng(read_spool(spool), str(out))
+    result = write_pcapng(read_spool(spool), str(out))
     frames = [f for f in capture_frames(out) if f["proto"] == "ibpath.umad"]
-    assert [f["payload"] for f in frames] == [r.data for r in ours]
+    assert sorted(f["payload"] for f in frames) == sorted(
+        r.data for r in read_spool(spool) if r.kind == KIND_UMAD and r.data)
+    assert result.frames["umad"] == len(frames)
 
 
 def test_netlink_records_become_the_frames_nlmon_would_write(tmp_path):

@@ -1,5 +1,10 @@
 """Recording real management traffic from real software.
 
+``ibpath_scapy.record.process`` runs any program under the LD_PRELOAD recorder
+``ibpathrec.c`` (`ibpath record -o OUT.pcapng -- CMD`): its ucma commands, umad MADs, ACM
+messages and NETLINK_RDMA messages go to a spool (``spool.py``), which ``capture.py`` turns
+into one pcapng. ``ibpath_scapy.record.netlink`` traces netlink with strace instead.
+
 ``ibpath_scapy.record.umad`` runs OpenSM (as SM/SA) and ``saquery`` (as SA client) on the
 user-space fabric simulator ibsim, records every MAD each of them writes to / reads from its
 ``/dev/infiniband/umad*`` device with an LD_PRELOAD shim (``umadrec.c``, compiled at run

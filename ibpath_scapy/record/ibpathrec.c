@@ -246,11 +246,8 @@ static int spool_ready(void)
 		spool_fd = -1;
 		return -1;
 	}
-	if (spool_fd >= IPR_MAX_FDS) {
-		/* out of the table's reach; never a tracked fd anyway */
-	} else {
-		fd_kind[spool_fd] = 0;
-	}
+	if (spool_fd < IPR_MAX_FDS)
+		fd_kind[spool_fd] = 0;	/* the spool is never a recorded fd */
 	return 0;
 }
 

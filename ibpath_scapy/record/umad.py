@@ -564,7 +564,7 @@ def record_sa_session(outdir: str | os.PathLike, queries: Sequence[Query] = DEFA
                       lmc: int = 1, query_timeout: float = 15, startup_timeout: float = 30,
                       session_limit: float = 300, pcap_name: str = "opensm-saquery.pcap",
                       write_readme: bool = True, keep_workdir: bool = False,
-                      client_preload: Sequence[str] = ()) -> SessionResult:
+                      also_preload: Sequence[str] = ()) -> SessionResult:
     """Run ibsim + OpenSM (recorded) + the saquery ``queries`` (recorded) and write to outdir:
 
     * ``<pcap_name>``: the SA exchange as native IB frames (ERF type 21, link type 197);
@@ -573,8 +573,8 @@ def record_sa_session(outdir: str | os.PathLike, queries: Sequence[Query] = DEFA
     * ``topology.net``, ``session.json`` (everything needed to interpret the files) and,
       if write_readme, ``README.md``.
 
-    client_preload: libraries preloaded into each saquery before the recorder (another
-    recorder, to compare both on the same run).
+    also_preload: libraries preloaded into OpenSM and each saquery before the recorder
+    (another recorder, to compare both on the same run).
 
     Every process is started in its own process group with a timeout and is killed before
     this returns (also on error)."""
@@ -616,7 +616,8 @@ def record_sa_session(outdir: str | os.PathLike, queries: Sequence[Query] = DEFA
                   "ibsim's control socket", daemons)
 
         # 2. OpenSM, recorded
-        osm_env = dict(base_env, LD_PRELOAD=preload, SIM_HOST=sm_host,
+        osm_env = dict(base_env, LD_PRELOAD=":".join([*map(str, also_preload), preload]),
+                       SIM_HOST=sm_host,
                        UMADREC_LOG=str(sa_log), UMADREC_SAR_DIR=str(work / "sar"),
                        OSM_TMP_DIR=str(work / "opensm"), OSM_CACHE_DIR=str(work / "opensm"))
         opensm_argv = ["opensm", "-F", str(osm_conf), "-f", str(osm_log), "-s", "0",
@@ -651,7 +652,7 @@ def record_sa_session(outdir: str | os.PathLike, queries: Sequence[Query] = DEFA
         for i, q in enumerate(queries, 1):
             argv = ["saquery"] + [a.format(lid=lid, gid=gid) for a in q.args]
             seed = 1000 + i
-            env = dict(base_env, LD_PRELOAD=":".join([*map(str, client_preload), preload]),
+            env = dict(base_env, LD_PRELOAD=":".join([*map(str, also_preload), preload]),
                        SIM_HOST=client_host,
                        UMADREC_LOG=str(client_log), UMADREC_SAR_DIR=str(work / "sar"),
                        UMADREC_SEED=str(seed))
