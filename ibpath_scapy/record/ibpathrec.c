@@ -129,6 +129,7 @@ static size_t max_record = DEFAULT_MAX_RECORD;
 static long long max_total = DEFAULT_MAX_TOTAL;
 static unsigned char buf[2 * (IPR_HDR_SIZE + IPR_BUF_MAX)];
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static pthread_key_t tbuf_key;		/* frees a thread's copy buffer when it exits */
 static int inited;			/* every real_* resolved */
 
 #define RESOLVE(var, name) ((var) = dlsym(RTLD_NEXT, name))
@@ -175,6 +176,7 @@ static void init(void)
 	s = getenv("IBPATHREC_MAX_TOTAL");
 	if (s && *s)
 		max_total = strtoll(s, NULL, 0);
+	pthread_key_create(&tbuf_key, free);
 	__atomic_store_n(&inited, 1, __ATOMIC_RELEASE);
 }
 
@@ -194,6 +196,7 @@ static inline int kind_of(int fd)
 }
 
 static void note(const char *fmt, ...);
+static void say_once(const char *what, int err);
 
 static void set_kind(int fd, int kind)
 {
@@ -279,20 +282,87 @@ static size_t safe_copy(void *dst, const void *src, size_t n, uint16_t *flags)
 	return r > 0 ? (size_t)r : 0;
 }
 
-/* Fill one record at p (header + up to max_record bytes of src); returns its size. */
+/*
+ * A part of a record: bytes already copied out of the caller's memory.  What a call hands
+ * in (a command, a MAD, a message) is copied before the call, since once the call returns
+ * another thread may reuse the buffer (OpenSM's vendor layer does); what it gets back
+ * after.
+ */
+struct part {
+	const unsigned char *data;
+	size_t len;		/* bytes copied */
+	size_t orig;		/* bytes the call had */
+	uint16_t flags;
+};
+
+static __thread unsigned char *tbuf;
+
+/* The calling thread's copy buffer (two parts of max_record bytes), made on first use. */
+static unsigned char *thread_buf(void)
+{
+	if (!tbuf) {
+		tbuf = malloc(2 * max_record + 1);
+		if (!tbuf) {
+			pthread_mutex_lock(&spool_lock);
+			say_once("no memory for the copy buffer", ENOMEM);
+			pthread_mutex_unlock(&spool_lock);
+			return NULL;
+		}
+		pthread_setspecific(tbuf_key, tbuf);
+	}
+	return tbuf;
+}
+
+/* Copy up to max_record of the len bytes at src (caller memory) into dst. */
+static void capture(struct part *pt, unsigned char *dst, const void *src, size_t len)
+{
+	size_t n = len > max_record ? max_record : len;
+
+	pt->flags = n < len ? IPR_FLAG_TRUNCATED : 0;
+	pt->data = dst;
+	pt->orig = len;
+	pt->len = safe_copy(dst, src, n, &pt->flags);
+}
+
+/* The same, gathered from an iovec. */
+static void capture_iov(struct part *pt, unsigned char *dst, const struct iovec *iov,
+			size_t iovcnt, size_t len)
+{
+	size_t want = len > max_record ? max_record : len, i;
+
+	pt->flags = want < len ? IPR_FLAG_TRUNCATED : 0;
+	pt->data = dst;
+	pt->orig = len;
+	pt->len = 0;
+	for (i = 0; i < iovcnt && pt->len < want; i++) {
+		size_t take = iov[i].iov_len < want - pt->len ? iov[i].iov_len : want - pt->len;
+		pt->len += safe_copy(dst + pt->len, iov[i].iov_base, take, &pt->flags);
+	}
+}
+
+/* A stream socket took r of the bytes captured: the record holds what was sent. */
+static void sent(struct part *pt, ssize_t r)
+{
+	if (r >= 0 && (size_t)r < pt->orig) {
+		pt->orig = (size_t)r;
+		if (pt->len > (size_t)r)
+			pt->len = (size_t)r;
+		if (pt->len == pt->orig)
+			pt->flags &= (uint16_t)~IPR_FLAG_TRUNCATED;
+	}
+}
+
+/* Fill one record at p; returns its size. */
 static size_t put_record(unsigned char *p, int kind, int part, int fd, uint32_t aux,
-			 int64_t ts, long long rc, int err, const void *src, size_t len,
-			 int from_user)
+			 int64_t ts, long long rc, int err, const struct part *pt)
 {
 	struct ipr_hdr h;
-	size_t n = len > max_record ? max_record : len;
 
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, IPR_MAGIC, 4);
 	h.kind = (uint8_t)kind;
 	h.part = (uint8_t)part;
-	if (n < len)
-		h.flags |= IPR_FLAG_TRUNCATED;
+	h.flags = pt->flags;
 	h.pid = (uint32_t)getpid();
 	h.tid = (uint32_t)syscall(SYS_gettid);
 	h.fd = fd;
@@ -300,17 +370,11 @@ static size_t put_record(unsigned char *p, int kind, int part, int fd, uint32_t 
 	h.ts_ns = ts;
 	h.rc = rc;
 	h.err = err;
-	h.orig_length = (uint32_t)len;
-	if (from_user) {
-		uint16_t flags = h.flags;	/* no pointer into the packed struct */
-
-		n = safe_copy(p + IPR_HDR_SIZE, src, n, &flags);
-		h.flags = flags;
-	} else
-		memcpy(p + IPR_HDR_SIZE, src, n);
-	h.length = (uint32_t)n;
+	h.length = (uint32_t)pt->len;
+	h.orig_length = (uint32_t)pt->orig;
 	memcpy(p, &h, sizeof(h));
-	return IPR_HDR_SIZE + n;
+	memcpy(p + IPR_HDR_SIZE, pt->data, pt->len);
+	return IPR_HDR_SIZE + pt->len;
 }
 
 /* spool_lock held: write size bytes of buf, honouring the per-run cap. */
@@ -324,9 +388,12 @@ static void spool_write(size_t size)
 		if (!run_cap_noted) {
 			static const char text[] = "per-run cap reached: records after this one "
 						   "are dropped (IBPATHREC_MAX_TOTAL)";
+			struct part pt = { (const unsigned char *)text, sizeof(text) - 1,
+					   sizeof(text) - 1, 0 };
+
 			run_cap_noted = 1;
-			size = put_record(buf, IPR_KIND_NOTE, IPR_PART_CALL, -1, 0, now_ns(), 0,
-					  0, text, sizeof(text) - 1, 0);
+			size = put_record(buf, IPR_KIND_NOTE, IPR_PART_CALL, -1, 0, now_ns(), 0, 0,
+					  &pt);
 		} else {
 			return;
 		}
@@ -344,35 +411,29 @@ static void spool_write(size_t size)
 	}
 }
 
-/* One record (extra == NULL) or a call record followed by its extra part. */
-static void record2(int kind, int fd, uint32_t aux, int64_t ts, long long rc, int err,
-		    const void *data, size_t len, int data_part,
-		    int extra_part, const void *extra, size_t extra_len, int64_t extra_ts)
+/* One record, or a call record followed by its extra part (b, extra_part >= 0). */
+static void emit(int kind, int fd, uint32_t aux, int64_t ts, long long rc, int err,
+		 int part, const struct part *a, int extra_part, const struct part *b,
+		 int64_t extra_ts)
 {
 	int saved = errno;
 	size_t size;
 
 	pthread_mutex_lock(&spool_lock);
 	if (spool_ready() == 0) {
-		size = put_record(buf, kind, data_part, fd, aux, ts, rc, err, data, len, 1);
+		size = put_record(buf, kind, part, fd, aux, ts, rc, err, a);
 		if (extra_part >= 0)
-			size += put_record(buf + size, kind, extra_part, fd, aux, extra_ts, rc, err,
-					   extra, extra_len, 1);
+			size += put_record(buf + size, kind, extra_part, fd, aux, extra_ts, rc, err, b);
 		spool_write(size);
 	}
 	pthread_mutex_unlock(&spool_lock);
 	errno = saved;
 }
 
-static void record1(int kind, int part, int fd, uint32_t aux, int64_t ts, long long rc,
-		    int err, const void *data, size_t len)
-{
-	record2(kind, fd, aux, ts, rc, err, data, len, part, -1, NULL, 0, 0);
-}
-
 static void note(const char *fmt, ...)
 {
 	char text[256];
+	struct part pt;
 	va_list ap;
 	int n, saved = errno;
 
@@ -383,11 +444,10 @@ static void note(const char *fmt, ...)
 		n = 0;
 	if ((size_t)n >= sizeof(text))
 		n = sizeof(text) - 1;
-	pthread_mutex_lock(&spool_lock);
-	if (spool_ready() == 0)
-		spool_write(put_record(buf, IPR_KIND_NOTE, IPR_PART_CALL, -1, 0, now_ns(), 0, 0,
-				       text, (size_t)n, 0));
-	pthread_mutex_unlock(&spool_lock);
+	pt.data = (const unsigned char *)text;
+	pt.len = pt.orig = (size_t)n;
+	pt.flags = 0;
+	emit(IPR_KIND_NOTE, -1, 0, now_ns(), 0, 0, IPR_PART_CALL, &pt, -1, NULL, 0);
 	errno = saved;
 }
 
@@ -443,10 +503,12 @@ static size_t response_length(uint32_t cmd, const unsigned char *cmdbuf, size_t 
 	return n;
 }
 
-static void record_ucma(int fd, const void *data, size_t count, ssize_t rc, int err,
-			int64_t ts)
+/* A write() to rdma_cm: the command (and a SET_OPTION's path array) copied before the
+ * call, the response the kernel wrote back after it. */
+static ssize_t ucma_write(int fd, const void *data, size_t count, unsigned char *tb,
+			  int64_t ts)
 {
-	struct rdma_ucm_cmd_hdr hdr;
+	struct rdma_ucm_cmd_hdr hdr = { 0 };
 	union {
 		struct rdma_ucm_create_id create_id;
 		struct rdma_ucm_query query;
@@ -454,44 +516,49 @@ static void record_ucma(int fd, const void *data, size_t count, ssize_t rc, int 
 		struct rdma_ucm_set_option set_option;
 	} cmd;
 	unsigned char *cmdbuf = (unsigned char *)&cmd;
+	struct part a, b = { 0 };
+	const void *resp = NULL;
+	int extra = -1, e;
 	uint16_t flags = 0;
-	size_t in;
+	size_t in = 0;
 	long off;
+	ssize_t r;
 
-	if (count < sizeof(hdr) || safe_copy(&hdr, data, sizeof(hdr), &flags) != sizeof(hdr)) {
-		record1(IPR_KIND_UCMA, IPR_PART_CALL, fd, 0, ts, rc, err, data, count);
-		return;
-	}
-	in = count - sizeof(hdr) < hdr.in ? count - sizeof(hdr) : hdr.in;
-	if (in > sizeof(cmd))
-		in = sizeof(cmd);
-	if (safe_copy(cmdbuf, (const unsigned char *)data + sizeof(hdr), in, &flags) != in)
-		in = 0;
-
-	if (hdr.cmd == RDMA_USER_CM_CMD_SET_OPTION && in >= sizeof(struct rdma_ucm_set_option)) {
-		struct rdma_ucm_set_option so;
-
-		memcpy(&so, cmdbuf, sizeof(so));
-		if (so.level == RDMA_OPTION_IB && so.optname == RDMA_OPTION_IB_PATH) {
-			record2(IPR_KIND_UCMA, fd, hdr.cmd, ts, rc, err, data, count, IPR_PART_CALL,
-				IPR_PART_OPTVAL, (const void *)(uintptr_t)so.optval, so.optlen,
-				ts);
-			return;
-		}
+	capture(&a, tb, data, count);
+	if (count >= sizeof(hdr) && safe_copy(&hdr, data, sizeof(hdr), &flags) == sizeof(hdr)) {
+		in = count - sizeof(hdr) < hdr.in ? count - sizeof(hdr) : hdr.in;
+		if (in > sizeof(cmd))
+			in = sizeof(cmd);
+		if (safe_copy(cmdbuf, (const unsigned char *)data + sizeof(hdr), in, &flags) != in)
+			in = 0;
 	}
 	off = response_offset(hdr.cmd);
-	if (rc >= 0 && off >= 0 && hdr.out && in >= (size_t)off + sizeof(uint64_t)) {
+	if (hdr.cmd == RDMA_USER_CM_CMD_SET_OPTION && in >= sizeof(cmd.set_option) &&
+	    cmd.set_option.level == RDMA_OPTION_IB &&
+	    cmd.set_option.optname == RDMA_OPTION_IB_PATH) {
+		capture(&b, tb + max_record, (const void *)(uintptr_t)cmd.set_option.optval,
+			cmd.set_option.optlen);
+		extra = IPR_PART_OPTVAL;
+	} else if (off >= 0 && hdr.out && in >= (size_t)off + sizeof(uint64_t)) {
 		uint64_t ptr;
-		const void *resp;
 
 		memcpy(&ptr, cmdbuf + off, sizeof(ptr));
 		resp = (const void *)(uintptr_t)ptr;
-		record2(IPR_KIND_UCMA, fd, hdr.cmd, ts, rc, err, data, count, IPR_PART_CALL,
-			IPR_PART_RESPONSE, resp,
-			response_length(hdr.cmd, cmdbuf, in, resp, hdr.out), now_ns());
-		return;
+		extra = IPR_PART_RESPONSE;
 	}
-	record1(IPR_KIND_UCMA, IPR_PART_CALL, fd, hdr.cmd, ts, rc, err, data, count);
+	r = real_write(fd, data, count);
+	e = errno;
+	if (extra == IPR_PART_RESPONSE) {
+		if (r >= 0)
+			capture(&b, tb + max_record, resp,
+				response_length(hdr.cmd, cmdbuf, in, resp, hdr.out));
+		else
+			extra = -1;	/* the kernel wrote nothing back */
+	}
+	emit(IPR_KIND_UCMA, fd, hdr.cmd, ts, r, r < 0 ? e : 0, IPR_PART_CALL, &a, extra, &b,
+	     extra == IPR_PART_RESPONSE ? now_ns() : ts);
+	errno = e;
+	return r;
 }
 
 /* ---- path matching ------------------------------------------------------------ */
@@ -872,37 +939,6 @@ static uint32_t nl_dest(const struct sockaddr *sa, socklen_t len)
 	return 0;
 }
 
-/* One record gathered from an iovec: up to n bytes (the call's length), capped. */
-static void record_iov(int kind, int part, int fd, uint32_t aux, int64_t ts, long long rc,
-		       int err, const struct iovec *iov, size_t iovcnt, size_t n)
-{
-	int saved = errno;
-	struct ipr_hdr h;
-	uint16_t flags = 0;
-	size_t total = 0, want = n > max_record ? max_record : n, i;
-
-	pthread_mutex_lock(&spool_lock);
-	if (spool_ready() == 0) {
-		/* the header is filled from a 0-byte record, then the gathered bytes appended */
-		put_record(buf, kind, part, fd, aux, ts, rc, err, NULL, 0, 0);
-		memcpy(&h, buf, sizeof(h));
-		for (i = 0; i < iovcnt && total < want; i++) {
-			size_t take = iov[i].iov_len < want - total ? iov[i].iov_len : want - total;
-			total += safe_copy(buf + IPR_HDR_SIZE + total, iov[i].iov_base, take,
-					   &flags);
-		}
-		if (total < n)
-			flags |= IPR_FLAG_TRUNCATED;
-		h.flags = flags;
-		h.length = (uint32_t)total;
-		h.orig_length = (uint32_t)n;
-		memcpy(buf, &h, sizeof(h));
-		spool_write(IPR_HDR_SIZE + total);
-	}
-	pthread_mutex_unlock(&spool_lock);
-	errno = saved;
-}
-
 static size_t iov_length(const struct iovec *iov, size_t iovcnt)
 {
 	size_t n = 0, i;
@@ -914,11 +950,9 @@ static size_t iov_length(const struct iovec *iov, size_t iovcnt)
 
 /* ---- data calls ----------------------------------------------------------------- */
 /*
- * Each wrapper calls the real function first and keeps its errno (e), records, then
- * restores e: what the program sees is exactly what libc returned.  Sent/written
- * records hold what the call was given (sockets: what was accepted, r bytes); read
- * records what arrived.  Reads that bring nothing (EAGAIN, EINTR, end of file) and
- * MSG_PEEK reads (the same bytes come again) are not recorded.
+ * Each wrapper keeps the real call's errno (e), records, then restores e: what the program
+ * sees is exactly what libc returned.  Reads that bring nothing (EAGAIN, EINTR, end of
+ * file) and MSG_PEEK reads (the same bytes come again) are not recorded.
  */
 
 static int nothing_read(ssize_t r, int e)
@@ -926,52 +960,81 @@ static int nothing_read(ssize_t r, int e)
 	return r == 0 || (r < 0 && (e == EAGAIN || e == EWOULDBLOCK || e == EINTR));
 }
 
-static size_t sent_length(int kind, ssize_t r, size_t len)
+/* a device takes a write whole; a socket may take part of it */
+static int is_socket_kind(int kind)
 {
-	/* a device takes a write whole; a stream socket may take part of it */
-	if (kind == IPR_KIND_UCMA || kind == IPR_KIND_UMAD || r < 0)
-		return len;
-	return (size_t)r < len ? (size_t)r : len;
+	return kind == IPR_KIND_ACM || kind == IPR_KIND_NETLINK;
+}
+
+/* What arrived: r bytes of a buffer of room bytes (MSG_TRUNC: r may exceed room). */
+static void record_read(int kind, int fd, ssize_t r, int e, const void *data, size_t room)
+{
+	unsigned char *tb = thread_buf();
+	struct part a;
+
+	if (!tb)
+		return;
+	capture(&a, tb, data, r > 0 ? ((size_t)r < room ? (size_t)r : room) : 0);
+	emit(kind, fd, 0, now_ns(), r, r < 0 ? e : 0, IPR_PART_READ, &a, -1, NULL, 0);
+}
+
+static void record_read_iov(int kind, int fd, ssize_t r, int e, const struct iovec *iov,
+			    size_t iovcnt)
+{
+	unsigned char *tb = thread_buf();
+	size_t room = iov_length(iov, iovcnt);
+	struct part a;
+
+	if (!tb)
+		return;
+	capture_iov(&a, tb, iov, iovcnt, r > 0 ? ((size_t)r < room ? (size_t)r : room) : 0);
+	emit(kind, fd, 0, now_ns(), r, r < 0 ? e : 0, IPR_PART_READ, &a, -1, NULL, 0);
 }
 
 ssize_t write(int fd, const void *data, size_t count)
 {
+	unsigned char *tb;
+	struct part a;
 	int kind, e;
 	int64_t ts;
 	ssize_t r;
 
 	ensure_init();
 	kind = data_kind(fd);
-	if (__builtin_expect(!kind, 1))
+	if (__builtin_expect(!kind, 1) || !(tb = thread_buf()))
 		return real_write(fd, data, count);
 	ts = now_ns();
+	if (kind == IPR_KIND_UCMA)
+		return ucma_write(fd, data, count, tb, ts);
+	capture(&a, tb, data, count);
 	r = real_write(fd, data, count);
 	e = errno;
-	if (kind == IPR_KIND_UCMA)
-		record_ucma(fd, data, count, r, r < 0 ? e : 0, ts);
-	else
-		record1(kind, IPR_PART_CALL, fd, 0, ts, r, r < 0 ? e : 0, data,
-			sent_length(kind, r, count));
+	if (is_socket_kind(kind))
+		sent(&a, r);
+	emit(kind, fd, 0, ts, r, r < 0 ? e : 0, IPR_PART_CALL, &a, -1, NULL, 0);
 	errno = e;
 	return r;
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
+	unsigned char *tb;
+	struct part a;
 	int kind, e;
 	int64_t ts;
 	ssize_t r;
 
 	ensure_init();
 	kind = data_kind(fd);
-	if (__builtin_expect(!kind, 1))
+	if (__builtin_expect(!kind, 1) || iovcnt <= 0 || !(tb = thread_buf()))
 		return real_writev(fd, iov, iovcnt);
 	ts = now_ns();
+	capture_iov(&a, tb, iov, (size_t)iovcnt, iov_length(iov, (size_t)iovcnt));
 	r = real_writev(fd, iov, iovcnt);
 	e = errno;
-	if (iovcnt > 0)
-		record_iov(kind, IPR_PART_CALL, fd, 0, ts, r, r < 0 ? e : 0, iov, (size_t)iovcnt,
-			   sent_length(kind, r, iov_length(iov, (size_t)iovcnt)));
+	if (is_socket_kind(kind))
+		sent(&a, r);
+	emit(kind, fd, 0, ts, r, r < 0 ? e : 0, IPR_PART_CALL, &a, -1, NULL, 0);
 	errno = e;
 	return r;
 }
@@ -989,67 +1052,78 @@ ssize_t read(int fd, void *data, size_t count)
 	r = real_read(fd, data, count);
 	e = errno;
 	if (!nothing_read(r, e))
-		record1(kind, IPR_PART_READ, fd, 0, now_ns(), r, r < 0 ? e : 0, data,
-			r > 0 ? (size_t)r : 0);
+		record_read(kind, fd, r, e, data, count);
+	errno = e;
+	return r;
+}
+
+/* send() and sendto(): each calls its own libc function (another preload may hook one). */
+static ssize_t send_common(int kind, int fd, const void *data, size_t len, int flags,
+			   const struct sockaddr *to, socklen_t tolen, int is_sendto)
+{
+	unsigned char *tb = thread_buf();
+	struct part a;
+	int64_t ts = now_ns();
+	ssize_t r;
+	int e;
+
+	if (tb)
+		capture(&a, tb, data, len);
+	r = is_sendto ? real_sendto(fd, data, len, flags, to, tolen)
+		      : real_send(fd, data, len, flags);
+	e = errno;
+	if (tb) {
+		sent(&a, r);
+		emit(kind, fd, nl_dest(to, tolen), ts, r, r < 0 ? e : 0, IPR_PART_CALL, &a, -1,
+		     NULL, 0);
+	}
 	errno = e;
 	return r;
 }
 
 ssize_t send(int fd, const void *data, size_t len, int flags)
 {
-	int kind, e;
-	int64_t ts;
-	ssize_t r;
+	int kind;
 
 	ensure_init();
 	kind = data_kind(fd);
 	if (!kind)
 		return real_send(fd, data, len, flags);
-	ts = now_ns();
-	r = real_send(fd, data, len, flags);
-	e = errno;
-	record1(kind, IPR_PART_CALL, fd, 0, ts, r, r < 0 ? e : 0, data, sent_length(kind, r, len));
-	errno = e;
-	return r;
+	return send_common(kind, fd, data, len, flags, NULL, 0, 0);
 }
 
 ssize_t sendto(int fd, const void *data, size_t len, int flags, const struct sockaddr *to,
 	       socklen_t tolen)
 {
-	int kind, e;
-	int64_t ts;
-	ssize_t r;
+	int kind;
 
 	ensure_init();
 	kind = data_kind(fd);
 	if (!kind)
 		return real_sendto(fd, data, len, flags, to, tolen);
-	ts = now_ns();
-	r = real_sendto(fd, data, len, flags, to, tolen);
-	e = errno;
-	record1(kind, IPR_PART_CALL, fd, nl_dest(to, tolen), ts, r, r < 0 ? e : 0, data,
-		sent_length(kind, r, len));
-	errno = e;
-	return r;
+	return send_common(kind, fd, data, len, flags, to, tolen, 1);
 }
 
 ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
+	unsigned char *tb;
+	struct part a;
 	int kind, e;
 	int64_t ts;
 	ssize_t r;
 
 	ensure_init();
 	kind = data_kind(fd);
-	if (!kind)
+	if (!kind || !(tb = thread_buf()))
 		return real_sendmsg(fd, msg, flags);
 	ts = now_ns();
+	capture_iov(&a, tb, msg->msg_iov, msg->msg_iovlen,
+		    iov_length(msg->msg_iov, msg->msg_iovlen));
 	r = real_sendmsg(fd, msg, flags);
 	e = errno;
-	record_iov(kind, IPR_PART_CALL, fd,
-		   nl_dest((const struct sockaddr *)msg->msg_name, msg->msg_namelen), ts, r,
-		   r < 0 ? e : 0, msg->msg_iov, msg->msg_iovlen,
-		   sent_length(kind, r, iov_length(msg->msg_iov, msg->msg_iovlen)));
+	sent(&a, r);
+	emit(kind, fd, nl_dest((const struct sockaddr *)msg->msg_name, msg->msg_namelen), ts, r,
+	     r < 0 ? e : 0, IPR_PART_CALL, &a, -1, NULL, 0);
 	errno = e;
 	return r;
 }
@@ -1065,9 +1139,8 @@ ssize_t recv(int fd, void *data, size_t len, int flags)
 		return real_recv(fd, data, len, flags);
 	r = real_recv(fd, data, len, flags);
 	e = errno;
-	if (!nothing_read(r, e))	/* MSG_TRUNC: r may exceed what the buffer got */
-		record1(kind, IPR_PART_READ, fd, 0, now_ns(), r, r < 0 ? e : 0, data,
-			sent_length(IPR_KIND_ACM, r, len));
+	if (!nothing_read(r, e))
+		record_read(kind, fd, r, e, data, len);
 	errno = e;
 	return r;
 }
@@ -1085,8 +1158,7 @@ ssize_t recvfrom(int fd, void *data, size_t len, int flags, struct sockaddr *fro
 	r = real_recvfrom(fd, data, len, flags, from, fromlen);
 	e = errno;
 	if (!nothing_read(r, e))
-		record1(kind, IPR_PART_READ, fd, 0, now_ns(), r, r < 0 ? e : 0, data,
-			sent_length(IPR_KIND_ACM, r, len));
+		record_read(kind, fd, r, e, data, len);
 	errno = e;
 	return r;
 }
@@ -1103,9 +1175,7 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	r = real_recvmsg(fd, msg, flags);
 	e = errno;
 	if (!nothing_read(r, e))
-		record_iov(kind, IPR_PART_READ, fd, 0, now_ns(), r, r < 0 ? e : 0, msg->msg_iov,
-			   msg->msg_iovlen,
-			   sent_length(IPR_KIND_ACM, r, iov_length(msg->msg_iov, msg->msg_iovlen)));
+		record_read_iov(kind, fd, r, e, msg->msg_iov, msg->msg_iovlen);
 	errno = e;
 	return r;
 }
