@@ -22,10 +22,12 @@
  * in one write(): the call, then the extra part.
  *
  * Rules: return values and errno pass through untouched; caller memory is copied with
- * process_vm_readv, so a bad pointer costs a flag, never a fault; one mutex guards the
- * spool and its bounded static buffer (no allocation); pthread_atfork keeps the mutex sane
- * across fork and the child records under its own pid; exec'd children inherit LD_PRELOAD
- * and the spool path through the environment.  Caps: $IBPATHREC_MAX_RECORD bytes per part
+ * process_vm_readv, so a bad pointer costs a flag, never a fault; what a call hands in is
+ * copied before the call into the thread's buffer (two parts of $IBPATHREC_MAX_RECORD
+ * bytes, allocated once per thread that records, freed when it exits), what it gets back
+ * after; one mutex guards the spool and its bounded static buffer; pthread_atfork keeps
+ * the mutex sane across fork and the child records under its own pid; exec'd children
+ * inherit LD_PRELOAD and the spool path through the environment.  Caps: $IBPATHREC_MAX_RECORD bytes per part
  * (flag TRUNCATED, original length kept) and $IBPATHREC_MAX_TOTAL bytes per run (spool size,
  * a NOTE record when reached).  A recorder failure stops recording in that process and says
  * so once on stderr; the program keeps running.
