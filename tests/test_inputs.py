@@ -54,6 +54,32 @@ def capture_pcap(tmp_path_factory, capture) -> Path:
     return out
 
 
+class _Lines:
+    """Lines of a pipe as they come, each within a timeout (select on the descriptor, with a
+    buffer of our own: a buffered reader's readline() could take two lines at once)."""
+
+    def __init__(self, stream):
+        self.fd, self.buf = stream.fileno(), b""
+
+    def next(self, seconds: float) -> bytes | None:
+        end = time.monotonic() + seconds
+        while b"\n" not in self.buf:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line + b"\n"
+
+    def rest(self) -> bytes:
+        while chunk := os.read(self.fd, 65536):
+            self.buf += chunk
+        return self.buf
+
+
 def _same_report(a: str, b: str, name_a: str, name_b: str) -> None:
     assert a.replace(name_a, "<input>") == b.replace(name_b, "<input>")
 
@@ -110,15 +136,15 @@ def test_pcap_stream_written_a_packet_at_a_time_through_a_pipe(capture_pcap):
     only after the record of packet k was read back."""
     writer = _writer(capture_pcap, "-", gate=True, stdout=subprocess.PIPE)
     dec = subprocess.Popen(IBPATH + ["decode", "--format", "json", "-"], stdin=writer.stdout,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     writer.stdout.close()
     n = len(list(read_frames(str(capture_pcap))))
-    got = []
+    got, lines = [], _Lines(dec.stdout)
     try:
         for k in range(1, n + 1):
-            ready, _, _ = select.select([dec.stdout], [], [], 60)
-            assert ready, f"no record for frame {k} while the writer waits"
-            rec = json.loads(dec.stdout.readline())
+            line = lines.next(60)
+            assert line, f"no record for frame {k} while the writer waits"
+            rec = json.loads(line)
             assert rec["frame"] == k
             got.append(rec)
             if k < n:
@@ -129,7 +155,7 @@ def test_pcap_stream_written_a_packet_at_a_time_through_a_pipe(capture_pcap):
     finally:
         writer.kill()
         dec.kill()
-    err = dec.stderr.read()
+    err = dec.stderr.read().decode()
     assert "Traceback" not in err and f"-: {n} frames" in err
     rc_file, want, _ = run("decode", "--format", "json", capture_pcap)
     assert [json.loads(ln) for ln in want.splitlines()] == got and rc == rc_file
@@ -194,6 +220,8 @@ def tree(tmp_path, capture, capture_pcap) -> Path:
     (d / "node1" / "logs" / "ibacm.log").write_text("acm: resolving 10.0.0.2\n")
     (d / "node1" / "logs" / "empty").write_bytes(b"")
     (d / "node2" / "ELF").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(200))
+    os.mkfifo(d / "node2" / "live.fifo")  # read only when named: it would block the walk
+    (d / "node2" / "old").symlink_to(d / "node1")  # not followed, and said so
     return d
 
 
@@ -207,7 +235,9 @@ def test_directory_tree_with_captures_blobs_and_junk(tree):
     assert skipped == {"node1/logs/empty": "empty",
                        "node1/logs/ibacm.log": "not a capture or blob file (starts with "
                                                "61636d3a20726573)",
-                       "node2/ELF": "not a capture or blob file (starts with 7f454c4602010100)"}
+                       "node2/ELF": "not a capture or blob file (starts with 7f454c4602010100)",
+                       "node2/live.fifo": "not a regular file (give it by name to read it)",
+                       "node2/old": "a symbolic link to a directory (not followed)"}
     for name in skipped:
         assert f"ibpath: skipped {tree / name}: " in err
     assert rc == 1 and "unreadable" not in doc
@@ -219,7 +249,7 @@ def test_directory_tree_with_captures_blobs_and_junk(tree):
     assert "node2/b.cap" not in by_file  # the same exchange without its blob: nothing to judge
     rc, text, _ = run("audit", "--quiet", tree)
     assert f"== skipped {tree / 'node2/ELF'}: not a capture or blob file" in text
-    assert "5 file(s) (3 skipped)" in text
+    assert "5 file(s) (5 skipped)" in text
 
 
 def test_directory_without_any_capture_exits_2(tmp_path):
@@ -264,11 +294,6 @@ def _blocks(path: Path) -> list[bytes]:
     return out
 
 
-def _line_within(stream, seconds: float) -> str | None:
-    ready, _, _ = select.select([stream], [], [], seconds)
-    return stream.readline() if ready else None
-
-
 def test_live_stream_reports_findings_while_the_capture_runs(tmp_path):
     """`tcpdump -U -w - | ibpath audit -`: a frame finding is printed as soon as its frame is
     in, a transaction's once the capture's clock is 10 s past its answer, all while the
@@ -284,21 +309,22 @@ def test_live_stream_reports_findings_while_the_capture_runs(tmp_path):
     shb, idb, *packets = _blocks(cap)
     p = subprocess.Popen(IBPATH + ["audit", "--quiet", "-"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False)
+    out = _Lines(p.stdout)
     try:
         p.stdin.write(shb + idb + packets[0])
         p.stdin.flush()
-        assert b"findings as they are found" in _line_within(p.stdout, 60)
-        assert b"SAQ-SERVICEID-HALF" in _line_within(p.stdout, 60)
+        assert b"findings as they are found" in out.next(60)
+        assert b"SAQ-SERVICEID-HALF" in out.next(60)
         p.stdin.write(packets[1])
         p.stdin.flush()
-        assert _line_within(p.stdout, 1) is None  # the answer's transaction is still open
+        assert out.next(1) is None  # the answer's transaction is still open
         p.stdin.write(packets[2])  # 11 s later
         p.stdin.flush()
-        line = _line_within(p.stdout, 60)
+        line = out.next(60)
         assert line and b"info SAR-STATUS" in line and b"INSUF_COMPS" in line
         p.stdin.write(packets[3])
         p.stdin.close()
-        rest = p.stdout.read().decode()
+        rest = out.rest().decode()
         assert p.wait(60) == 1
     finally:
         p.kill()

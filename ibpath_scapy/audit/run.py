@@ -62,8 +62,16 @@ def expand_inputs(paths: list[str], as_blob: bool = False) -> tuple[list[str], l
             continue
         for root, dirs, names in os.walk(p):
             dirs.sort()
+            for d in dirs:  # os.walk does not follow them: say so
+                if os.path.islink(os.path.join(root, d)):
+                    skipped.append(Skipped(os.path.join(root, d),
+                                           "a symbolic link to a directory (not followed)"))
             for name in sorted(names):
                 f = os.path.join(root, name)
+                if os.path.exists(f) and not os.path.isfile(f):
+                    # a FIFO or device inside a tree would block the walk or never end
+                    skipped.append(Skipped(f, "not a regular file (give it by name to read it)"))
+                    continue
                 why = None if as_blob else _recognised(f)
                 if why is None:
                     files.append(f)
