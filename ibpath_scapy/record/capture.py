@@ -25,9 +25,13 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
+from scapy.packet import Raw
+
 from ..encap import exported_pdu
 from ..layers.acm import ACM_DISSECTOR, ACM_MSG_HDR_LENGTH
-from ..layers.ib import LINKTYPE_WIRESHARK_UPPER_PDU
+from ..layers.ib import (
+    EXP_PDU_TAG_END, EXP_PDU_TAGS, LINKTYPE_WIRESHARK_UPPER_PDU, ExportedPDU, ExportedPDUTag,
+)
 from ..layers.netlink import LINKTYPE_NETLINK, NETLINK_RDMA, PACKET_KERNEL, PACKET_USER
 from ..layers.pathdata import BLOB_DISSECTOR, set_option_comment
 from ..layers.ucma import UCMA_COMMANDS, UCMA_DISSECTOR, UcmaCmdHdr
@@ -50,6 +54,7 @@ from .spool import (
 )
 
 NOTE_DISSECTOR = "data"  # Wireshark's own: shows the note's text as bytes
+NOTE_COLUMN = "ibpath note"
 _ACM_LENGTH = struct.Struct("<H")  # acm_hdr.length, host order (layers/acm.py AcmHdr)
 _ACM_LENGTH_OFFSET = 6
 _UCMA_HDR_SIZE = len(UcmaCmdHdr(in_len=0))
@@ -105,6 +110,18 @@ class _Frame:
     comment: str
 
 
+_TAG = {name: tag for tag, name in EXP_PDU_TAGS.items()}
+
+
+def note_pdu(text: str) -> bytes:
+    """A note as an exported PDU: its text for Wireshark's "data" dissector, "ibpath note" in
+    the protocol column (exported_pdu_tlvs.h EXP_PDU_TAG_COL_PROT_TEXT; the packet comment
+    holds the text: Wireshark 4.0 leaves the info column of "data" empty whatever its tag)."""
+    tags = [(_TAG["dissector name"], NOTE_DISSECTOR), (_TAG["protocol column text"], NOTE_COLUMN)]
+    return bytes(ExportedPDU(tags=[ExportedPDUTag(tag=t, value=v.encode()) for t, v in tags]
+                             + [ExportedPDUTag(tag=EXP_PDU_TAG_END)]) / Raw(text.encode()))
+
+
 def _errno_text(err: int) -> str:
     return errno_mod.errorcode.get(err, str(err))
 
@@ -155,13 +172,18 @@ class _Converter:
 
     def note(self, rec: SpoolRecord, text: str) -> None:
         self.result.notes.append(text)
-        self.add(rec, KIND_NAMES[KIND_NOTE], LINKTYPE_WIRESHARK_UPPER_PDU,
-                 exported_pdu(text.encode(), NOTE_DISSECTOR),
+        self.add(rec, KIND_NAMES[KIND_NOTE], LINKTYPE_WIRESHARK_UPPER_PDU, note_pdu(text),
                  [f"ibpath record: {text}", f"pid {rec.pid} tid {rec.tid}"])
 
     # -- per source ---------------------------------------------------------------------
     def ucma(self, call: SpoolRecord, extra: SpoolRecord | None) -> None:
         data = call.data
+        if not data:
+            # nothing to dissect: what happened is the note
+            why = "; ".join(_cap_lines(call)) or "no bytes"
+            self.note(call, f"ucma write on fd {call.fd} (pid {call.pid} tid {call.tid}): "
+                      f"rc={call.rc} errno={_errno_text(call.err)}; {why}")
+            return
         cmd_name = "write"
         if len(data) >= _UCMA_HDR_SIZE:
             cmd, = struct.unpack_from("<I", data)

@@ -724,6 +724,8 @@ int __openat64_2(int dirfd, const char *path, int flags)
 /* The program closes (or dup2s over) the spool's fd: reopen it on the next record. */
 static void spool_fd_lost(int fd)
 {
+	if (fd != __atomic_load_n(&spool_fd, __ATOMIC_RELAXED))
+		return;	/* every close() comes here: no lock unless it is the spool's */
 	pthread_mutex_lock(&spool_lock);
 	if (spool_fd >= 0 && fd == spool_fd)
 		spool_fd = -2;

@@ -84,7 +84,7 @@ def record_command(argv: Sequence[str], out: str, options: RecordOptions | None 
     shim = build_shim()
     tmpdir = None
     if options.spool:
-        spool = options.spool
+        spool = os.path.abspath(options.spool)  # CMD may change directory
         Path(spool).unlink(missing_ok=True)
     else:
         tmpdir = tempfile.TemporaryDirectory(prefix="ibpath-record-")
