@@ -480,3 +480,21 @@ def test_cli_errors_name_the_cause(tmp_path):
     r = subprocess.run(IBPATH + ["record", "-o", str(tmp_path / "y.pcapng"), "--", "sh", "-c",
                                  "exit 7"], capture_output=True, text=True)
     assert r.returncode == 7 and (tmp_path / "y.pcapng").exists()
+
+
+@needs_namespace
+def test_fork_while_threads_record_never_hangs_a_child(work):
+    out = work / "storm.pcapng"
+    r = in_namespace(IBPATH + ["record", "-o", str(out), "--", str(work / "ucmaprog"),
+                               "--fork-storm"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "children 20"
+    ids = Counter()
+    pids = set()
+    for f in capture_frames(out):
+        assert f["proto"] == "ibpath.ucma"
+        ids[UcmaCmdHdr(f["payload"]).payload.id] += 1
+        pids.add(comment_field(f["comment"], "pid"))
+    assert all(ids[500 + c] == 1 for c in range(20))  # every child recorded, once
+    assert all(ids[10000 * (t + 1) + i] == 1 for t in range(2) for i in range(2000))
+    assert len(pids) == 21

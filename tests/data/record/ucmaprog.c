@@ -13,6 +13,9 @@
  * Usage: ucmaprog BLOB_FILE      the whole sequence (threads, fork, exec, dup, errors)
  *        ucmaprog --exec-child   what the exec'd child does
  *        ucmaprog --bench N      N RESOLVE_ROUTE commands; prints the loop's time (ns)
+ *        ucmaprog --fork-storm   threads keep writing while the main thread forks children
+ *                                that write too (ids: thread t: 10000 * (t + 1) + i,
+ *                                child c: 500 + c); prints "children N"
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -177,6 +180,53 @@ static int bench(long n)
 	return 0;
 }
 
+#define STORM_THREADS 2
+#define STORM_WRITES 2000
+#define STORM_CHILDREN 20
+
+static int storm_fd;
+
+static void *storm_thread(void *arg)
+{
+	int slot = (int)(long)arg, i;
+
+	resolve_route[slot].hdr.cmd = RDMA_USER_CM_CMD_RESOLVE_ROUTE;
+	resolve_route[slot].hdr.in = sizeof(resolve_route[slot].cmd);
+	for (i = 0; i < STORM_WRITES; i++) {
+		resolve_route[slot].cmd.id = 10000 * (unsigned)(slot + 1) + (unsigned)i;
+		if (write(storm_fd, &resolve_route[slot], sizeof(resolve_route[slot])) < 0)
+			return (void *)1;
+	}
+	return NULL;
+}
+
+/* fork while other threads hold the recorder's lock now and then: no child may hang */
+static int fork_storm(void)
+{
+	pthread_t th[STORM_THREADS];
+	int i, status, ok = 0;
+
+	storm_fd = open_cm(O_RDWR | O_CLOEXEC);
+	for (i = 0; i < STORM_THREADS; i++)
+		pthread_create(&th[i], NULL, storm_thread, (void *)(long)i);
+	for (i = 0; i < STORM_CHILDREN; i++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			resolve_route[NTHREADS].hdr.cmd = RDMA_USER_CM_CMD_RESOLVE_ROUTE;
+			resolve_route[NTHREADS].hdr.in = sizeof(resolve_route[NTHREADS].cmd);
+			resolve_route[NTHREADS].cmd.id = 500 + (unsigned)i;
+			_exit(write(storm_fd, &resolve_route[NTHREADS],
+				    sizeof(resolve_route[NTHREADS])) < 0);
+		}
+		if (waitpid(pid, &status, 0) == pid && WIFEXITED(status) && !WEXITSTATUS(status))
+			ok++;
+	}
+	for (i = 0; i < STORM_THREADS; i++)
+		pthread_join(th[i], NULL);
+	printf("children %d\n", ok);
+	return ok == STORM_CHILDREN ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct sockaddr_in6 *dst;
@@ -190,6 +240,8 @@ int main(int argc, char **argv)
 		return exec_child();
 	if (argc > 2 && !strcmp(argv[1], "--bench"))
 		return bench(atol(argv[2]));
+	if (argc > 1 && !strcmp(argv[1], "--fork-storm"))
+		return fork_storm();
 	if (argc < 2) {
 		fprintf(stderr, "usage: ucmaprog BLOB_FILE\n");
 		return 2;
