@@ -303,15 +303,28 @@ def test_recorder_failure_leaves_the_program_running(work, plain_run):
     assert 1 <= len(failures) <= 2 and "cannot open the spool" in failures[0]
 
 
-def test_acm_messages_are_recorded_and_reframed(tmp_path):
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_acm_messages_are_recorded_and_reframed(tmp_path, transport):
     path_record = (bytes(64))  # a PathRecord, MAD format: its DLID and P_Key set below
     path_record = path_record[:40] + b"\x00\x3a" + path_record[42:50] + b"\xff\xff" + \
         path_record[52:]
     (tmp_path / "pr.bin").write_bytes(path_record)
-    sock = tmp_path / "ibacm-test.sock"
+    if transport == "unix":
+        where = str(tmp_path / "ibacm-test.sock")
+        options = ["--acm-socket", where]
+    else:  # ibacm's server mode (the recorder's default port is 6125)
+        port = _free_port()
+        where, options = f"tcp:{port}", ["--acm-port", str(port)]
     out = tmp_path / "acm.pcapng"
-    r = subprocess.run(IBPATH + ["record", "-o", str(out), "--acm-socket", str(sock), "--",
-                                 sys.executable, str(DATA / "acm_peers.py"), str(sock),
+    r = subprocess.run(IBPATH + ["record", "-o", str(out), *options, "--",
+                                 sys.executable, str(DATA / "acm_peers.py"), where,
                                  str(tmp_path / "pr.bin")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -5,7 +5,8 @@ u64 tid, host order; struct acm_ep_addr_data: u32 flags, u16 type, u16 reserved,
 info), never with ibpath's layers. The server answers in two send() calls, so the recorder
 has to re-frame the stream. Every message is printed as "<who> <sent|received> <hex>".
 
-Usage: acm_peers.py SOCKET_PATH PATH_RECORD_FILE (64 bytes, MAD format)
+Usage: acm_peers.py SOCKET_PATH|tcp:PORT PATH_RECORD_FILE (64 bytes, MAD format)
+(tcp:PORT: on 127.0.0.1, as ibacm's server mode listens)
 """
 
 import socket
@@ -43,10 +44,16 @@ def recv_message(conn: socket.socket) -> bytes:
 
 
 def main() -> None:
-    path, record_file = sys.argv[1], sys.argv[2]
+    where, record_file = sys.argv[1], sys.argv[2]
     record = open(record_file, "rb").read()
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    if where.startswith("tcp:"):
+        family, address = socket.AF_INET, ("127.0.0.1", int(where[4:]))
+    else:
+        family, address = socket.AF_UNIX, where
+    server = socket.socket(family, socket.SOCK_STREAM)
+    if family == socket.AF_INET:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(address)
     server.listen(1)
 
     def serve() -> None:
@@ -63,8 +70,8 @@ def main() -> None:
 
     thread = threading.Thread(target=serve)
     thread.start()
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    client.connect(path)
+    client = socket.socket(family, socket.SOCK_STREAM)
+    client.connect(address)
     request = message(ACM_OP_RESOLVE, 0x1234, [
         EP.pack(ACM_EP_FLAG_SOURCE, ACM_EP_INFO_ADDRESS_IP, 0, socket.inet_aton("192.0.2.1")),
         EP.pack(ACM_EP_FLAG_DEST, ACM_EP_INFO_ADDRESS_IP, 0, socket.inet_aton("192.0.2.2"))])
