@@ -511,3 +511,31 @@ def test_fork_while_threads_record_never_hangs_a_child(work):
     assert all(ids[500 + c] == 1 for c in range(20))  # every child recorded, once
     assert all(ids[10000 * (t + 1) + i] == 1 for t in range(2) for i in range(2000))
     assert len(pids) == 21
+
+
+def test_acm_stream_reframing_and_its_faults():
+    import struct as st
+    from ibpath_scapy.record.capture import frames_of
+    from ibpath_scapy.record.spool import KIND_ACM
+
+    def msg(tid, n):  # acm.h: acm_hdr (host order) + n entries
+        body = b"".join(st.pack("<IHH", 2, 2, 0) + bytes(64) for _ in range(n))
+        return st.pack("<BBBBBBHQ", 1, 1, 0, 0, 0, 0, 16 + len(body), tid) + body
+
+    def rec(part, data, ts, fd=5):
+        return HEADER.pack(MAGIC, KIND_ACM, part, 0, 7, 7, fd, 0, ts, len(data), 0, len(data),
+                           len(data)) + data
+
+    a, b, c = msg(1, 2), msg(2, 0), msg(3, 1)
+    bad = st.pack("<BBBBBBHQ", 1, 1, 0, 0, 0, 0, 4, 9) + b"rest"
+    spool = (rec(PART_CALL, a[:10], 1) + rec(PART_CALL, a[10:100], 2) +
+             rec(PART_CALL, a[100:] + b, 3) +       # a ends, b whole, in one send
+             rec(PART_READ, c[:30], 4) +            # c never completes: said at the end
+             rec(PART_CALL, bad, 5, fd=6))          # a length shorter than the header
+    frames, _ = frames_of(parse_spool(spool, "s"), "s")
+    payloads = [bytes(ExportedPDU(f.data).payload) for f in frames]
+    assert payloads[:2] == [a, b]  # in time order: a, b (t=3), c (t=4), the bad one (t=5)
+    assert payloads[2] == c[:30]
+    assert "incomplete message at the end of the recording: 30 bytes of 88" in frames[2].comment
+    assert payloads[3] == bad and "shorter than the 16-byte header" in frames[3].comment
+    assert len(frames) == 4

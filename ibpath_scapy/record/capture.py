@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from scapy.packet import Raw
 
 from ..encap import exported_pdu
-from ..layers.acm import ACM_DISSECTOR, ACM_MSG_HDR_LENGTH
+from ..layers.acm import ACM_DISSECTOR, ACM_MSG_HDR_LENGTH, AcmHdr
 from ..layers.ib import (
     EXP_PDU_TAG_END, EXP_PDU_TAGS, LINKTYPE_WIRESHARK_UPPER_PDU, ExportedPDU, ExportedPDUTag,
 )
@@ -55,9 +55,10 @@ from .spool import (
 
 NOTE_DISSECTOR = "data"  # Wireshark's own: shows the note's text as bytes
 NOTE_COLUMN = "ibpath note"
-_ACM_LENGTH = struct.Struct("<H")  # acm_hdr.length, host order (layers/acm.py AcmHdr)
-_ACM_LENGTH_OFFSET = 6
 _UCMA_HDR_SIZE = len(UcmaCmdHdr(in_len=0))
+# pcapng IDB options (pcapng spec, "Interface Description Block"): pcapio's writer names no
+# interface, so the names are added here
+_OPT_IF_NAME, _OPT_IF_TSRESOL, _TSRESOL_NS = 2, 9, 9
 
 
 class SourceWriter(PcapNgWriter):
@@ -78,9 +79,9 @@ class SourceWriter(PcapNgWriter):
         key = (linktype, self._source)
         if key not in self._named:
             name = f"ibpath record {self._source}".encode()
-            opts = struct.pack("<HH", 2, len(name)) + name + b"\0" * ((-len(name)) % 4)
-            opts += struct.pack("<HHB3x", 9, 1, 9)  # if_tsresol: nanoseconds
-            opts += b"\0" * 4
+            opts = struct.pack("<HH", _OPT_IF_NAME, len(name)) + name + b"\0" * ((-len(name)) % 4)
+            opts += struct.pack("<HHB3x", _OPT_IF_TSRESOL, 1, _TSRESOL_NS)  # as pcapio writes
+            opts += b"\0" * 4  # opt_endofopt
             self._block(_IDB, struct.pack("<HHI", linktype, 0, 0) + opts)
             self._named[key] = len(self._named)
         return self._named[key]
@@ -127,7 +128,7 @@ def _errno_text(err: int) -> str:
 
 
 def _where(rec: SpoolRecord, call: str) -> str:
-    return (f"{KIND_NAMES[rec.kind]} {call} pid {rec.pid} tid {rec.tid} fd {rec.fd}")
+    return f"{KIND_NAMES[rec.kind]} {call} pid {rec.pid} tid {rec.tid} fd {rec.fd}"
 
 
 def _result_lines(rec: SpoolRecord) -> list[str]:
@@ -246,7 +247,7 @@ class _Converter:
         buf += rec.data
         extra = _cap_lines(rec)
         while len(buf) >= ACM_MSG_HDR_LENGTH:
-            length, = _ACM_LENGTH.unpack_from(buf, _ACM_LENGTH_OFFSET)
+            length = AcmHdr(bytes(buf[:ACM_MSG_HDR_LENGTH])).length
             if length < ACM_MSG_HDR_LENGTH:
                 self.add(rec, "acm", LINKTYPE_WIRESHARK_UPPER_PDU,
                          exported_pdu(bytes(buf), ACM_DISSECTOR),
@@ -267,8 +268,7 @@ class _Converter:
         for (pid, fd, part), (buf, rec) in self.acm_streams.items():
             if buf:
                 call = "send" if part == PART_CALL else "recv"
-                want = _ACM_LENGTH.unpack_from(buf, _ACM_LENGTH_OFFSET)[0] \
-                    if len(buf) >= _ACM_LENGTH_OFFSET + 2 else None
+                want = AcmHdr(bytes(buf)).length if len(buf) >= ACM_MSG_HDR_LENGTH else None
                 self.add(rec, "acm", LINKTYPE_WIRESHARK_UPPER_PDU,
                          exported_pdu(bytes(buf), ACM_DISSECTOR),
                          [_where(rec, call), f"incomplete message at the end of the recording: "
