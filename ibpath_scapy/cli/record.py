@@ -9,7 +9,7 @@ import sys
 from ..layers.netlink import NETLINK_RDMA
 from ..record.netlink import RecorderError, parse_protocol, protocol_name, record
 from ..record.process import RecordError, RecordOptions, record_command
-from ..record.spool import SpoolError
+from ..record.spool import DEFAULT_MAX_RECORD, DEFAULT_MAX_TOTAL, MAX_RECORD_LIMIT, SpoolError
 
 
 def _protocol(text: str) -> int:
@@ -17,6 +17,19 @@ def _protocol(text: str) -> int:
         return parse_protocol(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _bytes_arg(low: int, high: int | None):
+    def parse(text: str) -> int:
+        try:
+            n = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
+        if n < low or (high is not None and n > high):
+            raise argparse.ArgumentTypeError(
+                f"{n} is outside {low}..{high}" if high is not None else f"{n} is below {low}")
+        return n
+    return parse
 
 
 def add_parser(sub) -> None:
@@ -33,11 +46,13 @@ def add_parser(sub) -> None:
               "       ibpath record netlink [--protocol NAME|NUM] [--pid PID] -o OUT "
               "[-- COMMAND...]")
     p.add_argument("-o", "--output", metavar="OUT.pcapng", help="the capture to write")
-    p.add_argument("--max-record", type=int, metavar="BYTES",
-                   help="cap on the bytes kept of one call's data (default 65536); a cut is "
-                   "noted on the packet")
-    p.add_argument("--max-total", type=int, metavar="BYTES",
-                   help="cap on the recording's size (default 256 MiB); reaching it is noted")
+    p.add_argument("--max-record", type=_bytes_arg(0, MAX_RECORD_LIMIT), metavar="BYTES",
+                   help=f"cap on the bytes kept of one call's data (default "
+                   f"{DEFAULT_MAX_RECORD}, at most {MAX_RECORD_LIMIT}); a cut is noted on "
+                   "the packet")
+    p.add_argument("--max-total", type=_bytes_arg(1, None), metavar="BYTES",
+                   help=f"cap on the recording's size (default {DEFAULT_MAX_TOTAL >> 20} MiB); "
+                   "reaching it is noted")
     p.add_argument("--acm-socket", action="append", metavar="PATH",
                    help="ibacm's unix socket (default /run/ibacm-unix.sock, /run/ibacm.sock, "
                    "/var/run/ibacm.sock); repeat for several")

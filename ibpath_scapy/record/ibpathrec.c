@@ -59,16 +59,14 @@
 #include <rdma/ib_user_mad.h>
 #include <rdma/rdma_user_cm.h>
 
-#if !defined(IPR_MAGIC) || !defined(IPR_HDR_SIZE) || !defined(IPR_KIND_UCMA)
+#if !defined(IPR_MAGIC) || !defined(IPR_HDR_SIZE) || !defined(IPR_KIND_UCMA) || \
+	!defined(IPR_BUF_MAX)
 #error "compile through ibpath_scapy.record.shim, which passes the spool format as -D options"
 #endif
 
 #define RDMA_CM_PATH "/dev/infiniband/rdma_cm"
 #define UMAD_PREFIX "/dev/infiniband/umad"
 #define IPR_MAX_FDS 65536
-#define IPR_BUF_MAX (1 << 20)		/* largest part a record can hold */
-#define DEFAULT_MAX_RECORD 65536
-#define DEFAULT_MAX_TOTAL (256LL << 20)
 #define DEFAULT_ACM_SOCKETS "/run/ibacm-unix.sock:/run/ibacm.sock:/var/run/ibacm.sock"
 #define DEFAULT_ACM_PORT 6125
 #define KIND_ACM_LISTEN 0x80		/* fd table only: a listener whose accepts are ACM */
@@ -127,8 +125,8 @@ static pthread_mutex_t spool_lock = PTHREAD_MUTEX_INITIALIZER;
 static int spool_fd = -2;		/* -2: open on first record; -1: recording off */
 static int failed;			/* said so on stderr */
 static int run_cap_noted;
-static size_t max_record = DEFAULT_MAX_RECORD;
-static long long max_total = DEFAULT_MAX_TOTAL;
+static size_t max_record = IPR_DEFAULT_MAX_RECORD;
+static long long max_total = IPR_DEFAULT_MAX_TOTAL;
 static unsigned char buf[2 * (IPR_HDR_SIZE + IPR_BUF_MAX)];
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static pthread_key_t tbuf_key;		/* frees a thread's copy buffer when it exits */

@@ -37,6 +37,10 @@ PART_OPTVAL = 3  # SET_OPTION's optval[optlen], copied from the caller's memory
 PART_NAMES = {PART_CALL: "call", PART_READ: "read", PART_RESPONSE: "response",
               PART_OPTVAL: "optval"}
 
+MAX_RECORD_LIMIT = 1 << 20  # the largest per-part cap the shim accepts (its buffer sizes)
+DEFAULT_MAX_RECORD = 65536
+DEFAULT_MAX_TOTAL = 256 << 20
+
 FLAG_TRUNCATED = 0x0001  # the per-record cap cut the bytes (orig_length keeps the size)
 FLAG_UNREADABLE = 0x0002  # the caller's memory could not be read (a bad pointer)
 
@@ -44,7 +48,9 @@ FLAG_UNREADABLE = 0x0002  # the caller's memory could not be read (a bad pointer
 def compile_defines() -> list[str]:
     """The -D options that give ibpathrec.c this module's format."""
     defs = {"IPR_MAGIC": '"' + MAGIC.decode() + '"', "IPR_HDR_SIZE": HEADER.size,
-            "IPR_FLAG_TRUNCATED": FLAG_TRUNCATED, "IPR_FLAG_UNREADABLE": FLAG_UNREADABLE}
+            "IPR_FLAG_TRUNCATED": FLAG_TRUNCATED, "IPR_FLAG_UNREADABLE": FLAG_UNREADABLE,
+            "IPR_BUF_MAX": MAX_RECORD_LIMIT, "IPR_DEFAULT_MAX_RECORD": DEFAULT_MAX_RECORD,
+            "IPR_DEFAULT_MAX_TOTAL": f"{DEFAULT_MAX_TOTAL}LL"}
     defs.update({f"IPR_KIND_{name.upper()}": kind for kind, name in KIND_NAMES.items()})
     defs.update({f"IPR_PART_{name.upper()}": part for part, name in PART_NAMES.items()})
     return [f"{k}={v}" for k, v in sorted(defs.items())]
