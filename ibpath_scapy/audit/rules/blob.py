@@ -47,16 +47,18 @@ from ...layers.pathdata import (
     flags_text,
 )
 from ...layers.sa import RATE_CODES, SELECTOR_EXACTLY, PathRecord
+from ... import sources
 from ..model import rule
 
 SET_OPTION_PROFILES = ("ucma", "proposal")
 LS_PROFILES = ("ls-legacy", "ls-multi")
 
-_UCMA = "drivers/infiniband/core/ucma.c ucma_set_ib_path"
-_SAQ = ("drivers/infiniband/core/sa_query.c ib_nl_handle_resolve_resp / "
-        "ib_nl_process_good_resolve_rsp")
-_UAPI = "include/uapi/rdma/ib_user_sa.h (IB_PATH_*, struct ib_path_rec_data)"
-_SEED = "seed thread ../shared/seed/ (GMP_PRIMARY | FORWARD_PRIMARY | RETURN_PRIMARY_REV)"
+_UCMA = sources.UCMA_SET_PATH
+_SAQ = sources.LS_RESPONSE
+_UAPI = sources.UAPI_SA
+_SEED = sources.SEED_THREAD + " (GMP_PRIMARY | FORWARD_PRIMARY | RETURN_PRIMARY_REV)"
+_PROFILES = ("ibpath kernel profiles (ucma: ucma_set_ib_path; ls-legacy, ls-multi: "
+             "sa_query.c ib_nl_process_good_resolve_rsp; proposal: the 2009 thread)")
 
 # decode.py reports reserved PathRecord bits of blob records only in this message.
 _RESERVED_ERROR = re.compile(r"reserved PathRecord bits set in blob record\(s\) \[([\d, ]*)\]")
@@ -216,7 +218,7 @@ def blob_unknown_flags(subject):
 
 # -- BLOB-FLAG-CONFLICT -----------------------------------------------------------------------
 
-@rule("BLOB-FLAG-CONFLICT", "error", "blob", _UAPI + "; kernelview.py profiles")
+@rule("BLOB-FLAG-CONFLICT", "error", "blob", _UAPI + "; " + _PROFILES)
 def blob_flag_conflict(subject):
     """A record's flags contradict themselves (PRIMARY+ALTERNATE, neither, INBOUND+INBOUND_REVERSE).
 
@@ -255,7 +257,7 @@ def blob_flag_conflict(subject):
 
 # -- BLOB-KERNEL-REJECT -----------------------------------------------------------------------
 
-@rule("BLOB-KERNEL-REJECT", "error", "blob", "kernelview.py: " + _UCMA + "; " + _SAQ
+@rule("BLOB-KERNEL-REJECT", "error", "blob", _PROFILES + ": " + _UCMA + "; " + _SAQ
       + "; cma.c cma_query_handler; " + _SEED)
 def blob_kernel_reject(subject):
     """A kernel profile finds no usable record; the message names it and what the kernel does.
@@ -614,7 +616,7 @@ def data_path(profile: str, choice: dict, records: list[dict]) -> dict | None:
     return {**{k: pr[k] for k in _DATA_FIELDS}, "records": [fwd]}
 
 
-@rule("BLOB-PROFILE-DIVERGENCE", "warning", "blob", "kernelview.py; " + _UCMA + "; " + _SAQ
+@rule("BLOB-PROFILE-DIVERGENCE", "warning", "blob", _PROFILES + "; " + _UCMA + "; " + _SAQ
       + "; cma.c cma_query_handler, cm.c cm_init_qp_rtr_attr; " + _SEED)
 def blob_profile_divergence(subject):
     """Two kernel profiles would send data on different paths (DLID, SL, MTU or rate differ).

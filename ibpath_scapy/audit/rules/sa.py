@@ -10,6 +10,7 @@ import ipaddress
 
 from ...layers.mad import SA_STATUS, status_text
 from ...rmpp import MAX_SEGMENTS, RMPP_DATA_SIZE
+from ... import sources
 from ..model import rule
 from ..replay import Transaction
 
@@ -52,7 +53,8 @@ def response_method(t: Transaction):
             return
 
 
-@rule("SAQ-NO-RESPONSE", "warning", "transaction", "audit-rules.md")
+@rule("SAQ-NO-RESPONSE", "warning", "transaction",
+      "drivers/infiniband/core/mad.c timeout_sends; sa_query.c send_handler (-ETIMEDOUT)")
 def no_response(t: Transaction):
     """A request never answered in the capture (after its retries)."""
     if t.requests and not t.answered:
@@ -61,7 +63,8 @@ def no_response(t: Transaction):
             f"({len(t.requests)} transmission{'s' if len(t.requests) > 1 else ''})")
 
 
-@rule("SAQ-RETRY", "info", "transaction", "audit-rules.md")
+@rule("SAQ-RETRY", "info", "transaction",
+      "drivers/infiniband/core/mad.c retry_send (the same TID sent again)")
 def retry(t: Transaction):
     """A request retransmitted with the same TID."""
     if len(t.requests) > 1:
@@ -69,7 +72,7 @@ def retry(t: Transaction):
             f"request tid 0x{t.tid:016x} sent {len(t.requests)} times")
 
 
-@rule("SAR-STATUS", "info", "transaction", "OpenSM IB_SA_MAD_STATUS_*, wire-formats.md §1")
+@rule("SAR-STATUS", "info", "transaction", sources.SA_STATUS)
 def status(t: Transaction):
     """A response with a non-zero status; the message decodes it."""
     for r in t.responses:
