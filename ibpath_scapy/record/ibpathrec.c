@@ -186,6 +186,27 @@ static inline void ensure_init(void)
 		pthread_once(&init_once, init);
 }
 
+static __thread pid_t cached_tid;
+static pid_t cached_pid;	/* both forgotten in a forked child (atfork_child) */
+
+static pid_t my_pid(void)
+{
+	pid_t p = __atomic_load_n(&cached_pid, __ATOMIC_RELAXED);
+
+	if (!p) {
+		p = getpid();
+		__atomic_store_n(&cached_pid, p, __ATOMIC_RELAXED);
+	}
+	return p;
+}
+
+static pid_t my_tid(void)
+{
+	if (!cached_tid)
+		cached_tid = (pid_t)syscall(SYS_gettid);
+	return cached_tid;
+}
+
 /* ---- fd table --------------------------------------------------------------- */
 
 static inline int kind_of(int fd)
@@ -270,7 +291,7 @@ static size_t safe_copy(void *dst, const void *src, size_t n, uint16_t *flags)
 
 	if (!n)
 		return 0;
-	r = syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL);
+	r = syscall(SYS_process_vm_readv, my_pid(), &local, 1UL, &remote, 1UL, 0UL);
 	if (r == (ssize_t)n)
 		return n;
 	if (r < 0 && (errno == ENOSYS || errno == EPERM)) {
@@ -363,8 +384,8 @@ static size_t put_record(unsigned char *p, int kind, int part, int fd, uint32_t 
 	h.kind = (uint8_t)kind;
 	h.part = (uint8_t)part;
 	h.flags = pt->flags;
-	h.pid = (uint32_t)getpid();
-	h.tid = (uint32_t)syscall(SYS_gettid);
+	h.pid = (uint32_t)my_pid();
+	h.tid = (uint32_t)my_tid();
 	h.fd = fd;
 	h.aux = aux;
 	h.ts_ns = ts;
@@ -453,7 +474,12 @@ static void note(const char *fmt, ...)
 
 static void atfork_prepare(void) { pthread_mutex_lock(&spool_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&spool_lock); }
-static void atfork_child(void) { pthread_mutex_unlock(&spool_lock); }
+static void atfork_child(void)
+{
+	cached_pid = 0;		/* the child is another process, its one thread another task */
+	cached_tid = 0;
+	pthread_mutex_unlock(&spool_lock);
+}
 
 __attribute__((constructor)) static void ibpathrec_init(void)
 {
@@ -518,18 +544,26 @@ static ssize_t ucma_write(int fd, const void *data, size_t count, unsigned char 
 	unsigned char *cmdbuf = (unsigned char *)&cmd;
 	struct part a, b = { 0 };
 	const void *resp = NULL;
-	int extra = -1, e;
+	int extra = -1, have_hdr = 1, e;
 	uint16_t flags = 0;
 	size_t in = 0;
 	long off;
 	ssize_t r;
 
 	capture(&a, tb, data, count);
-	if (count >= sizeof(hdr) && safe_copy(&hdr, data, sizeof(hdr), &flags) == sizeof(hdr)) {
+	/* the command is parsed from the copy; from the caller's memory when a cap cut it */
+	if (a.len >= sizeof(hdr))
+		memcpy(&hdr, a.data, sizeof(hdr));
+	else if (count < sizeof(hdr) || safe_copy(&hdr, data, sizeof(hdr), &flags) != sizeof(hdr))
+		have_hdr = 0;
+	if (have_hdr) {
 		in = count - sizeof(hdr) < hdr.in ? count - sizeof(hdr) : hdr.in;
 		if (in > sizeof(cmd))
 			in = sizeof(cmd);
-		if (safe_copy(cmdbuf, (const unsigned char *)data + sizeof(hdr), in, &flags) != in)
+		if (sizeof(hdr) + in <= a.len)
+			memcpy(cmdbuf, a.data + sizeof(hdr), in);
+		else if (safe_copy(cmdbuf, (const unsigned char *)data + sizeof(hdr), in,
+				   &flags) != in)
 			in = 0;
 	}
 	off = response_offset(hdr.cmd);
