@@ -539,3 +539,37 @@ def test_acm_stream_reframing_and_its_faults():
     assert "incomplete message at the end of the recording: 30 bytes of 88" in frames[2].comment
     assert payloads[3] == bad and "shorter than the 16-byte header" in frames[3].comment
     assert len(frames) == 4
+
+
+def test_hostile_spools_give_a_spool_error_or_a_capture(tmp_path):
+    """Random spools (valid headers around random bytes, and random corruptions of them)
+    either convert or fail with a SpoolError naming the record: never another exception."""
+    import random
+    from ibpath_scapy.record.capture import write_pcapng
+    from ibpath_scapy.record.spool import KIND_NAMES, PART_NAMES
+    rng = random.Random(7)
+    out = tmp_path / "h.pcapng"
+    converted = refused = 0
+    for _ in range(300):
+        spool = b""
+        for _ in range(rng.randrange(1, 8)):
+            data = rng.randbytes(rng.choice((0, 3, 8, 16, 24, 72, 100, 336)))
+            orig = len(data) + rng.choice((0, 0, 5))
+            flags = 1 if orig > len(data) else rng.choice((0, 2))
+            spool += HEADER.pack(MAGIC, rng.choice(sorted(KIND_NAMES)),
+                                 rng.choice(sorted(PART_NAMES)), flags, 1, 1, 3,
+                                 rng.getrandbits(32), rng.getrandbits(40),
+                                 rng.choice((-1, 0, len(data))), rng.choice((0, 22)),
+                                 len(data), orig) + data
+        if rng.random() < 0.3:
+            i = rng.randrange(len(spool))
+            spool = spool[:i] + bytes([rng.getrandbits(8)]) + spool[i + 1:]
+        if rng.random() < 0.2:
+            spool = spool[:rng.randrange(len(spool))]
+        try:
+            write_pcapng(parse_spool(spool, "h"), str(out), "h")
+            converted += 1
+        except SpoolError as exc:
+            assert str(exc).startswith("h: record ")
+            refused += 1
+    assert converted > 20 and refused > 20  # 32 and 268 with seed 7
