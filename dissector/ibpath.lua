@@ -1558,11 +1558,24 @@ D["UcmaQueryPathResp"] = function(tvb, pinfo, tree, off, ctx)
   local o = off + 8
   if show then t:add_le(PF[192], tvb(off + 0, 4)) end
   if show then t:add_le(PF[193], tvb(off + 4, 4)) end
+  do
+    local count = math.floor(ib_idiv((limit - o), 72))
+    local stride = math.floor(72)
+    local sel = 0
+    if stride < 1 then count = 0 end
+    if count > MAX_LIST_ITEMS then t:add_proto_expert_info(EX.count); count = MAX_LIST_ITEMS end
+    for i = 0, count - 1 do
+      local s = o + i * stride
+      if s + stride > limit then ib_short(tvb, t, P["UcmaQueryPathResp"], s, limit, stride); count = i; break end
+      if sel == 0 then D["PathRecData"](tvb, pinfo, t, s, ib_subctx(ctx, s + stride))
+      end
+    end
+    o = o + math.max(count, 0) * math.max(stride, 0)
+    v["path_data_count"] = count
+  end
   if show then t:set_len(o - off) end
   if HOOKS["UcmaQueryPathResp"] then HOOKS["UcmaQueryPathResp"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
-  if true then r = D["PathArray"](tvb, pinfo, tree, o, ctx)
-  end
   return r
 end
 

@@ -25,7 +25,7 @@ from ibpath_scapy.layers.acm import (
 )
 from ibpath_scapy.layers.ib import EXPORTED_PDU_DISSECTORS
 from ibpath_scapy.layers.mad import MAD
-from ibpath_scapy.layers.pathdata import PathArray
+from ibpath_scapy.layers.pathdata import PathArray, PathRecData
 from ibpath_scapy.layers.sa import PathRecord
 from ibpath_scapy.layers.ucma import (
     UCMA_DISSECTOR, UcmaAhAttr, UcmaCmdHdr, UcmaConnect, UcmaConnParam, UcmaCreateId,
@@ -216,13 +216,14 @@ def test_exported_pdu_names_reach_the_layers():
 
 
 def test_ucma_command_and_its_response_dissect_as_one_call():
-    blob = bytes(PathArray(b"\x2b\0\0\0" + b"\0" * 4 + raw(PathRecord(dlid=58))))
     call = UcmaCmdHdr(out_len=8 + 6 * 72) / UcmaQuery(response=0x1000, id=7, option=1)
-    resp = UcmaQueryPathResp(num_paths=1) / PathArray(blob)
+    resp = UcmaQueryPathResp(path_data=[PathRecData(flags=0x2b, path_record=PathRecord(dlid=58))])
+    assert raw(resp)[:8] == b"\1\0\0\0\0\0\0\0"  # num_paths counted
     pkt = UcmaCmdHdr(raw(call) + raw(resp))
     assert pkt.cmd == 19 and pkt.in_len == 16 and pkt.out_len == 8 + 6 * 72
     assert pkt[UcmaQuery].id == 7 and pkt[UcmaQueryPathResp].num_paths == 1
-    assert pkt[PathArray].records[0].path_record.dlid == 58
+    assert pkt[UcmaQueryPathResp].path_data[0].path_record.dlid == 58
+    assert PathArray not in pkt  # a readback, not a blob
     ev = UcmaCmdHdr(raw(UcmaCmdHdr(out_len=336) / UcmaGetEvent() /
                         UcmaEventResp(id=7, event=2, status=(1 << 32) - 110)))
     assert ev[UcmaEventResp].event == 2 and ev[UcmaEventResp].signed_status() == -110

@@ -35,6 +35,7 @@ from scapy.fields import (
     LEShortEnumField,
     LEShortField,
     PacketField,
+    PacketListField,
     XByteField,
     XLEIntField,
     XLELongField,
@@ -43,7 +44,9 @@ from scapy.fields import (
 from scapy.packet import Packet, bind_layers
 
 from .ib import EXPORTED_PDU_DISSECTORS
-from .pathdata import PathArray
+from ..expr import Const, Remaining
+from ..hints import ListHint
+from .pathdata import RECORD_SIZE, PathRecData
 from .sa import GIDField
 
 UCMA_DISSECTOR = "ibpath.ucma"
@@ -321,14 +324,34 @@ class UcmaQuery(Packet):
         return self.sprintf("id %UcmaQuery.id% %UcmaQuery.option%")
 
 
+def _next_path(pkt, lst, cur, remain):
+    return PathRecData if len(remain) >= RECORD_SIZE else None
+
+
 class UcmaQueryPathResp(Packet):
     """struct rdma_ucm_query_path_resp (rdma_user_cm.h): num_paths, reserved, then
-    path_data[num_paths] (struct ib_path_rec_data: the payload, a PathArray).
-    ucma_query_path (ucma.c) copies 8 + num_paths * 72 bytes back."""
+    path_data[] (struct ib_path_rec_data, layers/pathdata.py PathRecData): the paths the
+    kernel holds for the cm_id, its readback, not a path array handed to it (so no
+    "ibpath.blob"). ucma_query_path (ucma.c) copies 8 + 72 bytes a path it reports, fewer
+    paths than num_paths when `out` is too small: path_data is the whole records that follow."""
 
     name = "UcmaQueryPathResp"
     lua_layer = "ucma_query_path_resp"
-    fields_desc = [LEIntField("num_paths", 0), XLEIntField("reserved", 0)]
+    fields_desc = [
+        LEIntField("num_paths", None),
+        XLEIntField("reserved", 0),
+        PacketListField("path_data", [], PathRecData, next_cls_cb=_next_path,
+                        max_count=1 << 16),
+    ]
+    field_hints = {
+        "path_data": ListHint(count=Remaining() // RECORD_SIZE, stride=Const(RECORD_SIZE),
+                              selector=Const(0), classes={0: PathRecData}),
+    }
+
+    def post_build(self, p, pay):
+        if self.num_paths is None:
+            p = struct.pack("<I", len(self.path_data)) + p[4:]
+        return p + pay
 
     def mysummary(self):
         return f"{self.num_paths} path(s)"
@@ -411,5 +434,4 @@ bind_layers(UcmaCmdHdr, UcmaQuery, cmd=CMD["QUERY"])
 bind_layers(UcmaCmdHdr, UcmaResolveAddr, cmd=CMD["RESOLVE_ADDR"])
 bind_layers(UcmaCreateId, UcmaCreateIdResp)
 bind_layers(UcmaQuery, UcmaQueryPathResp, option=RDMA_USER_CM_QUERY_PATH)
-bind_layers(UcmaQueryPathResp, PathArray)
 bind_layers(UcmaGetEvent, UcmaEventResp)
