@@ -705,53 +705,26 @@ OPEN_WRAPPER(open64, real_open64)
 OPENAT_WRAPPER(openat, real_openat)
 OPENAT_WRAPPER(openat64, real_openat64)
 
-int __open_2(const char *path, int flags)
-{
-	int fd, saved;
-
-	ensure_init();
-	fd = real_open_2(path, flags);
-	saved = errno;
-	opened(path, fd);
-	errno = saved;
-	return fd;
+/* _FORTIFY_SOURCE's checked variants (no mode argument) */
+#define OPEN2_WRAPPER(name, real, params, args)					\
+int name params									\
+{										\
+	int fd, saved;								\
+										\
+	ensure_init();								\
+	fd = real args;								\
+	saved = errno;								\
+	opened(path, fd);							\
+	errno = saved;								\
+	return fd;								\
 }
 
-int __open64_2(const char *path, int flags)
-{
-	int fd, saved;
-
-	ensure_init();
-	fd = real_open64_2(path, flags);
-	saved = errno;
-	opened(path, fd);
-	errno = saved;
-	return fd;
-}
-
-int __openat_2(int dirfd, const char *path, int flags)
-{
-	int fd, saved;
-
-	ensure_init();
-	fd = real_openat_2(dirfd, path, flags);
-	saved = errno;
-	opened(path, fd);
-	errno = saved;
-	return fd;
-}
-
-int __openat64_2(int dirfd, const char *path, int flags)
-{
-	int fd, saved;
-
-	ensure_init();
-	fd = real_openat64_2(dirfd, path, flags);
-	saved = errno;
-	opened(path, fd);
-	errno = saved;
-	return fd;
-}
+OPEN2_WRAPPER(__open_2, real_open_2, (const char *path, int flags), (path, flags))
+OPEN2_WRAPPER(__open64_2, real_open64_2, (const char *path, int flags), (path, flags))
+OPEN2_WRAPPER(__openat_2, real_openat_2, (int dirfd, const char *path, int flags),
+	      (dirfd, path, flags))
+OPEN2_WRAPPER(__openat64_2, real_openat64_2, (int dirfd, const char *path, int flags),
+	      (dirfd, path, flags))
 
 /* The program closes (or dup2s over) the spool's fd: reopen it on the next record. */
 static void spool_fd_lost(int fd)
