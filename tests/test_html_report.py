@@ -36,7 +36,7 @@ from ibpath_scapy.decode import Decoder, decode_file
 from ibpath_scapy.layers.cm import CMRep, CMRtu
 from ibpath_scapy.layers.mad import MAD
 
-from conftest import CAPTURES, EXTERNAL, ROOT
+from conftest import CAPTURES, EXTERNAL, ROOT, drain_pty
 from test_rules_resolver import FWD, L, R, exchange, path, query
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's chromium (tools/install.sh)
@@ -397,16 +397,7 @@ def test_text_ladder_on_a_terminal(conversation):
     p = subprocess.run(IBPATH + [str(conversation)], stdout=slave, stderr=subprocess.PIPE,
                        timeout=120)
     os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
+    out = drain_pty(master)
     assert p.returncode == 1, p.stderr
     text = out.decode()
     assert re.search(r"kernel\s+resolver\s+SA\s+remote", text)

@@ -19,6 +19,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from corpus import write_capture2  # noqa: E402
 from tty_rss import run_on_pty  # noqa: E402
 
+from conftest import drain_pty  # noqa: E402
+
 IBPATH = [sys.executable, "-m", "ibpath_scapy.cli.main", "audit"]
 
 
@@ -101,17 +103,8 @@ def test_progress_goes_to_stderr_only(big, tmp_path):
     with open(report, "w") as out:
         p = subprocess.Popen(IBPATH + [str(big)], stdout=out, stderr=slave)
         os.close(slave)
-        seen = b""
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
+        seen = drain_pty(master)
         assert p.wait(120) == 0
-    os.close(master)
     assert b"frames/s" in seen
     text = report.read_text()
     assert "frames/s" not in text and "== 1 file(s), 40000 frames" in text
