@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Iterator
 
+from .. import fast
 from ..decode import Decoder, decode_file
+from ..fast import FastDecoder, decode_file_fast
 from ..pcapio import CaptureError, Input
 from ..render import frame_text
 
@@ -32,13 +35,24 @@ def has_error(rec: dict) -> bool:
     return bool(rec.get("errors") or rec.get("error") or rec.get("malformed"))
 
 
-def run(args) -> int:
+def records(src: Input, as_blob: bool = False) -> tuple[Decoder, Iterator[dict]]:
+    """The decoder and the records of src, read as the audit reads them: through the fast
+    path (ibpath_scapy.fast: the same records, frames it does not take through the Scapy
+    layers) unless IBPATH_FASTPATH=0, then every frame through the Scapy layers."""
+    if fast.enabled():
+        decoder = FastDecoder()
+        return decoder, decode_file_fast(src, decoder, as_blob=as_blob)
     decoder = Decoder()
+    return decoder, decode_file(src, decoder, as_blob=as_blob)
+
+
+def run(args) -> int:
     out = sys.stdout
     bad = 0
     try:
         with Input(args.file) as src:
-            for rec in decode_file(src, decoder, as_blob=args.as_kind == "blob"):
+            decoder, recs = records(src, as_blob=args.as_kind == "blob")
+            for rec in recs:
                 bad += has_error(rec)
                 if args.format == "json":
                     out.write(json.dumps(rec, sort_keys=False) + "\n")
