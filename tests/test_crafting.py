@@ -333,6 +333,24 @@ def test_payload_length_single_and_segmented(n):
     assert struct.unpack_from("!I", bytes(bad), 32)[0] == 7
 
 
+def test_active_flags_alone_make_a_kernel_rmpp_header():
+    """The issue's GetTableResp: only rmpp_flags set. The build gives what the kernel's RMPP
+    layer needs of an active MAD (version 1, type DATA; mad_rmpp.c ib_process_rmpp_recv_wc
+    drops any other) and the PayloadLength, so it dissects back to its 4 records; the same
+    bytes as a header given in full; an explicit version or type is kept, wrong or not."""
+    recs = [PathRecord(dlid=5 + i) for i in range(4)]
+    q = MAD(method=0x92) / RMPP(rmpp_flags="active+first+last") / SAHeader(records=recs)
+    full = MAD(method=0x92) / RMPP(rmpp_version=1, rmpp_type=1, rmpp_flags=7) / SAHeader(records=recs)
+    wire = bytes(q)
+    assert wire == bytes(full)
+    assert wire[24:26] == b"\x01\x01"
+    assert struct.unpack_from("!I", wire, 32)[0] == kernel_paylens(4)[1] == 2 * 20 + 4 * 64
+    assert [r.dlid for r in MAD(wire)[SAHeader].records] == [5, 6, 7, 8]
+    assert "computed: DATA" in q[RMPP].show(dump=True)
+    assert bytes(RMPP())[:2] == b"\x00\x00"  # inactive: none of it
+    assert bytes(RMPP(rmpp_version=0, rmpp_type=2, rmpp_flags=1))[:2] == b"\x00\x02"
+
+
 def _opensm_segments() -> list[tuple[int, list[bytes]]]:
     """The RMPP DATA transfers of captures/opensm/opensm-saquery.pcap, as the kernel cut them
     (ERF 16 + LRH 8 + BTH 12 + DETH 8 bytes before each MAD), read with struct only."""

@@ -154,6 +154,7 @@ ATTR_PATH_RECORD = 0x0035
 RMPP_TYPES = {0: "none", 1: "DATA", 2: "ACK", 3: "STOP", 4: "ABORT"}
 RMPP_TYPE_DATA = 1
 RMPP_TYPE_ACK = 2
+RMPP_VERSION = 1  # IB_MGMT_RMPP_VERSION: the only version the kernel's RMPP layer accepts
 RMPP_STATUS = {
     0: "OK",
     1: "RESX",
@@ -261,6 +262,29 @@ class MAD(Packet):
         return f"MAD {cls} {title} tid=0x{self.transaction_id:016x}"
 
 
+class WhenActiveField(ByteEnumField):
+    """An RMPP header byte whose None (the default) the build fills from the flags: `active`
+    (the value an active MAD needs) when the Active flag is set, else 0. An explicit value,
+    right or wrong, is kept."""
+
+    __slots__ = ["active"]
+
+    def __init__(self, name, active, enum=None):
+        super().__init__(name, None, enum or {})
+        self.active = active
+
+    def effective(self, pkt) -> int:
+        x = getattr(pkt, self.name)
+        if x is not None:
+            return x
+        return self.active if int(pkt.rmpp_flags) & RMPP_ACTIVE else 0
+
+    def i2repr(self, pkt, x):
+        if x is None and isinstance(pkt, RMPP):
+            return f"computed: {super().i2repr(pkt, self.effective(pkt))}"
+        return super().i2repr(pkt, x)
+
+
 class PayloadLengthField(IntField):
     """RMPP PayloadLength; None (the default) is computed by RMPP.post_build."""
 
@@ -273,7 +297,9 @@ class PayloadLengthField(IntField):
 class RMPP(CheckedBits, Packet):
     """RMPP header (IBA Vol1 §13.6.2.1, 12 bytes): 5-bit RRespTime above 3 flag bits.
 
-    For ACK segments payload_length carries NewWindowLast. payload_length=None is computed
+    rmpp_version and rmpp_type left unset are 1 and DATA on an active MAD (what the kernel's
+    RMPP layer requires of one), 0 otherwise. For ACK segments payload_length carries
+    NewWindowLast. payload_length=None is computed
     for an active DATA MAD as the kernel's RMPP sender fills it (mad_rmpp.c send_next_seg,
     wire-formats.md §2), from the class header and data above this header (MAD padding not
     counted): with FIRST set, the whole message's `20 × segments + data` (what the first
@@ -285,8 +311,8 @@ class RMPP(CheckedBits, Packet):
 
     name = "RMPP"
     fields_desc = [
-        ByteField("rmpp_version", 0),
-        ByteEnumField("rmpp_type", 0, RMPP_TYPES),
+        WhenActiveField("rmpp_version", RMPP_VERSION),
+        WhenActiveField("rmpp_type", RMPP_TYPE_DATA, RMPP_TYPES),
         BitField("r_resp_time", 0, 5),
         FlagsField("rmpp_flags", 0, 3, RMPP_FLAG_NAMES),
         ByteEnumField("rmpp_status", 0, RMPP_STATUS),
@@ -307,7 +333,7 @@ class RMPP(CheckedBits, Packet):
         if self.payload_length is not None:
             return self.payload_length
         flags = int(self.rmpp_flags)
-        if not flags & RMPP_ACTIVE or self.rmpp_type != RMPP_TYPE_DATA:
+        if not flags & RMPP_ACTIVE or self.get_field("rmpp_type").effective(self) != RMPP_TYPE_DATA:
             return 0
         if not flags & (RMPP_FIRST | RMPP_LAST):
             return 0
@@ -328,6 +354,9 @@ class RMPP(CheckedBits, Packet):
         return class_hdr * segments + data_len
 
     def post_build(self, p, pay):
+        if self.rmpp_version is None or self.rmpp_type is None:
+            p = bytes([self.get_field("rmpp_version").effective(self),
+                       self.get_field("rmpp_type").effective(self)]) + p[2:]
         if self.payload_length is None:
             p = p[:8] + self.built_payload_length(pay).to_bytes(4, "big") + p[12:]
         return p + pay
