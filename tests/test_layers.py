@@ -1,16 +1,20 @@
 """Layer definitions against independent oracles: C-struct packing (struct module), the
 kernel's path_rec_table offsets, and reflective checks over every layer."""
 
+import importlib
+import inspect
 import ipaddress
+import pkgutil
 import struct
 
 import pytest
 from layer_checks import assert_bit_runs_close
 from hypothesis import given, settings, strategies as st
-from scapy.fields import _BitField
+from scapy.fields import FCSField, PacketField, PacketListField, _BitField
+from scapy.packet import Packet
 
 from ibpath_scapy import layers
-from ibpath_scapy.layers import cm, ib, mad, roce, sa
+from ibpath_scapy.layers import acm, cm, ib, mad, netlink, pathdata, roce, sa, ucma, umad
 from ibpath_scapy.layers.coded import RawCode
 from ibpath_scapy.layers.sa import PathRecord, SAHeader, component_fields, component_mask_for
 
@@ -29,19 +33,41 @@ KERNEL_PATH_REC_TABLE = [
     ("packet_life_time", 14, 2, 6), ("preference", 14, 8, 8), ("reserved_464", 14, 16, 48),
 ]
 
-ALL_LAYERS = [
-    mad.MAD, mad.RMPP, sa.SAHeader, sa.PathRecord, cm.CMReq, cm.CMRep, cm.CMRtu, cm.CMRej,
-    cm.CMDreq, cm.CMDrep, cm.CMMra, roce.DETH, ib.LRH, ib.ERF,
-]
+def _defined_layers() -> list[type]:
+    """Every Packet class the modules of ibpath_scapy.layers define (not what they import)."""
+    out = []
+    for m in pkgutil.iter_modules(layers.__path__):
+        mod = importlib.import_module(f"{layers.__name__}.{m.name}")
+        out += [obj for name, obj in vars(mod).items()
+                if inspect.isclass(obj) and issubclass(obj, Packet)
+                and obj.__module__ == mod.__name__ and not name.startswith("_")]
+    return out
+
+
+ALL_LAYERS = _defined_layers()
+# Header sizes from the specs and C headers, not from the layers: IBA (MAD 24, RMPP 12,
+# PathRecord 64, CM messages 232 of the MAD data, DETH 8, LRH 8), ERF 16 (ERF types doc),
+# struct ib_path_rec_data 72 (uapi ib_user_sa.h), struct nlmsghdr 16 (uapi linux/netlink.h),
+# struct rdma_ucm_cmd_hdr 8 (uapi rdma_user_cm.h), struct acm_hdr 16 (librdmacm acm.h),
+# struct ib_user_mad 64 with pkey_index (uapi ib_user_mad.h, ABI 5).
 SPEC_LEN = {
     mad.MAD: 24, mad.RMPP: 12, sa.PathRecord: 64, roce.DETH: 8, ib.LRH: 8, ib.ERF: 16,
     cm.CMReq: 232, cm.CMRep: 232, cm.CMRtu: 232, cm.CMRej: 232, cm.CMDreq: 232,
     cm.CMDrep: 232, cm.CMMra: 232,
+    pathdata.PathRecData: 72, netlink.NLMsgHdr: 16, netlink.RdmaNLMsgHdr: 16,
+    ucma.UcmaCmdHdr: 8, acm.AcmHdr: 16, umad.UserMad: 64,
 }
+# What a build adds beyond the header: the LRH's VCRC trailer; a MAD is padded to 256 bytes.
+BUILT_LEN = {ib.LRH: 8 + 2, mad.MAD: mad.MAD_SIZE}
 
 
 def _width(f) -> int:
-    return f.size if isinstance(f, _BitField) else f.sz * 8
+    """Bits a fixed-size field takes (a packet field: its packet's built length)."""
+    if isinstance(f, _BitField):
+        return f.size
+    if isinstance(f, PacketField):
+        return 8 * len(bytes(f.cls()))
+    return f.sz * 8
 
 
 def _field_bit_layout(cls):
@@ -55,11 +81,11 @@ def _field_bit_layout(cls):
 
 @pytest.mark.parametrize("cls", [c for c in ALL_LAYERS if c in SPEC_LEN])
 def test_layer_has_spec_length_and_byte_aligned_bitfields(cls):
-    pkt = cls()
-    if cls is ib.LRH:
-        assert len(bytes(pkt)) == SPEC_LEN[cls] + 2  # + VCRC trailer
-    else:
-        assert len(bytes(pkt)) >= SPEC_LEN[cls]
+    """The header's fields add up to the spec's size exactly (lists and trailers aside), and
+    a default build is exactly that long."""
+    fixed = [f for f in cls.fields_desc if not isinstance(f, (PacketListField, FCSField))]
+    assert sum(_width(f) for f in fixed) == 8 * SPEC_LEN[cls], [f.name for f in fixed]
+    assert len(bytes(cls())) == BUILT_LEN.get(cls, SPEC_LEN[cls])
     assert_bit_runs_close(cls)
 
 
@@ -176,5 +202,7 @@ def test_gid_and_packet_life_time_display():
 
 
 def test_every_layer_exported():
-    for cls in ALL_LAYERS:
-        assert cls.__name__ in layers.__all__
+    """`from ibpath_scapy import *` gives every layer (interfaces.md), sub-structures too."""
+    assert len(ALL_LAYERS) > 50
+    missing = [cls.__name__ for cls in ALL_LAYERS if cls.__name__ not in layers.__all__]
+    assert not missing, missing

@@ -9,34 +9,38 @@ from scapy.layers.inet import IP, UDP  # noqa: F401
 from scapy.layers.inet6 import IPv6  # noqa: F401
 from scapy.layers.l2 import Ether  # noqa: F401
 
-from .mad import MAD, RMPP  # noqa: F401
+from .mad import MAD, RMPP, MADPadding  # noqa: F401
 from .sa import SAHeader, PathRecord, GIDField  # noqa: F401
 from .cm import CMReq, CMRep, CMRtu, CMRej, CMDreq, CMDrep, CMMra  # noqa: F401
 from .roce import DETH  # noqa: F401
-from .ib import LRH, ERF, ExportedPDU, ExportedPDUTag  # noqa: F401
+from .ib import LRH, ERF, ERFExtension, ExportedPDU, ExportedPDUTag  # noqa: F401
 from .pathdata import PathRecData, PathArray  # noqa: F401
 from .netlink import (  # noqa: F401
     NetlinkCooked, NLMsgHdr, RdmaNLMsgHdr, LsAttr, LsResolveRequest, LsResolveResponse,
-    LsSetTimeout, LsIpResolveRequest, LsIpResolveResponse,
+    LsSetTimeout, LsIpResolveRequest, LsIpResolveResponse, LsTimeout, LsServiceId, LsDgid,
+    LsSgid, LsTclass, LsPkey, LsQosClass, LsIpv4, LsIpv6,
 )
 from .ucma import (  # noqa: F401
     UcmaCmdHdr, UcmaCreateId, UcmaCreateIdResp, UcmaResolveIp, UcmaResolveAddr,
     UcmaResolveRoute, UcmaConnect, UcmaQuery, UcmaQueryPathResp, UcmaGetEvent, UcmaEventResp,
-    UcmaSetOption,
+    UcmaSetOption, UcmaConnParam, UcmaAhAttr, UcmaUdParam, UcmaEce,
 )
 from .acm import AcmHdr, AcmEpAddrData, AcmResolve  # noqa: F401
 from .umad import UserMad  # noqa: F401
 
 __all__ = [
     "BTH", "GRH", "IP", "IPv6", "UDP", "Ether",
-    "MAD", "RMPP", "SAHeader", "PathRecord", "GIDField",
+    "MAD", "RMPP", "MADPadding", "SAHeader", "PathRecord", "GIDField",
     "CMReq", "CMRep", "CMRtu", "CMRej", "CMDreq", "CMDrep", "CMMra",
-    "DETH", "LRH", "ERF", "ExportedPDU", "ExportedPDUTag",
+    "DETH", "LRH", "ERF", "ERFExtension", "ExportedPDU", "ExportedPDUTag",
     "PathRecData", "PathArray",
     "NetlinkCooked", "NLMsgHdr", "RdmaNLMsgHdr", "LsAttr", "LsResolveRequest",
     "LsResolveResponse", "LsSetTimeout", "LsIpResolveRequest", "LsIpResolveResponse",
+    "LsTimeout", "LsServiceId", "LsDgid", "LsSgid", "LsTclass", "LsPkey", "LsQosClass",
+    "LsIpv4", "LsIpv6",
     "UcmaCmdHdr", "UcmaCreateId", "UcmaCreateIdResp", "UcmaResolveIp", "UcmaResolveAddr",
     "UcmaResolveRoute", "UcmaConnect", "UcmaQuery", "UcmaQueryPathResp", "UcmaGetEvent",
-    "UcmaEventResp", "UcmaSetOption", "AcmHdr", "AcmEpAddrData", "AcmResolve",
+    "UcmaEventResp", "UcmaSetOption", "UcmaConnParam", "UcmaAhAttr", "UcmaUdParam", "UcmaEce",
+    "AcmHdr", "AcmEpAddrData", "AcmResolve",
     "UserMad",
 ]
