@@ -18,8 +18,7 @@ from ibpath_scapy.layers import acm, cm, ib, mad, netlink, pathdata, roce, sa, u
 from ibpath_scapy.layers.coded import RawCode
 from ibpath_scapy.layers.sa import PathRecord, SAHeader, component_fields, component_mask_for
 
-# rdma-core libibverbs/sa.h struct ibv_path_record, as a struct format (wire-formats.md §3).
-IBV_PATH_RECORD = struct.Struct("!Q16s16sHHIBBHHBBBB6s")
+from oracles import IBV_PATH_RECORD
 
 # Linux sa_query.c path_rec_table: (field, offset_words, offset_bits, size_bits).
 KERNEL_PATH_REC_TABLE = [

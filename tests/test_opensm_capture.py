@@ -35,7 +35,7 @@ PCAP = CAP / "opensm-saquery.pcap"
 SESSION = json.loads((CAP / "session.json").read_text()) if (CAP / "session.json").exists() \
     else None
 
-PR = struct.Struct("!Q16s16sHHIBBHHBBBB6s")  # wire-formats.md §3, = rdma-core ibv_path_record
+from oracles import IBV_PATH_RECORD as PR  # noqa: E402
 LOG_REC = struct.Struct("<4ssB2xiIqII")  # umadrec.c record header
 UMAD_HDR = 64
 SA_HDR = 56

@@ -33,7 +33,7 @@ from ibpath_scapy.layers.sa import PathRecord
 from ibpath_scapy.pcapio import PcapNgWriter
 
 
-PR_FMT = "!Q16s16sHHIBBHHBBBB6s"
+from oracles import IBV_PATH_RECORD  # noqa: E402
 u = st.integers
 
 
@@ -41,7 +41,7 @@ def pack_record(flags, reserved, *, service_id=0, dgid=b"\0" * 16, sgid=b"\0" * 
                 slid=0, raw=0, flow=0, hop=0, tclass=0, rev=0, numb=0, pkey=0xFFFF, qos=0, sl=0,
                 mtu_sel=2, mtu=4, rate_sel=2, rate=3, plt_sel=2, plt=18, pref=0) -> bytes:
     """One struct ib_path_rec_data, from the C layout alone."""
-    path = struct.pack(PR_FMT, service_id, dgid, sgid, dlid, slid,
+    path = IBV_PATH_RECORD.pack(service_id, dgid, sgid, dlid, slid,
                        raw << 31 | flow << 8 | hop, tclass, rev << 7 | numb, pkey,
                        qos << 4 | sl, mtu_sel << 6 | mtu, rate_sel << 6 | rate,
                        plt_sel << 6 | plt, pref, b"\0" * 6)

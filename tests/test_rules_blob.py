@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 IBPATH = [sys.executable, "-m", "ibpath_scapy.cli.main"]
 
-PR_FMT = "!Q16s16sHHIBBHHBBBB6s"
+from oracles import IBV_PATH_RECORD  # noqa: E402
 L_TEXT, R_TEXT, X_TEXT = "fe80::2:c903:0:1", "fe80::2:c903:0:2", "fe80::2:c903:0:9"
 L, R, X = (ipaddress.IPv6Address(g).packed for g in (L_TEXT, R_TEXT, X_TEXT))
 
@@ -45,7 +45,7 @@ def path(*, sgid=L, dgid=R, slid=1, dlid=2, rev=1, pkey=0xFFFF, sl=0, mtu=4, rat
          raw=0, resv3=0, tail=b"\0" * 6) -> bytes:
     """A 64-byte PathRecord in SA wire format, from IBA 15.2.5.16's layout alone."""
     word = raw << 31 | resv3 << 28 | flow << 8 | hop
-    out = struct.pack(PR_FMT, sid, dgid, sgid, dlid, slid, word, tclass, rev << 7, pkey,
+    out = IBV_PATH_RECORD.pack(sid, dgid, sgid, dlid, slid, word, tclass, rev << 7, pkey,
                       qos << 4 | sl, mtu_sel << 6 | mtu, rate_sel << 6 | rate, plt_sel << 6 | plt,
                       pref, tail)
     assert len(out) == 64
