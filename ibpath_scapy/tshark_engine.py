@@ -58,8 +58,8 @@ What does not come from the plugin:
   length matches it) or the capture length less the exported-PDU tags, minus the fixed headers
   and trailers.
 - ``set_option_result``: ``frame.comment`` (pcapng packet comment).
-- Netlink: a helper postdissector (``_HELPER_LUA``, loaded with a second ``-X lua_script``)
-  adds the cooked header's ``pkttype`` (hence ``direction``), which Wireshark 4.0 shows in no
+- Netlink: a helper postdissector (``data/engine_helper.lua``, a second ``-X lua_script``) adds
+  the cooked header's ``pkttype`` (hence ``direction``), which Wireshark 4.0 shows in no
   field; copies the ``netlink.hdr_*`` fields of the messages Wireshark dissects itself
   (header-only and control messages, which it does not hand to the plugin; ``-J`` would drop
   them); and has the plugin read a RESOLVE answer to the kernel that carries NLM_F_REQUEST
@@ -126,6 +126,7 @@ import subprocess
 import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -177,66 +178,10 @@ class TsharkEngineError(CaptureError):
 # --------------------------------------------------------------------------------------------
 
 
-# Capture facts the plugin cannot give and tshark's JSON output would drop, from a helper
-# postdissector loaded with a second -X lua_script (module docstring):
-# - the netlink cooked header's pkttype (bytes 0-1: Wireshark 4.0's netlink dissector reads past
-#   it without a field);
-# - the header fields of the netlink messages Wireshark dissects itself ("Netlink message": a
-#   header-only message, or a control message; only longer non-control messages go to the
-#   plugin). These are Wireshark's own netlink.hdr_* fields with their offsets, copied because
-#   -J keeps protocol nodes only and "Netlink message" is a text item (its position shows as a
-#   {"filtered": ...} stand-in);
-# - a RESOLVE message to the kernel (pkttype 7) that carries NLM_F_REQUEST: only resolvers send
-#   RESOLVE to the kernel, so it is an answer, which the plugin (following the flag) dissected
-#   as a request. The helper hands a copy with NLM_F_REQUEST cleared to the plugin's own RDMA
-#   netlink dissector, which adds its response view under the helper's node.
-_HELPER_LUA = """\
-local p = Proto("ibpath_engine", "ibpath audit engine: capture facts")
-local F = {
-  pkttype = ProtoField.uint16("ibpath_engine.nl_pkttype", "Netlink cooked pkttype"),
-  len = ProtoField.uint32("ibpath_engine.nlmsg_len", "nlmsg_len"),
-  type = ProtoField.uint16("ibpath_engine.nlmsg_type", "nlmsg_type"),
-  flags = ProtoField.uint16("ibpath_engine.nlmsg_flags", "nlmsg_flags"),
-  seq = ProtoField.uint32("ibpath_engine.nlmsg_seq", "nlmsg_seq"),
-  pid = ProtoField.uint32("ibpath_engine.nlmsg_pid", "nlmsg_pid"),
-  offset = ProtoField.uint32("ibpath_engine.nlmsg_offset", "nlmsghdr offset in the frame"),
-}
-p.fields = {F.pkttype, F.len, F.type, F.flags, F.seq, F.pid, F.offset}
-local hatype = Field.new("netlink.hatype")
-local H = {len = Field.new("netlink.hdr_len"), type = Field.new("netlink.hdr_type"),
-           flags = Field.new("netlink.hdr_flags"), seq = Field.new("netlink.hdr_seq"),
-           pid = Field.new("netlink.hdr_pid")}
-local NL = {len = Field.new("ibpath.nl.nlmsg_len"), client = Field.new("ibpath.nl.rdma_client"),
-            op = Field.new("ibpath.nl.rdma_op"), flags = Field.new("ibpath.nl.nlmsg_flags")}
-local rdma = nil
-function p.init()
-  local tab = DissectorTable.get("netlink.protocol")
-  if tab ~= nil then rdma = tab:get_dissector(20) end
-end
-function p.dissector(tvb, pinfo, tree)
-  if hatype() == nil or tvb:len() < 2 then return end
-  local t = tree:add(p, tvb(0, 2))
-  t:add(F.pkttype, tvb(0, 2))
-  for _, fi in ipairs({H.len()}) do t:add(F.offset, fi.offset):set_generated() end
-  for _, k in ipairs({"len", "type", "flags", "seq", "pid"}) do
-    for _, fi in ipairs({H[k]()}) do t:add(F[k], fi.value):set_generated() end
-  end
-  if tvb(0, 2):uint() ~= 7 or rdma == nil then return end
-  local lens, clients, ops, flags = {NL.len()}, {NL.client()}, {NL.op()}, {NL.flags()}
-  for i, fi in ipairs(lens) do
-    if clients[i] and clients[i].value == 4 and ops[i].value == 0 and flags[i].value % 2 == 1 then
-      local off = fi.offset
-      local n = math.min(fi.value, tvb:len() - off)
-      if n >= 16 then
-        local ba = tvb(off, n):bytes()
-        ba:set_index(6, ba:get_index(6) - 1)
-        rdma:call(ba:tvb("RESOLVE answer read as a response"), pinfo, t)
-      end
-    end
-  end
-end
-register_postdissector(p)
-"""
+# Capture facts the plugin cannot give and tshark's JSON output would drop come from a helper
+# postdissector loaded with a second -X lua_script: data/engine_helper.lua says which and why.
+HELPER = resources.files(__package__).joinpath("data", "engine_helper.lua")
+_HELPER_LUA = HELPER.read_text()
 _GENERIC_MESSAGE = "Netlink message"
 
 # Wireshark protocols whose fields the engine reads, besides the plugin's own.
