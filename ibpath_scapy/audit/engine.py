@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from ..batch import batches
-from . import rules as _rules  # noqa: F401  (registers the catalogue)
 from .model import RULES, AuditOptions, Finding
 from .replay import PATH_RECORD_ATTR, Replay
 from .rules.frame import packet_rule_hits

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib import import_module
 from typing import Callable, Iterator
 
 SEVERITIES = ("error", "warning", "info")
@@ -48,7 +49,52 @@ class Rule:
         return self.doc.splitlines()[0] if self.doc else ""
 
 
-RULES: dict[str, Rule] = {}
+class _Catalogue(dict):
+    """The rule registry, by ID. Reading it loads the rule modules (ibpath_scapy.audit.rules)
+    first, so whoever reads it sees every rule, whatever it imported before; the `rule`
+    decorator registers through dict's own methods, which load nothing."""
+
+    _loading = False
+
+    def _load(self) -> None:
+        if not _Catalogue._loading:
+            _Catalogue._loading = True
+            import_module(f"{__package__}.rules")
+
+    def __getitem__(self, key):
+        self._load()
+        return dict.__getitem__(self, key)
+
+    def __iter__(self):
+        self._load()
+        return dict.__iter__(self)
+
+    def __len__(self):
+        self._load()
+        return dict.__len__(self)
+
+    def __contains__(self, key):
+        self._load()
+        return dict.__contains__(self, key)
+
+    def get(self, key, default=None):
+        self._load()
+        return dict.get(self, key, default)
+
+    def keys(self):
+        self._load()
+        return dict.keys(self)
+
+    def values(self):
+        self._load()
+        return dict.values(self)
+
+    def items(self):
+        self._load()
+        return dict.items(self)
+
+
+RULES: dict[str, Rule] = _Catalogue()
 FAMILIES = ("frame", "blob", "transaction", "resolution", "cm", "ls")
 
 
@@ -63,9 +109,10 @@ def rule(rule_id: str, severity: str, family: str, source: str):
         raise ValueError(f"{rule_id}: unknown family {family!r}")
 
     def deco(fn):
-        r = RULES.get(rule_id)
+        r = dict.get(RULES, rule_id)
         if r is None:
-            r = RULES[rule_id] = Rule(rule_id, severity, source)
+            r = Rule(rule_id, severity, source)
+            dict.__setitem__(RULES, rule_id, r)
         elif family in r.checks or r.severity != severity:
             raise ValueError(f"rule {rule_id} registered twice for {family} "
                              f"({fn.__module__}.{fn.__name__})")

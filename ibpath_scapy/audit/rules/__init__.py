@@ -1,4 +1,5 @@
-"""The rule catalogue (audit-rules.md), one module per family; importing this package
-registers every rule in ibpath_scapy.audit.model.RULES (a duplicate ID fails the import)."""
+"""The rule catalogue, one module per family. ibpath_scapy.audit.model.RULES imports this
+package the first time it is read, and each module registers its rules there (a duplicate ID
+fails the import)."""
 
 from . import blob, capture, cm, frame, ls, resolver, sa  # noqa: F401
