@@ -443,7 +443,7 @@ def test_audit_same_with_and_without_fast_path(edge_pcap, ib_edge_pcapng):
 def _kept_view(rec: dict) -> dict:
     """The keys a transaction keeps of a decoded record, as the record has them (RMPP segments'
     empty PathRecord lists come back as an empty sequence)."""
-    from ibpath_scapy.audit.replay import KEPT_KEYS
+    from ibpath_scapy.audit.storage import KEPT_KEYS
     out = {k: rec[k] for k in ("frame",) + KEPT_KEYS if k in rec}
     if "path_records" in out and not out["path_records"]:
         out["path_records"] = []

@@ -4,15 +4,12 @@ outside it, run from a folder with no source tree anywhere on sys.path."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import stat
 import subprocess
 import sys
-import venv
 import xml.etree.ElementTree as ET
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -26,30 +23,6 @@ DLID = 38  # the path's DLID in that capture (`ibpath decode` frame 2)
 
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    p = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)])
-    assert p.returncode == 0, p.stderr[-3000:]
-    (whl,) = out.glob("ibpath_scapy-*.whl")
-    return whl
-
-
-@pytest.fixture(scope="module")
-def installed(wheel, tmp_path_factory):
-    """(env, bin dir, work dir): the wheel in a new venv; the work dir is outside the checkout."""
-    base = tmp_path_factory.mktemp("user")
-    v = base / "venv"
-    venv.create(v, with_pip=True)
-    p = _run([str(v / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)])
-    assert p.returncode == 0, p.stderr[-3000:]
-    work = base / "work"
-    work.mkdir()
-    env = {k: val for k, val in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    env.update(HOME=str(base / "home"), PATH=f"{v / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}")
-    return env, v / "bin", work
 
 
 def ibpath(installed, *args, ok=(0,)) -> subprocess.CompletedProcess:

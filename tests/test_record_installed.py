@@ -7,15 +7,15 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from test_packaging import ibpath, installed, wheel  # noqa: F401  (fixtures)
+from test_packaging import ibpath
 
 
-def test_wheel_carries_the_shim(wheel):  # noqa: F811
+def test_wheel_carries_the_shim(wheel):
     with zipfile.ZipFile(wheel) as z:
         assert "ibpath_scapy/record/ibpathrec.c" in z.namelist()
 
 
-def test_record_runs_from_the_installed_package(installed, tmp_path):  # noqa: F811
+def test_record_runs_from_the_installed_package(installed, tmp_path):
     env, _, _ = installed
     out = tmp_path / "x.pcapng"
     p = ibpath(installed, "record", "-o", out, "--", "sh", "-c", "exit 3", ok=(3,))

@@ -21,7 +21,6 @@ from scapy.fields import (
     ShortField,
     StrLenField,
     XBitField,
-    XShortField,
 )
 from scapy.packet import Packet, Raw, bind_layers
 

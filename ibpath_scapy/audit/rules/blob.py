@@ -46,7 +46,7 @@ from ...layers.pathdata import (
     RECORD_SIZE,
     flags_text,
 )
-from ...layers.sa import RATE_CODES, SELECTOR_EXACTLY, PathRecord
+from ...layers.sa import SELECTOR_EXACTLY, PathRecord
 from ... import sources
 from ..model import rule
 
