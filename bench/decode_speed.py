@@ -26,8 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from corpus import write_capture1, write_capture2  # noqa: E402
-from suite import interleaved  # noqa: E402
+from suite import captures, interleaved  # noqa: E402
 
 TARGET = 1.5
 IBPATH = [sys.executable, "-m", "ibpath_scapy.cli.main"]
@@ -80,20 +79,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         d = args.keep or Path(tmp)
         d.mkdir(parents=True, exist_ok=True)
-        encaps = ("rocev2", "ib") if args.encap == "both" else (args.encap,)
-        for encap in encaps:
-            for n, frames, write in ((1, args.frames1, write_capture1),
-                                     (2, args.frames2, write_capture2)):
-                if args.only and n != args.only:
-                    continue
-                suffix = "" if encap == "rocev2" else f"-{encap}"
-                path = d / f"capture{n}-{frames}{suffix}.pcap"  # suite.py's names
-                if not path.exists():
-                    write(path, frames, encap=encap)
-                got = bench_file(path, args.runs, args.text,
-                                 args.scapy_runs if args.scapy else 0)
-                out.append(report(f"capture {n} {encap}", frames, got))
-                print(out[-1], flush=True)
+        for n, encap, frames, path in captures(args, d):  # suite.py's files and names
+            got = bench_file(path, args.runs, args.text, args.scapy_runs if args.scapy else 0)
+            out.append(report(f"capture {n} {encap}", frames, got))
+            print(out[-1], flush=True)
     print()
     print(f"best CPU of {args.runs} interleaved run(s) each; python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")

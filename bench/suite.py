@@ -98,6 +98,22 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def captures(args, d: Path):
+    """(capture number, encap, frames, path) of every bench capture args ask for (--encap,
+    --only, --frames1/2), written into d unless it is there already (--keep reuses them)."""
+    encaps = ("rocev2", "ib") if args.encap == "both" else (args.encap,)
+    for encap in encaps:
+        for n, frames, write in ((1, args.frames1, write_capture1),
+                                 (2, args.frames2, write_capture2)):
+            if args.only and n != args.only:
+                continue
+            suffix = "" if encap == "rocev2" else f"-{encap}"
+            path = d / f"capture{n}-{frames}{suffix}.pcap"
+            if not path.exists():
+                write(path, frames, encap=encap)
+            yield n, encap, frames, path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
@@ -113,23 +129,14 @@ def main() -> None:
         d = args.keep or Path(tmp)
         d.mkdir(parents=True, exist_ok=True)
         rows = []
-        encaps = ("rocev2", "ib") if args.encap == "both" else (args.encap,)
-        for encap in encaps:
-            for n, frames, write in ((1, args.frames1, write_capture1),
-                                     (2, args.frames2, write_capture2)):
-                if args.only and n != args.only:
-                    continue
-                suffix = "" if encap == "rocev2" else f"-{encap}"
-                path = d / f"capture{n}-{frames}{suffix}.pcap"
-                if not path.exists():
-                    write(path, frames, encap=encap)
-                if args.pcapng:
-                    ng = path.with_suffix(".pcapng")
-                    if not ng.exists():
-                        subprocess.run(["editcap", "-F", "pcapng", str(path), str(ng)], check=True)
-                    path = ng
-                rows.append(bench_capture(n, path, frames, args.runs, encap))
-                print(report(rows[-1:]), flush=True)
+        for n, encap, frames, path in captures(args, d):
+            if args.pcapng:
+                ng = path.with_suffix(".pcapng")
+                if not ng.exists():
+                    subprocess.run(["editcap", "-F", "pcapng", str(path), str(ng)], check=True)
+                path = ng
+            rows.append(bench_capture(n, path, frames, args.runs, encap))
+            print(report(rows[-1:]), flush=True)
     print()
     print(f"best CPU of {args.runs} run(s) each; python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")

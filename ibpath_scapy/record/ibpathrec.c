@@ -833,33 +833,22 @@ static int fcntl_common(int (*real)(int, int, ...), int fd, int cmd, void *arg)
 	return r;
 }
 
-int fcntl(int fd, int cmd, ...)
-{
-	va_list ap;
-	void *arg;
-	int r;
-
-	ensure_init();
-	va_start(ap, cmd);
-	arg = va_arg(ap, void *);
-	va_end(ap);
-	r = fcntl_common(real_fcntl, fd, cmd, arg);
-	return r;
+/* fcntl's third argument is an int or a pointer: passed on as the word it was given */
+#define FCNTL_WRAPPER(name, real)						\
+int name(int fd, int cmd, ...)							\
+{										\
+	va_list ap;								\
+	void *arg;								\
+										\
+	ensure_init();								\
+	va_start(ap, cmd);							\
+	arg = va_arg(ap, void *);						\
+	va_end(ap);								\
+	return fcntl_common(real, fd, cmd, arg);				\
 }
 
-int fcntl64(int fd, int cmd, ...)
-{
-	va_list ap;
-	void *arg;
-	int r;
-
-	ensure_init();
-	va_start(ap, cmd);
-	arg = va_arg(ap, void *);
-	va_end(ap);
-	r = fcntl_common(real_fcntl64 ? real_fcntl64 : real_fcntl, fd, cmd, arg);
-	return r;
-}
+FCNTL_WRAPPER(fcntl, real_fcntl)
+FCNTL_WRAPPER(fcntl64, real_fcntl64 ? real_fcntl64 : real_fcntl)
 
 /* ---- sockets ------------------------------------------------------------------ */
 
