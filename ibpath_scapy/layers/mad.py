@@ -262,7 +262,23 @@ class MAD(Packet):
         return f"MAD {cls} {title} tid=0x{self.transaction_id:016x}"
 
 
-class WhenActiveField(ByteEnumField):
+class Computed:
+    """A field whose None (the default) the build fills in: show() and summary() say
+    `computed: <what the build puts there>` (computed_repr), as Scapy does for lengths and
+    checksums. Mixed in before the Scapy field class."""
+
+    __slots__ = ()
+
+    def computed_repr(self, pkt) -> str:
+        raise AttributeError(f"{type(self).__name__} defines no computed_repr")
+
+    def i2repr(self, pkt, x):
+        if x is None and isinstance(pkt, Packet):
+            return f"computed: {self.computed_repr(pkt)}"
+        return super().i2repr(pkt, x)
+
+
+class WhenActiveField(Computed, ByteEnumField):
     """An RMPP header byte whose None (the default) the build fills from the flags: `active`
     (the value an active MAD needs) when the Active flag is set, else 0. An explicit value,
     right or wrong, is kept."""
@@ -279,19 +295,15 @@ class WhenActiveField(ByteEnumField):
             return x
         return self.active if int(pkt.rmpp_flags) & RMPP_ACTIVE else 0
 
-    def i2repr(self, pkt, x):
-        if x is None and isinstance(pkt, RMPP):
-            return f"computed: {super().i2repr(pkt, self.effective(pkt))}"
-        return super().i2repr(pkt, x)
+    def computed_repr(self, pkt) -> str:
+        return ByteEnumField.i2repr(self, pkt, self.effective(pkt))
 
 
-class PayloadLengthField(IntField):
+class PayloadLengthField(Computed, IntField):
     """RMPP PayloadLength; None (the default) is computed by RMPP.post_build."""
 
-    def i2repr(self, pkt, x):
-        if x is None and isinstance(pkt, RMPP):
-            return f"computed: {pkt.built_payload_length()}"
-        return super().i2repr(pkt, x)
+    def computed_repr(self, pkt) -> str:
+        return str(pkt.built_payload_length())
 
 
 class RMPP(CheckedBits, Packet):

@@ -38,6 +38,7 @@ from .coded import (  # noqa: F401  (MTU_*/RATE_* re-exported: sa.py was their h
 )
 from .mad import (
     ATTR_PATH_RECORD,
+    Computed,
     MAD,
     mad_title,
     MADPadding,
@@ -187,7 +188,7 @@ class ComponentMask(FlagValue):
         return self.value
 
 
-class ComponentMaskField(FlagsField):
+class ComponentMaskField(Computed, FlagsField):
     """64-bit ComponentMask; bit n = value 1 << n (IB_SA_COMP_MASK(n)). None = computed."""
 
     def __init__(self, name, default):
@@ -197,20 +198,16 @@ class ComponentMaskField(FlagsField):
         v = super()._fixup_val(x)
         return ComponentMask(v.value, v.names) if type(v) is FlagValue else v
 
-    def i2repr(self, pkt, x):
-        if x is None and isinstance(pkt, SAHeader):
-            mask = pkt.built_component_mask()
-            return f"computed: 0x{mask:x} ({' '.join(component_fields(mask)) or 'none'})"
-        return super().i2repr(pkt, x)
+    def computed_repr(self, pkt) -> str:
+        mask = pkt.built_component_mask()
+        return f"0x{mask:x} ({' '.join(component_fields(mask)) or 'none'})"
 
 
-class AttributeOffsetField(ShortField):
+class AttributeOffsetField(Computed, ShortField):
     """AttributeOffset (record stride in 8-byte words); None is computed by the build."""
 
-    def i2repr(self, pkt, x):
-        if x is None and isinstance(pkt, SAHeader):
-            return f"computed: {pkt.built_attribute_offset()}"
-        return super().i2repr(pkt, x)
+    def computed_repr(self, pkt) -> str:
+        return str(pkt.built_attribute_offset())
 
 
 # Record class per SA AttributeID; records of other attributes stay raw bytes.
