@@ -21,6 +21,7 @@ to use a tshark that is not on PATH.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import re
@@ -210,6 +211,10 @@ def run_pyshark(capture: str | os.PathLike, *, display_filter: str | None = None
                 self.stderr_lines.append(line.decode(errors="replace").rstrip("\n"))
                 self._last_error_line = self.stderr_lines[-1]
 
+    # pyshark installs a SafeChildWatcher attached to its own event loop and leaves it behind
+    # once that loop is closed: any later asyncio subprocess in the run (Playwright's driver,
+    # tests/test_html_report.py) then fails. Put the watcher back as it was.
+    watcher = asyncio.get_child_watcher()
     with _environ(_isolated_env()):
         cap = _Capture(str(capture), display_filter=display_filter, tshark_path=tshark,
                        custom_parameters=list(extra_args))
@@ -217,6 +222,7 @@ def run_pyshark(capture: str | os.PathLike, *, display_filter: str | None = None
             packets = list(cap)
         finally:
             cap.close()
+            asyncio.set_child_watcher(watcher)
     stdout = b"".join(cap.raw_pdml).decode(errors="replace")
     return PysharkRun(packets, stdout, "\n".join(cap.stderr_lines),
                       [tshark, "-T", "pdml", "-r", str(capture), *extra_args])
