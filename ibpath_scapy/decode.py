@@ -32,10 +32,11 @@ from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Ether
 from scapy.packet import Packet, Padding
 
 from . import blobsniff, crc
+from .facts import Code, Problem, problem, public
+from .facts import problems as P
 from .kernelview import (
     blob_from_array,
     blob_from_ls_response,
-    kernel_view,
     path_record_attributes,
 )
 from .layers import cm as cm_layers
@@ -96,12 +97,10 @@ def size_limit_record(frame_no: int, size: int, list_framed: bool,
     if size <= limit:
         return None
     stats.malformed += 1
-    what = " for netlink, exported-PDU and blob frames" if list_framed else ""
     return {"frame": frame_no, "kind": "malformed", "limit": "frame size",
-            "error": f"frame of {size} bytes not dissected: over the decoder's limit of "
-                     f"{limit} bytes{what}"}
+            "error": problem(Code.FRAME_TOO_LARGE, size, limit, list_framed)}
 
-ICRC_MISMATCH, VCRC_MISMATCH = "ICRC mismatch", "VCRC mismatch"
+ICRC_MISMATCH, VCRC_MISMATCH = P.ICRC_MISMATCH, P.VCRC_MISMATCH
 
 KIND_BY_CLASS = {0x03: "sa", 0x07: "cm", 0x01: "smp", 0x81: "smp", 0x04: "perf"}
 
@@ -152,10 +151,6 @@ def blob_record_dict(rec: PathRecData) -> dict:
             "path_record": path_record_dict(rec.path_record)}
 
 
-def kernel_view_dict(blob) -> dict:
-    return {name: choice.to_dict() for name, choice in kernel_view(blob).items()}
-
-
 def reserved_nonzero(pkt: Packet) -> list[str]:
     return [f.name for f in pkt.fields_desc
             if f.name.startswith("reserved") and pkt.getfieldval(f.name)]
@@ -189,7 +184,7 @@ def unfinished_transfers(rmpp: Reassembler, stats: "DecodeStats") -> Iterator[di
         frames = t.all_frames()
         stats.malformed += 1
         rec = {"frame": frames[-1], "kind": "malformed", "frames": frames,
-               "error": f"RMPP transfer tid=0x{key[2]:016x} never completed ({t.why_unfinished()})"}
+               "error": problem(Code.RMPP_UNFINISHED, key[2], t.why_unfinished())}
         if t.limit:
             rec["limit"] = t.limit
         yield rec
@@ -225,8 +220,7 @@ def unsupported_records(stats: DecodeStats) -> Iterator[dict]:
     """At the end of a file: one record per link type that was not decoded."""
     for linktype, (first, count) in sorted(stats.unsupported.items()):
         yield {"frame": first, "kind": "unsupported", "linktype": linktype, "count": count,
-               "error": f"link type {linktype} is not decoded: {count} frame"
-                        f"{'s' if count != 1 else ''} not read (first: frame {first})"}
+               "error": problem(Code.LINKTYPE_UNSUPPORTED, linktype, count, first)}
 
 
 _ZERO_ICRC = bytes(4)
@@ -265,8 +259,7 @@ def crc_records(stats: DecodeStats) -> Iterator[dict]:
     else:
         stats.crc_errors += stats.icrc_zero
         yield {"frame": frames[-1], "kind": "crc", "frames": frames, "icrc_zero": stats.icrc_zero,
-               "error": f"{stats.icrc_zero} of {stats.icrc_frames} frames carry a zero ICRC "
-                        "where the others carry computed ones: ICRC mismatch"}
+               "error": problem(Code.ICRC_ZERO_SOME, stats.icrc_zero, stats.icrc_frames)}
 
 
 def dissect(frame: Frame) -> Packet | None:
@@ -301,7 +294,7 @@ class Decoder:
         try:
             pkt = dissect(frame)
         except Exception as exc:  # scapy raises assorted errors on hostile bytes
-            yield self._malformed(frame, f"cannot dissect: {exc}")
+            yield self._malformed(frame, problem(Code.CANNOT_DISSECT, str(exc)))
             return
         if pkt is None:
             if frame.linktype not in SUPPORTED_LINKTYPES:
@@ -315,7 +308,7 @@ class Decoder:
         yield from file_end_records(self.rmpp, self.stats)
 
     # ------------------------------------------------------------------------------------
-    def _malformed(self, frame: Frame, reason: str) -> dict:
+    def _malformed(self, frame: Frame, reason: Problem) -> dict:
         self.stats.malformed += 1
         return {"frame": frame.number, "kind": "malformed", "error": reason}
 
@@ -336,10 +329,9 @@ class Decoder:
         bth = pkt.getlayer(BTH)
         if mad is None:
             if deth is not None and (deth.src_qp in (0, 1) or bth.dqpn in (0, 1)):
-                yield self._malformed(frame, "GSI datagram without a complete MAD header "
-                                      f"({len(bytes(deth.payload))} bytes after DETH)")
+                yield self._malformed(frame, problem(Code.GSI_SHORT, len(bytes(deth.payload))))
             elif bth is not None and bth.opcode == 0x64 and deth is None:
-                yield self._malformed(frame, "UD SEND without a complete DETH")
+                yield self._malformed(frame, P.UD_NO_DETH)
             return
         self.stats.mad_frames += 1
         mad_bytes = bytes(mad)
@@ -350,7 +342,7 @@ class Decoder:
         rec.update(_addresses(pkt))
         errors = []
         if len(mad_bytes) != MAD_SIZE:
-            errors.append(f"MAD is {len(mad_bytes)} bytes; IB MADs are {MAD_SIZE}")
+            errors.append(problem(Code.MAD_LENGTH, len(mad_bytes)))
         crc_errs, icrc = _crc_errors(frame.data, pkt)
         errors += crc_errs
         # the zero-ICRC census counts whole MADs only (a cut frame's "ICRC" is any 4 bytes)
@@ -408,7 +400,7 @@ class Decoder:
             rec["path_records"] = [path_record_dict(r) for r in records]
             bad = [i for i, r in enumerate(records) if reserved_nonzero(r)]
             if bad:
-                errors.append(f"reserved PathRecord bits set in record(s) {bad}")
+                errors.append(problem(Code.PR_RESERVED, tuple(bad)))
         if errors:
             rec["errors"] = errors
         yield rec
@@ -433,15 +425,14 @@ class Decoder:
                 "direction": _DIRECTIONS.get(pkt.pkttype, "unknown"), "pkttype": pkt.pkttype}
         problems = []
         if pkt.hatype != nl.ARPHRD_NETLINK:
-            problems.append(f"cooked header ARPHRD {pkt.hatype}, not ARPHRD_NETLINK (824)")
+            problems.append(problem(Code.NL_ARPHRD, pkt.hatype))
         if pkt.trailing:
-            problems.append(f"{len(pkt.trailing)} bytes after the last netlink message cannot "
-                            "start another (a message needs 16 bytes and nlmsg_len >= 16)")
+            problems.append(problem(Code.NL_TRAILING, len(pkt.trailing)))
         msgs = list(pkt.messages)
         if not msgs:
             self.stats.malformed += 1
             yield {**base, "kind": "malformed",
-                   "error": "; ".join(problems) or "no netlink message in the record"}
+                   "error": joined(problems)}
             return
         for i, msg in enumerate(msgs):
             rec = self._rdma_message(frame, dict(base), msg)
@@ -452,7 +443,7 @@ class Decoder:
     def _rdma_message(self, frame: Frame, rec: dict, msg: Packet) -> dict:
         if not isinstance(msg, nl.RdmaNLMsgHdr):
             self.stats.malformed += 1
-            return {**rec, "kind": "malformed", "error": "netlink message could not be dissected"}
+            return {**rec, "kind": "malformed", "error": P.NL_UNDISSECTABLE}
         flags = int(msg.nlmsg_flags)
         rec["netlink"] = {
             "nlmsg_len": msg.nlmsg_len, "nlmsg_type": msg.nlmsg_type, "nlmsg_flags": flags,
@@ -461,8 +452,7 @@ class Decoder:
         }
         errors, structural = [], []
         if msg.truncated():
-            structural.append(f"nlmsg_len {msg.nlmsg_len} runs past the end of the record "
-                              f"({len(msg.original)} bytes left)")
+            structural.append(problem(Code.NL_LEN_PAST_END, msg.nlmsg_len, len(msg.original)))
         if msg.rdma_client != nl.RDMA_NL_LS:
             rec["kind"] = "rdma_netlink"
             rec["netlink"]["client_name"] = nl.RDMA_NL_CLIENTS.get(msg.rdma_client)
@@ -478,16 +468,14 @@ class Decoder:
         if (msg.rdma_op == nl.RDMA_NL_LS_OP_RESOLVE and request
                 and rec.get("pkttype") == nl.PACKET_KERNEL):
             # Only resolvers send RESOLVE to the kernel: this is an answer, wrongly flagged.
-            errors.append("RESOLVE answer to the kernel carries NLM_F_REQUEST: "
-                          "ib_nl_handle_resolve_resp refuses it (-EPERM)")
+            errors.append(P.LS_ANSWER_AS_REQUEST)
             body = nl.LsResolveResponse(bytes(body)) if body else body
             is_response = True
         expected = nl.LsResolveResponse if is_response else nl.LS_BODIES.get((msg.rdma_op, request))
         if expected is None:
-            errors.append(f"unknown local-service operation {msg.rdma_op}")
+            errors.append(problem(Code.LS_UNKNOWN_OP, msg.rdma_op))
         elif body and not isinstance(body, expected):
-            structural.append(f"{expected._name} body ({len(bytes(body))} bytes) could not be "
-                              "dissected (truncated family header?)")
+            structural.append(problem(Code.LS_BODY_UNDISSECTABLE, expected._name, len(bytes(body))))
         if isinstance(body, nl.LsResolveRequest):
             ls.update(device_name=body.device_name.rstrip(b"\x00").decode("ascii", "replace"),
                       port_num=body.port_num, path_use=body.path_use,
@@ -500,16 +488,15 @@ class Decoder:
         attributes = list(getattr(body, "attributes", []) or [])
         trailing = getattr(body, "trailing", b"") or b""
         if trailing:
-            structural.append(f"{len(trailing)} bytes after the last attribute: an incomplete "
-                              "nlattr header or nla_len below 4")
+            structural.append(problem(Code.LS_ATTR_TRAILING, len(trailing)))
         if is_response:
             self._ls_response(rec, ls, msg, attributes, errors)
         else:
             ls["attributes"] = [_attr_dict(i, a) for i, a in enumerate(attributes)]
         for i, attr in enumerate(attributes):
-            problem = _attr_problem(i, attr, request)
-            if problem:
-                (structural if attr.truncated() else errors).append(problem)
+            found = _attr_problem(i, attr, request)
+            if found:
+                (structural if attr.truncated() else errors).append(found)
         return self._finish(rec, errors, structural)
 
     def _ls_response(self, rec: dict, ls: dict, msg: Packet, attributes: list, errors: list) -> None:
@@ -519,8 +506,7 @@ class Decoder:
         rec["blob_records"] = [blob_record_dict(r) for _, r in pairs]
         errors += _reserved_errors([r for _, r in pairs])
         path_use = link_ls_request(self.ls_requests, msg.nlmsg_seq, ls)
-        rec["kernel_view"] = kernel_view_dict(
-            blob_from_ls_response(int(msg.nlmsg_flags), attributes, path_use))
+        rec["kernel_blob"] = blob_from_ls_response(int(msg.nlmsg_flags), attributes, path_use)
 
     def _finish(self, rec: dict, errors: list, structural: list) -> dict:
         return finish_message(self.stats, rec, errors, structural)
@@ -553,25 +539,30 @@ def _attr_dict(i: int, attr: Packet, blob_index: int | None = None) -> dict:
     return d
 
 
-def _attr_problem(i: int, attr: Packet, request: bool) -> str | None:
+def _attr_problem(i: int, attr, request: bool) -> Problem | None:
+    """The problem of LS attribute i (None if it has none); attr: a netlink layer's NLAttr, or
+    what the tshark engine knows of one (nla_type, nla_len, mandatory, nested, net_byteorder,
+    raw_type(), value_length(), truncated(), original)."""
     name = nl.LS_NLA_TYPES.get(attr.nla_type)
     label = f"attribute {i} ({name or f'type {attr.nla_type}'})"
     if attr.truncated():
-        return (f"{label}: nla_len {attr.nla_len} runs past the end of the message "
-                f"({len(attr.original)} bytes left)")
+        return problem(Code.ATTR_PAST_END, label, attr.nla_len, len(attr.original))
     problems = []
     if name is None or attr.nla_type == 0:
-        extra = ""
-        if attr.mandatory and request:
-            extra = " with RDMA_NLA_F_MANDATORY (ibacm rejects the request)"
-        problems.append(f"unknown attribute type {attr.nla_type}{extra}")
+        problems.append(problem(Code.ATTR_UNKNOWN_TYPE, attr.nla_type,
+                                bool(attr.mandatory and request)))
     else:
         want, got = nl.LS_NLA_VALUE_SIZES[attr.nla_type], attr.value_length()
         if got != want:
-            problems.append(f"value is {got} bytes, {name} takes {want}")
+            problems.append(problem(Code.ATTR_VALUE_SIZE, got, name, want))
     if attr.nested or attr.net_byteorder:
-        problems.append(f"NLA_F_NESTED/NLA_F_NET_BYTEORDER set (nla_type 0x{attr.raw_type():04x})")
-    return f"{label}: " + "; ".join(problems) if problems else None
+        problems.append(problem(Code.ATTR_FLAGS, attr.raw_type()))
+    return problem(Code.ATTR_BAD, label, tuple(problems)) if problems else None
+
+
+def joined(problems: list[Problem]) -> Problem:
+    """The one "error" of a netlink record that holds no message: its problems together."""
+    return problem(Code.JOINED, tuple(problems)) if problems else P.NL_NO_MESSAGE
 
 
 def link_ls_request(requests: dict, seq: int, ls: dict) -> int | None:
@@ -614,24 +605,27 @@ def blob_frame_record(number: int, time: float, raw: bool, length: int, trailing
     if result is not None:
         rec["blob"]["set_option_result"] = result
     rec["blob_records"] = blob_records
-    rec["kernel_view"] = kernel_view_dict(blob)
+    rec["kernel_blob"] = blob  # what the kernel reads of it; the audit judges it (kernelview)
     errors = []
     if length % RECORD_SIZE:
-        errors.append(f"blob length {length} is not a multiple of {RECORD_SIZE} "
-                      f"(struct ib_path_rec_data): {trailing} trailing bytes; "
-                      "ucma_set_ib_path returns EINVAL")
+        errors.append(problem(Code.BLOB_LENGTH, length, trailing))
     if not blob_records:
-        errors.append("blob holds no whole record")
+        errors.append(P.BLOB_EMPTY)
     if reserved:
-        errors.append(f"reserved PathRecord bits set in blob record(s) {reserved}")
+        errors.append(problem(Code.BLOB_RESERVED, tuple(reserved)))
     if errors:
         rec["errors"] = errors
     return rec
 
 
-def _reserved_errors(records: list) -> list[str]:
-    bad = [i for i, r in enumerate(records) if reserved_nonzero(r.path_record)]
-    return [f"reserved PathRecord bits set in blob record(s) {bad}"] if bad else []
+def _reserved_errors(records: list) -> list[Problem]:
+    return reserved_blob_errors([bool(reserved_nonzero(r.path_record)) for r in records])
+
+
+def reserved_blob_errors(reserved: list[bool]) -> list[Problem]:
+    """The problem of blob records (in order: whether each has reserved bits set)."""
+    bad = tuple(i for i, r in enumerate(reserved) if r)
+    return [problem(Code.BLOB_RESERVED, bad)] if bad else []
 
 
 def _mad_dict(mad: Packet) -> dict:
@@ -702,11 +696,18 @@ def _crc_errors(data: bytes, pkt: Packet) -> tuple[list[str], bytes | None]:
 
 
 def decode_file(src: "str | Input", decoder: Decoder | None = None,
-                as_blob: bool = False) -> Iterator[dict]:
+                as_blob: bool = False, render: bool = False) -> Iterator[dict]:
     """Decode every frame of a capture (or the one frame of a raw blob file; every file is
     one with as_blob), streaming; src is a path or a pcapio.Input (a stream too). Raises
-    pcapio.CaptureError on a bad file after yielding everything before the damage."""
+    pcapio.CaptureError on a bad file after yielding everything before the damage.
+    Their problems are facts.Problem, what the audit reads; render=True gives them as the
+    sentences of `ibpath decode --format json` (facts.public)."""
     decoder = decoder or Decoder()
+    records = _records(src, decoder, as_blob)
+    return map(public, records) if render else records
+
+
+def _records(src, decoder: Decoder, as_blob: bool) -> Iterator[dict]:
     for frame in read_input(src, blobsniff.plausible, as_blob=as_blob):
         yield from decoder.feed(frame)
     yield from decoder.finish()

@@ -388,6 +388,11 @@ def kernel_view(blob: Blob, profiles: Iterable[str] = PROFILE_NAMES) -> dict[str
     return {name: PROFILES[name].select(blob) for name in profiles}
 
 
+def kernel_view_dict(blob: Blob) -> dict:
+    """kernel_view(blob) in JSON form (interfaces.md "kernel_view": profile → choice)."""
+    return {name: choice.to_dict() for name, choice in kernel_view(blob).items()}
+
+
 # -- building Blob facts from the layers ------------------------------------------------------
 
 def blob_from_array(array: PathArray, length: int | None = None) -> Blob:

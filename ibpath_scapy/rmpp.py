@@ -20,6 +20,7 @@ import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from .facts.problems import Code, Problem, problem
 from .layers.mad import MAD_SIZE, RMPP_ACTIVE, RMPP_FIRST, RMPP_LAST, RMPP_TYPE_DATA
 
 # RMPP types of the control MADs (IBA 13.6.2.1; kernel ib_mad.h IB_MGMT_RMPP_TYPE_*)
@@ -131,7 +132,7 @@ class Transfer:
     segments: dict[int, bytes] = field(default_factory=dict)
     frames: dict[int, int] = field(default_factory=dict)
     last: int | None = None
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
 
     rejected: list[int] = field(default_factory=list)  # frames of segments out of range
     limit: str | None = None  # the cap this transfer hit, if any (reported by DECODE-LIMIT)
@@ -144,10 +145,10 @@ class Transfer:
         return (self.last is not None and len(self.segments) >= self.last
                 and all(k in self.segments for k in range(1, self.last + 1)))
 
-    def problem(self, text: str) -> None:
+    def problem(self, found: Problem) -> None:
         """Note a problem; past MAX_PROBLEMS only count it (a flood of repeats is one fact)."""
         if len(self.problems) < MAX_PROBLEMS:
-            self.problems.append(text)
+            self.problems.append(found)
         else:
             self.dropped_problems += 1
 
@@ -163,7 +164,7 @@ class Transfer:
             why = f"segments {missing[:20]}{' ...' if len(missing) > 20 else ''} missing"
         head = [why] + [x for x in (self.stopped, self.limit) if x]
         more = len(self.problems) - 3 + self.dropped_problems
-        return "; ".join(head + self.problems[:3] + ([f"{more} more problems"] if more > 0 else []))
+        return "; ".join(head + [str(p) for p in self.problems[:3]] + ([f"{more} more problems"] if more > 0 else []))
 
 
 class Reassembler:
@@ -214,7 +215,7 @@ class Reassembler:
             if len(self.open) > self.max_open:
                 self._evict_oldest(f"evicted: more than {self.max_open} RMPP transfers open at once")
         if seg_num < 1 or seg_num > MAX_SEGMENTS:
-            t.problem(f"segment number {seg_num} outside 1..{MAX_SEGMENTS}")
+            t.problem(problem(Code.RMPP_SEGMENT_RANGE, seg_num, MAX_SEGMENTS))
             if seg_num > MAX_SEGMENTS:
                 t.limit = f"segment numbers above {MAX_SEGMENTS} are not reassembled"
             if len(t.rejected) < MAX_REJECTED:

@@ -135,7 +135,9 @@ from scapy.contrib.roce import BTH, GRH
 # decode.py's private tables and helpers are shared on purpose: one definition of each text
 from . import blobsniff
 from . import decode as _decode
-from .decode import CM_REQ_FIELDS, KIND_BY_CLASS, PATH_RECORD_FIELDS, DecodeStats, kernel_view_dict
+from .facts import Code, Problem, problem, public
+from .facts import problems as P
+from .decode import CM_REQ_FIELDS, KIND_BY_CLASS, PATH_RECORD_FIELDS, DecodeStats
 from .kernelview import Blob, LsContext, ls_parse_error
 from .layers import cm as cm_layers
 from .layers import netlink as nl
@@ -514,7 +516,7 @@ class _Builder:
     def finish(self) -> Iterator[dict]:
         yield from _decode.file_end_records(self.rmpp, self.stats)
 
-    def _malformed(self, fr: _Frame, reason: str) -> dict:
+    def _malformed(self, fr: _Frame, reason: Problem) -> dict:
         self.stats.malformed += 1
         return {"frame": fr.number, "kind": "malformed", "error": reason}
 
@@ -546,10 +548,10 @@ class _Builder:
         if "transaction_id" not in mad:
             if "src_qp" in deth and (deth["src_qp"] in (0, 1) or bth.get("dqpn") in (0, 1)):
                 n = self._mad_length(fr)
-                yield self._malformed(fr, "GSI datagram without a complete MAD header "
-                                      f"({max(n, 0) if n is not None else '?'} bytes after DETH)")
+                yield self._malformed(fr, problem(Code.GSI_SHORT,
+                                                  max(n, 0) if n is not None else "?"))
             elif bth.get("opcode") == 0x64 and "src_qp" not in deth:
-                yield self._malformed(fr, "UD SEND without a complete DETH")
+                yield self._malformed(fr, P.UD_NO_DETH)
             return
         self.stats.mad_frames += 1
         rec = {"frame": fr.number, "time": round(fr.time, 9),
@@ -559,7 +561,7 @@ class _Builder:
         errors = []
         length = self._mad_length(fr)
         if length is not None and length != MAD_SIZE:
-            errors.append(f"MAD is {length} bytes; IB MADs are {MAD_SIZE}")
+            errors.append(problem(Code.MAD_LENGTH, length))
         crc_errs, icrc = self._crc_errors(fr)
         errors += crc_errs
         _decode.note_crc(self.stats, fr.number, errors, icrc if length == MAD_SIZE else None)
@@ -715,7 +717,7 @@ class _Builder:
                                    if all(n in v for n in PATH_RECORD_FIELDS)]
             bad = [i for i, v in enumerate(values) if _reserved_set(v)]
             if bad:
-                errors.append(f"reserved PathRecord bits set in record(s) {bad}")
+                errors.append(problem(Code.PR_RESERVED, tuple(bad)))
         if errors:
             rec["errors"] = errors
         yield rec
@@ -760,7 +762,7 @@ class _Builder:
         problems = []
         hatype = _first(node, "netlink.hatype")
         if hatype is not None and _int(hatype) != nl.ARPHRD_NETLINK:
-            problems.append(f"cooked header ARPHRD {_int(hatype)}, not ARPHRD_NETLINK (824)")
+            problems.append(problem(Code.NL_ARPHRD, _int(hatype)))
         msgs = self._messages(fr.layers, helper)
         record_len = fr.cap_len - nl.COOKED_HDR_SIZE
         # message offsets in the record, as Scapy's PacketListField walks them
@@ -770,12 +772,11 @@ class _Builder:
             off += nl.nlmsg_align(m.hdr.get("nlmsg_len", nl.NLMSG_HDRLEN))
         trailing = max(0, record_len - off) if msgs else max(0, record_len)
         if trailing:
-            problems.append(f"{trailing} bytes after the last netlink message cannot "
-                            "start another (a message needs 16 bytes and nlmsg_len >= 16)")
+            problems.append(problem(Code.NL_TRAILING, trailing))
         if not msgs:
             self.stats.malformed += 1
             yield {**base, "kind": "malformed",
-                   "error": "; ".join(problems) or "no netlink message in the record"}
+                   "error": _decode.joined(problems)}
             return
         rereads = iter(self._messages(_pairs(helper), None))  # misflagged answers (helper)
         for i, (m, moff) in enumerate(zip(msgs, offsets)):
@@ -824,8 +825,7 @@ class _Builder:
         }
         errors, structural = [], []
         if h["nlmsg_len"] > left:
-            structural.append(f"nlmsg_len {h['nlmsg_len']} runs past the end of the record "
-                              f"({left} bytes left)")
+            structural.append(problem(Code.NL_LEN_PAST_END, h["nlmsg_len"], left))
         if client != nl.RDMA_NL_LS:
             rec["kind"] = "rdma_netlink"
             rec["netlink"]["client_name"] = nl.RDMA_NL_CLIENTS.get(client)
@@ -844,8 +844,7 @@ class _Builder:
         if misflagged:
             # Only resolvers send RESOLVE to the kernel: this is an answer, wrongly flagged. The
             # plugin followed the flag; the helper had it read the answer as a response.
-            errors.append("RESOLVE answer to the kernel carries NLM_F_REQUEST: "
-                          "ib_nl_handle_resolve_resp refuses it (-EPERM)")
+            errors.append(P.LS_ANSWER_AS_REQUEST)
             reread = next(rereads, None)
             body_key, body = (reread.bodies[0] if reread is not None and reread.bodies
                               else (None, None))
@@ -857,10 +856,9 @@ class _Builder:
         dissected = (cls is not None and cls is expected
                      and (header == 0 or bool(_values(body, cls))))
         if expected is None:
-            errors.append(f"unknown local-service operation {op}")
+            errors.append(problem(Code.LS_UNKNOWN_OP, op))
         elif body_len and not dissected:
-            structural.append(f"{expected._name} body ({body_len} bytes) could not be "
-                              "dissected (truncated family header?)")
+            structural.append(problem(Code.LS_BODY_UNDISSECTABLE, expected._name, body_len))
         attrs: list[dict] = []
         facts: list[_AttrFacts] = []
         trailing = 0
@@ -881,16 +879,15 @@ class _Builder:
             trail = _first(body, _fields_of(cls).fields[-1][1])
             trailing = (len(trail) + 1) // 3 if trail else 0
         if trailing:
-            structural.append(f"{trailing} bytes after the last attribute: an incomplete "
-                              "nlattr header or nla_len below 4")
+            structural.append(problem(Code.LS_ATTR_TRAILING, trailing))
         if is_response:
             self._ls_response(rec, ls, flags, seq, attrs, facts, errors)
         else:
             ls["attributes"] = [a["dict"] for a in attrs]
         for i, (a, f) in enumerate(zip(attrs, facts)):
-            problem = _decode._attr_problem(i, f, request)
-            if problem:
-                (structural if f.truncated() else errors).append(problem)
+            found = _decode._attr_problem(i, f, request)
+            if found:
+                (structural if f.truncated() else errors).append(found)
         return self._finish(rec, errors, structural)
 
     @staticmethod
@@ -950,19 +947,14 @@ class _Builder:
         ls["attributes"] = [a["dict"] for a in attrs]
         records = [got for _, got in pairs]
         rec["blob_records"] = [r for r, _ in records]
-        errors += _reserved_errors(records)
+        errors += _decode.reserved_blob_errors([reserved for _, reserved in records])
         path_use = _decode.link_ls_request(self.ls_requests, seq, ls)
         attr_dicts = [{**a["dict"], "available": len(f.original)} for a, f in zip(attrs, facts)]
-        rec["kernel_view"] = kernel_view_dict(blob_from_records(
-            rec["blob_records"], nlmsg_flags=flags, attributes=attr_dicts, path_use=path_use))
+        rec["kernel_blob"] = blob_from_records(
+            rec["blob_records"], nlmsg_flags=flags, attributes=attr_dicts, path_use=path_use)
 
     def _finish(self, rec: dict, errors: list, structural: list) -> dict:
         return _decode.finish_message(self.stats, rec, errors, structural)
-
-
-def _reserved_errors(records: list[tuple[dict, bool]]) -> list[str]:
-    bad = [i for i, (_, reserved) in enumerate(records) if reserved]
-    return [f"reserved PathRecord bits set in blob record(s) {bad}"] if bad else []
 
 
 # --------------------------------------------------------------------------------------------
@@ -1020,7 +1012,7 @@ def _raw_blob_capture(path: str, tmpdir: str, as_blob: bool = False) -> str:
 
 def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str | None = None,
                    plugin: str | os.PathLike | None = None,
-                   as_blob: bool = False) -> Iterator[dict]:
+                   as_blob: bool = False, render: bool = False) -> Iterator[dict]:
     """Decoded records of every frame of a capture (or of a raw blob file; of any file with
     as_blob), from tshark and the
     ibpath plugin, in the format of decode.decode_file (see the module docstring for how and
@@ -1028,7 +1020,9 @@ def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str |
 
     stats, when given, is filled as decode.Decoder fills its own (frames, kinds, malformed).
     Raises TsharkEngineError (a pcapio.CaptureError) when tshark is missing, the plugin fails,
-    or tshark cannot read the file to its end, after the records of the frames before."""
+    or tshark cannot read the file to its end, after the records of the frames before.
+    render=True gives the records' problems as sentences (facts.public), not facts.Problem."""
+    edge = public if render else (lambda rec: rec)
     tshark = tshark or tshark_path()
     if not tshark:
         raise TsharkEngineError(f"{path}: tshark not found (install Wireshark's tshark, or set "
@@ -1093,10 +1087,10 @@ def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str |
                                             f"({exc})") from None
                 if raw_blob:
                     fr.time = 0.0
-                yield from builder.feed(fr)
+                yield from map(edge, builder.feed(fr))
             proc.wait()
             _check_stderr(path, stderr_text(), proc.returncode)
-            yield from builder.finish()
+            yield from map(edge, builder.finish())
         finally:
             if proc.poll() is None:
                 proc.kill()

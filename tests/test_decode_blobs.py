@@ -8,6 +8,7 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from ibpath_scapy.facts import public
 from ibpath_scapy.decode import PATH_RECORD_FIELDS, Decoder
 from ibpath_scapy.layers.pathdata import blob_pdu, set_option_comment
 from ibpath_scapy.pcapio import RAW_BLOB_LINKTYPE, Frame, PcapNgWriter
@@ -77,7 +78,7 @@ def test_raw_blob_of_odd_length(tmp_path):
 @settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=400))
 def test_any_blob_bytes_decode_without_a_crash(data):
-    (rec,) = Decoder().feed(Frame(1, 0.0, RAW_BLOB_LINKTYPE, data, len(data)))
+    (rec,) = map(public, Decoder().feed(Frame(1, 0.0, RAW_BLOB_LINKTYPE, data, len(data))))
     json.dumps(rec)
     assert frame_text(rec)
     assert rec["blob"]["length"] == len(data)

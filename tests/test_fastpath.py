@@ -24,6 +24,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw
 
+from ibpath_scapy.facts.problems import ICRC_MISMATCH, VCRC_MISMATCH
 from ibpath_scapy.decode import Decoder, decode_file, dissect
 from ibpath_scapy.encap import erf_record, native_ib_frame, rocev2_frame
 from ibpath_scapy.fast import FastDecoder, decode_file_fast, prefilter
@@ -216,7 +217,7 @@ def test_identical_on_edge_cases(edge_pcap):
     recs = assert_identical(edge_pcap)
     kinds = {r["kind"] for r in recs}
     assert {"sa", "malformed", "smp", "cm"} <= kinds
-    assert any("ICRC mismatch" in r.get("errors", []) for r in recs)
+    assert any(ICRC_MISMATCH in r.get("errors", []) for r in recs)
 
 
 def test_identical_on_edge_cases_pcapng_and_raw_ip(tmp_path):
@@ -312,7 +313,7 @@ def test_identical_on_native_ib_edge_cases(ib_edge_pcapng, tmp_path):
     kinds = {r["kind"] for r in recs}
     assert {"sa", "malformed", "smp", "cm"} <= kinds
     errors = [e for r in recs for e in r.get("errors", [])]
-    assert "ICRC mismatch" in errors and "VCRC mismatch" in errors
+    assert ICRC_MISMATCH in errors and VCRC_MISMATCH in errors
     assert any("src_gid" in r for r in recs)
     # classic pcap (the block reader) of the ERF records alone
     path = tmp_path / "ib-edge.pcap"

@@ -12,6 +12,7 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from ibpath_scapy.facts import public
 from ibpath_scapy.audit.engine import audit_records
 from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.audit.replay import Replay
@@ -132,7 +133,7 @@ def test_frame_decoder_never_raises(tmp_path_factory, data):
         cut = data.draw(st.integers(0, len(b)))
         lt, raw = seed.linktype, bytes(b[:cut]) + data.draw(st.binary(max_size=40))
     d = Decoder()
-    recs = list(d.feed(Frame(1, 0.0, lt, raw, len(raw)))) + list(d.finish())
+    recs = [public(r) for r in list(d.feed(Frame(1, 0.0, lt, raw, len(raw)))) + list(d.finish())]
     assert d.stats.frames == 1
     for r in recs:
         assert r["frame"] == 1 and r["kind"]
@@ -152,7 +153,7 @@ def test_blob_parser_never_raises_and_splits_by_struct_size(raw):
         flags, reserved = struct.unpack_from("<II", raw, k * RECORD_SIZE)
         assert int(rec.flags) == flags and rec.reserved == reserved
         assert bytes(rec.path_record) == raw[k * RECORD_SIZE + 8:(k + 1) * RECORD_SIZE]
-    (rec,) = Decoder().feed(Frame(1, 0.0, RAW_BLOB_LINKTYPE, raw, len(raw)))
+    (rec,) = map(public, Decoder().feed(Frame(1, 0.0, RAW_BLOB_LINKTYPE, raw, len(raw))))
     assert rec["kind"] == "blob" and rec["blob"]["records"] == n
     assert rec["blob"]["trailing_bytes"] == len(raw) % RECORD_SIZE
     assert [r["flags"] for r in rec["blob_records"]] == \
@@ -172,7 +173,7 @@ def test_64_mib_frames_are_reported_not_dissected(tmp_path):
     inp.path.unlink()
     assert [r["frame"] for r in recs] == [1, 2, 3, 4]
     assert all(r["kind"] == "malformed" and r["limit"] == "frame size" for r in recs)
-    assert "67108864 bytes" in recs[0]["error"]
+    assert "67108864 bytes" in str(recs[0]["error"])
     assert sorted(f.frames for f in findings if f.rule == "DECODE-LIMIT") == [(1,), (2,), (3,), (4,)]
     assert not [f for f in findings if f.rule == "DECODE-MALFORMED"]  # one finding per frame
 
@@ -262,7 +263,7 @@ def test_empty_blob_pdu_is_a_blob_frame():
     assert len(list(read_frames(str(path)))) == 2
     (rec,) = [r for r in recs if r["frame"] == 2]
     assert rec["kind"] == "blob" and rec["blob"]["length"] == 0
-    assert "blob holds no whole record" in rec["errors"]
+    assert "blob holds no whole record" in map(str, rec["errors"])
 
 
 def test_erf_records_captured_short_give_no_lua_error():

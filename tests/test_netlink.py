@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import pytest
 from layer_checks import assert_bit_runs_close
 
+from ibpath_scapy.facts import public
 from ibpath_scapy.decode import Decoder
 from ibpath_scapy.layers import netlink as nl
 from ibpath_scapy.layers.netlink import (
@@ -271,7 +272,7 @@ def test_tshark_check_catches_a_malformed_packet(tmp_path):
 
 def decode_one(data: bytes) -> list[dict]:
     d = Decoder()
-    out = list(d.feed(Frame(1, 0.0, 253, data, len(data))))
+    out = [public(r) for r in d.feed(Frame(1, 0.0, 253, data, len(data)))]
     json.dumps(out)
     for rec in out:
         assert frame_text(rec)

@@ -220,7 +220,7 @@ def test_parser_on_canned_rdma_session(tmp_path):
         "socket(AF_NETLINK, SOCK_RAW, NETLINK_RDMA) failed: EPROTONOSUPPORT"]
     out = tmp_path / "ls.pcapng"
     assert write_messages(msgs, str(out)).messages == 3
-    recs = list(decode_file(str(out)))
+    recs = list(decode_file(str(out), render=True))
     json.dumps(recs)
     assert [r["kind"] for r in recs] == ["ls", "ls", "ls"]
     assert recs[0]["direction"] == "to_user" and recs[0]["ls"]["request"]

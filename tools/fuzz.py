@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from ibpath_scapy.facts import Code  # noqa: E402
 from ibpath_scapy.audit.engine import audit_records  # noqa: E402
 from ibpath_scapy.audit.model import AuditOptions  # noqa: E402
 from ibpath_scapy.decode import Decoder, dissect  # noqa: E402
@@ -568,7 +569,7 @@ def check_in_process(inp: Input, limit: float = FRAME_TIME_LIMIT) -> Stats:
     st.limit_findings += sum(1 for fd in fa.findings if fd.rule == "DECODE-LIMIT")
     unreported = sorted(r["frame"] for r in records
                         if (r.get("kind") == "malformed" or r.get("malformed"))
-                        and "RMPP transfer" not in r.get("error", "")
+                        and getattr(r.get("error"), "code", None) is not Code.RMPP_UNFINISHED
                         and r["frame"] not in reported)
     if unreported:
         st.problems.append(Problem("unreported", f"malformed frames {unreported[:10]} have no "

@@ -7,6 +7,7 @@ import re
 from xml.sax.saxutils import escape, quoteattr
 
 from .engine import FileAudit
+from .kernel import kernel_view_of
 from .ladder import ladders as _ladders, text_ladder
 from .model import RULES
 
@@ -35,9 +36,9 @@ def kernel_views(audits: list[FileAudit]) -> list[dict]:
         if not a.replay:
             continue
         for rec in a.replay.blobs + [r for e in a.replay.ls.values() for r in e["responses"]]:
-            if "kernel_view" in rec:
+            if "kernel_blob" in rec:
                 out.append({"file": a.path, "frame": rec["frame"], "kind": rec["kind"],
-                            "profiles": rec["kernel_view"]})
+                            "profiles": kernel_view_of(rec)})
     return out
 
 

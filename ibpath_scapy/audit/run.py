@@ -86,12 +86,12 @@ def _records(src, decoder: Decoder, engine: str, as_blob: bool):
     both)."""
     if engine == "tshark":
         from ..tshark_engine import tshark_records
-        yield from tshark_records(src, stats=decoder.stats, as_blob=as_blob)
+        yield from tshark_records(src, stats=decoder.stats, as_blob=as_blob, render=False)
     elif engine == "scapy":
         if isinstance(decoder, FastDecoder):
-            yield from decode_file_fast(src, decoder, as_blob=as_blob)
+            yield from decode_file_fast(src, decoder, as_blob=as_blob, render=False)
         else:
-            yield from decode_file(src, decoder, as_blob=as_blob)
+            yield from decode_file(src, decoder, as_blob=as_blob, render=False)
     else:
         raise ValueError(f"unknown engine {engine!r}")
 
@@ -110,7 +110,7 @@ def extra_blobs(paths: list[str]) -> list[dict]:
     for path in paths:
         try:
             with Input(path) as f:
-                for rec in decode_file(f, Decoder(), as_blob=_blob_option_file(f)):
+                for rec in decode_file(f, Decoder(), as_blob=_blob_option_file(f), render=False):
                     if rec.get("kind") == "blob":
                         out.append(extra_blob_record(rec, path))
         except (CaptureError, OSError):

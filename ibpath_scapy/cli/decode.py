@@ -41,9 +41,9 @@ def records(src: Input, as_blob: bool = False) -> tuple[Decoder, Iterator[dict]]
     layers) unless IBPATH_FASTPATH=0, then every frame through the Scapy layers."""
     if fast.enabled():
         decoder = FastDecoder()
-        return decoder, decode_file_fast(src, decoder, as_blob=as_blob)
+        return decoder, decode_file_fast(src, decoder, as_blob=as_blob, render=True)
     decoder = Decoder()
-    return decoder, decode_file(src, decoder, as_blob=as_blob)
+    return decoder, decode_file(src, decoder, as_blob=as_blob, render=True)
 
 
 def run(args) -> int:

@@ -17,6 +17,7 @@ from typing import Iterator
 
 from .. import blobsniff
 from ..batch import batched
+from ..facts import public
 from .decoder import FastDecoder
 from .prefilter import FULL, Prefilter
 from .reader import classified_frames
@@ -40,11 +41,17 @@ def prefilter() -> Prefilter:
 
 
 def decode_file_fast(path, decoder: FastDecoder | None = None,
-                     as_blob: bool = False) -> Iterator[dict]:
+                     as_blob: bool = False, render: bool = False) -> Iterator[dict]:
     """Every record decode.decode_file(path) yields, in the same order, built by the fast path
     where it can. decoder.stats counts every frame, the skipped ones included; raises
     pcapio.CaptureError on a bad file after yielding everything before the damage. path: a
-    path or a pcapio.Input (a stream too); as_blob: read it as a raw blob whatever it holds."""
+    path or a pcapio.Input (a stream too); as_blob: read it as a raw blob whatever it holds;
+    render=True: problems as sentences (facts.public), as `ibpath decode` prints them."""
+    records = _fast_records(path, decoder, as_blob)
+    return map(public, records) if render else records
+
+
+def _fast_records(path, decoder: FastDecoder | None, as_blob: bool) -> Iterator[dict]:
     decoder = decoder if decoder is not None else FastDecoder()
     skipped = [0]
     stats = decoder.stats

@@ -17,6 +17,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.pton_ntop import inet_ntop
 
 from .. import crc
+from ..facts import Code, problem
 from ..decode import (
     CM_REQ_FIELDS,
     ICRC_MISMATCH,
@@ -340,7 +341,7 @@ class FastDecoder(Decoder):
             rec["path_records"] = out
             bad = [i for i, s in enumerate(starts) if c.pr_reserved(rb, s)]
             if bad:
-                errors.append(f"reserved PathRecord bits set in record(s) {bad}")
+                errors.append(problem(Code.PR_RESERVED, tuple(bad)))
 
     def _fast_whole_records(self, message: bytes) -> list[int]:
         """Record offsets in a reassembled message (decode.py: MAD(message)[SAHeader].records).

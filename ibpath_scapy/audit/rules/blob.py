@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import re
 
 from ...blobsniff import wire_anomalies
+from ...facts.problems import Code, of_code
 from ...decode import PATH_RECORD_FIELDS, path_record_dict, reserved_nonzero
 from ...kernelview import Blob, LsContext, kernel_view
+from ..kernel import kernel_view_of
 from ...layers.coded import raw_values
 from ...layers.netlink import LS_NLA_TYPE_PATH_RECORD
 from ...layers.pathdata import (
@@ -60,8 +61,6 @@ _SEED = sources.SEED_THREAD + " (GMP_PRIMARY | FORWARD_PRIMARY | RETURN_PRIMARY_
 _PROFILES = ("ibpath kernel profiles (ucma: ucma_set_ib_path; ls-legacy, ls-multi: "
              "sa_query.c ib_nl_process_good_resolve_rsp; proposal: the 2009 thread)")
 
-# decode.py reports reserved PathRecord bits of blob records only in this message.
-_RESERVED_ERROR = re.compile(r"reserved PathRecord bits set in blob record\(s\) \[([\d, ]*)\]")
 
 
 # -- what a check is given --------------------------------------------------------------------
@@ -93,7 +92,7 @@ def applicable_profiles(rec: dict, options) -> tuple[str, ...]:
 
 def _choices(rec: dict, options) -> dict[str, dict]:
     """The decoder's kernel view (kernelview.py choices as dicts) for the applicable profiles."""
-    view = rec.get("kernel_view") or {}
+    view = kernel_view_of(rec)
     return {p: view[p] for p in applicable_profiles(rec, options) if p in view}
 
 
@@ -103,12 +102,8 @@ def _gid(text: str) -> ipaddress.IPv6Address:
 
 
 def _reserved_records(rec: dict) -> set[int]:
-    out: set[int] = set()
-    for err in rec.get("errors", []):
-        m = _RESERVED_ERROR.search(err)
-        if m:
-            out |= {int(x) for x in m.group(1).split(",") if x.strip()}
-    return out
+    """The blob records whose reserved PathRecord bits the decoder found set."""
+    return {i for p in of_code(rec, Code.BLOB_RESERVED) for i in p.args[0]}
 
 
 # -- BLOB-LENGTH ------------------------------------------------------------------------------

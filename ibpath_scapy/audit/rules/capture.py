@@ -7,11 +7,10 @@ per link type and one for a capture whose ICRCs are all zero at the end of the f
 
 from __future__ import annotations
 
-from ...decode import ICRC_MISMATCH, VCRC_MISMATCH
+from ...facts.problems import CRC_CODES
 from ... import sources
 from ..model import rule
 
-_CRC_ERRORS = (ICRC_MISMATCH, VCRC_MISMATCH)
 
 
 @rule("DECODE-UNSUPPORTED", "warning", "frame",
@@ -20,7 +19,7 @@ def decode_unsupported(rec: dict):
     """Frames of a link type ibpath does not decode: reported once per file and link type with
     the number of frames it covers (none of them was read for MADs, netlink or blobs)."""
     if rec.get("kind") == "unsupported":
-        yield [rec["frame"]], rec["error"]
+        yield [rec["frame"]], str(rec["error"])
 
 
 # engine.py runs a frame check on a record only if it has one of these keys: these rules can
@@ -39,11 +38,11 @@ def crc_mismatch(rec: dict):
     the packet, so the capture shows a message the peer never got."""
     if rec.get("kind") == "crc":
         if "error" in rec:
-            yield rec["frames"], rec["error"]
+            yield rec["frames"], str(rec["error"])
         return
-    bad = [e for e in rec.get("errors", ()) if e in _CRC_ERRORS]
+    bad = [p for p in rec.get("errors", ()) if p.code in CRC_CODES]
     if bad:
-        yield [rec["frame"]], " and ".join(bad) + ": the receiver drops this packet"
+        yield [rec["frame"]], " and ".join(map(str, bad)) + ": the receiver drops this packet"
 
 
 crc_mismatch.only_if = ("errors", "icrc_zero")

@@ -40,6 +40,7 @@ from ...layers.pathdata import (
 from ...layers.sa import gid_text
 from ... import sources
 from ..model import rule
+from ..kernel import kernel_view_of
 
 PERMISSIVE_LID = 0xFFFF
 CM_SRC = "drivers/infiniband/core/cm.c cm_format_req, cm_ack_timeout"
@@ -86,7 +87,7 @@ def _readings(blob: dict, options, local: str, remote: str) -> list[tuple[str, d
     out = []
     recs = blob.get("blob_records") or []
     for p in profiles_for(blob, options):
-        kv = (blob.get("kernel_view") or {}).get(p)
+        kv = kernel_view_of(blob).get(p)
         if not kv or not kv.get("accepted") or kv.get("gmp") is None or kv["gmp"] >= len(recs):
             continue
         pr = recs[kv["gmp"]]["path_record"]

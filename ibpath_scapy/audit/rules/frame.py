@@ -5,6 +5,7 @@ from __future__ import annotations
 from operator import itemgetter
 
 from ...fast.exprc import compile_expr, part_src, split_name
+from ...facts.problems import Code
 from ...packet_rules import PACKET_RULES
 from ... import sources
 from ..model import rule
@@ -16,10 +17,13 @@ def decode_malformed(rec: dict):
     """A frame that cannot be decoded: reported with its number and the reason; the run goes on."""
     if rec.get("limit"):
         return  # DECODE-LIMIT reports it
-    if rec.get("kind") == "malformed" and "RMPP transfer" not in rec.get("error", ""):
-        yield rec.get("frames", [rec["frame"]]), rec.get("error", "malformed")
+    if rec.get("kind") == "malformed" and (error := rec.get("error")) is not None:
+        if error.code is not Code.RMPP_UNFINISHED:  # SAR-RMPP reports those
+            yield rec.get("frames", [rec["frame"]]), str(error)
+    elif rec.get("kind") == "malformed":
+        yield rec.get("frames", [rec["frame"]]), "malformed"
     elif rec.get("malformed"):
-        yield [rec["frame"]], "; ".join(rec.get("errors", [])) or "malformed"
+        yield [rec["frame"]], "; ".join(map(str, rec.get("errors", []))) or "malformed"
 
 
 @rule("DECODE-LIMIT", "warning", "frame",
@@ -31,7 +35,8 @@ def decode_limit(rec: dict):
     transaction evicted from the open-transaction table (Replay.MAX_OPEN_TRANSACTIONS), a
     resolution's oldest transactions let go (Replay.RESOLUTION_HISTORY)."""
     if rec.get("limit"):
-        yield rec.get("frames", [rec["frame"]]), rec.get("error") or rec["limit"]
+        error = rec.get("error")
+        yield rec.get("frames", [rec["frame"]]), str(error) if error else rec["limit"]
 
 
 # Decoded-record views of the layers the packet rules name.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 
 from ...layers.mad import SA_STATUS, status_text
+from ...facts.problems import RMPP_CODES
 from ...rmpp import MAX_SEGMENTS, RMPP_DATA_SIZE
 from ... import sources
 from ..model import rule
@@ -128,9 +129,9 @@ def rmpp_rules(t: Transaction):
         return
     frames = [r["frame"] for r in segs]
     for r in segs:
-        for e in r.get("errors", []):
-            if "segment" in e or "RMPP" in e:
-                yield [r["frame"]], e
+        for p in r.get("errors", ()):
+            if p.code in RMPP_CODES:
+                yield [r["frame"]], str(p)
     by_num = {r["rmpp"]["segment_number"]: r for r in segs}
     n = max(by_num)
     below = sorted(k for k in by_num if k < 1)
