@@ -109,6 +109,8 @@ RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
                       "opensm/opensm-saquery.pcap"),  # OpenSM's GetResps
     "SAR-MISMATCH": (("corpus/sar-mismatch.pcapng", [[1, 2]]),
                      "opensm/opensm-saquery.pcap"),
+    "SAR-RESERVED": (("corpus/sar-reserved.pcapng", [[2]]),
+                     "corpus/conform-ucma.pcapng"),  # SA answers with reserved bits zero
     "SAR-RMPP": (("corpus/sar-rmpp-gap.pcapng", [[2]]),
                  "opensm/opensm-saquery.pcap"),  # OpenSM's multi-segment GetTableResps
     "SAR-RMPP-RETRY": (("corpus/sar-rmpp-retry.pcapng", [[4]]),

@@ -178,12 +178,3 @@ def to_text(audits: list[FileAudit], colour: bool = False, ladder: bool = False,
                  f"{s['findings']['error']} errors, {s['findings']['warning']} warnings, "
                  f"{s['findings']['info']} infos")
     return "\n".join(lines) + "\n"
-
-
-def rule_list() -> str:
-    lines = []
-    for rid in sorted(RULES):
-        r = RULES[rid]
-        lines.append(f"{rid:28} {r.severity:8} {r.summary}")
-        lines.append(f"{'':28} {'':8} source: {r.source}")
-    return "\n".join(lines) + "\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..audit import report
+from ..audit import catalogue, report
 from ..audit.html import to_html
 from ..audit.model import AuditOptions
 from ..audit.run import audit_paths, expand_inputs
@@ -50,7 +50,7 @@ def add_parser(sub) -> None:
                    "as a second opinion")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                    help="audit the files in N processes (the same report as one process)")
-    p.add_argument("--list-rules", action="store_true", help="print the rule catalogue")
+    p.add_argument("--list-rules", action="store_true", help="print the rule catalogue (--format json: as JSON)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
 
@@ -90,7 +90,7 @@ def _live_printer(out):
 
 def run(args) -> int:
     if args.list_rules:
-        sys.stdout.write(report.rule_list())
+        sys.stdout.write(catalogue.as_json() if args.format == "json" else catalogue.text())
         return 0
     if not args.files and not args.blob:
         print("ibpath audit: give at least one FILE (or --list-rules)", file=sys.stderr)

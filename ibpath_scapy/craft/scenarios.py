@@ -494,6 +494,20 @@ def saq_numbpath_zero(s: Session) -> None:
     s.ask(s.query(numb_path=0), method=0x12)
 
 
+@scenario("sar-reserved", ("SAR-RESERVED",))
+def sar_reserved(s: Session) -> None:
+    """A non-OpenSM SA answers with the last 48 bits of its PathRecord, reserved, not zeroed.
+
+    Every receiver ignores them (the kernel's path_rec_table skips them), so the path works;
+    the SA sends an unzeroed buffer, which a later IBA revision may read."""
+    ans = s.ask(s.query(), answer=False)
+    record = ans.records[0].copy()
+    record.reserved_464 = 0xA5A5_0000_0001
+    mad = MAD(method=0x81, transaction_id=ans.query.tid) / RMPP() / SAHeader(
+        component_mask=int.from_bytes(ans.query.raw[48:56], "big"), records=[record])
+    s.b.mad(bytes(mad), from_sa=True)
+
+
 @scenario("sar-get-multi", ("SAR-GET-MULTI",))
 def sar_get_multi(s: Session) -> None:
     """A non-OpenSM SA answers a Get with a GetResp whose AttributeOffset is 16 words, not PathRecord's 8.

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from ...layers.mad import SA_STATUS, status_text
-from ...facts.problems import RMPP_CODES
+from ...layers.mad import METHOD_RESP, SA_STATUS, status_text
+from ...facts.problems import RMPP_CODES, Code, of_code
 from ...rmpp import MAX_SEGMENTS, RMPP_DATA_SIZE
 from ... import sources
 from ..model import rule
@@ -182,3 +182,26 @@ def rmpp_retry(t: Transaction):
             f"{'s' if len(dropped) > 1 else ''} dropped by the receiver as the kernel does: "
             + "; ".join(f"frame {r['frame']}: {r['rmpp_dropped']}" for r in dropped[:5])
             + (f"; {len(dropped) - 5} more" if len(dropped) > 5 else ""))
+
+
+@rule("SAR-RESERVED", "warning", "frame",
+      "IBA 15.2.5.16 PathRecord (reserved fields); kernel sa_query.c path_rec_table "
+      "(ib_unpack skips them)")
+def sar_reserved(rec: dict):
+    """A PathRecord of an SA answer has reserved bits set (the 3 bits after NumbPath, the 48
+    at the end).
+
+    IBA has the sender zero reserved fields and receivers ignore them: the kernel's
+    path_rec_table skips them, and so does librdmacm, so the path works today. An SA that
+    leaves them set sends an unzeroed buffer or a record built from the wrong layout, and
+    ibacm copies the record verbatim into the path array a later kernel may read more of.
+    Reserved bits of a query's template are not judged: no SA reads them."""
+    if rec.get("kind") != "sa" or not rec["mad"]["method"] & METHOD_RESP:
+        return
+    for p in of_code(rec, Code.PR_RESERVED):
+        yield [rec["frame"]], (f"SA answer tid 0x{rec['mad']['transaction_id']:016x}: reserved "
+                               f"PathRecord bits set in record(s) {list(p.args[0])}; receivers "
+                               "ignore them (sa_query.c path_rec_table)")
+
+
+sar_reserved.only_if = ("errors",)

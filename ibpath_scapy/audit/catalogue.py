@@ -1,0 +1,61 @@
+"""The rule catalogue as people read it, generated from the registry (audit.model.RULES):
+`ibpath audit --list-rules` (text, or JSON with --format json) and docs/rules.md.
+
+    python -m ibpath_scapy.audit.catalogue > docs/rules.md
+
+tests/test_catalogue.py fails when docs/rules.md is not what the registry gives.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .model import RULES, Rule
+
+
+def _rules() -> list[Rule]:
+    return [RULES[rid] for rid in sorted(RULES)]
+
+
+def text() -> str:
+    """--list-rules: ID, severity and summary of every rule, with its source."""
+    lines = []
+    for r in _rules():
+        lines.append(f"{r.rule_id:28} {r.severity:8} {r.summary}")
+        lines.append(f"{'':28} {'':8} source: {r.source}")
+    return "\n".join(lines) + "\n"
+
+
+def as_json() -> str:
+    """--list-rules --format json: one object per rule."""
+    return json.dumps([{"rule": r.rule_id, "severity": r.severity, "families": list(r.checks),
+                        "summary": r.summary, "source": r.source, "doc": r.doc}
+                       for r in _rules()], indent=2) + "\n"
+
+
+def _cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown() -> str:
+    """docs/rules.md: a table of every rule, then each rule's full description and source."""
+    out = ["# ibpath audit rules", "",
+           "Generated from the rule registry (`python -m ibpath_scapy.audit.catalogue`); "
+           "`ibpath audit --list-rules` prints the same catalogue. Families: what a check is "
+           "given (a frame's record, a blob, an SA transaction, a resolution, a CM REQ, an LS "
+           "exchange).", "",
+           "| ID | severity | families | condition |", "|---|---|---|---|"]
+    for r in _rules():
+        out.append(f"| [{r.rule_id}](#{r.rule_id.lower()}) | {r.severity} | "
+                   f"{', '.join(r.checks)} | {_cell(r.summary)} |")
+    for r in _rules():
+        out += ["", f"## {r.rule_id}", "", f"**{r.severity}**, {', '.join(r.checks)}. "
+                f"Source: {_cell(r.source)}.", ""]
+        out += [line.strip() if not line.startswith("    ") else line[4:]
+                for line in r.doc.splitlines()]
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown())
