@@ -21,12 +21,8 @@ import pytest
 
 from ibpath_scapy.cli.main import main
 from ibpath_scapy.fast import FastDecoder
-from ibpath_scapy.pcapio import PcapNgWriter, read_frames
 
 from conftest import CAPTURES, ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))
-from corpus import write_capture1, write_capture2  # noqa: E402
 
 FUZZ = ROOT / "tests" / "data" / "fuzz"
 
@@ -79,20 +75,12 @@ def test_same_output_on_external_captures(monkeypatch, external):
 
 
 @pytest.fixture(scope="module")
-def bench_corpora(tmp_path_factory) -> list[Path]:
-    """Both bench captures, RoCEv2 and native IB, as classic pcap and as pcapng."""
-    d = tmp_path_factory.mktemp("bench")
-    out = []
-    for encap in ("rocev2", "ib"):
-        out.append(write_capture1(d / f"capture1-{encap}.pcap", 3000, encap=encap))
-        out.append(write_capture2(d / f"capture2-{encap}.pcap", 1500, encap=encap))
-    for path in list(out):
-        ng = path.with_suffix(".pcapng")
-        with PcapNgWriter(str(ng)) as w:
-            for f in read_frames(str(path)):
-                w.write(f.data, f.linktype, f.time)
-        out.append(ng)
-    return out
+def bench_corpora(bench_capture) -> list[Path]:
+    """Both bench captures, RoCEv2 and native IB, as classic pcap and as pcapng: capture 1
+    RoCEv2, capture 2 RoCEv2, capture 1 IB, capture 2 IB, then the same four as pcapng."""
+    sizes = {"capture1": 3000, "capture2": 1500}
+    return [bench_capture(kind, sizes[kind], encap, pcapng)
+            for pcapng in (False, True) for encap in ("rocev2", "ib") for kind in sizes]
 
 
 def test_same_output_on_bench_corpora(monkeypatch, bench_corpora):
@@ -122,8 +110,12 @@ def test_the_fast_path_takes_the_bench_frames(monkeypatch, bench_corpora):
 
 
 @pytest.mark.parametrize("cut", [3, 24 + 7, 24 + 16 + 30, 5000, -1, -300])
-def test_same_output_on_cut_files(monkeypatch, bench_corpora, tmp_path, cut):
-    for src in (bench_corpora[1], bench_corpora[3], bench_corpora[5]):
+def test_same_output_on_cut_files(monkeypatch, bench_capture, tmp_path, cut):
+    """Capture 2 (RoCEv2 and IB pcap, RoCEv2 pcapng) cut inside its headers, inside a frame
+    and in its last frames. 300 frames of it: what a cut is about is where the file ends (the
+    whole captures are test_same_output_on_bench_corpora's)."""
+    for src in (bench_capture("capture2", 300), bench_capture("capture2", 300, "ib"),
+                bench_capture("capture2", 300, pcapng=True)):
         path = tmp_path / f"cut{src.suffix}"
         path.write_bytes(src.read_bytes()[:cut])
         got = assert_same_decode(monkeypatch, path)

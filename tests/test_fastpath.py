@@ -38,7 +38,7 @@ from ibpath_scapy.rmpp import segment
 from conftest import CAPTURES, EXTERNAL, ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
-from corpus import write_capture1, write_capture2  # noqa: E402
+import corpus as bench_corpus  # noqa: E402
 
 
 def _decode(fn, path, decoder):
@@ -82,9 +82,22 @@ def test_identical_on_external_captures(external):
 
 
 @pytest.fixture(scope="module")
-def bench_corpora(tmp_path_factory):
-    d = tmp_path_factory.mktemp("bench")
-    return [write_capture1(d / "capture1.pcap", 2000), write_capture2(d / "capture2.pcap", 600)]
+def bench_corpora(bench_capture):
+    return [bench_capture("capture1", 2000), bench_capture("capture2", 600)]
+
+
+@pytest.mark.parametrize("build,seed,n", [("_data_frames", 1, 30), ("_mad_frames", 2, 30)])
+def test_memoised_bench_pools_are_the_bench_pools(build, seed, n):
+    """conftest's memoised pool builders give bench/corpus.py's frames and leave the random
+    generator where the build leaves it (so the bench captures are the bench's bytes)."""
+    import random
+    memo = getattr(bench_corpus, build)
+    plain_rnd, memo_rnd = random.Random(seed), random.Random(seed)
+    plain = memo.unmemoised(plain_rnd, n)
+    assert memo(memo_rnd, n) == plain and memo_rnd.getstate() == plain_rnd.getstate()
+    memo_rnd = random.Random(seed)
+    assert memo(memo_rnd, n) == plain and memo_rnd.getstate() == plain_rnd.getstate()  # cached
+    assert memo_rnd.random() == plain_rnd.random()
 
 
 def test_identical_on_bench_corpora(bench_corpora):
@@ -96,13 +109,13 @@ def test_identical_on_bench_corpora(bench_corpora):
     assert any("reassembled_from" in r and len(r["path_records"]) == 4 for r in recs)
 
 
-def test_identical_on_native_ib_bench_corpora(tmp_path):
+def test_identical_on_native_ib_bench_corpora(bench_capture):
     """The bench corpora as ibdump would record them on native IB (ERF): the fast path takes
     their GSI datagrams and skips their RC data, with the Scapy path's records (no ICRC or
     VCRC error: ibpath_scapy.crc is checked on a real ibdump capture in test_crc.py); tshark
     reads every frame as InfiniBand, with the LIDs the records name."""
-    c1 = write_capture1(tmp_path / "capture1-ib.pcap", 2000, encap="ib")
-    c2 = write_capture2(tmp_path / "capture2-ib.pcap", 600, encap="ib")
+    c1 = bench_capture("capture1", 2000, encap="ib")
+    c2 = bench_capture("capture2", 600, encap="ib")
     for path in (c1, c2):
         recs = assert_identical(path)
         assert recs and all(r["encap"] == "ib" and "errors" not in r for r in recs)
@@ -354,12 +367,10 @@ def test_identical_on_truncated_files(edge_pcap, tmp_path, cut):
         list(decode_file_fast(str(path)))
 
 
-def test_identical_when_a_frame_spans_read_blocks(tmp_path, monkeypatch):
+def test_identical_when_a_frame_spans_read_blocks(bench_capture, monkeypatch):
     from ibpath_scapy import pcapio
     monkeypatch.setattr(pcapio, "READ_BLOCK", 1000)  # every frame straddles a block boundary
-    path = tmp_path / "c1.pcap"
-    write_capture1(path, 400)
-    assert_identical(path)
+    assert_identical(bench_capture("capture1", 400))
 
 
 # -- the pre-filter on its own -------------------------------------------------------------------
@@ -479,13 +490,12 @@ def test_replay_keeps_what_the_records_say(bench_corpora, edge_pcap):
     assert checked > 500
 
 
-def test_replay_shares_the_bodies_of_repeated_frames(tmp_path):
+def test_replay_shares_the_bodies_of_repeated_frames(sa_storm):
     """A long SA storm costs the replay a few bytes per frame: the retries and repeated answers
     of a transaction share one stored body (only reassembled answers keep their own)."""
     from ibpath_scapy.audit.replay import Replay
-    path = write_capture2(tmp_path / "c2.pcap", 6000)
     replay = Replay()
-    for r in decode_file_fast(str(path), FastDecoder()):
+    for r in decode_file_fast(str(sa_storm), FastDecoder()):
         replay.feed(r)
     replay.finish()
     frames = sum(len(t.requests) + len(t.responses) for t in replay.done)

@@ -88,6 +88,24 @@ def test_layer_has_spec_length_and_byte_aligned_bitfields(cls):
     assert_bit_runs_close(cls)
 
 
+def test_every_layers_module_is_in_all_layers():
+    """ALL_LAYERS reads every module of ibpath_scapy.layers, the recorder's and netlink's too."""
+    mods = {cls.__module__.rsplit(".", 1)[1] for cls in ALL_LAYERS}
+    assert {"acm", "cm", "ib", "mad", "netlink", "pathdata", "roce", "sa", "ucma", "umad"} <= mods
+    assert {pathdata.PathRecData, pathdata.PathArray, netlink.NLMsgHdr, netlink.RdmaNLMsgHdr,
+            netlink.LsResolveRequest, ucma.UcmaCmdHdr, acm.AcmHdr, umad.UserMad} <= set(ALL_LAYERS)
+
+
+@pytest.mark.parametrize("cls", ALL_LAYERS,
+                         ids=lambda c: f"{c.__module__.rsplit('.', 1)[1]}.{c.__name__}")
+def test_every_layer_closes_its_bit_runs_and_round_trips(cls):
+    """Every layer ALL_LAYERS holds (path data, netlink, ucma, ACM and umad included): its bit
+    fields close on byte boundaries, and its default build dissects back to the same bytes."""
+    assert_bit_runs_close(cls)
+    wire = bytes(cls())
+    assert bytes(cls(wire)) == wire
+
+
 def test_path_record_matches_kernel_path_rec_table():
     layout, total = _field_bit_layout(PathRecord)
     assert total == 512

@@ -16,7 +16,6 @@ from ibpath_scapy.cli.audit import TTY_LADDER_LIMIT
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from corpus import write_capture2  # noqa: E402
 from tty_rss import run_on_pty  # noqa: E402
 
 from conftest import drain_pty  # noqa: E402
@@ -60,10 +59,9 @@ def test_no_progress_unless_a_terminal():
 
 
 @pytest.fixture(scope="module")
-def big(tmp_path_factory) -> Path:
+def big(bench_capture) -> Path:
     """Capture 2 just over the terminal's ladder limit."""
-    path = tmp_path_factory.mktemp("tty") / "capture2.pcap"
-    write_capture2(path, 40_000)
+    path = bench_capture("capture2", 40_000)
     assert path.stat().st_size > TTY_LADDER_LIMIT
     return path
 
@@ -88,7 +86,9 @@ def test_small_input_on_a_terminal_still_draws_the_ladder():
     rc, _, _, _, _, tail = run_on_pty(IBPATH + [str(corpus)], None)
     text = tail.decode(errors="replace")
     assert rc == 1 and "ladder diagrams not drawn" not in text
-    assert "│" in text or "|" in text  # the ladder's lanes
+    # the ladder: its lanes, and the first arrow (resolver to SA) with its frame
+    assert "   kernel        resolver      SA            remote" in text
+    assert "   |             |------------>|             |  f1 SA Get" in text
 
 
 def test_progress_goes_to_stderr_only(big, tmp_path):

@@ -94,8 +94,31 @@ def specs_of(strategy: st.SearchStrategy, min_size: int, max_size: int) -> st.Se
     return st.lists(strategy, min_size=min_size, max_size=max_size).map(Specs)
 
 
-def _count(test: str, n: int) -> None:
-    PACKET_COUNTS[test] = PACKET_COUNTS.get(test, 0) + n
+BUILT_COUNTS: dict[str, int] = {}
+# The oracle tests that count what they compare: test function -> PACKET_COUNTS key. When one of
+# them has run, test_report_packet_counts requires its count, and every frame it built compared.
+COUNTED = {
+    "test_mad_header_matches_tshark": "mad_header",
+    "test_pinned_reserved_mgmt_class_is_malformed_in_tshark": "pinned_reserved_class",
+    "test_transport_headers_match_tshark": "transport",
+    "test_rmpp_and_sa_header_match_tshark": "rmpp_sa",
+    "test_pinned_rmpp_rresptime_and_flags_split_4_4": "pinned_rmpp_byte26",
+    "test_pinned_rmpp_reserved_type_misplaces_sa_header": "pinned_rmpp_reserved_type",
+    "test_path_record_matches_tshark": "path_record",
+    "test_pinned_path_record_service_id_is_reserved_and_qos_class_missing":
+        "pinned_path_record_sid_qos",
+    "test_pinned_get_table_resp_shows_only_first_record": "pinned_get_table_resp",
+    "test_cm_messages_match_tshark": "cm",
+    "test_pinned_cm_req_flow_label_packet_rate_and_other_cm_errors": "pinned_cm",
+}
+
+
+def _count(test: str, frames: list, seen) -> None:
+    """`test` built `frames` (frame numbers 1..len) and tshark returned the frame numbers
+    `seen` (the keys of its rows or PDML packets): the packets compared are those of both."""
+    BUILT_COUNTS[test] = BUILT_COUNTS.get(test, 0) + len(frames)
+    compared = set(seen) & set(range(1, len(frames) + 1))
+    PACKET_COUNTS[test] = PACKET_COUNTS.get(test, 0) + len(compared)
 
 
 # ============================================================================================
@@ -708,7 +731,7 @@ def test_mad_header_matches_tshark(capdir, specs):
     run = run_pyshark(cap, extra_args=WS_ARGS)
     assert_clean(run.stdout, run.stderr)
     ws_frames = _pdml_by_frame(run)
-    _count("mad_header", len(frames))
+    _count("mad_header", frames, ws_frames)
 
     m = Mismatches("MAD header: spec / Scapy / tshark (pyshark)")
     for n, b in enumerate(frames, start=1):
@@ -746,7 +769,7 @@ def test_pinned_reserved_mgmt_class_is_malformed_in_tshark(capdir, specs):
     cap = write_capture(new_capture(capdir, "reserved-class"), frames)
     fields = _fields_of(MAD_TABLE) + ["infiniband.invariant.crc"]
     run, rows = tshark_fields(cap, fields, extra_args=WS_ARGS)
-    _count("pinned_reserved_class", len(frames))
+    _count("pinned_reserved_class", frames, rows)
     # The malformed packets are the pinned behaviour; everything else must be clean.
     pinned = {n for n, r in rows.items() if r.get("_ws.malformed")}
     lines = run.stdout.splitlines()
@@ -839,7 +862,7 @@ def test_transport_headers_match_tshark(capdir, specs):
               + ["infiniband.reserved", "infiniband.mad.transactionid", "infiniband.pathrecord.dlid"])
     run, rows = tshark_fields(cap, fields, extra_args=WS_ARGS)
     assert_clean(run.stdout, run.stderr)
-    _count("transport", len(frames))
+    _count("transport", frames, rows)
 
     m = Mismatches("BTH/DETH/LRH/GRH: spec / Scapy / tshark")
     for n, b in enumerate(frames, start=1):
@@ -945,7 +968,7 @@ def test_rmpp_and_sa_header_match_tshark(capdir, specs):
               + ["infiniband.rmpp.extendederrordata", "infiniband.mad.method"])
     run, rows = tshark_fields(cap, sorted(set(fields)), extra_args=WS_ARGS)
     assert_clean(run.stdout, run.stderr)
-    _count("rmpp_sa", len(frames))
+    _count("rmpp_sa", frames, rows)
 
     m = Mismatches("RMPP / SA header: spec / Scapy / tshark")
     for n, b in enumerate(frames, start=1):
@@ -986,7 +1009,7 @@ def test_pinned_rmpp_rresptime_and_flags_split_4_4(capdir):
     run, rows = tshark_fields(cap, ["infiniband.rmpp.rresptime", "infiniband.rmpp.rmppflags"],
                               extra_args=WS_ARGS)
     assert_clean(run.stdout, run.stderr)
-    _count("pinned_rmpp_byte26", len(frames))
+    _count("pinned_rmpp_byte26", frames, rows)
 
     m = Mismatches("pinned: RMPP RRespTime/Flags")
     for n, b in enumerate(frames, start=1):
@@ -1021,7 +1044,7 @@ def test_pinned_rmpp_reserved_type_misplaces_sa_header(capdir):
     run, rows = tshark_fields(cap, _fields_of(SA_TABLE) + ["infiniband.rmpp.rmpptype"],
                               extra_args=WS_ARGS)
     assert_clean(run.stdout, run.stderr)
-    _count("pinned_rmpp_reserved_type", len(frames))
+    _count("pinned_rmpp_reserved_type", frames, rows)
 
     m = Mismatches("pinned: reserved RMPP type")
     for n, b in enumerate(frames, start=1):
@@ -1102,7 +1125,7 @@ def test_path_record_matches_tshark(capdir, specs):
     run = run_pyshark(cap, extra_args=WS_ARGS)
     assert_clean(run.stdout, run.stderr)
     ws_frames = _pdml_by_frame(run)
-    _count("path_record", len(frames))
+    _count("path_record", frames, ws_frames)
 
     m = Mismatches("PathRecord: spec / Scapy / tshark (pyshark)")
     for n, b in enumerate(frames, start=1):
@@ -1141,7 +1164,7 @@ def test_pinned_path_record_service_id_is_reserved_and_qos_class_missing(capdir,
     run = run_pyshark(cap, extra_args=WS_ARGS)
     assert_clean(run.stdout, run.stderr)
     ws_frames = _pdml_by_frame(run)
-    _count("pinned_path_record_sid_qos", len(frames))
+    _count("pinned_path_record_sid_qos", frames, ws_frames)
 
     m = Mismatches("pinned: PathRecord ServiceID / QoSClass")
     for n, b in enumerate(frames, start=1):
@@ -1191,7 +1214,7 @@ def test_pinned_get_table_resp_shows_only_first_record(capdir, specs):
     cap = write_capture(new_capture(capdir, "gettable"), frames)
     run, rows = tshark_fields(cap, _fields_of(PATH_RECORD_TABLE), extra_args=WS_ARGS)
     assert_clean(run.stdout, run.stderr)
-    _count("pinned_get_table_resp", len(frames))
+    _count("pinned_get_table_resp", frames, rows)
 
     m = Mismatches("pinned: GetTableResp shows only the first record")
     for n, b in enumerate(frames, start=1):
@@ -1268,7 +1291,7 @@ def test_cm_messages_match_tshark(capdir, specs):
     cap = write_capture(new_capture(capdir, "cm"), frames)
     run, rows = tshark_fields(cap, CM_FIELDS, extra_args=WS_ARGS)
     assert_clean(run.stdout, run.stderr)
-    _count("cm", len(frames))
+    _count("cm", frames, rows)
 
     m = Mismatches("CM: spec / Scapy / tshark")
     for n, b in enumerate(frames, start=1):
@@ -1347,7 +1370,7 @@ def test_pinned_cm_req_flow_label_packet_rate_and_other_cm_errors(capdir, specs)
     cap = write_capture(new_capture(capdir, "cm-pinned"), frames)
     run, rows = tshark_fields(cap, PINNED_CM_FIELDS, extra_args=WS_ARGS)
     assert_clean(run.stdout, run.stderr)
-    _count("pinned_cm", len(frames))
+    _count("pinned_cm", frames, rows)
 
     m = Mismatches("pinned: CM")
     for n, b in enumerate(frames, start=1):
@@ -1537,11 +1560,23 @@ def test_external_native_sa_path_record_exchange_matches_tshark():
     m.assert_none()
 
 
-def test_report_packet_counts():
-    """Last in the file: prints how many packets each oracle test compared (pytest -s)."""
-    if not PACKET_COUNTS:
-        pytest.skip("no oracle test ran before this one (run the whole file)")
+def test_report_packet_counts(request):
+    """Last in the file: prints how many packets each oracle test compared (pytest -s), and
+    fails when a counting oracle test that ran before it compared no packet (it never counted,
+    or tshark returned none of its frames) or when tshark left out frames a test built."""
+    items = request.session.items
+    ran = {i.originalname for i in items[:items.index(request.node)]
+           if i.module is not None and i.module.__name__ == __name__} & set(COUNTED)
+    if not ran:
+        pytest.skip("no counting oracle test ran before this one (run the whole file)")
+    tests = {name for name in globals() if name.startswith("test_")}
+    assert set(COUNTED) <= tests, f"COUNTED names no such test: {sorted(set(COUNTED) - tests)}"
+    unknown = sorted(set(PACKET_COUNTS) - set(COUNTED.values()))
+    assert not unknown, f"counts under keys COUNTED does not know: {unknown}"
     print("\noracle packet counts:", ", ".join(f"{k}={v}" for k, v in PACKET_COUNTS.items()),
           f"total={sum(PACKET_COUNTS.values())}")
-    empty = sorted(k for k, v in PACKET_COUNTS.items() if v == 0)
+    empty = sorted(COUNTED[t] for t in ran if not PACKET_COUNTS.get(COUNTED[t]))
     assert not empty, f"oracle tests that compared no packet: {empty}"
+    short = {k: f"{PACKET_COUNTS[k]} of {BUILT_COUNTS[k]}" for k in PACKET_COUNTS
+             if PACKET_COUNTS[k] != BUILT_COUNTS[k]}
+    assert not short, f"frames built that tshark did not return: {short}"
