@@ -2,7 +2,6 @@
 targets for the frame decoder and the blob parser, the caps that bound memory and time per
 frame, and the inputs the fuzzer found bugs with (tests/data/fuzz/)."""
 
-import importlib.util
 import json
 import random
 import struct
@@ -25,21 +24,13 @@ from ibpath_scapy.pcapio import RAW_BLOB_LINKTYPE, CaptureError, Frame, read_fra
 from ibpath_scapy.rmpp import MAX_PROBLEMS, MAX_SEGMENTS, Reassembler, segment
 
 from conftest import ROOT
+from tools import fuzz
 from tshark_util import tshark_path
 
 DATA = ROOT / "tests" / "data" / "fuzz"
 LUA = str(ROOT / "dissector" / "ibpath.lua")
 
 
-def _load_fuzz():
-    spec = importlib.util.spec_from_file_location("ibpath_fuzz", ROOT / "tools" / "fuzz.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fuzz = _load_fuzz()
 
 
 def audit(path):
