@@ -3,6 +3,18 @@
 Own code rather than scapy's readers: a truncated or corrupt file must give a precise error
 (frame number, byte offset) after yielding every good frame before it, and the audit's fast
 path needs raw bytes without building any Scapy object.
+
+The one reader of captures: classic pcap and pcapng are each parsed in one place (_pcap,
+_pcapng), read in blocks of READ_BLOCK bytes, and every path reads through them:
+
+    read_frames(src), read_input(src, ...)      Frames (decode.py's Scapy path)
+    classified_input(src, classifier, ...)      (Frame, classification): the fast path, whose
+                                                FrameClassifier looks at each frame's bytes in
+                                                the read buffer first and may skip it unbuilt
+    interfaces(src), Interfaces(src)            each interface's link type and clock (the
+                                                tshark engine's timestamps)
+
+Every error of a damaged file is worded once (_damage, _truncated), whichever path reads it.
 """
 
 from __future__ import annotations
@@ -12,7 +24,7 @@ import stat
 import struct
 import sys
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Callable, Iterator, Protocol
 
 PCAP_MAGICS = {
     b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
@@ -23,14 +35,16 @@ PCAP_MAGICS = {
 PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
 _BYTE_ORDER_MAGIC = 0x1A2B3C4D
 
+_PCAP_HDR, _REC_HDR = 24, 16  # classic pcap: file header, record header
 # pcapng block types
 _IDB, _PB, _SPB, _EPB = 0x00000001, 0x00000002, 0x00000003, 0x00000006
-EPB_TYPE = _EPB
 # Shortest block of each type: 12 bytes of type, length and trailing length around its fixed
 # fields (an IDB's link type, reserved, snaplen; a packet block's interface and lengths).
 _MIN_BLOCK = {_IDB: 20, _PB: 32, _SPB: 16, _EPB: 32}
+# pcapng interface options: if_name, if_tsresol, if_tsoffset
+_IF_NAME, _IF_TSRESOL, _IF_TSOFFSET = 2, 9, 14
 MAX_BLOCK = 256 * 1024 * 1024  # refuse absurd lengths instead of allocating them
-READ_BLOCK = 4 * 1024 * 1024  # captures are read in blocks of this size (pcapng here, pcap in fast.reader)
+READ_BLOCK = 4 * 1024 * 1024  # captures are read in blocks of this size (pcap and pcapng)
 
 # Not a pcap link type: the link type of the single frame read_input() makes of a raw blob file
 # (the exact optval bytes of rdma_set_option). Negative so that it can never collide.
@@ -42,6 +56,23 @@ class CaptureError(Exception):
     """A capture file cannot be read on; the message names file, frame and byte offset."""
 
 
+def _damage(path: str, frame: int, reason: str) -> CaptureError:
+    """The error of a capture that cannot be read on, as every reader words it: the file, the
+    number of the frame being read (0: the file header) and what is wrong (with the byte
+    offset)."""
+    return CaptureError(f"{path}: frame {frame}: {reason}")
+
+
+def _truncated(path: str, frame: int, what: str, off: int, got: int, n: int) -> CaptureError:
+    """The file ends inside `what`, n bytes at byte offset off of which got are there."""
+    return _damage(path, frame, f"truncated {what} at byte offset {off} ({got} of {n} bytes)")
+
+
+def _not_a_capture(path: str, head: bytes) -> CaptureError:
+    return CaptureError(f"{path}: not a pcap or pcapng file "
+                        f"(starts with {head.hex() or 'nothing'})")
+
+
 @dataclass(slots=True)
 class Frame:
     number: int  # 1-based, as Wireshark numbers frames
@@ -50,6 +81,82 @@ class Frame:
     data: bytes
     wirelen: int
     comment: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Interface:
+    """A capture interface: a classic pcap's one (its file header), or a pcapng IDB.
+
+    Its clock: a frame's timestamp counts ticks of `resolution` seconds (`units` ticks a
+    second), from if_tsresol (pcapng; microseconds when absent) or the pcap magic (micro- or
+    nanoseconds). Frame.time is ticks × resolution (pcapng) or seconds + fraction ×
+    resolution (pcap). if_tsoffset (seconds to add, says the file) is `tsoffset`, and
+    Frame.time does not add it (it never has); tshark's frame.time_epoch does."""
+
+    linktype: int
+    snaplen: int
+    units: int = 10 ** 6  # ticks per second
+    resolution: float = 1e-6  # seconds per tick
+    tsoffset: int = 0  # if_tsoffset, seconds (0 when absent, and for pcap)
+    name: str | None = None  # if_name (None when absent, and for pcap)
+    section: int = 1  # the pcapng section, counted from 1 (pcap: 1)
+    index: int = 0  # the interface ID in its section, from 0 (pcap: 0)
+
+
+class RunTest:
+    """A classifier's test for the bulk of a capture, for the readers to compile into loops
+    that skip runs of frames without a call per frame (a pcap's records, a pcapng's enhanced
+    packet blocks of one interface): a frame is skipped when its length is in least..most and
+    `test`, a Python expression over `fields`, holds, where `fields` (names, comma-separated)
+    are bound by namespace["_unpack"](buf, start) (a struct unpack_from). `namespace` holds
+    the globals of test. A skipped frame must be one the classifier would skip (return None)."""
+
+    __slots__ = ("fields", "test", "least", "most", "namespace", "_makers")
+
+    def __init__(self, fields: str, test: str, least: int, most: int, namespace: dict):
+        self.fields, self.test, self.least, self.most = fields, test, least, most
+        self.namespace = namespace
+        self._makers: dict | None = None
+
+
+class FrameClassifier(Protocol):
+    """What classified_input asks of its classifier (fast.prefilter.Prefilter is one)."""
+
+    def classifier(self, linktype: int) -> Callable[[bytes, int, int], object]:
+        """classify(buf, start, end) of the frames of a link type: their bytes are
+        buf[start:end] (the read buffer); None skips the frame (counted, never built), any
+        other value is the frame's classification."""
+
+    def run_test(self, linktype: int) -> RunTest | None:
+        """The test the readers may skip runs of frames of a link type by, or None."""
+
+
+class _KeepAll:
+    """The classifier of read_frames: every frame, classified True."""
+
+    @staticmethod
+    def classifier(linktype: int) -> Callable[[bytes, int, int], object]:
+        return _keep
+
+    @staticmethod
+    def run_test(linktype: int) -> None:
+        return None
+
+
+class _SkipAll(_KeepAll):
+    """The classifier of interfaces(): no frame is built."""
+
+    @staticmethod
+    def classifier(linktype: int) -> Callable[[bytes, int, int], object]:
+        return _skip
+
+
+def _keep(b: bytes, s: int, e: int) -> bool:
+    return True
+
+
+def _skip(b: bytes, s: int, e: int) -> None:
+    return None
 
 
 def sniff_format(head: bytes) -> str:
@@ -136,18 +243,14 @@ def opened(src: "str | Input") -> Input:
     return src if isinstance(src, Input) else Input(src)
 
 
+# --------------------------------------------------------------------------------------------
+# Reading: the entry points
+# --------------------------------------------------------------------------------------------
+
 def read_frames(src: "str | Input") -> Iterator[Frame]:
     """Yield every frame of a pcap or pcapng file (or stream), in order, one at a time."""
-    with opened(src) as f:
-        path = f.name
-        head = f.head(4)
-        kind = sniff_format(head)
-        if kind == "pcap":
-            yield from _read_pcap(path, f)
-        elif kind == "pcapng":
-            yield from _read_pcapng(path, f)
-        else:
-            raise CaptureError(f"{path}: not a pcap or pcapng file (starts with {head.hex() or 'nothing'})")
+    for frame, _ in classified_input(src, _KeepAll):
+        yield frame
 
 
 def read_input(src: "str | Input", blob_plausible: Callable[[bytes], bool] | None = None,
@@ -156,14 +259,89 @@ def read_input(src: "str | Input", blob_plausible: Callable[[bytes], bool] | Non
     accepts its content (or as_blob says it is one, whatever its content), one frame (number
     1, link type RAW_BLOB_LINKTYPE) holding the whole file. Captures and blobs are told apart
     by content, never by name."""
+    for frame, _ in classified_input(src, _KeepAll, None, blob_plausible, as_blob):
+        yield frame
+
+
+def classified_input(src: "str | Input", classifier: FrameClassifier,
+                     skipped: list | None = None,
+                     blob_plausible: Callable[[bytes], bool] | None = None,
+                     as_blob: bool = False) -> Iterator[tuple[Frame, object]]:
+    """(frame, classification) of every frame of src (read as read_input reads it) that
+    `classifier` does not skip; skipped[0] counts the others as they pass. Each frame's bytes
+    are classified where they were read (classifier.classifier(link type)(buf, start, end)),
+    and runs of frames its run_test holds of are skipped in one compiled loop: a skipped frame
+    costs a header unpack and a few byte reads, and no copy. Errors as read_frames raises
+    them, after every frame before the damage has been handed over (and counted)."""
+    skipped = skipped if skipped is not None else [0]
     with opened(src) as f:
         path = f.name
-        is_capture = not as_blob and sniff_format(f.head(4)) != "other"
-        if is_capture or (blob_plausible is None and not as_blob):
-            yield from read_frames(f)
+        if as_blob or (blob_plausible is not None and sniff_format(f.head(4)) == "other"):
+            frame = raw_blob_frame(path, f.read(MAX_RAW_BLOB + 1),
+                                   None if as_blob else blob_plausible)
+            cl = classifier.classifier(frame.linktype)(frame.data, 0, len(frame.data))
+            if cl is None:
+                skipped[0] += 1
+            else:
+                yield frame, cl
             return
-        yield raw_blob_frame(path, f.read(MAX_RAW_BLOB + 1),
-                             None if as_blob else blob_plausible)
+        yield from _reader(f)(path, f, classifier, skipped)
+
+
+def interfaces(src: "str | Input") -> Iterator[Interface]:
+    """Every interface of a pcap or pcapng file (or stream), in file order, read by the
+    readers of its frames: a pcap's one interface (its file header), then nothing more is
+    read; a pcapng's IDBs, each as it is reached (packet blocks are checked and passed over,
+    never built). Raises CaptureError as read_frames does, at the same byte, after every
+    interface before it."""
+    with opened(src) as f:
+        for iface, _ in _reader(f)(f.name, f, _SkipAll, [0], describe=True):
+            yield iface
+
+
+class Interfaces:
+    """The interfaces of a capture by (section, interface ID), read on demand: the file is
+    read (interfaces()) only as far as the interface asked for, and left open until close()
+    (a context manager too). Sections count from 1 and interfaces from 0 in each section, as
+    tshark's frame.section_number and frame.interface_id do (a pcap: section 1, interface 0).
+
+    Lenient, for callers that read the frames elsewhere: an interface the file does not
+    describe before its end, or before damage (the CaptureError is kept in `error`), is None."""
+
+    def __init__(self, src: "str | Input"):
+        self._input = opened(src)
+        self._it: Iterator[Interface] | None = interfaces(self._input)
+        self.sections: list[list[Interface]] = []
+        self.error: CaptureError | None = None
+
+    def get(self, section: int = 1, index: int = 0) -> Interface | None:
+        while self._it is not None and not self._known(section, index):
+            try:
+                iface = next(self._it)
+            except StopIteration:
+                self._it = None
+            except CaptureError as exc:
+                self._it, self.error = None, exc
+            else:
+                while len(self.sections) < iface.section:
+                    self.sections.append([])
+                self.sections[iface.section - 1].append(iface)
+        return self.sections[section - 1][index] if self._known(section, index) else None
+
+    def _known(self, section: int, index: int) -> bool:
+        return 0 < section <= len(self.sections) and 0 <= index < len(self.sections[section - 1])
+
+    def close(self) -> None:
+        if self._it is not None:
+            self._it.close()
+            self._it = None
+        self._input.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def raw_blob_frame(path: str, data: bytes,
@@ -180,41 +358,21 @@ def raw_blob_frame(path: str, data: bytes,
     return Frame(1, 0.0, RAW_BLOB_LINKTYPE, data, len(data))
 
 
-def _read_exact(f: Input, n: int, path: str, what: str, frame: int) -> bytes:
-    off = f.tell()
-    b = f.read(n)
-    if len(b) != n:
-        raise CaptureError(
-            f"{path}: frame {frame}: truncated {what} at byte offset {off} "
-            f"({len(b)} of {n} bytes)")
-    return b
+def _reader(f: Input) -> Callable[..., Iterator[tuple]]:
+    """The reader of f's format (from its first bytes), or the error of a file that is no
+    capture."""
+    head = f.head(4)
+    kind = sniff_format(head)
+    if kind == "pcap":
+        return _pcap
+    if kind == "pcapng":
+        return _pcapng
+    raise _not_a_capture(f.name, head)
 
 
-def _read_pcap(path: str, f: Input) -> Iterator[Frame]:
-    hdr = _read_exact(f, 24, path, "pcap file header", 0)
-    endian, tsres = PCAP_MAGICS[hdr[:4]]
-    linktype = struct.unpack(endian + "I", hdr[20:24])[0] & 0x0FFFFFFF
-    snaplen = struct.unpack(endian + "I", hdr[16:20])[0]
-    number = 0
-    while True:
-        off = f.tell()
-        rec = f.read(16)
-        if not rec:
-            return
-        number += 1
-        if len(rec) < 16:
-            raise CaptureError(f"{path}: frame {number}: truncated record header at byte offset {off}")
-        sec, frac, incl, orig = struct.unpack(endian + "IIII", rec)
-        if incl > max(snaplen, 262144) and incl > MAX_BLOCK:
-            raise CaptureError(f"{path}: frame {number}: record length {incl} at byte offset {off} is not plausible")
-        data = _read_exact(f, incl, path, "packet data", number)
-        yield Frame(number, sec + frac * tsres, linktype, data, orig)
-
-
-def _read_pcapng(path: str, f: Input) -> Iterator[Frame]:
-    for frame, _ in pcapng_classified(path, f):
-        yield frame
-
+# --------------------------------------------------------------------------------------------
+# The read buffer
+# --------------------------------------------------------------------------------------------
 
 class _Stream:
     """A file read in large blocks: buf[pos:] are the bytes from file offset base + pos on."""
@@ -227,41 +385,128 @@ class _Stream:
     def avail(self, n: int) -> int:
         """Bytes at pos, reading on until there are n or the file ends."""
         have = len(self.buf) - self.pos
+        if have >= n:
+            return have
+        parts = [self.buf[self.pos:]]
         while have < n:
-            more = self.f.read_block(max(READ_BLOCK, n - have))
+            # never more than MAX_BLOCK at once: a pcap's snaplen may make a length of
+            # gigabytes plausible, a file that ends sooner is no reason to allocate them
+            more = self.f.read_block(max(READ_BLOCK, min(n - have, MAX_BLOCK)))
             if not more:
                 break
-            self.buf = self.buf[self.pos:] + more
-            self.base += self.pos
-            self.pos = 0
-            have = len(self.buf)
+            parts.append(more)
+            have += len(more)
+        self.base += self.pos
+        self.pos = 0
+        self.buf = b"".join(parts)
         return have
 
     def need(self, at: int, n: int, path: str, what: str, frame: int) -> int:
-        """The buffer offset of n bytes at pos + at, or the error pcapio gives for a file that
-        ends before them (as _read_exact words it)."""
+        """The buffer offset of n bytes at pos + at, or the error of a file that ends before
+        them."""
         have = self.avail(at + n) - at
         if have < n:
-            raise CaptureError(f"{path}: frame {frame}: truncated {what} at byte offset "
-                               f"{self.base + self.pos + at} ({max(have, 0)} of {n} bytes)")
+            raise _truncated(path, frame, what, self.base + self.pos + at, max(have, 0), n)
         return self.pos + at
 
 
-def pcapng_classified(path: str, f: "Input",
-                      classifier_for: Callable[[int], Callable] | None = None,
-                      skipped: list | None = None,
-                      scanner_for: Callable[[int, str, int], Callable | None] | None = None,
-                      ) -> Iterator[tuple[Frame, object]]:
-    """(frame, classification) for the frames of a pcapng file read in large blocks.
+def _read_exact(f: Input, n: int, path: str, what: str, frame: int) -> bytes:
+    off = f.tell()
+    b = f.read(n)
+    if len(b) != n:
+        raise _truncated(path, frame, what, off, len(b), n)
+    return b
 
-    Without classifier_for, every frame with classification None. With it, each packet's
-    bytes are first classified in the read buffer by classifier_for(link type)(buf, start,
-    end); a frame classified None is counted in skipped[0] and never built, the others come
-    with their classification. scanner_for(link type, byte order, interface), when given,
-    makes for an interface a scan(buf, pos, n) → (pos, k) that skips, after a skipped packet,
-    the run of k packet blocks that follows it and would be skipped too."""
+
+# --------------------------------------------------------------------------------------------
+# Classic pcap
+# --------------------------------------------------------------------------------------------
+
+def _pcap_interface(hdr: bytes) -> tuple[str, Interface]:
+    """The byte order and the interface of a pcap file header."""
+    endian, res = PCAP_MAGICS[hdr[:4]]
+    snaplen, linktype = struct.unpack(endian + "II", hdr[16:24])
+    units = 10 ** 6 if res == 1e-6 else 10 ** 9
+    return endian, Interface(linktype & 0x0FFFFFFF, snaplen, units, res)
+
+
+def _pcap(path: str, f: Input, classifier: FrameClassifier, skipped: list,
+          describe: bool = False) -> Iterator[tuple]:
+    """(frame, classification) of a classic pcap's records, or with describe (interface,
+    None) of its one interface and nothing more."""
+    endian, iface = _pcap_interface(_read_exact(f, _PCAP_HDR, path, "pcap file header", 0))
+    if describe:
+        yield iface, None
+        return
+    linktype, tsres = iface.linktype, iface.resolution
+    limit = max(iface.snaplen, 262144)  # lengths up to this (or MAX_BLOCK) are plausible
+    classify = classifier.classifier(linktype)
+    scan = _scanners(classifier.run_test(linktype), "pcap", endian)  # runs of skipped records
+    rec_hdr = struct.Struct(endian + "IIII").unpack_from
+    incl_at = struct.Struct(endian + "I").unpack_from
+    st = _Stream(f)
+    number = 0  # frames before the one at pos
+    while True:
+        # the bulk: whole records in the buffer, skipped ones cost a length read and the
+        # classifier only (16: _REC_HDR, spelled out in the loop)
+        buf, pos = st.buf, st.pos
+        n = len(buf)
+        first = number
+        while pos + 16 <= n:
+            if scan is not None:
+                pos, k = scan(buf, pos, n)
+                number += k
+                if pos + 16 > n:
+                    break
+            incl = incl_at(buf, pos + 8)[0]
+            end = pos + 16 + incl
+            if end > n:
+                break
+            cl = classify(buf, pos + 16, end)
+            number += 1
+            if cl is None:
+                pos = end
+                continue
+            skipped[0] += number - first - 1
+            first = number
+            sec, frac, _, orig = rec_hdr(buf, pos)
+            start = pos + 16
+            pos = end
+            yield Frame(number, sec + frac * tsres, linktype, buf[start:end], orig), cl
+        skipped[0] += number - first
+        # the record at pos is not wholly in the buffer: read on, or say what is wrong with it
+        st.pos = pos
+        off = st.base + pos
+        need = _REC_HDR
+        if n - pos >= _REC_HDR:
+            incl = incl_at(buf, pos + 8)[0]
+            if incl > limit and incl > MAX_BLOCK:
+                raise _damage(path, number + 1,
+                              f"record length {incl} at byte offset {off} is not plausible")
+            need += incl
+        have = st.avail(need)
+        if have >= need:
+            continue
+        if not have:
+            return
+        if have < _REC_HDR:
+            raise _damage(path, number + 1, f"truncated record header at byte offset {off}")
+        raise _truncated(path, number + 1, "packet data", off + _REC_HDR, have - _REC_HDR,
+                         need - _REC_HDR)
+
+
+# --------------------------------------------------------------------------------------------
+# pcapng
+# --------------------------------------------------------------------------------------------
+
+def _pcapng(path: str, f: Input, classifier: FrameClassifier, skipped: list,
+            describe: bool = False) -> Iterator[tuple]:
+    """(frame, classification) of a pcapng's packet blocks, read in large blocks; with
+    describe also (interface, None) of each IDB as it is reached."""
     endian = "<"
-    interfaces: list[tuple[int, float, Callable | None]] = []
+    section = 0
+    # this section's interfaces: (link type, resolution, classify, scan of its runs of EPBs)
+    ifaces: list[tuple[int, float, Callable, Callable | None]] = []
     number = 0
     st = _Stream(f)
     while True:
@@ -270,7 +515,7 @@ def pcapng_classified(path: str, f: "Input",
             return
         off = st.base + st.pos
         if have < 8:
-            raise CaptureError(f"{path}: frame {number + 1}: truncated block header at byte offset {off}")
+            raise _damage(path, number + 1, f"truncated block header at byte offset {off}")
         buf, pos = st.buf, st.pos
         if buf[pos:pos + 4] == PCAPNG_SHB:
             b = st.need(8, 4, path, "section header", number + 1)
@@ -281,34 +526,34 @@ def pcapng_classified(path: str, f: "Input",
             blen = struct.unpack(endian + "I", st.buf[st.pos + 4:st.pos + 8])[0]
             st.need(12, _check_len(path, blen, off, number) - 12, path, "section header", number + 1)
             st.pos += blen
-            interfaces = []
+            section += 1
+            ifaces = []
             continue
         btype, blen = struct.unpack_from(endian + "II", buf, pos)
         body = st.need(8, _check_len(path, blen, off, number) - 8, path, "pcapng block", number + 1)
         buf = st.buf
         st.pos = body - 8 + blen
         if blen < _MIN_BLOCK.get(btype, 12):
-            raise CaptureError(f"{path}: frame {number + 1}: pcapng block type {btype} of {blen} bytes "
-                               f"is shorter than its fixed fields at byte offset {off}")
+            raise _damage(path, number + 1, f"pcapng block type {btype} of {blen} bytes "
+                          f"is shorter than its fixed fields at byte offset {off}")
         if btype == _EPB:
             number += 1
             iface, ts_hi, ts_lo, incl, orig = struct.unpack_from(endian + "IIIII", buf, body)
-            if iface >= len(interfaces):
-                raise CaptureError(f"{path}: frame {number}: interface {iface} not described (byte offset {off})")
-            if 20 + incl > blen - 12:
-                raise CaptureError(f"{path}: frame {number}: packet length {incl} overruns its block at byte offset {off}")
-            linktype, res, classify, scan = interfaces[iface]
+            if iface >= len(ifaces):
+                raise _damage(path, number, f"interface {iface} not described (byte offset {off})")
+            if 20 + incl > blen - 12:  # (the EPB scanner skips only blocks that pass these)
+                raise _damage(path, number, f"packet length {incl} overruns its block at byte "
+                              f"offset {off}")
+            linktype, res, classify, scan = ifaces[iface]
             d = body + 20
-            cl = None
-            if classify is not None:
-                cl = classify(buf, d, d + incl)
-                if cl is None:
-                    skipped[0] += 1
-                    if scan is not None:
-                        st.pos, k = scan(buf, st.pos, len(buf))
-                        number += k
-                        skipped[0] += k
-                    continue
+            cl = classify(buf, d, d + incl)
+            if cl is None:
+                skipped[0] += 1
+                if scan is not None:
+                    st.pos, k = scan(buf, st.pos, len(buf))
+                    number += k
+                    skipped[0] += k
+                continue
             comment = _comment(buf[d + ((incl + 3) & ~3):body + blen - 12], endian)
             yield (Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, buf[d:d + incl], orig,
                          comment), cl)
@@ -316,38 +561,56 @@ def pcapng_classified(path: str, f: "Input",
         raw = buf[body:body + blen - 8]  # with the trailing length, as these blocks were read
         frame = None
         if btype == _IDB:
-            linktype = struct.unpack(endian + "H", raw[:2])[0]
-            interfaces.append((linktype, _tsresol(raw[8:-4], endian),
-                               classifier_for(linktype) if classifier_for else None,
-                               scanner_for(linktype, endian, len(interfaces))
-                               if scanner_for else None))
+            desc = _interface(raw, endian, section, len(ifaces))
+            ifaces.append((desc.linktype, desc.resolution, classifier.classifier(desc.linktype),
+                           _scanners(classifier.run_test(desc.linktype), "epb", endian,
+                                     len(ifaces))))
+            if describe:
+                yield desc, None
         elif btype == _SPB:
             number += 1
-            if not interfaces:
-                raise CaptureError(f"{path}: frame {number}: no interface described (byte offset {off})")
+            if not ifaces:
+                raise _damage(path, number, f"no interface described (byte offset {off})")
             orig = struct.unpack(endian + "I", raw[:4])[0]
-            frame = Frame(number, 0.0, interfaces[0][0], raw[4:4 + orig], orig)
+            frame = Frame(number, 0.0, ifaces[0][0], raw[4:4 + orig], orig)
         elif btype == _PB:
             number += 1
             iface = struct.unpack(endian + "H", raw[:2])[0]
             ts_hi, ts_lo, incl, orig = struct.unpack(endian + "IIII", raw[4:20])
-            linktype, res = interfaces[iface][:2] if iface < len(interfaces) else (1, 1e-6)
+            linktype, res = ifaces[iface][:2] if iface < len(ifaces) else (1, 1e-6)
             frame = Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, raw[20:20 + incl], orig)
         # other blocks (NRB, ISB, DSB, custom) carry no frames
         if frame is not None:
-            cl = None
-            if classifier_for is not None:
-                cl = classifier_for(frame.linktype)(frame.data, 0, len(frame.data))
-                if cl is None:
-                    skipped[0] += 1
-                    continue
+            cl = classifier.classifier(frame.linktype)(frame.data, 0, len(frame.data))
+            if cl is None:
+                skipped[0] += 1
+                continue
             yield frame, cl
 
 
 def _check_len(path: str, blen: int, off: int, number: int) -> int:
     if blen < 12 or blen % 4 or blen > MAX_BLOCK:
-        raise CaptureError(f"{path}: frame {number + 1}: bad pcapng block length {blen} at byte offset {off}")
+        raise _damage(path, number + 1, f"bad pcapng block length {blen} at byte offset {off}")
     return blen
+
+
+def _interface(raw: bytes, endian: str, section: int, index: int) -> Interface:
+    """The interface an IDB describes (raw: its body, from the link type to the trailing
+    length); an option given twice counts the first time."""
+    linktype, _, snaplen = struct.unpack(endian + "HHI", raw[:8])
+    units, res, tsoffset, name = None, 1e-6, None, None
+    for code, val in _options(raw[8:-4], endian):
+        if code == _IF_TSRESOL and val and units is None:
+            v = val[0]
+            if v & 0x80:
+                units, res = 2 ** (v & 0x7F), 2.0 ** -(v & 0x7F)
+            else:
+                units, res = 10 ** v, 10.0 ** -v
+        elif code == _IF_TSOFFSET and len(val) == 8 and tsoffset is None:
+            tsoffset = struct.unpack(endian + "q", val)[0]
+        elif code == _IF_NAME and name is None:
+            name = val.decode("utf-8", "replace")
+    return Interface(linktype, snaplen, units or 10 ** 6, res, tsoffset or 0, name, section, index)
 
 
 def _options(raw: bytes, endian: str) -> Iterator[tuple[int, bytes]]:
@@ -360,20 +623,82 @@ def _options(raw: bytes, endian: str) -> Iterator[tuple[int, bytes]]:
         i += 4 + ((length + 3) & ~3)
 
 
-def _tsresol(opts: bytes, endian: str) -> float:
-    for code, val in _options(opts, endian):
-        if code == 9 and val:
-            v = val[0]
-            return 2.0 ** -(v & 0x7F) if v & 0x80 else 10.0 ** -v
-    return 1e-6
-
-
 def _comment(opts: bytes, endian: str) -> str | None:
     for code, val in _options(opts, endian):
         if code == 1:
             return val.decode("utf-8", "replace")
     return None
 
+
+# --------------------------------------------------------------------------------------------
+# Runs of skipped frames: the classifier's RunTest compiled into loops over records and blocks
+# --------------------------------------------------------------------------------------------
+
+def _scanners(test: RunTest | None, kind: str, *args) -> Callable | None:
+    """For a pcap ("pcap", byte order) or a pcapng interface ("epb", byte order, interface
+    ID): scan(buf, pos, n) → (pos, k), skipping the k records or enhanced packet blocks from
+    pos on whose frames `test` skips, stopping at the first other one or at one not wholly in
+    buf[:n]; None without a test."""
+    if test is None:
+        return None
+    if test._makers is None:
+        ns = {**test.namespace, "_Struct": struct.Struct}
+        exec(compile(_SCAN_SOURCE.format(fields=test.fields, test=test.test, least=test.least,
+                                         most=test.most, EPB=_EPB, MAX_BLOCK=MAX_BLOCK),
+                     "<pcapio scan>", "exec"), ns)
+        test._makers = {"pcap": ns["make_pcap_scan"], "epb": ns["make_epb_scan"]}
+    return test._makers[kind](*args)
+
+
+# The loops check what _pcap and _pcapng check of a record or block before they classify it,
+# and stop at anything else: those readers then read it (and name what is wrong with it).
+_SCAN_SOURCE = """
+def make_pcap_scan(endian):
+    # a record: seconds, fraction, captured length, original length, then the packet
+    incl_at = _Struct(endian + "I").unpack_from
+    def scan(b, pos, n):
+        k = 0
+        while pos + 16 <= n:
+            s = pos + 16
+            e = s + incl_at(b, pos + 8)[0]
+            if e > n or not {least} <= e - s <= {most}:
+                break
+            {fields} = _unpack(b, s)
+            if not ({test}):
+                break
+            pos = e
+            k += 1
+        return pos, k
+    return scan
+
+def make_epb_scan(endian, iface):
+    # an EPB: block type, total length, interface, timestamp (2 words), captured length,
+    # original length, then the packet
+    head = _Struct(endian + "IIIIII").unpack_from
+    def scan(b, pos, n):
+        k = 0
+        while pos + 28 <= n:
+            bt, bl, ifc, _, _, incl = head(b, pos)
+            if (bt != {EPB} or ifc != iface or bl & 3 or not 32 <= bl <= {MAX_BLOCK}
+                    or pos + bl > n or 20 + incl > bl - 12):
+                break
+            s = pos + 28
+            e = s + incl
+            if not {least} <= e - s <= {most}:
+                break
+            {fields} = _unpack(b, s)
+            if not ({test}):
+                break
+            pos += bl
+            k += 1
+        return pos, k
+    return scan
+"""
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
 
 class _Writer:
     """A file written frame by frame; usable as a context manager."""

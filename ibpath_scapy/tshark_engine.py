@@ -49,8 +49,8 @@ What does not come from the plugin:
 
 - ``time``: ``frame.time_epoch`` (seconds and nanoseconds as text), turned into the float
   pcapio computes (ticks × resolution) with the resolution of the file: the pcap magic, or the
-  pcapng interface's ``if_tsresol`` (the file's block headers are scanned for IDBs, lazily;
-  nothing else of the file is read).
+  pcapng interface's ``if_tsresol`` (pcapio.Interfaces: the file is read, lazily, only as far
+  as the interface's IDB).
 - ``src``/``dst``: ``ip.src``/``ip.dst`` or ``ipv6.src``/``ipv6.dst`` (RoCEv2); the LRH's
   SLID/DLID and the GRH's GIDs come from the plugin (native IB).
 - MAD length (the "MAD is N bytes" error, truncated MADs): the length of ``udp.payload``
@@ -121,7 +121,6 @@ import ipaddress
 import json
 import os
 import re
-import struct
 import subprocess
 import tempfile
 from collections import OrderedDict
@@ -158,9 +157,8 @@ from .pcapio import (
     PCAP_MAGICS,
     PCAPNG_SHB,
     CaptureError,
+    Interfaces,
     PcapNgWriter,
-    _options,
-    _tsresol,
     sniff_format,
 )
 from .rmpp import Reassembler
@@ -348,24 +346,26 @@ def blob_from_records(records: list[dict], *, length: int | None = None,
 # --------------------------------------------------------------------------------------------
 
 class _Clock:
-    """Timestamps as pcapio.read_frames gives them (decode.py rounds them to 9 places)."""
+    """Timestamps as pcapio.read_frames gives them (decode.py rounds them to 9 places), from
+    the interfaces pcapio reads (pcapio.Interfaces: a pcap's header, a pcapng's IDBs on
+    demand; sections count from 1 and interfaces from 0 in each section, as tshark's
+    frame.section_number/interface_id do)."""
 
     def __init__(self, path: str, head: bytes):
         self.kind = sniff_format(head)
         self.res = PCAP_MAGICS[head[:4]][1] if self.kind == "pcap" else None
-        self._ng = _PcapngInterfaces(path) if self.kind == "pcapng" else None
+        self._ng = Interfaces(path) if self.kind == "pcapng" else None
         self._pcap_linktype = None
         if self.kind == "pcap":
-            with open(path, "rb") as f:
-                hdr = f.read(24)
-            if len(hdr) == 24:
-                endian = PCAP_MAGICS[hdr[:4]][0]
-                self._pcap_linktype = struct.unpack(endian + "I", hdr[20:24])[0] & 0x0FFFFFFF
+            with Interfaces(path) as interfaces:
+                pcap = interfaces.get()
+            self._pcap_linktype = pcap.linktype if pcap is not None else None
 
     def linktype(self, section: int, iface: int) -> int | None:
         """The link type pcapio gives the frame (None where the file does not say)."""
         if self._ng is not None:
-            return self._ng.linktype(section, iface)
+            known = self._ng.get(section, iface)
+            return known.linktype if known is not None else None
         return self._pcap_linktype
 
     def time(self, epoch: str, section: int, iface: int) -> float:
@@ -374,7 +374,8 @@ class _Clock:
         if self.kind == "pcap":
             return sec + (ns // 1000 if self.res == 1e-6 else ns) * self.res
         if self._ng is not None:
-            units, res = self._ng.resolution(section, iface)
+            known = self._ng.get(section, iface)
+            units, res = (known.units, known.resolution) if known is not None else (10 ** 6, 1e-6)
             if units <= 10 ** 9:
                 ticks = sec * units + -(-ns * units // 10 ** 9)
             else:
@@ -385,69 +386,6 @@ class _Clock:
     def close(self) -> None:
         if self._ng is not None:
             self._ng.close()
-
-
-class _PcapngInterfaces:
-    """if_tsresol of each (section, interface) of a pcapng, read from its IDBs on demand: block
-    headers are read and every other block is skipped with a seek. Sections count from 1 and
-    interfaces from 0 in each section, as tshark's frame.section_number/interface_id do."""
-
-    def __init__(self, path: str):
-        self.f = open(path, "rb")
-        self.endian = "<"
-        self.sections: list[list[tuple[int, float]]] = []  # (ticks per second, resolution)
-        self.done = False
-
-    def resolution(self, section: int, iface: int) -> tuple[int, float]:
-        while not self._known(section, iface) and not self.done:
-            self._next_block()
-        if self._known(section, iface):
-            return self.sections[section - 1][iface][:2]
-        return 10 ** 6, 1e-6
-
-    def linktype(self, section: int, iface: int) -> int | None:
-        while not self._known(section, iface) and not self.done:
-            self._next_block()
-        return self.sections[section - 1][iface][2] if self._known(section, iface) else None
-
-    def _known(self, section: int, iface: int) -> bool:
-        return 0 < section <= len(self.sections) and iface < len(self.sections[section - 1])
-
-    def _next_block(self) -> None:
-        head = self.f.read(8)
-        if len(head) < 8:
-            self.done = True
-            return
-        if head[:4] == PCAPNG_SHB:
-            bom = self.f.read(4)
-            if len(bom) < 4:
-                self.done = True
-                return
-            self.endian = "<" if struct.unpack("<I", bom)[0] == 0x1A2B3C4D else ">"
-            blen = struct.unpack(self.endian + "I", head[4:])[0]
-            self.sections.append([])
-            self.f.seek(max(blen - 12, 0), 1)
-            return
-        btype, blen = struct.unpack(self.endian + "II", head)
-        if blen < 12:
-            self.done = True
-            return
-        if btype == 1:  # interface description block
-            body = self.f.read(blen - 8)
-            opts = body[8:-4]
-            units = 10 ** 6
-            for code, val in _options(opts, self.endian):
-                if code == 9 and val:
-                    v = val[0]
-                    units = 2 ** (v & 0x7F) if v & 0x80 else 10 ** v
-            if self.sections:
-                self.sections[-1].append((units, _tsresol(opts, self.endian),
-                                          struct.unpack(self.endian + "H", body[:2])[0]))
-        else:
-            self.f.seek(blen - 8, 1)
-
-    def close(self) -> None:
-        self.f.close()
 
 
 # --------------------------------------------------------------------------------------------

@@ -31,8 +31,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
 from ..decode import _RAW_IP_LINKTYPES, MAX_FRAME_BYTES
-from ..pcapio import EPB_TYPE as _EPB_TYPE
-from ..pcapio import MAX_BLOCK
+from ..pcapio import RunTest
 from ..expr import F
 from ..layers.ib import ERF, LINKTYPE_ERF, LINKTYPE_INFINIBAND, LRH
 from ..layers.mad import MAD, MAD_SIZE
@@ -173,8 +172,7 @@ class Prefilter:
         self.grh_next = Bindings(GRH, ())
         self.fingerprint = _fingerprint()
         self._data_first: dict[int, Callable] = {}  # compiled on first use (classifier())
-        self._make_scans: dict[int, Callable] = {}
-        self._make_epb_scans: dict[int, Callable] = {}
+        self._run_tests: dict[int, RunTest] = {}
         self.by_linktype: dict[int, Callable] = {1: self.ether, LINKTYPE_ERF: self.erf,
                                                  LINKTYPE_INFINIBAND: self.lrh}
         for lt in _RAW_IP_LINKTYPES:  # the IP datagram alone, as decode.dissect reads it
@@ -240,10 +238,11 @@ class Prefilter:
         gsi_fmt, qp_mask = self._gsi_format([(total, "H"), (udp + self.udp_ulen, "H")],
                                             bth + self.bth_len)
         gsi_at = MadAt(ip, 4, udp, bth, bth + self.bth_len, bth + self.bth_len + self.deth_len)
+        fields = "et, vi, fr, pr, sp, dp, op"  # what fmt reads
         src = f"""
 def data_first(b, s, e):
     if {least} <= e - s <= {MAX_FRAME_BYTES}:
-        et, vi, fr, pr, sp, dp, op = _unpack(b, s)
+        {fields} = _unpack(b, s)
         if {roce}:
             if op not in _deth_opcodes:
                 return None
@@ -255,8 +254,9 @@ def data_first(b, s, e):
             return _udp(b, s + {ip}, 4, s + {udp}, e,
                         (b[s + {total}] << 8 | b[s + {total + 1}]) == e - s - {ip}, s)
     return _full_classifier(b, s, e)
-""" + _scan_source("et, vi, fr, pr, sp, dp, op", f"{roce} and op not in _deth_opcodes", least)
-        return self._compile_data_first(1, "ether_data", src, fmt, self.ether,
+"""
+        run = (fields, f"{roce} and op not in _deth_opcodes", least)
+        return self._compile_data_first(1, "ether_data", src, run, fmt, self.ether,
                                         _early=frozenset(early), _udp=self.udp,
                                         _unpack_gsi=struct.Struct(gsi_fmt).unpack_from,
                                         _gsi_at=gsi_at)
@@ -290,52 +290,48 @@ def data_first(b, s, e):
         gsi_len = deth + self.deth_len + MAD_SIZE + self.icrc_len + self.vcrc_len
         gsi_fmt, qp_mask = self._gsi_format([], deth)
         gsi_at = IbMadAt(self.erf_len, -1, bth, deth, deth + self.deth_len)
+        fields = "te, wl, lb, op"  # what fmt reads
         src = f"""
 def data_first(b, s, e):
     if {least} <= e - s <= {MAX_FRAME_BYTES}:
-        te, wl, lb, op = _unpack(b, s)
+        {fields} = _unpack(b, s)
         if {header}:
             if op not in _deth_opcodes:
                 return None
             if e - s == {gsi_len} and _unpack_gsi(b, s)[0] & {qp_mask} in _gsi_qps:
                 return _gsi_at  # a GSI datagram of the usual shape
     return _full_classifier(b, s, e)
-""" + _scan_source("te, wl, lb, op", f"{header} and op not in _deth_opcodes", least)
-        return self._compile_data_first(LINKTYPE_ERF, "erf_data", src, fmt, self.erf,
+"""
+        run = (fields, f"{header} and op not in _deth_opcodes", least)
+        return self._compile_data_first(LINKTYPE_ERF, "erf_data", src, run, fmt, self.erf,
                                         _unpack_gsi=struct.Struct(gsi_fmt).unpack_from,
                                         _gsi_at=gsi_at)
 
     _data_compilers = {1: _compile_ether_data, LINKTYPE_ERF: _compile_erf_data}
 
-    def _compile_data_first(self, linktype: int, name: str, src: str, fmt: str,
-                            full: Callable, **names) -> Callable:
+    def _compile_data_first(self, linktype: int, name: str, src: str,
+                            run: tuple[str, str, int], fmt: str, full: Callable,
+                            **names) -> Callable:
+        """data_first compiled from src, and the link type's RunTest from run (the names
+        _unpack binds, the test that skips a frame, the least frame length it reads): the
+        same first test, which pcapio's readers compile into their loops over runs of
+        records and blocks."""
         # source QPs whose binding alone makes Scapy dissect a MAD after the DETH
         gsi_qps = frozenset(fv["src_qp"] for fv in self.deth_next.values_for(MAD)
                             if set(fv) == {"src_qp"} and self.deth_next.resolve((fv["src_qp"],)) is MAD)
         ns = {"_deth_opcodes": frozenset(self.deth_opcodes), "_full_classifier": full,
-              "_unpack": struct.Struct(fmt).unpack_from, "_gsi_qps": gsi_qps,
-              "_Struct": struct.Struct, **names}
+              "_unpack": struct.Struct(fmt).unpack_from, "_gsi_qps": gsi_qps, **names}
         exec(compile(src, f"<prefilter {name}>", "exec"), ns)
-        self._make_scans[linktype] = ns["make_scan"]
-        self._make_epb_scans[linktype] = ns["make_epb_scan"]
+        fields, test, least = run
+        self._run_tests[linktype] = RunTest(fields, test, least, MAX_FRAME_BYTES, ns)
         return ns["data_first"]
 
-    def pcap_scanner(self, linktype: int, incl_at: Callable, rec_len: int) -> Callable | None:
-        """For classic pcap: scan(buf, pos, n) → (pos, k) skipping the k records from pos on
-        that the first test of the link type's classifier drops (RC data), stopping at the
-        first other record or at one not wholly in buf; None when the link type has none."""
+    def run_test(self, linktype: int) -> RunTest | None:
+        """The first test of the link type's classifier (RC data), for pcapio's readers to
+        skip runs of records or blocks by (pcapio.FrameClassifier); None when the link type
+        has none."""
         self.classifier(linktype)
-        make = self._make_scans.get(linktype)
-        return make(incl_at, rec_len) if make is not None else None
-
-    def pcapng_scanner(self, linktype: int, endian: str, iface: int) -> Callable | None:
-        """For pcapng: scan(buf, pos, n) → (pos, k) skipping the k enhanced packet blocks of
-        interface `iface` (a section in byte order `endian`) from pos on that the first test
-        of the link type's classifier drops, stopping at the first other block or at one not
-        wholly in buf; None when the link type has none."""
-        self.classifier(linktype)
-        make = self._make_epb_scans.get(linktype)
-        return make(endian, iface) if make is not None else None
+        return self._run_tests.get(linktype)
 
     def ether(self, b: bytes, s: int, e: int):
         if e - s < self.eth_len or e - s > MAX_FRAME_BYTES:
@@ -462,53 +458,6 @@ def _struct_format(fields: list[tuple[int, str]]) -> tuple[str, int]:
         fmt += (f"{off - pos}x" if off > pos else "") + code
         pos = off + struct.calcsize(">" + code)
     return fmt, pos
-
-
-def _scan_source(names: str, test: str, least: int) -> str:
-    """Source of make_scan(incl_at, rec_len), a pcap scanner, and make_epb_scan(endian,
-    iface), a pcapng one, each skipping the records whose frame the first test (over the
-    fields `names` of _unpack) drops."""
-    return f"""
-
-def make_epb_scan(endian, iface):
-    # an EPB: block type, total length, interface, timestamp (2 words), captured length,
-    # original length, then the packet; the checks are pcapio.pcapng_classified's
-    head = _Struct(endian + "IIIIII").unpack_from
-    def scan(b, pos, n):
-        k = 0
-        while pos + 28 <= n:
-            bt, bl, ifc, _, _, incl = head(b, pos)
-            if (bt != {_EPB_TYPE} or ifc != iface or bl & 3 or not 32 <= bl <= {MAX_BLOCK}
-                    or pos + bl > n or 20 + incl > bl - 12):
-                break
-            s = pos + 28
-            e = s + incl
-            if not {least} <= e - s <= {MAX_FRAME_BYTES}:
-                break
-            {names} = _unpack(b, s)
-            if not ({test}):
-                break
-            pos += bl
-            k += 1
-        return pos, k
-    return scan
-
-def make_scan(incl_at, rec_len):
-    def scan(b, pos, n):
-        k = 0
-        while pos + rec_len <= n:
-            s = pos + rec_len
-            e = s + incl_at(b, pos + 8)[0]
-            if e > n or not {least} <= e - s <= {MAX_FRAME_BYTES}:
-                break
-            {names} = _unpack(b, s)
-            if not ({test}):
-                break
-            pos = e
-            k += 1
-        return pos, k
-    return scan
-"""
 
 
 def _fingerprint() -> tuple:
