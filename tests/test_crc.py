@@ -4,7 +4,7 @@ import struct
 
 from scapy.utils import RawPcapReader
 
-from ibpath_scapy import crc
+from ibpath_scapy import crc, crcspec
 from ibpath_scapy.layers import ERF, LRH
 
 # scapy test/contrib/roce.uts "RoCE CNP captured on ConnectX-4 Lx" (wire-formats.md §4.1).
@@ -46,3 +46,55 @@ def test_built_native_frames_carry_valid_crcs(external):
         if pkt.haslayer("BTH"):
             pkt["BTH"].icrc = None
         assert bytes(pkt) == data  # rebuilt with computed CRCs and PktLen: byte-identical
+
+
+# -- the declaration (crcspec) both crc.py and the Lua plugin compute from -------------------
+
+def _reflected_crc(data: bytes, width: int, poly: int, init: int, xorout: int) -> int:
+    """A bit-at-a-time reflected CRC, the textbook way (the oracle for crc.crc_function)."""
+    rpoly = int(f"{poly:0{width}b}"[::-1], 2)
+    reg = init
+    for byte in data:
+        reg ^= byte
+        for _ in range(8):
+            reg = (reg >> 1) ^ rpoly if reg & 1 else reg >> 1
+    return reg ^ xorout
+
+
+def test_crc_parameters_give_the_known_crcs():
+    check = b"123456789"
+    for prefer_zlib in (True, False):
+        assert crc.crc_function(crcspec.ICRC, prefer_zlib)(check) == 0xCBF43926  # CRC-32 check value
+    frames = [check, bytes(range(256)), CNP_FRAME]
+    for data in frames:
+        assert crc.vcrc(data) == _reflected_crc(data, 16, 0x100B, 0xFFFF, 0xFFFF)
+        assert crc.crc_function(crcspec.ICRC, False)(data) == _reflected_crc(
+            data, 32, 0x04C11DB7, 0xFFFFFFFF, 0xFFFFFFFF)
+    assert crcspec.ICRC.poly_reflected == 0xEDB88320 and crcspec.VCRC.poly_reflected == 0xD008
+
+
+def test_variant_masks_are_the_iba_and_rxe_ones():
+    """crcspec names fields; resolved through the layers' layouts they must be the bytes IBA
+    Vol1 §7.8.1 and rxe_icrc.c set to ones (wire-formats.md §4.1-4.2)."""
+    assert crcspec.variant_masks() == {
+        "LRH_LOCAL": ((0, 0xF0),),  # VL
+        "LRH_GLOBAL": tuple((i, 0xFF) for i in range(8)),  # the whole LRH
+        "GRH": ((0, 0x0F), (1, 0xFF), (2, 0xFF), (3, 0xFF), (7, 0xFF)),  # TClass, FlowLabel, HopLmt
+        "BTH": ((4, 0xFF),),  # Resv8a
+        "IP": ((1, 0xFF), (8, 0xFF), (10, 0xFF), (11, 0xFF)),  # TOS, TTL, header checksum
+        "IPv6": ((0, 0x0F), (1, 0xFF), (2, 0xFF), (3, 0xFF), (7, 0xFF)),  # TC, flow label, hop limit
+        "UDP": ((6, 0xFF), (7, 0xFF)),  # checksum
+    }
+    assert crcspec.rocev2_prefix() == b"\xff" * 8
+
+
+def test_rocev2_icrc_over_ipv6_and_ipv4_options():
+    """The IPv6 and IPv4-with-options paths against scapy's own RoCEv2 ICRC
+    (scapy.contrib.roce.BTH.compute_icrc), an implementation of its own."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.contrib.roce import BTH
+    for ip in (IPv6(src="fe80::1", dst="fe80::2", tc=0x56, fl=0x12345, hlim=3),
+               IP(src="10.0.0.1", dst="10.0.0.2", tos=3, ttl=9, options=[b"\x01\x01\x01\x00"])):
+        b = bytes(ip / UDP(sport=0xC000, dport=4791) / BTH(opcode=0x64, dqpn=1, fecn=1) / (b"\x00" * 40))
+        assert crc.rocev2_icrc(b) == b[-4:]

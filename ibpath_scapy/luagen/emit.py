@@ -12,18 +12,31 @@ from dataclasses import dataclass, field
 
 from ..expr import LUA_RUNTIME, Expr, LuaEnv
 from ..hints import ListHint
-from .lua import Writer, lua_int, lua_str, lua_table
+from .lua import Hex, Writer, is_lua_name, lua_int, lua_key, lua_str, lua_table, lua_value
 from ..packet_rules import PacketRule as Rule
-from .model import Item, LayerModel, Step, build_layer
+from .model import FieldLayout, GeneratorError, Item, LayerModel, Step, build_layer, header_layout
 
 MAX_LIST_ITEMS = 4096  # a hostile count cannot make the dissector loop for long
+
+
+@dataclass
+class Const:
+    """A named constant of the block the extra Lua reads: plain data (lua_value), or an Expr,
+    which becomes a function of a table of field values, `NAME(v)`. `source` says where the
+    value comes from (a comment line above the first constant of each source)."""
+
+    name: str
+    value: object
+    source: str = ""
+    note: str = ""  # a comment at the end of its line
 
 
 @dataclass
 class Spec:
     """What to generate: the layers (with everything reachable from them through bindings,
     hints and packet fields), the prefix of every name, rules, and extra Lua (runtime and
-    registration) the caller appends."""
+    registration) the caller appends. Before the extra Lua come the layouts of `layouts`
+    (LAYOUT, HDR_LEN) and the `constants`, so that it states no offset or value itself."""
 
     prefix: str
     entry_layers: list[type]
@@ -32,6 +45,8 @@ class Spec:
     keep: dict[str, set[str]] = field(default_factory=dict)  # field values hooks read
     header_comment: str = ""
     extra_lua: str = ""
+    layouts: list[type] = field(default_factory=list)
+    constants: list[Const] = field(default_factory=list)
 
 
 def reachable(entries: list[type], exclude: tuple[str, ...]) -> list[type]:
@@ -191,7 +206,11 @@ class Emitter:
         head(_LUA_HELPERS.strip())
         head("")
         tail = "\n-- experts are registered once, after the runtime added its own\nib_main.experts = EXPERT_LIST\n"
-        return head.text() + body.text() + "\n" + self.spec.extra_lua.strip() + "\n" + tail
+        consts = ""
+        if self.spec.layouts or self.spec.constants:
+            consts = constants_lua(self.spec.layouts, self.spec.constants) + "\n"
+        return (head.text() + body.text() + "\n" + consts + self.spec.extra_lua.strip() + "\n"
+                + tail)
 
     def _items_of(self, m: LayerModel) -> list[Item]:
         out = []
@@ -409,6 +428,74 @@ local function ib_short(tvb, tree, proto, off, limit, need)
   return math.max(limit, off)
 end
 """
+
+
+LAYOUT_COMMENT = """\
+Layouts and constants, generated from the Python definitions (layers' fields_desc through
+luagen.model.header_layout; the constants' sources are named above each group).
+LAYOUT.<header>.<field>: `len` bytes at `off` from the header's start, read big-endian
+unless `le`; a field narrower than that window is ib_band(ib_rshift(window, shift), mask),
+`bits` wide. A trailer (ICRC, VCRC: `len` bytes) ends the packet. HDR_LEN.<header>: the
+bytes of its fixed part (all of it, or those before its first variable-length field)."""
+
+
+def field_lua(f: FieldLayout) -> str:
+    """One LAYOUT entry."""
+    if f.trailer:
+        d = {"len": f.nbytes, "trailer": True}
+    else:
+        d = {"off": f.off, "len": f.nbytes}
+        if f.bits is not None:
+            d.update(bits=f.bits, shift=f.shift, mask=Hex(f.mask))
+    if f.little_endian:
+        d["le"] = True
+    return lua_value(d)
+
+
+def constants_lua(layouts: list[type], constants: list[Const],
+                  comment: str = LAYOUT_COMMENT) -> str:
+    """The block of `local`s: LAYOUT and HDR_LEN of the layouts' headers (by class name),
+    then the constants."""
+    w = Writer()
+    w("-" * 94)
+    for line in comment.splitlines():
+        w(f"-- {line}" if line else "--")
+    w("-" * 94)
+    if layouts:
+        lays = [header_layout(cls) for cls in layouts]
+        w("local LAYOUT = {")
+        for lay in lays:
+            w(f"  {lua_key(lay.key)} = {{")
+            for f in lay.fields.values():
+                w(f"    {lua_key(f.name)} = {field_lua(f)},")
+            w("  },")
+        w("}")
+        _assign(w, "HDR_LEN", {lay.key: lay.fixed_len for lay in lays})
+    source = None
+    for c in constants:
+        if not is_lua_name(c.name):
+            raise GeneratorError(f"constant {c.name!r}: not a Lua name")
+        if c.source and c.source != source:
+            w(f"-- {c.source}")
+        source = c.source or source
+        note = f"  -- {c.note}" if c.note else ""
+        if isinstance(c.value, Expr):
+            w(f"local function {c.name}(v) return {c.value.lua(_lua_env('0'))} end{note}")
+        else:
+            _assign(w, c.name, c.value, note)
+    return w.text()
+
+
+def _assign(w: Writer, name: str, value, note: str = "") -> None:
+    """`local name = value`; a table too long for one line gets a line per key."""
+    line = f"local {name} = {lua_value(value)}{note}"
+    if len(line) <= 96 or not isinstance(value, dict):
+        w(line)
+        return
+    w(f"local {name} = {{{note}")
+    for k, v in value.items():
+        w(f"  {lua_key(k)} = {lua_value(v)},")
+    w("}")
 
 
 def generate(spec: Spec) -> str:

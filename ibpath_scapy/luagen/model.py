@@ -156,8 +156,15 @@ def _fixed_bytes(fld) -> int | None:
     return sz if isinstance(sz, int) and sz > 0 else None
 
 
-def build_layer(cls: type, prefix: str, names_seen: set[str] | None = None) -> LayerModel:
-    """Model one Scapy layer class."""
+class _Partial(Exception):
+    """build_layer(partial=True) stops at the first field it cannot model."""
+
+
+def build_layer(cls: type, prefix: str, names_seen: set[str] | None = None,
+                partial: bool = False) -> LayerModel:
+    """Model one Scapy layer class. With partial, a field that needs a hint the layer lacks
+    (a Scapy layer ibpath does not own: IP's options, say) ends the model instead of being
+    refused: the fields before it keep their offsets (what layer_layout reads)."""
     if not (isinstance(cls, type) and issubclass(cls, Packet)):
         raise GeneratorError(f"{cls!r} is not a Scapy Packet class")
     layer = filter_name(layer_name(cls))
@@ -169,6 +176,9 @@ def build_layer(cls: type, prefix: str, names_seen: set[str] | None = None) -> L
     bitpos: int | None = 0  # bits from the layer start; None once a variable step passed
     fixed_len = None
 
+    def refuse(message: str):
+        raise _Partial() if partial else GeneratorError(message)
+
     def item(name, ftype, **kw):
         abbrev = f"{proto_name}.{filter_name(name)}"
         base_abbrev, n = abbrev, 2
@@ -177,83 +187,88 @@ def build_layer(cls: type, prefix: str, names_seen: set[str] | None = None) -> L
         used.add(abbrev)
         return Item(abbrev=abbrev, label=label_for(name), ftype=ftype, **kw)
 
-    for raw_fld in cls.fields_desc:
-        when = None
-        fld = raw_fld
-        if isinstance(fld, ConditionalField):
-            when = hints.get(fld.name)
-            if not isinstance(when, WhenHint):
-                raise GeneratorError(
-                    f"{cls.__name__}.{fld.name}: a ConditionalField needs a WhenHint in "
-                    f"{cls.__name__}.field_hints (its condition is a Python lambda)")
-            fld = fld.fld
-        if isinstance(fld, TrailerField):
-            inner = fld.fld
-            nb = inner.sz
-            steps.append(Step(fld.name, "trailer", None, nbytes=nb,
-                              little_endian=inner.fmt[0] == "<",
-                              item=item(fld.name, _int_ftype(nb), base="HEX")))
-            continue
-        offset = bitpos // 8 if bitpos is not None and bitpos % 8 == 0 else None
-        if isinstance(fld, _BitField):
-            if bitpos is None:
-                raise GeneratorError(f"{cls.__name__}.{fld.name}: bit field after a variable-length field")
-            if le_group is None and fld.rev:
-                # scapy: a little-endian group of tot_size bytes is byte-reversed, then read
-                # MSB first (tot_size=-N on its first field, end_tot_size=-N on its last)
-                if bitpos % 8 or fld.tot_size < 1:
-                    raise GeneratorError(f"{cls.__name__}.{fld.name}: little-endian bit group "
-                                         "must start on a byte boundary")
-                le_group = (bitpos, fld.tot_size)
-            steps.append(_bit_step(cls, fld, bitpos, item, when, le_group))
-            bitpos += fld.size
-            if le_group and bitpos >= le_group[0] + 8 * le_group[1]:
-                le_group = None
-            continue
-        if bitpos is not None and bitpos % 8:
-            raise GeneratorError(f"{cls.__name__}.{fld.name}: the bit fields before it end mid-byte")
-        nb = _fixed_bytes(fld)
-        if isinstance(fld, IP6Field):
-            step = Step(fld.name, "ipv6", offset, nbytes=16, item=item(fld.name, "ipv6"))
-        elif isinstance(fld, IPField):
-            step = Step(fld.name, "ipv4", offset, nbytes=4, item=item(fld.name, "ipv4"))
-        elif isinstance(fld, MACField):
-            step = Step(fld.name, "ether", offset, nbytes=6, item=item(fld.name, "ether"))
-        elif isinstance(fld, PacketField) and not isinstance(fld, PacketListField):
-            sub = fld.cls
-            step = Step(fld.name, "packet", offset, sub=sub)
-        elif getattr(fld, "holds_packets", 0) or isinstance(fld, PacketListField):
-            h = hints.get(fld.name)
-            if not isinstance(h, ListHint):
-                raise GeneratorError(
-                    f"{cls.__name__}.{fld.name}: a packet list needs a ListHint in "
-                    f"{cls.__name__}.field_hints (count/stride/item class)")
-            step = Step(fld.name, "list", offset, hint=h)
-        elif nb is None:
-            h = hints.get(fld.name)
-            if not isinstance(h, LengthHint):
-                raise GeneratorError(
-                    f"{cls.__name__}.{fld.name}: a variable-length field needs a LengthHint in "
-                    f"{cls.__name__}.field_hints")
-            step = Step(fld.name, "varbytes", offset, hint=h, item=item(fld.name, "bytes"))
-        elif isinstance(fld, (StrFixedLenField,)) or not hasattr(fld, "fmt") or fld.fmt[-1] in "sp":
-            step = Step(fld.name, "bytes", offset, nbytes=nb, item=item(fld.name, "bytes"))
-        else:
-            le = fld.fmt[0] == "<"
-            step = Step(fld.name, "int", offset, nbytes=nb, bits=nb * 8, little_endian=le,
-                        wide_value=nb > 4,
-                        item=item(fld.name, _int_ftype(nb), base=_base(fld),
-                                  valuestring=_enum_table(fld)))
-        step.when = when
-        steps.append(step)
-        if step.kind in ("list", "varbytes") or when is not None or (
-                step.kind == "packet" and static_length(step.sub) is None):
-            if fixed_len is None:
-                fixed_len = (bitpos or 0) // 8
-            bitpos = None
-        elif bitpos is not None:
-            size = static_length(step.sub) if step.kind == "packet" else step.nbytes
-            bitpos += size * 8
+    try:
+        for raw_fld in cls.fields_desc:
+            when = None
+            fld = raw_fld
+            if isinstance(fld, ConditionalField):
+                when = hints.get(fld.name)
+                if not isinstance(when, WhenHint):
+                    refuse(
+                        f"{cls.__name__}.{fld.name}: a ConditionalField needs a WhenHint in "
+                        f"{cls.__name__}.field_hints (its condition is a Python lambda)")
+                fld = fld.fld
+            if isinstance(fld, TrailerField):
+                inner = fld.fld
+                nb = inner.sz
+                steps.append(Step(fld.name, "trailer", None, nbytes=nb,
+                                  little_endian=inner.fmt[0] == "<",
+                                  item=item(fld.name, _int_ftype(nb), base="HEX")))
+                continue
+            offset = bitpos // 8 if bitpos is not None and bitpos % 8 == 0 else None
+            if isinstance(fld, _BitField):
+                if bitpos is None:
+                    raise GeneratorError(f"{cls.__name__}.{fld.name}: bit field after a variable-length field")
+                if le_group is None and fld.rev:
+                    # scapy: a little-endian group of tot_size bytes is byte-reversed, then read
+                    # MSB first (tot_size=-N on its first field, end_tot_size=-N on its last)
+                    if bitpos % 8 or fld.tot_size < 1:
+                        raise GeneratorError(f"{cls.__name__}.{fld.name}: little-endian bit group "
+                                             "must start on a byte boundary")
+                    le_group = (bitpos, fld.tot_size)
+                steps.append(_bit_step(cls, fld, bitpos, item, when, le_group))
+                bitpos += fld.size
+                if le_group and bitpos >= le_group[0] + 8 * le_group[1]:
+                    le_group = None
+                continue
+            if bitpos is not None and bitpos % 8:
+                raise GeneratorError(f"{cls.__name__}.{fld.name}: the bit fields before it end mid-byte")
+            nb = _fixed_bytes(fld)
+            if isinstance(fld, IP6Field):
+                step = Step(fld.name, "ipv6", offset, nbytes=16, item=item(fld.name, "ipv6"))
+            elif isinstance(fld, IPField):
+                step = Step(fld.name, "ipv4", offset, nbytes=4, item=item(fld.name, "ipv4"))
+            elif isinstance(fld, MACField):
+                step = Step(fld.name, "ether", offset, nbytes=6, item=item(fld.name, "ether"))
+            elif isinstance(fld, PacketField) and not isinstance(fld, PacketListField):
+                sub = fld.cls
+                step = Step(fld.name, "packet", offset, sub=sub)
+            elif getattr(fld, "holds_packets", 0) or isinstance(fld, PacketListField):
+                h = hints.get(fld.name)
+                if not isinstance(h, ListHint):
+                    refuse(
+                        f"{cls.__name__}.{fld.name}: a packet list needs a ListHint in "
+                        f"{cls.__name__}.field_hints (count/stride/item class)")
+                step = Step(fld.name, "list", offset, hint=h)
+            elif nb is None:
+                h = hints.get(fld.name)
+                if not isinstance(h, LengthHint):
+                    refuse(
+                        f"{cls.__name__}.{fld.name}: a variable-length field needs a LengthHint in "
+                        f"{cls.__name__}.field_hints")
+                step = Step(fld.name, "varbytes", offset, hint=h, item=item(fld.name, "bytes"))
+            elif isinstance(fld, (StrFixedLenField,)) or not hasattr(fld, "fmt") or fld.fmt[-1] in "sp":
+                step = Step(fld.name, "bytes", offset, nbytes=nb, item=item(fld.name, "bytes"))
+            else:
+                le = fld.fmt[0] == "<"
+                step = Step(fld.name, "int", offset, nbytes=nb, bits=nb * 8, little_endian=le,
+                            wide_value=nb > 4,
+                            item=item(fld.name, _int_ftype(nb), base=_base(fld),
+                                      valuestring=_enum_table(fld)))
+            step.when = when
+            steps.append(step)
+            if step.kind in ("list", "varbytes") or when is not None or (
+                    step.kind == "packet" and static_length(step.sub) is None):
+                if fixed_len is None:
+                    fixed_len = (bitpos or 0) // 8
+                bitpos = None
+            elif bitpos is not None:
+                size = static_length(step.sub) if step.kind == "packet" else step.nbytes
+                bitpos += size * 8
+    except _Partial:  # (partial only) the fields so far are the model
+        if fixed_len is None:
+            fixed_len = (bitpos or 0) // 8
+        bitpos = None
     if bitpos is not None and bitpos % 8:
         raise GeneratorError(f"{cls.__name__}: its bit fields end mid-byte")
     static = None if bitpos is None else bitpos // 8
@@ -371,3 +386,66 @@ def static_length(cls: type) -> int | None:
         except GeneratorError:
             _STATIC[cls] = None
     return _STATIC[cls]
+
+
+@dataclass(frozen=True)
+class FieldLayout:
+    """Where one field of a header lies: a window of `nbytes` bytes at byte `off` from the
+    header's start (read big-endian unless little_endian), and for a field narrower than
+    its window, `bits` wide at `shift` bits above the window's least significant bit. A
+    trailer (ICRC, VCRC) has no offset: it ends the packet."""
+
+    name: str
+    off: int | None
+    nbytes: int
+    bits: int | None = None
+    shift: int = 0
+    little_endian: bool = False
+    trailer: bool = False
+
+    @property
+    def mask(self) -> int | None:
+        """The field's value mask after the shift, or None for a whole window."""
+        return None if self.bits is None else (1 << self.bits) - 1
+
+    @property
+    def bit_range(self) -> tuple[int, int]:
+        """(first bit, bits) of the field counted from the header's first bit, MSB first
+        (big-endian windows only)."""
+        if self.off is None or self.little_endian:
+            raise GeneratorError(f"{self.name}: no big-endian bit position")
+        width = self.nbytes * 8 if self.bits is None else self.bits
+        return self.off * 8 + self.nbytes * 8 - self.shift - width, width
+
+
+@dataclass(frozen=True)
+class HeaderLayout:
+    """The fixed part of a header: its fields by name, in wire order, and its length (all
+    of it for a fixed-size header, else the bytes before the first variable field)."""
+
+    key: str
+    fields: dict[str, FieldLayout]
+    fixed_len: int
+
+
+def header_layout(cls: type) -> HeaderLayout:
+    """The layout of a header from its fields_desc through build_layer: every field at a
+    static position; what follows a field the model cannot place (IP's options, a
+    length-prefixed value) is left out."""
+    m = build_layer(cls, "layout", partial=True)
+    out: dict[str, FieldLayout] = {}
+    for s in m.steps:
+        if s.kind == "trailer":
+            out[s.name] = FieldLayout(s.name, None, s.nbytes, little_endian=s.little_endian,
+                                      trailer=True)
+            continue
+        if s.when is not None or s.offset is None or s.nbytes == 0:
+            continue
+        if s.kind not in ("int", "bitint", "flags", "ipv4", "ipv6", "ether", "bytes"):
+            continue
+        whole = s.kind not in ("bitint", "flags") or s.bits == s.nbytes * 8
+        out[s.name] = FieldLayout(
+            s.name, s.offset, s.nbytes, bits=None if whole else s.bits,
+            shift=0 if whole else s.nbytes * 8 - s.bit_off - s.bits,
+            little_endian=s.little_endian)
+    return HeaderLayout(m.key, out, m.static_len if m.static_len is not None else m.fixed_len)

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import re
+import socket
 from importlib import resources
 from pathlib import Path
 
-from .. import __version__
+from scapy.contrib.roce import GRH
+from scapy.layers.inet import IP, UDP
+from scapy.layers.inet6 import IPv6
+
+from .. import __version__, crcspec
 from ..layers import BTH, LRH
+from ..layers import ib, mad, netlink, roce, sa
 from ..layers.acm import ACM_OPCODES, AcmHdr
-from ..layers.netlink import RdmaNLMsgHdr
+from ..layers.netlink import NetlinkCooked, RdmaNLMsgHdr
 from ..layers.pathdata import PathArray
 from ..layers.ucma import UCMA_COMMANDS, UcmaCmdHdr
 from ..layers.umad import UserMad
 from ..packet_rules import PACKET_RULES
-from .emit import Spec, generate
-from .lua import lua_str, lua_table
+from ..rmpp import MAX_SEGMENTS
+from .emit import Const, Spec, constants_lua, generate
+from .lua import Hex, lua_str, lua_table
 
 # In a checkout, the committed plugin: tests compare it with a fresh generation.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -74,6 +82,79 @@ def recorded_sources_lua() -> str:
     return "\n".join(lines) + "\n"
 
 
+# The headers whose fields the runtime reads (LAYOUT, HDR_LEN).
+RUNTIME_LAYOUTS = [LRH, GRH, BTH, roce.DETH, mad.MAD, mad.RMPP, sa.SAHeader, IP, IPv6, UDP,
+                   ib.ExportedPDUTag, NetlinkCooked, RdmaNLMsgHdr]
+
+
+def _crc(p: crcspec.CrcParams) -> dict:
+    """A CRC's parameters as runtime.lua's table-driven, reflected code reads them."""
+    assert p.reflected
+    return {"poly": Hex(p.poly_reflected), "init": Hex(p.init), "xorout": Hex(p.xorout),
+            "mod": Hex(p.modulus)}
+
+
+def _mad_qpn_max() -> int:
+    """The highest source QP DETH binds MAD to: QP0 and QP1 carry MADs (GSI/SMI)."""
+    return max(fv["src_qp"] for fv, cls in roce.DETH.payload_guess if cls is mad.MAD)
+
+
+def _exported_pdu_name(cls: type) -> str:
+    return next(k for k, v in ib.EXPORTED_PDU_DISSECTORS.items() if v is cls)
+
+
+def runtime_constants() -> list[Const]:
+    """The constants runtime.lua reads besides the layouts, each from its definition."""
+    port = roce.ROCEV2_UDP_PORT.to_bytes(UDP.fields_desc[1].sz, "big")
+    return [
+        Const("MAD_SIZE", mad.MAD_SIZE, "layers/mad.py"),
+        Const("RMPP_DATA_SIZE", mad.RMPP_DATA_SIZE),
+        Const("MGMT_CLASS_SA", Hex(mad.MGMT_CLASS_SA)),
+        Const("METHOD_RESP", Hex(mad.METHOD_RESP)),
+        Const("RMPP_TYPE_DATA", mad.RMPP_TYPE_DATA),
+        Const("RMPP_ACTIVE", Hex(mad.RMPP_ACTIVE)),
+        Const("RMPP_FIRST", Hex(mad.RMPP_FIRST)),
+        Const("RMPP_LAST", Hex(mad.RMPP_LAST)),
+        Const("MAX_SEGMENTS", MAX_SEGMENTS, "rmpp.py: segment numbers reassembled"),
+        Const("SA_HDR_SIZE", sa.SA_HDR_SIZE, "layers/sa.py"),
+        Const("SA_MAD_HDR_SIZE", sa.SA_MAD_HDR_SIZE),
+        Const("SA_DATA_SIZE", sa.SA_DATA_SIZE),
+        Const("SA_RECORD_STRIDE", sa.SAHeader.field_hints["records"].stride),
+        Const("UD_SEND_ONLY", Hex(roce.UD_SEND_ONLY), "layers/roce.py"),
+        Const("ROCEV2_UDP_PORT_BE", port),
+        Const("MAD_QPN_MAX", _mad_qpn_max(), note="QP0 and QP1 carry MADs (DETH's bindings)"),
+        Const("LNH_IBA_LOCAL", ib.LNH_IBA_LOCAL, "layers/ib.py"),
+        Const("LNH_IBA_GLOBAL", ib.LNH_IBA_GLOBAL),
+        Const("EXP_PDU_TAG_END", ib.EXP_PDU_TAG_END),
+        Const("EXP_PDU_TAG_DISSECTOR_NAME", ib.EXP_PDU_TAG_DISSECTOR_NAME),
+        Const("EXPORTED_PDU_INFINIBAND", _exported_pdu_name(LRH)),
+        Const("LRH_PKT_LEN_UNIT", 4, note="PktLen counts 4-byte words (IBA Vol1 7.7.8)"),
+        Const("NETLINK_RDMA", netlink.NETLINK_RDMA, "layers/netlink.py"),
+        Const("ARPHRD_NETLINK", netlink.ARPHRD_NETLINK),
+        Const("NLMSG_HDRLEN", netlink.NLMSG_HDRLEN),
+        Const("NLMSG_ALIGNTO", RdmaNLMsgHdr.length_align),
+        Const("NLM_F_REQUEST", Hex(netlink.NLM_F_REQUEST)),
+        Const("RDMA_NL_LS", netlink.RDMA_NL_LS),
+        Const("RDMA_NL_LS_F_ERR", Hex(netlink.RDMA_NL_LS_F_ERR)),
+        Const("LS_OPS", dict(netlink.LS_OPS)),
+        Const("IPV4_VERSION", IP().version, "IP and UDP (scapy's layers, the socket module)"),
+        Const("IPV6_VERSION", IPv6().version),
+        Const("IPV4_IHL_UNIT", 4, note="IHL counts 32-bit words (RFC 791)"),
+        Const("IPPROTO_UDP", socket.IPPROTO_UDP),
+        Const("ICRC", _crc(crcspec.ICRC), "crcspec.py: the CRCs (reflected polynomial) and the "
+              "ICRC's variant bits per header"),
+        Const("VCRC", _crc(crcspec.VCRC)),
+        Const("ICRC_VARIANT", {key: [{"off": off, "ones": Hex(bits)} for off, bits in mask]
+                               for key, mask in crcspec.variant_masks().items()}),
+        Const("ICRC_ROCEV2_PREFIX", crcspec.rocev2_prefix()),
+        Const("PT_NONE", 0, "Wireshark's enum port_type (epan/address.h)",
+              note="pinfo.port_type of a frame without ports"),
+        Const("PT_IBQP", 10, note="set by Wireshark's InfiniBand dissector (ports = QPs)"),
+        Const("ROCEV2_SEARCH_BYTES", 128, "The runtime's own bound",
+              note="how far into a frame rocev2_locate looks for a UDP header"),
+    ]
+
+
 def plugin_spec() -> Spec:
     return Spec(
         prefix="ibpath",
@@ -89,9 +170,41 @@ def plugin_spec() -> Spec:
         },
         extra_lua=resources.files(__package__).joinpath("runtime.lua").read_text()
         + "\n" + recorded_sources_lua(),
+        layouts=RUNTIME_LAYOUTS,
+        constants=runtime_constants(),
     )
 
 
 def generate_plugin() -> str:
     """The full text of dissector/ibpath.lua."""
     return generate(plugin_spec())
+
+
+# The tshark engine's helper (package data, loaded beside the plugin by tshark_engine.py) is
+# hand-written but for a block of layouts and constants between these lines.
+ENGINE_HELPER = Path(__file__).resolve().parents[1] / "data" / "engine_helper.lua"
+HELPER_BEGIN = "-- BEGIN generated by ibpath_scapy.luagen.plugin (python -m ibpath_scapy.luagen)"
+HELPER_END = "-- END generated"
+HELPER_LAYOUTS = [NetlinkCooked, RdmaNLMsgHdr]
+
+
+def helper_constants() -> list[Const]:
+    return [
+        Const("NETLINK_RDMA", netlink.NETLINK_RDMA, "layers/netlink.py"),
+        Const("PACKET_KERNEL", netlink.PACKET_KERNEL),
+        Const("NLMSG_HDRLEN", netlink.NLMSG_HDRLEN),
+        Const("NLM_F_REQUEST", Hex(netlink.NLM_F_REQUEST)),
+        Const("RDMA_NL_LS", netlink.RDMA_NL_LS),
+        Const("RDMA_NL_LS_OP_RESOLVE", netlink.RDMA_NL_LS_OP_RESOLVE),
+    ]
+
+
+def engine_helper_lua(text: str) -> str:
+    """engine_helper.lua's text with its generated block made fresh."""
+    block = constants_lua(HELPER_LAYOUTS, helper_constants(), comment=(
+        "Layouts (from the layers' fields_desc; see the plugin's LAYOUT) and constants "
+        "from\nthe Python definitions, named above each group."))
+    pattern = re.compile(re.escape(HELPER_BEGIN) + r"\n.*?" + re.escape(HELPER_END) + r"\n", re.S)
+    if not pattern.search(text):
+        raise ValueError(f"{ENGINE_HELPER.name}: no {HELPER_BEGIN!r} ... {HELPER_END!r} block")
+    return pattern.sub(lambda _: f"{HELPER_BEGIN}\n{block}{HELPER_END}\n", text, count=1)

@@ -1,11 +1,47 @@
 ----------------------------------------------------------------------------------------------
 -- ibpath runtime: checks and state that span packets (ICRC/VCRC, transaction matching, RMPP
 -- reassembly) and the registration that chains Wireshark's own InfiniBand dissector. Layer
--- code above is generated; this part is the same for every generation.
+-- code above is generated; this part is the same for every generation. Every offset, size
+-- and protocol constant it reads comes from the generated block above it (LAYOUT, HDR_LEN
+-- and the named constants); the numbers left here are bytes, bits and loop bounds.
 ----------------------------------------------------------------------------------------------
 
-local UD_SEND_ONLY = 0x64
-local MAD_SIZE, SA_HDR, SA_MAD_HDR, SA_DATA = 256, 20, 56, 200
+-- Reading a LAYOUT field f of a header that starts at the 0-based offset base: str_uint and
+-- str_field in a Lua string (big-endian), tvb_uint in a Tvb (in f's byte order), ba_uint in a
+-- ByteArray (ba_uint: at an offset, a length); field_bits narrows a window's value to f's bits.
+local function field_bits(x, f) return ib_band(ib_rshift(x, f.shift), f.mask) end
+
+local function str_uint(s, base, f)
+  local n = 0
+  for i = base + f.off + 1, base + f.off + f.len do n = n * 256 + string.byte(s, i) end
+  return n
+end
+
+local function str_field(s, base, f)
+  return string.sub(s, base + f.off + 1, base + f.off + f.len)
+end
+
+local function tvb_uint(tvb, base, f)
+  local r = tvb(base + f.off, f.len)
+  if f.le then return r:le_uint() end
+  return r:uint()
+end
+
+local function ba_uint(ba, at, len)
+  local n = 0
+  for i = at, at + len - 1 do n = n * 256 + ba:get_index(i) end
+  return n
+end
+
+local function ba_set_uint(ba, at, len, value)
+  for i = at + len - 1, at, -1 do
+    ba:set_index(i, value % 256)
+    value = math.floor(value / 256)
+  end
+end
+
+local function ba_field(ba, base, f) return ba_uint(ba, base + f.off, f.len) end
+local function ba_set_field(ba, base, f, value) ba_set_uint(ba, base + f.off, f.len, value) end
 
 local RT = {
   icrc = ProtoField.uint8("ibpath.check.icrc", "ICRC", base.DEC, {[0] = "Bad", [1] = "Good"}),
@@ -29,20 +65,20 @@ EXPERT_LIST[#EXPERT_LIST + 1] = EX_BUILTIN
 EXPERT_LIST[#EXPERT_LIST + 1] = EX_CRC
 EXPERT_LIST[#EXPERT_LIST + 1] = EX_RMPP
 
--- CRC-32 (IEEE, reflected) and CRC-16/0x100B (reflected), table driven ------------------------
-local CRC32_T, CRC16_T = {}, {}
-for i = 0, 255 do
-  local c = i
-  for _ = 1, 8 do
-    if ib_band(c, 1) ~= 0 then c = ib_bxor(ib_rshift(c, 1), 0xEDB88320) else c = ib_rshift(c, 1) end
+-- ICRC (CRC-32) and VCRC (CRC-16), reflected, table driven (ICRC, VCRC above) --------------
+local function crc_table(poly)
+  local t = {}
+  for i = 0, 255 do
+    local c = i
+    for _ = 1, 8 do
+      if ib_band(c, 1) ~= 0 then c = ib_bxor(ib_rshift(c, 1), poly) else c = ib_rshift(c, 1) end
+    end
+    t[i] = c
   end
-  CRC32_T[i] = c
-  local d = i
-  for _ = 1, 8 do
-    if ib_band(d, 1) ~= 0 then d = ib_bxor(ib_rshift(d, 1), 0xD008) else d = ib_rshift(d, 1) end
-  end
-  CRC16_T[i] = d
+  return t
 end
+local CRC32_T, CRC16_T = crc_table(ICRC.poly), crc_table(VCRC.poly)
+local ICRC_LEN, VCRC_LEN = LAYOUT.BTH.icrc.len, LAYOUT.LRH.vcrc.len
 
 local bxor, band, rshift = ib_bxor, ib_band, ib_rshift
 if ib_bitlib then bxor, band, rshift = ib_bitlib.bxor, ib_bitlib.band, ib_bitlib.rshift end
@@ -50,85 +86,99 @@ if ib_bitlib then bxor, band, rshift = ib_bitlib.bxor, ib_bitlib.band, ib_bitlib
 -- Works on raw byte strings; BitOp's signed results are fine in between (it reduces its
 -- inputs modulo 2^32) and folded to unsigned at the end.
 local function crc32(s, crc)
-  crc = crc or 0xFFFFFFFF
+  crc = crc or ICRC.init
   local byte = string.byte
   for i = 1, #s do
     crc = bxor(rshift(crc, 8), CRC32_T[band(bxor(crc, byte(s, i)), 0xFF)])
   end
-  return crc % 4294967296
+  return crc % ICRC.mod
 end
 
 local function crc16(s)
-  local crc = 0xFFFF
+  local crc = VCRC.init
   local byte = string.byte
   for i = 1, #s do
     crc = bxor(rshift(crc, 8), CRC16_T[band(bxor(crc, byte(s, i)), 0xFF)])
   end
-  return bxor(crc, 0xFFFF) % 65536
+  return bxor(crc, VCRC.xorout) % VCRC.mod
 end
 
 -- ICRC bytes are little-endian on the wire; Scapy's (and the generated field's) value reads
 -- them big-endian: compare in that form.
-local function byteswap32(x)
-  return ib_bor(ib_bor(ib_lshift(ib_band(x, 0xFF), 24), ib_lshift(ib_band(ib_rshift(x, 8), 0xFF), 16)),
-                ib_bor(ib_lshift(ib_band(ib_rshift(x, 16), 0xFF), 8), ib_band(ib_rshift(x, 24), 0xFF)))
+local function byteswap(x, n)
+  local r = 0
+  for _ = 1, n do
+    r = r * 256 + x % 256
+    x = math.floor(x / 256)
+  end
+  return r
 end
 
--- RoCEv2 (Linux rxe_icrc.c): 8 bytes 0xFF for the LRH, IP TOS/TTL/checksum (v4) or traffic
--- class/flow label/hop limit (v6), UDP checksum and BTH Resv8a taken as ones. The IP and UDP
--- headers are outside the UDP payload tvb ibpath is given, so this runs in a postdissector on
--- the frame, for the frames the BTH hook marked (field extractors for ip/udp would make
--- Wireshark build a tree for every frame).
+-- Sets the bits ICRC_VARIANT[key] takes as ones in the header at offset at of a ByteArray
+-- (bytes past its end are left alone).
+local function variant_ones(ba, at, key)
+  local n = ba:len()
+  for _, m in ipairs(ICRC_VARIANT[key]) do
+    local i = at + m.off
+    if i < n then ba:set_index(i, ib_bor(ba:get_index(i), m.ones)) end
+  end
+end
+
+-- RoCEv2 (Linux rxe_icrc.c): the LRH's all-ones form in front, IP TOS/TTL/checksum (v4) or
+-- traffic class/flow label/hop limit (v6), UDP checksum and BTH Resv8a taken as ones. The IP
+-- and UDP headers are outside the UDP payload tvb ibpath is given, so this runs in a
+-- postdissector on the frame, for the frames the BTH hook marked (field extractors for ip/udp
+-- would make Wireshark build a tree for every frame). IPv4 only without options.
 local function rocev2_icrc(frame, bth_off, icrc_at)
-  local udp_off = bth_off - 8
-  local ip, ip_off
-  if udp_off >= 20 and frame(udp_off - 20, 1):uint() == 0x45 and frame(udp_off - 11, 1):uint() == 17 then
-    ip_off = udp_off - 20
-    ip = frame(ip_off, 20):bytes()
-    ip:set_index(1, 0xFF); ip:set_index(8, 0xFF); ip:set_index(10, 0xFF); ip:set_index(11, 0xFF)
-  elseif udp_off >= 40 and ib_rshift(frame(udp_off - 40, 1):uint(), 4) == 6 and frame(udp_off - 34, 1):uint() == 17 then
-    ip_off = udp_off - 40
-    ip = frame(ip_off, 40):bytes()
-    ip:set_index(0, ib_bor(ip:get_index(0), 0x0F))
-    ip:set_index(1, 0xFF); ip:set_index(2, 0xFF); ip:set_index(3, 0xFF); ip:set_index(7, 0xFF)
+  local udp_off = bth_off - HDR_LEN.UDP
+  local v4, v6 = udp_off - HDR_LEN.IP, udp_off - HDR_LEN.IPv6
+  local ip
+  local b0 = v4 >= 0 and tvb_uint(frame, v4, LAYOUT.IP.version)
+  if b0 and field_bits(b0, LAYOUT.IP.version) == IPV4_VERSION
+      and field_bits(b0, LAYOUT.IP.ihl) * IPV4_IHL_UNIT == HDR_LEN.IP
+      and tvb_uint(frame, v4, LAYOUT.IP.proto) == IPPROTO_UDP then
+    ip = frame(v4, HDR_LEN.IP):bytes()
+    variant_ones(ip, 0, "IP")
+  elseif v6 >= 0 and field_bits(tvb_uint(frame, v6, LAYOUT.IPv6.version), LAYOUT.IPv6.version) == IPV6_VERSION
+      and tvb_uint(frame, v6, LAYOUT.IPv6.nh) == IPPROTO_UDP then
+    ip = frame(v6, HDR_LEN.IPv6):bytes()
+    variant_ones(ip, 0, "IPv6")
   else
     return nil
   end
-  local udp = frame(udp_off, 8):bytes()
-  udp:set_index(6, 0xFF); udp:set_index(7, 0xFF)
+  local udp = frame(udp_off, HDR_LEN.UDP):bytes()
+  variant_ones(udp, 0, "UDP")
   local rest = frame(bth_off, icrc_at - bth_off):bytes()
-  rest:set_index(4, 0xFF)
-  local crc = crc32(string.rep("\255", 8))
+  variant_ones(rest, 0, "BTH")
+  local crc = crc32(ICRC_ROCEV2_PREFIX)
   crc = crc32(ip:raw(), crc)
   crc = crc32(udp:raw(), crc)
   crc = crc32(rest:raw(), crc)
-  return ib_bxor(crc, 0xFFFFFFFF)
+  return ib_bxor(crc, ICRC.xorout)
 end
 
 -- Native IB (checked against a real ibdump capture): the LRH VL nibble, or the whole LRH when
 -- a GRH follows, GRH TClass/FlowLabel/HopLmt and BTH Resv8a taken as ones.
 local function native_icrc(tvb, lrh_off, icrc_at)
   local b = tvb(lrh_off, icrc_at - lrh_off):bytes()
-  local bth = 8
-  if ib_band(b:get_index(1), 3) == 3 then
-    for i = 0, 7 do b:set_index(i, 0xFF) end
-    if b:len() >= 48 then
-      b:set_index(8, ib_bor(b:get_index(8), 0x0F))
-      b:set_index(9, 0xFF); b:set_index(10, 0xFF); b:set_index(11, 0xFF); b:set_index(15, 0xFF)
-    end
-    bth = 48
+  local bth = HDR_LEN.LRH
+  local lnh = LAYOUT.LRH.lnh
+  if field_bits(ba_field(b, 0, lnh), lnh) == LNH_IBA_GLOBAL then
+    variant_ones(b, 0, "LRH_GLOBAL")
+    if b:len() >= HDR_LEN.LRH + HDR_LEN.GRH then variant_ones(b, HDR_LEN.LRH, "GRH") end
+    bth = HDR_LEN.LRH + HDR_LEN.GRH
   else
-    b:set_index(0, ib_bor(b:get_index(0), 0xF0))
+    variant_ones(b, 0, "LRH_LOCAL")
   end
-  if b:len() > bth + 4 then b:set_index(bth + 4, 0xFF) end
-  return ib_bxor(crc32(b:raw()), 0xFFFFFFFF)
+  variant_ones(b, bth, "BTH")
+  return ib_bxor(crc32(b:raw()), ICRC.xorout)
 end
 
 local function show_icrc(t, range, want, calc)
-  local good = byteswap32(calc) == want
+  local good = byteswap(calc, ICRC_LEN) == want
   local it = t:add(RT.icrc, range, good and 1 or 0):set_generated()
   if not good then
-    t:add(RT.icrc_calc, range, byteswap32(calc)):set_generated()
+    t:add(RT.icrc_calc, range, byteswap(calc, ICRC_LEN)):set_generated()
     it:add_proto_expert_info(EX_CRC, "ICRC mismatch")
   end
 end
@@ -136,48 +186,55 @@ end
 HOOKS["BTH"] = function(tvb, pinfo, t, off, o, ctx, v)
   if not ctx.show then return end
   local icrc_at = ctx.limit
-  if icrc_at + 4 > tvb:len() or v.icrc == nil then return end
+  if icrc_at + ICRC_LEN > tvb:len() or v.icrc == nil then return end
   if ctx.encap == "rocev2" then
     -- the tvb is the whole frame (the RoCEv2 entry is a postdissector): IP and UDP are in it
     local calc = rocev2_icrc(tvb, off, icrc_at)
-    if calc ~= nil then show_icrc(t, tvb(icrc_at, 4), v.icrc, calc) end
+    if calc ~= nil then show_icrc(t, tvb(icrc_at, ICRC_LEN), v.icrc, calc) end
     return
   end
   local lrh_off = ctx.at["LRH"]
   if lrh_off == nil then return end
-  show_icrc(t, tvb(icrc_at, 4), v.icrc, native_icrc(tvb, lrh_off, icrc_at))
+  show_icrc(t, tvb(icrc_at, ICRC_LEN), v.icrc, native_icrc(tvb, lrh_off, icrc_at))
   local lrh = ctx.v["LRH"]
-  if lrh ~= nil and lrh.vcrc ~= nil and icrc_at + 6 <= tvb:len() then
-    local vgood = crc16(tvb(lrh_off, icrc_at + 4 - lrh_off):raw()) == lrh.vcrc
-    local vi = t:add(RT.vcrc, tvb(icrc_at + 4, 2), vgood and 1 or 0):set_generated()
+  local vcrc_at = icrc_at + ICRC_LEN
+  if lrh ~= nil and lrh.vcrc ~= nil and vcrc_at + VCRC_LEN <= tvb:len() then
+    local vgood = crc16(tvb(lrh_off, vcrc_at - lrh_off):raw()) == lrh.vcrc
+    local vi = t:add(RT.vcrc, tvb(vcrc_at, VCRC_LEN), vgood and 1 or 0):set_generated()
     if not vgood then vi:add_proto_expert_info(EX_CRC, "VCRC mismatch") end
   end
 end
 
 -- Transaction matching by TID ---------------------------------------------------------------
 -- State is gathered on the first pass whether or not a tree is built (tshark -2 and the GUI
--- dissect the first pass without one), straight from the MAD's bytes: MAD header offsets 1
--- (class), 3 (method), 8 (TID); RMPP header 25 (type), 26 (flags), 28 (segment), 32 (paylen).
+-- dissect the first pass without one), straight from the MAD's bytes: the MAD header's class,
+-- method and TID, the RMPP header's type, flags, segment number and PayloadLength (LAYOUT).
 local tid_requests, tid_responses = {}, {}
 local rmpp_open, rmpp_done, rmpp_part_of = {}, {}, {}
+local MAD_F, RMPP_F = LAYOUT.MAD, LAYOUT.RMPP
+local RMPP_AT = HDR_LEN.MAD  -- the RMPP header follows the MAD header
+local SA_AT = HDR_LEN.MAD + HDR_LEN.RMPP  -- and the SA header the RMPP header
+local RMPP_WHOLE = ib_bor(ib_bor(RMPP_ACTIVE, RMPP_FIRST), RMPP_LAST)  -- a one-MAD transfer
 
--- The MAD's first 36 bytes as one Lua string (one call into Wireshark instead of a TvbRange
--- per field: on a capture of SA traffic these reads are most of what the plugin costs).
-local MAD_HEAD = 36
+-- The MAD and RMPP headers as one Lua string (one call into Wireshark instead of a TvbRange
+-- per field: on a capture of SA traffic these reads are most of what the plugin costs); from
+-- the class to the TID at least.
+local MAD_HEAD = HDR_LEN.MAD + HDR_LEN.RMPP
+local MAD_TID_END = MAD_F.transaction_id.off + MAD_F.transaction_id.len
 local function mad_head(tvb, mad_off)
   local n = math.min(MAD_HEAD, tvb:len() - mad_off)
-  if n < 16 then return nil end
+  if n < MAD_TID_END then return nil end
   return tvb:raw(mad_off, n)
 end
 
 local function tid_key(h)
   -- class and the exact 64-bit TID, as bytes (numbers lose precision above 2^53)
-  return string.sub(h, 2, 2) .. string.sub(h, 9, 16)
+  return str_field(h, 0, MAD_F.mgmt_class) .. str_field(h, 0, MAD_F.transaction_id)
 end
 
 local function track_tid(h, pinfo)
   local key = tid_key(h)
-  local is_resp = ib_band(string.byte(h, 4), 0x80) ~= 0
+  local is_resp = ib_band(str_uint(h, 0, MAD_F.method), METHOD_RESP) ~= 0
   if not pinfo.visited then
     if is_resp then
       if tid_responses[key] == nil then tid_responses[key] = {frame = pinfo.number, ts = pinfo.abs_ts} end
@@ -188,43 +245,42 @@ local function track_tid(h, pinfo)
   return key, is_resp
 end
 
-local function u32(ba, i)
-  return ((ba:get_index(i) * 256 + ba:get_index(i + 1)) * 256 + ba:get_index(i + 2)) * 256 + ba:get_index(i + 3)
-end
-
 -- Returns true when this MAD is one segment of a multi-segment RMPP DATA transfer.
 local function track_rmpp(tvb, pinfo, mad_off, h)
-  if mad_off + MAD_SIZE > tvb:len() or #h < MAD_HEAD or string.byte(h, 2) ~= 3 then return false end
-  local rtype, flags = string.byte(h, 26), ib_band(string.byte(h, 27), 7)
-  if ib_band(flags, 1) == 0 or rtype ~= 1 or flags == 7 then return false end
+  if mad_off + MAD_SIZE > tvb:len() or #h < MAD_HEAD
+      or str_uint(h, 0, MAD_F.mgmt_class) ~= MGMT_CLASS_SA then return false end
+  local rtype = str_uint(h, RMPP_AT, RMPP_F.rmpp_type)
+  local flags = field_bits(str_uint(h, RMPP_AT, RMPP_F.rmpp_flags), RMPP_F.rmpp_flags)
+  if ib_band(flags, RMPP_ACTIVE) == 0 or rtype ~= RMPP_TYPE_DATA or flags == RMPP_WHOLE then
+    return false
+  end
   if pinfo.visited then return true end
   local key = tostring(pinfo.src) .. ">" .. tostring(pinfo.dst) .. ":" .. tid_key(h)
   local st = rmpp_open[key]
   if st == nil then st = {segs = {}, frames = {}, last = nil}; rmpp_open[key] = st end
-  local b29, b30, b31, b32 = string.byte(h, 29, 32)
-  local n = ((b29 * 256 + b30) * 256 + b31) * 256 + b32
-  if n >= 1 and n <= 4096 then
+  local n = str_uint(h, RMPP_AT, RMPP_F.segment_number)
+  if n >= 1 and n <= MAX_SEGMENTS then
     st.segs[n] = tvb(mad_off, MAD_SIZE):bytes()
     st.frames[n] = pinfo.number
-    if ib_band(flags, 4) ~= 0 then st.last = n end
+    if ib_band(flags, RMPP_LAST) ~= 0 then st.last = n end
   end
   if st.last == nil then return true end
   for k = 1, st.last do if st.segs[k] == nil then return true end end
-  local pad = (MAD_SIZE - 36) - u32(st.segs[st.last], 32)
-  if pad < 0 or pad > SA_DATA then pad = 0 end
-  local total = SA_MAD_HDR + st.last * SA_DATA - pad
-  local ba = st.segs[1]:subset(0, SA_MAD_HDR)
-  for k = 1, st.last do ba:append(st.segs[k]:subset(SA_MAD_HDR, SA_DATA)) end
+  local pad = RMPP_DATA_SIZE - ba_field(st.segs[st.last], RMPP_AT, RMPP_F.payload_length)
+  if pad < 0 or pad > SA_DATA_SIZE then pad = 0 end
+  local total = SA_MAD_HDR_SIZE + st.last * SA_DATA_SIZE - pad
+  local ba = st.segs[1]:subset(0, SA_MAD_HDR_SIZE)
+  for k = 1, st.last do ba:append(st.segs[k]:subset(SA_MAD_HDR_SIZE, SA_DATA_SIZE)) end
   ba = ba:subset(0, total)
   -- rewritten as one FIRST|LAST transfer so that the generated SA code counts every record
-  ba:set_index(26, ib_bor(ib_band(ba:get_index(26), 0xF8), 7))
-  local pl = SA_HDR + total - SA_MAD_HDR
-  ba:set_index(28, 0); ba:set_index(29, 0); ba:set_index(30, 0); ba:set_index(31, 1)
-  ba:set_index(32, 0); ba:set_index(33, ib_band(ib_rshift(pl, 16), 0xFF))
-  ba:set_index(34, ib_band(ib_rshift(pl, 8), 0xFF)); ba:set_index(35, ib_band(pl, 0xFF))
-  local stride = math.max(ba:get_index(44) * 256 + ba:get_index(45), 8) * 8
+  local fl = RMPP_F.rmpp_flags
+  local w = ba_field(ba, RMPP_AT, fl)
+  ba_set_field(ba, RMPP_AT, fl, w - ib_lshift(field_bits(w, fl), fl.shift) + ib_lshift(RMPP_WHOLE, fl.shift))
+  ba_set_field(ba, RMPP_AT, RMPP_F.segment_number, 1)
+  ba_set_field(ba, RMPP_AT, RMPP_F.payload_length, SA_HDR_SIZE + total - SA_MAD_HDR_SIZE)
+  local stride = SA_RECORD_STRIDE({attribute_offset = ba_field(ba, SA_AT, LAYOUT.SAHeader.attribute_offset)})
   rmpp_done[pinfo.number] = {bytes = ba, frames = st.frames, last = st.last,
-                             records = math.floor((total - SA_MAD_HDR) / stride)}
+                             records = math.floor((total - SA_MAD_HDR_SIZE) / stride)}
   for k = 1, st.last do rmpp_part_of[st.frames[k]] = pinfo.number end
   rmpp_open[key] = nil
   return true
@@ -291,14 +347,15 @@ HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
 end
 
 -- Without a tree nothing is shown: only the state above is kept, from a handful of bytes.
+local DETH_AT = HDR_LEN.BTH  -- in a UD SEND, from the BTH on
+local UD_MAD_AT = HDR_LEN.BTH + HDR_LEN.DETH
 local function track_only(tvb, pinfo, bth_off)
-  local mad_off = bth_off + 20
-  if mad_off + 24 > tvb:len() then return end
-  local b = tvb:raw(bth_off, math.min(20 + MAD_HEAD, tvb:len() - bth_off))
-  local b6, b7, b8 = string.byte(b, 6, 8)
-  local s18, s19, s20 = string.byte(b, 18, 20)
-  if (b6 * 256 + b7) * 256 + b8 > 1 and (s18 * 256 + s19) * 256 + s20 > 1 then return end
-  local h = string.sub(b, 21)
+  local mad_off = bth_off + UD_MAD_AT
+  if mad_off + HDR_LEN.MAD > tvb:len() then return end
+  local b = tvb:raw(bth_off, math.min(UD_MAD_AT + MAD_HEAD, tvb:len() - bth_off))
+  if str_uint(b, 0, LAYOUT.BTH.dqpn) > MAD_QPN_MAX
+      and str_uint(b, DETH_AT, LAYOUT.DETH.src_qp) > MAD_QPN_MAX then return end
+  local h = string.sub(b, UD_MAD_AT + 1)
   track_tid(h, pinfo)
   if track_rmpp(tvb, pinfo, mad_off, h) then note_reassembly(pinfo) end
 end
@@ -344,11 +401,13 @@ end
 
 -- The BTH offset of a native-IB UD SEND (what carries MADs), or nil.
 local function native_wanted(tvb, off, limit)
-  if limit - off < 8 + 12 then return nil end
-  local lnh = ib_band(tvb(off + 1, 1):uint(), 3)
-  local bth = off + 8
-  if lnh == 3 then bth = bth + 40 elseif lnh ~= 2 then return nil end
-  if bth + 12 <= limit and tvb(bth, 1):uint() == UD_SEND_ONLY then return bth end
+  if limit - off < HDR_LEN.LRH + HDR_LEN.BTH then return nil end
+  local lnh = field_bits(tvb_uint(tvb, off, LAYOUT.LRH.lnh), LAYOUT.LRH.lnh)
+  local bth = off + HDR_LEN.LRH
+  if lnh == LNH_IBA_GLOBAL then bth = bth + HDR_LEN.GRH elseif lnh ~= LNH_IBA_LOCAL then return nil end
+  if bth + HDR_LEN.BTH <= limit and tvb_uint(tvb, bth, LAYOUT.BTH.opcode) == UD_SEND_ONLY then
+    return bth
+  end
   return nil
 end
 
@@ -356,42 +415,48 @@ end
 -- (bench/README.md): a wrapper also pays for calling the built-in dissector through Lua, a
 -- postdissector does not, and it leaves Wireshark's own tree as it is. Wireshark's InfiniBand
 -- dissector sets the ports to the QPs (port type IBQP), so one read of pinfo.dst_port sends
--- every data frame away; only QP0/QP1 frames go on to find their UDP header.
-local PT_NONE, PT_IBQP, ROCEV2_PORT = 0, 10, "\018\183"  -- UDP destination port 4791, big-endian
+-- every data frame away; only QP0/QP1 frames go on to find their UDP header (PT_NONE,
+-- PT_IBQP: Wireshark's port types, above).
 
 -- True when an IPv4 header (any IHL) or an IPv6 header without extension headers, protocol
 -- UDP, ends at the 0-based offset udp of s. Without it a native-IB packet whose DLID, P_Key
 -- or QPN reads 4791 (0x12B7) would be taken for a RoCEv2 one.
+local IP_F, IPV6_F = LAYOUT.IP, LAYOUT.IPv6
 local function after_ip_header(s, udp)
-  for ihl = 5, 15 do
-    local ip = udp - 4 * ihl
+  for ihl = ib_idiv(HDR_LEN.IP, IPV4_IHL_UNIT), IP_F.ihl.mask do
+    local ip = udp - IPV4_IHL_UNIT * ihl
     if ip < 0 then break end
-    if string.byte(s, ip + 1) == 0x40 + ihl and string.byte(s, ip + 10) == 17 then return true end
+    local b0 = str_uint(s, ip, IP_F.version)
+    if field_bits(b0, IP_F.version) == IPV4_VERSION and field_bits(b0, IP_F.ihl) == ihl
+        and str_uint(s, ip, IP_F.proto) == IPPROTO_UDP then return true end
   end
-  local ip6 = udp - 40
-  return ip6 >= 0 and math.floor(string.byte(s, ip6 + 1) / 16) == 6 and string.byte(s, ip6 + 7) == 17
+  local ip6 = udp - HDR_LEN.IPv6
+  return ip6 >= 0 and field_bits(str_uint(s, ip6, IPV6_F.version), IPV6_F.version) == IPV6_VERSION
+    and str_uint(s, ip6, IPV6_F.nh) == IPPROTO_UDP
 end
 
 -- The BTH offset and the end of the UDP payload of a RoCEv2 MAD frame, or nil: the first UDP
--- header (within the first 128 bytes, right after an IP header) whose destination port is
--- 4791 and whose next byte is a UD SEND opcode. Whatever lies below IP (VLAN tags, cooked
--- headers) needs no parser here.
+-- header (within the first ROCEV2_SEARCH_BYTES, right after an IP header) whose destination
+-- port is RoCEv2's and whose next byte is a UD SEND opcode. Whatever lies below IP (VLAN
+-- tags, cooked headers) needs no parser here.
 local function rocev2_locate(tvb)
-  local n = math.min(tvb:len(), 128 + 8 + 12)
-  if n < 8 + 12 then return nil end
+  local udp_bth = HDR_LEN.UDP + HDR_LEN.BTH
+  local n = math.min(tvb:len(), ROCEV2_SEARCH_BYTES + udp_bth)
+  if n < udp_bth then return nil end
   local s = tvb:raw(0, n)
-  local at = string.find(s, ROCEV2_PORT, 3, true)
+  local dport = LAYOUT.UDP.dport
+  local at = string.find(s, ROCEV2_UDP_PORT_BE, dport.off + 1, true)
   while at ~= nil do
-    local udp = at - 3  -- 0-based offset of the UDP header
-    local bth = udp + 8
-    if bth + 12 <= tvb:len() and string.byte(s, bth + 1) == UD_SEND_ONLY
+    local udp = at - 1 - dport.off  -- 0-based offset of the UDP header
+    local bth = udp + HDR_LEN.UDP
+    if bth + HDR_LEN.BTH <= tvb:len() and string.byte(s, bth + LAYOUT.BTH.opcode.off + 1) == UD_SEND_ONLY
         and after_ip_header(s, udp) then
-      local ulen = string.byte(s, at + 2) * 256 + string.byte(s, at + 3)
+      local ulen = str_uint(s, udp, LAYOUT.UDP.len)
       local limit = tvb:len()
-      if ulen >= 8 + 12 and udp + ulen < limit then limit = udp + ulen end
+      if ulen >= udp_bth and udp + ulen < limit then limit = udp + ulen end
       return bth, limit
     end
-    at = string.find(s, ROCEV2_PORT, at + 1, true)
+    at = string.find(s, ROCEV2_UDP_PORT_BE, at + 1, true)
   end
   return nil
 end
@@ -403,7 +468,11 @@ end
 -- VCRC), which an Ethernet frame never does by accident in practice; ibpath's own layers
 -- then check LNH and the BTH opcode (native_wanted).
 local function native_locate(tvb)
-  if tvb:len() < 8 or ib_band(tvb(4, 2):uint(), 0x7FF) * 4 + 2 ~= tvb:len() then return nil end
+  local pkt_len = LAYOUT.LRH.pkt_len
+  if tvb:len() < HDR_LEN.LRH
+      or field_bits(tvb_uint(tvb, 0, pkt_len), pkt_len) * LRH_PKT_LEN_UNIT + VCRC_LEN ~= tvb:len() then
+    return nil
+  end
   return 0, tvb:len()
 end
 
@@ -414,7 +483,7 @@ local wrapped_frame = nil
 local header_only_rdma  -- below, with the netlink code
 local post = Proto("ibpath.post", "ibpath (RoCEv2 and native-IB MADs, header-only RDMA netlink messages)")
 function post.dissector(tvb, pinfo, tree)
-  if pinfo.dst_port > 1 then return end
+  if pinfo.dst_port > MAD_QPN_MAX then return end
   local pt = pinfo.port_type
   if pt == PT_NONE then return header_only_rdma(tvb, pinfo, tree) end
   if pt ~= PT_IBQP then return end
@@ -459,26 +528,28 @@ wrap_encap(wtap_encaps.INFINIBAND, "ibpath.infiniband_raw", function(tvb)
   return 0, tvb:len()
 end)
 
+local EXP_TAG = LAYOUT.ExportedPDUTag
 wrap_encap(wtap_encaps.WIRESHARK_UPPER_PDU, "ibpath.exported_pdu", function(tvb)
   local off, name = 0, nil
-  while off + 4 <= tvb:len() do
-    local tag, len = tvb(off, 2):uint(), tvb(off + 2, 2):uint()
-    if tag == 0 then off = off + 4; break end
-    if off + 4 + len > tvb:len() then return nil end
-    -- not :stringz(), which reads past the tag when no NUL ends the name; and tvb(off + 4, 0)
-    -- at the end of the tvb is out of bounds (tests/data/fuzz/exported-pdu-*-name-tag.pcapng)
-    if tag == 12 and len > 0 then
-      local s = tvb(off + 4, len):string()
+  local hdr = HDR_LEN.ExportedPDUTag
+  while off + hdr <= tvb:len() do
+    local tag, len = tvb_uint(tvb, off, EXP_TAG.tag), tvb_uint(tvb, off, EXP_TAG.length)
+    if tag == EXP_PDU_TAG_END then off = off + hdr; break end
+    if off + hdr + len > tvb:len() then return nil end
+    -- not :stringz(), which reads past the tag when no NUL ends the name; and a zero-length
+    -- TvbRange at the end of the tvb is out of bounds (tests/data/fuzz/exported-pdu-*-name-tag.pcapng)
+    if tag == EXP_PDU_TAG_DISSECTOR_NAME and len > 0 then
+      local s = tvb(off + hdr, len):string()
       local nul = s:find("\0", 1, true)
       name = nul and s:sub(1, nul - 1) or s
     end
-    off = off + 4 + len
+    off = off + hdr + len
   end
-  if name ~= "infiniband" then return nil end
+  if name ~= EXPORTED_PDU_INFINIBAND then return nil end
   return off, tvb:len()
 end)
 
--- NETLINK_RDMA (20): Wireshark's netlink dissector hands each message, from its nlmsghdr
+-- NETLINK_RDMA: Wireshark's netlink dissector hands each message, from its nlmsghdr
 local nl_table = DissectorTable.get("netlink.protocol")
 local rdma_nl = Proto("ibpath.netlink_rdma", "ibpath RDMA netlink")
 
@@ -487,11 +558,10 @@ local function rdma_nl_message(tvb, pinfo, tree, off, limit)
   local ctx = {limit = limit, v = {}, at = {}, encap = "netlink", show = true}
   D["RdmaNLMsgHdr"](tvb, pinfo, tree, off, ctx)
   local msg = ctx.v["RdmaNLMsgHdr"] or {}
-  local ops = {[0] = "RESOLVE", [1] = "SET_TIMEOUT", [2] = "IP_RESOLVE"}
-  if msg.rdma_client == 4 then
-    local kind = ib_band(msg.nlmsg_flags or 0, 1) ~= 0 and "request" or "response"
-    local err = ib_band(msg.nlmsg_flags or 0, 0x100) ~= 0 and " [LS_F_ERR]" or ""
-    pinfo.cols.info:set(string.format("LS %s %s seq %d%s", ops[msg.rdma_op] or tostring(msg.rdma_op),
+  if msg.rdma_client == RDMA_NL_LS then
+    local kind = ib_band(msg.nlmsg_flags or 0, NLM_F_REQUEST) ~= 0 and "request" or "response"
+    local err = ib_band(msg.nlmsg_flags or 0, RDMA_NL_LS_F_ERR) ~= 0 and " [LS_F_ERR]" or ""
+    pinfo.cols.info:set(string.format("LS %s %s seq %d%s", LS_OPS[msg.rdma_op] or tostring(msg.rdma_op),
                                       kind, msg.nlmsg_seq or 0, err))
   end
 end
@@ -500,32 +570,32 @@ function rdma_nl.dissector(tvb, pinfo, tree)
   rdma_nl_message(tvb, pinfo, tree, 0, tvb:len())
   return tvb:len()
 end
-if nl_table ~= nil then nl_table:add(20, rdma_nl) end
+if nl_table ~= nil then nl_table:add(NETLINK_RDMA, rdma_nl) end
 
 -- Wireshark's netlink dissector hands a message to the family's dissector only when it has a
 -- body: a header-only RDMA message (an LS answer with RDMA_NL_LS_F_ERR and no attribute, say)
 -- would show as a bare "Netlink message". The postdissector finds those in NETLINK_RDMA
--- records (cooked header: pkttype, ARPHRD_NETLINK 824, ..., family at 14) and shows them,
--- each under a node of its own.
-local NLMSG_HDRLEN, COOKED_LEN, ARPHRD_NETLINK = 16, 16, 824
+-- records (the cooked header's hatype ARPHRD_NETLINK, protocol the netlink family) and shows
+-- those of an RDMA client (control messages have none), each under a node of its own.
 local nl_header_only = Proto("ibpath.nl_header_only", "ibpath RDMA netlink (header-only message)")
-
-local function le_u32(tvb, off) return tvb(off, 4):le_uint() end
+local COOKED_F, NLMSG_F = LAYOUT.NetlinkCooked, LAYOUT.RdmaNLMsgHdr
 
 function header_only_rdma(tvb, pinfo, tree)
   local n = tvb:len()
-  if n < COOKED_LEN + NLMSG_HDRLEN or tvb(2, 2):uint() ~= ARPHRD_NETLINK or tvb(14, 2):uint() ~= 20 then
+  local cooked = HDR_LEN.NetlinkCooked
+  if n < cooked + NLMSG_HDRLEN or tvb_uint(tvb, 0, COOKED_F.hatype) ~= ARPHRD_NETLINK
+      or tvb_uint(tvb, 0, COOKED_F.protocol) ~= NETLINK_RDMA then
     return
   end
-  local off = COOKED_LEN
+  local off = cooked
   while off + NLMSG_HDRLEN <= n do
-    local len = le_u32(tvb, off)
+    local len = tvb_uint(tvb, off, NLMSG_F.nlmsg_len)
     if len < NLMSG_HDRLEN then return end
-    if len == NLMSG_HDRLEN and tvb(off + 4, 2):le_uint() >= 0x400 then
+    if len == NLMSG_HDRLEN and field_bits(tvb_uint(tvb, off, NLMSG_F.rdma_client), NLMSG_F.rdma_client) ~= 0 then
       local t = tree:add(nl_header_only, tvb(off, NLMSG_HDRLEN))
       rdma_nl_message(tvb, pinfo, t, off, off + NLMSG_HDRLEN)
     end
-    off = off + ib_idiv(len + 3, 4) * 4
+    off = off + ib_idiv(len + NLMSG_ALIGNTO - 1, NLMSG_ALIGNTO) * NLMSG_ALIGNTO
   end
 end
 
