@@ -16,7 +16,7 @@ from ibpath_scapy.facts import problems as P
 PKG = Path(ibpath_scapy.__file__).parent
 ROOT = PKG.parent
 AUDIT = PKG / "audit"
-DECODERS = [PKG / "decode.py", PKG / "fast" / "decoder.py", PKG / "tshark_engine.py",
+DECODERS = [PKG / "decode.py", PKG / "fast" / "decoder.py", PKG / "tshark_engine" / "builder.py",
             PKG / "rmpp.py"]
 
 

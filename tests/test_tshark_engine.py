@@ -555,7 +555,7 @@ def test_every_field_the_engine_reads_is_registered_by_the_plugin(crafted):
                   if line.count("\t") >= 2}
     used = {abbrev for lf in tshark_engine._LAYER_CACHE.values() for _, abbrev, _ in lf.fields}
     used |= {lf.node for lf in tshark_engine._LAYER_CACHE.values()}
-    used |= set(re.findall(r'"(ibpath[._][a-z_.]+)"', Path(tshark_engine.__file__).read_text()
-                           + tshark_engine._HELPER_LUA))
+    engine_src = "".join(p.read_text() for p in Path(tshark_engine.__file__).parent.glob("*.py"))
+    used |= set(re.findall(r'"(ibpath[._][a-z_.]+)"', engine_src + tshark_engine._HELPER_LUA))
     missing = sorted(n for n in used if n not in registered and not n.endswith(".lua"))
     assert not missing, missing

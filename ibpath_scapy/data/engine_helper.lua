@@ -1,8 +1,8 @@
--- The tshark engine's helper postdissector (ibpath_scapy/tshark_engine.py), loaded beside the
+-- The tshark engine's helper postdissector (ibpath_scapy/tshark_engine/), loaded beside the
 -- plugin with a second -X lua_script. Package data: not part of the Wireshark plugin.
 --
 -- Capture facts the plugin cannot give and tshark's JSON output would drop, from a helper
--- postdissector loaded with a second -X lua_script (ibpath_scapy/tshark_engine.py's docstring):
+-- postdissector loaded with a second -X lua_script (ibpath_scapy/tshark_engine's docstring):
 -- - the netlink cooked header's pkttype (bytes 0-1: Wireshark 4.0's netlink dissector reads past
 --   it without a field);
 -- - the header fields of the netlink messages Wireshark dissects itself ("Netlink message": a

@@ -1,6 +1,6 @@
 """Rules about the capture as read: link types not decoded, ICRC/VCRC verdicts.
 
-The decoders (decode.py, fast/, tshark_engine.py) count both as they read and make one record
+The decoders (decode.py, fast/, tshark_engine/) count both as they read and make one record
 per link type and one for a capture whose ICRCs are all zero at the end of the file
 (decode.file_end_records); these rules turn them, and each frame's CRC errors, into findings.
 """

@@ -1,295 +1,38 @@
-"""The second audit engine: the generated Wireshark plugin, run by tshark, read as facts.
-
-``tshark_records(path)`` runs tshark once over a capture with the plugin this package ships
-(``dissector/ibpath.lua``; ``wireshark.packaged_plugin()``), after checking that this tshark
-loads it at all (``wireshark.Tshark.probe``), and yields, frame by frame, the same dicts
-``decode.decode_file(path)`` yields: the facts ``audit.engine.audit_records`` consumes. Because
-the audit rules see only these dicts, the two engines can be compared finding for finding.
-
-Output format. ``tshark -T json`` with ``-J`` limited to ``frame``, ``pkt_comment``, ``ip``,
-``ipv6``, ``udp``, ``netlink``, ``exported_pdu``, the plugin's own protocols (read from the
-plugin's ``Proto(...)`` calls) and the engine's helper (``ibpath_engine``, below). JSON keeps
-the protocol tree: repeated fields stay in order (objects are read as ordered key/value pairs,
-duplicates included) and a field belongs to the node it sits in. ``-T fields`` and ``-T ek``
-flatten the tree, which loses which LS attribute a value belongs to and which MAD of a frame
-(segment or reassembled message) a field came from. tshark prints one packet object after
-another, each opening with a line ``  {`` and closing with ``  }`` at two spaces of indent, so
-the output is parsed one packet at a time as it streams; only one packet's text is held in
-memory. ``-x`` (raw bytes and offsets of every field) would double tshark's run time and is
-not used. tshark is run with subprocess, not pyshark: pyshark reads PDML or EK through
-asyncio and drops tshark's stderr, which the Lua-error check needs.
-
-How fields are attributed:
-
-- MAD frames: the plugin adds one top-level protocol node per layer (``ibpath.lrh``,
-  ``ibpath.bth``, ``ibpath.deth``, ``ibpath.mad``, ``ibpath.rmpp``, ``ibpath.sa``,
-  ``ibpath.cm_req`` ...); PathRecords are children of their ``ibpath.sa`` node. On the frame
-  that completes an RMPP transfer, the reassembled message (tvb "Reassembled RMPP") is
-  dissected inside the segment's top-level ``ibpath.sa`` node: the ``ibpath.rmpp.segment``
-  fields there are ``reassembled_from``, and its nested ``ibpath.mad``/``ibpath.rmpp``/
-  ``ibpath.sa`` nodes (with the PathRecords of the whole answer) are the reassembled message.
-  The top-level nodes are the segment's own fields (``mad``, ``rmpp``, ``sa``).
-- RDMA netlink: Wireshark's netlink dissector hands every message of a record to the plugin,
-  which adds ``ibpath.nl`` and the body node (``ibpath.ls_resolve_request`` ...) at top level,
-  message after message. Inside a body, each ``ibpath.ls_attr`` node is followed by the node of
-  its value (``ibpath.ls_sgid``, ``ibpath.pathdata`` ...).
-- Blobs: the ``ibpath.blob`` node holds one ``ibpath.pathdata`` per record (each with its
-  ``ibpath.pathrecord``) and ``ibpath.blob.trailing``.
-
-Field names come from the layers through ``luagen.model.build_layer`` (what the generator
-uses), values are converted by the field's kind (integers, GIDs as canonical IPv6 text, bytes
-as hex), and the derived parts of a record (method and attribute names, status text, component
-names, flag names, error texts, the kernel view) use the same tables and functions as
-decode.py. Cross-frame state is kept the way decode.py keeps it: ``rmpp.Reassembler`` decides
-(by decode.py's key) when an RMPP transfer completes and records its problems (repeated and
-out-of-range segments, transfers never completed, reported at the end as decode.py does), and
-LS requests are remembered by sequence number for their responses' ``path_use``.
-
-What does not come from the plugin:
-
-- ``time``: ``frame.time_epoch`` (seconds and nanoseconds as text), turned into the float
-  pcapio computes (ticks × resolution) with the resolution of the file: the pcap magic, or the
-  pcapng interface's ``if_tsresol`` (pcapio.Interfaces: the file is read, lazily, only as far
-  as the interface's IDB).
-- ``src``/``dst``: ``ip.src``/``ip.dst`` or ``ipv6.src``/``ipv6.dst`` (RoCEv2); the LRH's
-  SLID/DLID and the GRH's GIDs come from the plugin (native IB).
-- MAD length (the "MAD is N bytes" error, truncated MADs): the length of ``udp.payload``
-  (RoCEv2); for native IB the LRH's PktLen (ERF records: the plugin dissects only records whose
-  length matches it) or the capture length less the exported-PDU tags, minus the fixed headers
-  and trailers.
-- ``set_option_result``: ``frame.comment`` (pcapng packet comment).
-- Netlink: a helper postdissector (``data/engine_helper.lua``, a second ``-X lua_script``) adds
-  the cooked header's ``pkttype`` (hence ``direction``), which Wireshark 4.0 shows in no
-  field; copies the ``netlink.hdr_*`` fields of the messages Wireshark dissects itself
-  (header-only and control messages, which it does not hand to the plugin; ``-J`` would drop
-  them); and has the plugin read a RESOLVE answer to the kernel that carries NLM_F_REQUEST
-  (which the plugin, following the flag, dissected as a request) once more as a response,
-  as decode.py reads it. Offsets of messages and attributes (for the "runs past the end"
-  errors, ``value_length`` and the kernel's nla_parse verdict) follow from ``nlmsg_len``,
-  ``nla_len`` and ``frame.cap_len``.
-- Raw blob files (not a capture): tshark cannot read them, so the file is wrapped into a
-  one-frame pcapng as an exported PDU "ibpath.blob" (the layers build the framing) and the
-  plugin dissects that; the record says ``encap: raw``, time 0.0, as decode.py's does.
-
-Known differences. None changes a finding on the captures of captures/, the external captures
-or the crafted captures of tests/test_tshark_engine.py:
-
-- ``time`` of ERF records: tshark's is the ERF header's timestamp (nanoseconds), decode.py's
-  the pcap record's (microseconds). They differ by less than a microsecond; the only rule that
-  reads times (RES-LS-UNANSWERED) compares delays in milliseconds.
-- ``value_hex`` of an LS attribute whose value the plugin does not show (unknown type, value
-  shorter than its type's) is missing: the plugin shows no raw value bytes. No rule reads it.
-- tshark 4.0 cannot read pcap files of LINKTYPE_INFINIBAND (247), which decode.py reads: the
-  engine raises TsharkEngineError for them ("network type 247 unknown or unsupported").
-- Framing that Wireshark and Scapy read differently, all of it malformed or unusual input:
-  bytes after the IP datagram (an Ethernet FCS, padding) or an IP/UDP length shorter than the
-  frame: decode.py counts them into the MAD ("MAD is 260 bytes; ...", "ICRC mismatch"),
-  Wireshark stops at the datagram's length; an ERF record whose length disagrees with its
-  LRH's PktLen and an exported PDU with a cut tag list do not reach the plugin; a netlink
-  record whose cooked header is not ARPHRD_NETLINK, or whose nlmsg_len runs far past the
-  record, is not dissected by Wireshark; frames Scapy cannot dissect at all are reported by
-  decode.py ("cannot dissect: ..."). Such frames give no record here, or another malformed
-  one.
-- A PATH_RECORD attribute of exactly 8 value bytes (flags and reserved word, no PathRecord):
-  decode.py takes it as a record whose PathRecord has Scapy's default field values; the plugin
-  shows no record.
-- Wireshark 4.0 starts the next netlink message of a record right after ``nlmsg_len`` bytes,
-  the kernel and Scapy at NLMSG_ALIGN(nlmsg_len): a record holding several messages whose
-  lengths are not multiples of 4 is split differently (the kernel and ibacm align them).
-- The plugin shows at most 4096 items of a list (MAX_LIST_ITEMS, expert
-  ``ibpath.list_capped``): of a reassembled answer of more than 4096 PathRecords only the first
-  4096 are reported.
-- The plugin reassembles RMPP by (network source, destination, class, TID), decode.py by
-  (source, destination, TID, attribute, method); they differ only when one TID carries two
-  concurrent transfers of different attributes or methods. Completion follows decode.py's key
-  (rmpp.Reassembler); the records and ``reassembled_from`` come from the plugin's reassembly
-  on that frame (no records when it did not complete a transfer there).
-- The plugin checks the RoCEv2 ICRC of IPv4 headers without options and of IPv6 headers whose
-  next header is UDP; decode.py checks it behind any IP header.
-- The plugin hooks UDP port 4791 in either direction (Wireshark's port table), Scapy's binding
-  only the destination port.
-
-Every tshark run is checked: "Lua Error" and "dissector bug" in the output of any packet, a
-Lua loading error on stderr, or a non-zero exit raise TsharkEngineError (tshark exits 0 when a
-Lua script fails), after the records of the frames before.
-"""
+"""decode.Decoder's record logic over the plugin's fields: the records of a frame, from
+the nodes tshark shows (the same dicts decode.decode_file yields)."""
 
 from __future__ import annotations
 
 import functools
-import ipaddress
-import json
-import os
-import re
-import subprocess
-import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from scapy.contrib.roce import BTH, GRH
 
-# decode.py's private tables and helpers are shared on purpose: one definition of each text
-from . import blobsniff
-from . import decode as _decode
-from .facts import Code, Problem, problem, public
-from .facts import problems as P
-from .decode import CM_REQ_FIELDS, KIND_BY_CLASS, PATH_RECORD_FIELDS, DecodeStats
-from .kernelview import Blob, LsContext, ls_parse_error
-from .layers import cm as cm_layers
-from .layers import netlink as nl
-from .layers.ib import LRH, ExportedPDU
-from .layers.mad import ATTRIBUTES_BY_CLASS, MAD, MAD_SIZE, METHODS, MGMT_CLASSES, RMPP, status_text
-from .layers.pathdata import (
-    BLOB_DISSECTOR,
-    RECORD_SIZE,
-    PathArray,
-    PathRecData,
-    flag_names,
-)
-from .layers.roce import DETH
-from .layers.sa import ATTR_PATH_RECORD, COMPONENT_MASK_NAMES, PathRecord, SAHeader, gid_text
-from .luagen.model import build_layer
-from .pcapio import (
-    MAX_RAW_BLOB,
-    PCAP_MAGICS,
-    PCAPNG_SHB,
-    CaptureError,
-    Interfaces,
-    PcapNgWriter,
-    sniff_format,
-)
-from .rmpp import Reassembler
-from .wireshark import Tshark, find_tshark, packaged_plugin
-
-__all__ = ["TsharkEngineError", "tshark_records", "blob_from_records", "plugin_path"]
-
-
-class TsharkEngineError(CaptureError):
-    """tshark is missing, cannot read the file, or the plugin failed on it. The message is one
-    line and names the file. A CaptureError, so that callers that handle unreadable inputs
-    (exit status 2) handle this too."""
-
-
-# --------------------------------------------------------------------------------------------
-# tshark and the plugin
-# --------------------------------------------------------------------------------------------
-
-
-# Capture facts the plugin cannot give and tshark's JSON output would drop come from a helper
-# postdissector loaded with a second -X lua_script: data/engine_helper.lua says which and why.
-HELPER = resources.files(__package__).joinpath("data", "engine_helper.lua")
-_HELPER_LUA = HELPER.read_text()
-_GENERIC_MESSAGE = "Netlink message"
-
-# Wireshark protocols whose fields the engine reads, besides the plugin's own.
-_WIRESHARK_PROTOCOLS = ("frame", "pkt_comment", "ip", "ipv6", "udp", "netlink", "exported_pdu")
-# A Lua error or a dissector bug is a tree item of its own: a key of the packet's JSON (with -J a
-# {"filtered": ...} stand-in), "Lua Error: <file>:<line>: <msg>" or "[Dissector bug, ...]".
-# Matching keys, not any text, keeps a packet comment that quotes them from failing a run.
-_FAILURE = re.compile(r'^\s*"((?:Lua Error|\[?Dissector bug)[^"\n]*)"\s*:', re.M | re.I)
-
-
-tshark_path = find_tshark
-
-
-def plugin_path() -> Path:
-    """The plugin this package ships, which matches its layers (a personal copy may lag)."""
-    return packaged_plugin()
-
-
-def _plugin_protocols(text: str) -> list[str]:
-    return sorted(set(re.findall(r'Proto(?:\.new)?\(\s*"([^"]+)"', text)))
-
-
-# --------------------------------------------------------------------------------------------
-# Field names from the layers (the generator's own model) and value conversion
-# --------------------------------------------------------------------------------------------
-
-def _ipv6(text: str) -> str:
-    return gid_text(ipaddress.IPv6Address(text).packed)  # as decode spells GIDs
-
-
-def _int(text: str) -> int:
-    return int(text, 16) if text[:2] in ("0x", "0X") else int(text)
-
-
-def _hex(text: str) -> str:
-    return text.replace(":", "").lower()
-
-
-_CONVERT = {"ipv6": _ipv6, "ipv4": str, "bytes": _hex, "varbytes": _hex}
-
-
-@dataclass(frozen=True)
-class _LayerFields:
-    node: str  # ibpath.<layer>: the protocol node
-    fields: tuple  # (name, abbrev, convert) in wire order
-
-
-_LAYER_CACHE: dict[type, _LayerFields] = {}
-
-
-def _fields_of(cls: type) -> _LayerFields:
-    lf = _LAYER_CACHE.get(cls)
-    if lf is None:
-        model = build_layer(cls, "ibpath", set())
-        fields = tuple((s.name, s.item.abbrev, _CONVERT.get(s.kind, _int))
-                       for s in model.steps if s.item is not None)
-        lf = _LAYER_CACHE[cls] = _LayerFields(model.proto_name, fields)
-    return lf
-
-
-# --------------------------------------------------------------------------------------------
-# The JSON tree: nodes are lists of (key, value) pairs (duplicate keys kept, in order)
-# --------------------------------------------------------------------------------------------
-
-def _pairs(node) -> list:
-    return node if isinstance(node, list) else []
-
-
-def _first(node, key):
-    for k, v in _pairs(node):
-        if k == key:
-            return v
-    return None
-
-
-def _all(node, key) -> list:
-    return [v for k, v in _pairs(node) if k == key]
-
-
-def _values(node, cls: type, names: Iterable[str] | None = None) -> dict:
-    """The layer's field values found directly in its node, converted, keyed by field name."""
-    lf = _fields_of(cls)
-    flat: dict = {}
-    for k, v in _pairs(node):
-        if isinstance(v, str) and k not in flat:
-            flat[k] = v
-    wanted = None if names is None else set(names)
-    out = {}
-    for name, abbrev, conv in lf.fields:
-        if (wanted is None or name in wanted) and abbrev in flat:
-            out[name] = conv(flat[abbrev])
-    return out
-
-
-def _public(values: dict, cls: type) -> dict:
-    """decode.layer_dict's choice of fields: every field but the reserved ones, in order."""
-    return {f.name: values[f.name] for f in cls.fields_desc
-            if f.name != "records" and not f.name.startswith("reserved") and f.name in values}
-
-
-def _reserved_set(values: dict) -> bool:
-    return any(v for k, v in values.items() if k.startswith("reserved"))
+from .. import decode as _decode
+from ..decode import CM_REQ_FIELDS, DecodeStats, KIND_BY_CLASS, PATH_RECORD_FIELDS
+from ..facts import Code, Problem, problem, problems as P
+from ..kernelview import Blob, LsContext, ls_parse_error
+from ..layers import cm as cm_layers, netlink as nl
+from ..layers.ib import LRH
+from ..layers.mad import ATTRIBUTES_BY_CLASS, MAD, MAD_SIZE, METHODS, MGMT_CLASSES, RMPP, status_text
+from ..layers.pathdata import PathArray, PathRecData, RECORD_SIZE, flag_names
+from ..layers.roce import DETH
+from ..layers.sa import ATTR_PATH_RECORD, COMPONENT_MASK_NAMES, PathRecord, SAHeader
+from ..luagen.model import build_layer
+from ..rmpp import Reassembler
+from .tree import _Frame, _all, _fields_of, _first, _int, _pairs, _public, _reserved_set, _values
 
 
 # --------------------------------------------------------------------------------------------
 # Kernel view facts from decoded record dicts (a pure function; kernelview.py builds them
 # from Scapy packets)
 # --------------------------------------------------------------------------------------------
+
+# the node Wireshark's own netlink dissector shows for a message the plugin did not dissect
+_GENERIC_MESSAGE = "Netlink message"
+
 
 class _AttrFacts:
     """An LS attribute as kernelview.ls_parse_error and decode._attr_problem read one: the
@@ -342,53 +85,6 @@ def blob_from_records(records: list[dict], *, length: int | None = None,
 
 
 # --------------------------------------------------------------------------------------------
-# Time: the float pcapio computes, from tshark's seconds.nanoseconds
-# --------------------------------------------------------------------------------------------
-
-class _Clock:
-    """Timestamps as pcapio.read_frames gives them (decode.py rounds them to 9 places), from
-    the interfaces pcapio reads (pcapio.Interfaces: a pcap's header, a pcapng's IDBs on
-    demand; sections count from 1 and interfaces from 0 in each section, as tshark's
-    frame.section_number/interface_id do)."""
-
-    def __init__(self, path: str, head: bytes):
-        self.kind = sniff_format(head)
-        self.res = PCAP_MAGICS[head[:4]][1] if self.kind == "pcap" else None
-        self._ng = Interfaces(path) if self.kind == "pcapng" else None
-        self._pcap_linktype = None
-        if self.kind == "pcap":
-            with Interfaces(path) as interfaces:
-                pcap = interfaces.get()
-            self._pcap_linktype = pcap.linktype if pcap is not None else None
-
-    def linktype(self, section: int, iface: int) -> int | None:
-        """The link type pcapio gives the frame (None where the file does not say)."""
-        if self._ng is not None:
-            known = self._ng.get(section, iface)
-            return known.linktype if known is not None else None
-        return self._pcap_linktype
-
-    def time(self, epoch: str, section: int, iface: int) -> float:
-        sec_text, _, frac = epoch.partition(".")
-        sec, ns = int(sec_text), int((frac + "000000000")[:9])
-        if self.kind == "pcap":
-            return sec + (ns // 1000 if self.res == 1e-6 else ns) * self.res
-        if self._ng is not None:
-            known = self._ng.get(section, iface)
-            units, res = (known.units, known.resolution) if known is not None else (10 ** 6, 1e-6)
-            if units <= 10 ** 9:
-                ticks = sec * units + -(-ns * units // 10 ** 9)
-            else:
-                ticks = sec * units + ns * units // 10 ** 9
-            return ticks * res
-        return sec + ns * 1e-9
-
-    def close(self) -> None:
-        if self._ng is not None:
-            self._ng.close()
-
-
-# --------------------------------------------------------------------------------------------
 # Records
 # --------------------------------------------------------------------------------------------
 
@@ -412,17 +108,6 @@ _CRC_TRAILERS = 4 + 2  # ICRC and VCRC
 def _body_header_size(cls: type) -> int:
     """Bytes of an LS body before its attributes (68 for a RESOLVE request)."""
     return build_layer(cls, "ibpath", set()).fixed_len
-
-
-@dataclass
-class _Frame:
-    number: int
-    time: float
-    cap_len: int
-    encap_type: int
-    comment: str | None
-    layers: list  # top-level (key, node) pairs
-    linktype: int | None = None  # the file's link type for the frame (pcap or pcapng IDB)
 
 
 @dataclass
@@ -895,181 +580,3 @@ class _Builder:
         return _decode.finish_message(self.stats, rec, errors, structural)
 
 
-# --------------------------------------------------------------------------------------------
-# Running tshark
-# --------------------------------------------------------------------------------------------
-
-def _packets(stream) -> Iterator[str]:
-    """The text of each packet object of `tshark -T json` output, as it streams."""
-    buf: list[str] | None = None
-    for line in stream:
-        if buf is None:
-            if line.startswith("  {"):
-                buf = [line]
-            continue
-        if line.startswith("  }"):
-            buf.append("}")
-            yield "".join(buf)
-            buf = None
-        else:
-            buf.append(line)
-
-
-def _frame_of(layers: list, clock: _Clock) -> _Frame:
-    frame = _first(layers, "frame")
-    number = _int(_first(frame, "frame.number"))
-    epoch = _first(frame, "frame.time_epoch") or "0.0"
-    section = _int(_first(frame, "frame.section_number") or "1")
-    iface = _int(_first(frame, "frame.interface_id") or "0")
-    comment = None
-    for c in _all(layers, "pkt_comment"):
-        comment = _first(c, "frame.comment")
-        if comment is not None:
-            break
-    return _Frame(number=number, time=clock.time(epoch, section, iface),
-                  cap_len=_int(_first(frame, "frame.cap_len") or "0"),
-                  encap_type=_int(_first(frame, "frame.encap_type") or "0"),
-                  comment=comment, layers=layers, linktype=clock.linktype(section, iface))
-
-
-def _raw_blob_capture(path: str, tmpdir: str, as_blob: bool = False) -> str:
-    """A raw blob file as a one-frame pcapng (exported PDU "ibpath.blob"), or CaptureError as
-    decode.py raises it for a file that is neither a capture nor a blob."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_RAW_BLOB + 1)
-    if not data:
-        raise TsharkEngineError(f"{path}: not a capture or blob file (empty)")
-    if len(data) > MAX_RAW_BLOB or not (as_blob or blobsniff.plausible(data)):
-        raise TsharkEngineError(f"{path}: not a capture or blob file "
-                                f"(starts with {data[:8].hex()} at byte offset 0)")
-    out = os.path.join(tmpdir, "blob.pcapng")
-    with PcapNgWriter(out) as w:
-        w.write(bytes(ExportedPDU.for_dissector(BLOB_DISSECTOR)) + data, 252, 0.0)
-    return out
-
-
-def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str | None = None,
-                   plugin: str | os.PathLike | None = None,
-                   as_blob: bool = False, render: bool = False) -> Iterator[dict]:
-    """Decoded records of every frame of a capture (or of a raw blob file; of any file with
-    as_blob), from tshark and the
-    ibpath plugin, in the format of decode.decode_file (see the module docstring for how and
-    where they differ). Streams: tshark runs once, and its output is read packet by packet.
-
-    stats, when given, is filled as decode.Decoder fills its own (frames, kinds, malformed).
-    Raises TsharkEngineError (a pcapio.CaptureError) when tshark is missing, the plugin fails,
-    or tshark cannot read the file to its end, after the records of the frames before.
-    render=True gives the records' problems as sentences (facts.public), not facts.Problem."""
-    edge = public if render else (lambda rec: rec)
-    tshark = tshark or tshark_path()
-    if not tshark:
-        raise TsharkEngineError(f"{path}: tshark not found (install Wireshark's tshark, or set "
-                                "$TSHARK); the tshark engine needs it")
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-    except OSError as exc:
-        raise TsharkEngineError(f"{path}: {exc.strerror or exc}") from None
-    with tempfile.TemporaryDirectory(prefix="ibpath-tshark-") as tmp:
-        capture, raw_blob = path, as_blob or sniff_format(head) == "other"
-        if raw_blob:
-            capture = _raw_blob_capture(path, tmp, as_blob)
-            head = PCAPNG_SHB
-        plugin_file = Path(plugin) if plugin else plugin_path()
-        helper = Path(tmp) / "ibpath_engine.lua"
-        helper.write_text(_HELPER_LUA)
-        protocols = _plugin_protocols(plugin_file.read_text()) + ["ibpath_engine"]
-        home = Path(tmp) / "home"
-        home.mkdir()
-        env = dict(os.environ, HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
-                   XDG_DATA_HOME=str(home / ".local" / "share"), LC_ALL="C")
-        env.pop("WIRESHARK_CONFIG_DIR", None)
-        _require_plugin(path, tshark, plugin_file, env)
-        cmd = [tshark, "-n", "-r", capture, "-X", f"lua_script:{plugin_file}",
-               "-X", f"lua_script:{helper}", "-T", "json",
-               "-J", " ".join(list(_WIRESHARK_PROTOCOLS) + protocols)]
-        builder = _Builder(raw_blob=raw_blob)
-        if stats is not None:
-            builder.stats = stats
-        clock = _Clock(capture, head)
-        errfile = open(Path(tmp) / "stderr", "w+")
-        try:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errfile, env=env,
-                                    text=True, encoding="utf-8", errors="replace")
-        except OSError as exc:
-            errfile.close()
-            clock.close()
-            raise TsharkEngineError(f"{path}: cannot run {tshark}: {exc.strerror or exc}") from None
-        def stderr_text() -> str:
-            errfile.seek(0)
-            return errfile.read()
-
-        try:
-            first = True
-            for text in _packets(proc.stdout):
-                if first:  # a script that fails to load says so before the first packet
-                    _check_stderr(path, stderr_text(), 0)
-                    first = False
-                bad = _FAILURE.search(text)
-                if bad:
-                    m = re.search(r'"frame\.number":\s*"(\d+)"', text)
-                    raise TsharkEngineError(
-                        f"{path}: frame {m.group(1) if m else '?'}: the ibpath plugin failed "
-                        f"in tshark ({bad.group(1)})")
-                try:
-                    layers = _first(_first(json.loads(text, object_pairs_hook=list),
-                                           "_source"), "layers")
-                    fr = _frame_of(layers, clock)
-                except (ValueError, TypeError) as exc:
-                    raise TsharkEngineError(f"{path}: tshark's JSON output cannot be read "
-                                            f"({exc})") from None
-                if raw_blob:
-                    fr.time = 0.0
-                yield from map(edge, builder.feed(fr))
-            proc.wait()
-            _check_stderr(path, stderr_text(), proc.returncode)
-            yield from map(edge, builder.finish())
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
-            errfile.close()
-            clock.close()
-
-
-def _require_plugin(path: str, tshark: str, plugin: Path, env: dict) -> None:
-    """TsharkEngineError naming why this tshark loads no ibpath protocol (root on Wireshark
-    4.4 and later, no Lua, a plugin that fails), before the capture is blamed for it."""
-    try:
-        problem = Tshark.at(tshark).probe(plugin, env=env)
-    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
-        problem = f"cannot ask {tshark} its version ({exc})"
-    if problem:
-        raise TsharkEngineError(f"{path}: the tshark engine cannot use {tshark}: {problem}; "
-                                "the capture was not read (use the default engine, or run as a "
-                                "regular user)")
-
-
-_STDERR_NOISE = re.compile(
-    r'^Running as user "[^"]*" and group "[^"]*"\. This could be dangerous\.$')
-
-
-def _check_stderr(path: str, err: str, returncode: int) -> None:
-    """A Lua script that failed to load (tshark goes on without it and exits 0), or tshark's
-    own complaint when it exits non-zero (a file cut short, an unsupported link type)."""
-    lines = [ln.strip() for ln in err.splitlines()
-             if ln.strip() and not _STDERR_NOISE.match(ln.strip())]
-    for ln in lines:
-        if "Lua" in ln and "rror" in ln:
-            raise TsharkEngineError(f"{path}: a Lua script failed to load in tshark: "
-                                    f"{ln.removeprefix('tshark: ')}")
-    if returncode != 0:
-        first = next((i for i, ln in enumerate(lines) if ln.startswith("tshark:")), None)
-        if first is None:
-            why = lines[0] if lines else f"exit status {returncode}"
-        else:
-            why = lines[first].removeprefix("tshark: ")
-            if first + 1 < len(lines) and lines[first + 1].startswith("("):
-                why += " " + lines[first + 1]
-        raise TsharkEngineError(f"{path}: tshark cannot read it: {why}")
