@@ -398,9 +398,7 @@ class Decoder:
                                                mad.method), rmpp.rmpp_type, frame.number)
         if sa.record_class() is PathRecord:
             rec["path_records"] = [path_record_dict(r) for r in records]
-            bad = [i for i, r in enumerate(records) if reserved_nonzero(r)]
-            if bad:
-                errors.append(problem(Code.PR_RESERVED, tuple(bad)))
+            errors += reserved_errors(Code.PR_RESERVED, map(reserved_nonzero, records))
         if errors:
             rec["errors"] = errors
         yield rec
@@ -619,13 +617,15 @@ def blob_frame_record(number: int, time: float, raw: bool, length: int, trailing
 
 
 def _reserved_errors(records: list) -> list[Problem]:
-    return reserved_blob_errors([bool(reserved_nonzero(r.path_record)) for r in records])
+    return reserved_errors(Code.BLOB_RESERVED, (reserved_nonzero(r.path_record) for r in records))
 
 
-def reserved_blob_errors(reserved: list[bool]) -> list[Problem]:
-    """The problem of blob records (in order: whether each has reserved bits set)."""
+def reserved_errors(code: Code, reserved: Iterable) -> list[Problem]:
+    """The problem (PR_RESERVED: an SA MAD's PathRecords, BLOB_RESERVED: a blob's or LS
+    answer's records) of records with reserved bits set; reserved: per record, in order,
+    whether it has (every engine's decoders use it)."""
     bad = tuple(i for i, r in enumerate(reserved) if r)
-    return [problem(Code.BLOB_RESERVED, bad)] if bad else []
+    return [problem(code, bad)] if bad else []
 
 
 def _mad_dict(mad: Packet) -> dict:

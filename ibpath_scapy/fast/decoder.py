@@ -17,7 +17,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.pton_ntop import inet_ntop
 
 from .. import crc
-from ..facts import Code, problem
+from ..facts import Code
 from ..decode import (
     CM_REQ_FIELDS,
     ICRC_MISMATCH,
@@ -27,6 +27,7 @@ from ..decode import (
     Decoder,
     note_crc,
     note_rmpp_drop,
+    reserved_errors,
     rmpp_control_key,
 )
 from ..layers import cm as cm_layers
@@ -339,9 +340,7 @@ class FastDecoder(Decoder):
                     pr = _remember(prs, key, c.path_record(rb, s))
                 out.append(pr)
             rec["path_records"] = out
-            bad = [i for i, s in enumerate(starts) if c.pr_reserved(rb, s)]
-            if bad:
-                errors.append(problem(Code.PR_RESERVED, tuple(bad)))
+            errors += reserved_errors(Code.PR_RESERVED, (c.pr_reserved(rb, s) for s in starts))
 
     def _fast_whole_records(self, message: bytes) -> list[int]:
         """Record offsets in a reassembled message (decode.py: MAD(message)[SAHeader].records).

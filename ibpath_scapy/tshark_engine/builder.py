@@ -338,9 +338,7 @@ class _Builder:
             values = [_values(r, PathRecord) for r in records]
             rec["path_records"] = [{n: v[n] for n in PATH_RECORD_FIELDS} for v in values
                                    if all(n in v for n in PATH_RECORD_FIELDS)]
-            bad = [i for i, v in enumerate(values) if _reserved_set(v)]
-            if bad:
-                errors.append(problem(Code.PR_RESERVED, tuple(bad)))
+            errors += _decode.reserved_errors(Code.PR_RESERVED, map(_reserved_set, values))
         if errors:
             rec["errors"] = errors
         yield rec
@@ -570,7 +568,7 @@ class _Builder:
         ls["attributes"] = [a["dict"] for a in attrs]
         records = [got for _, got in pairs]
         rec["blob_records"] = [r for r, _ in records]
-        errors += _decode.reserved_blob_errors([reserved for _, reserved in records])
+        errors += _decode.reserved_errors(Code.BLOB_RESERVED, (reserved for _, reserved in records))
         path_use = _decode.link_ls_request(self.ls_requests, seq, ls)
         attr_dicts = [{**a["dict"], "available": len(f.original)} for a, f in zip(attrs, facts)]
         rec["kernel_blob"] = blob_from_records(
