@@ -2102,7 +2102,7 @@ end
 
 ----------------------------------------------------------------------------------------------
 -- Layouts and constants, generated from the Python definitions (layers' fields_desc through
--- luagen.model.header_layout; the constants' sources are named above each group).
+-- layout_model.header_layout; the constants' sources are named above each group).
 -- LAYOUT.<header>.<field>: `len` bytes at `off` from the header's start, read big-endian
 -- unless `le`; a field narrower than that window is ib_band(ib_rshift(window, shift), mask),
 -- `bits` wide. A trailer (ICRC, VCRC: `len` bytes) ends the packet. HDR_LEN.<header>: the

@@ -4,7 +4,7 @@ the Lua generator emits the same declaration into the plugin (luagen.plugin), wh
 VCRC checks read it.
 
 The variant fields are named by header and field; their byte masks come from the headers'
-layouts (luagen.model.header_layout over each layer's fields_desc), resolved on first use:
+layouts (layout_model.header_layout over each layer's fields_desc), resolved on first use:
 layers.ib imports crc.py, so the layers cannot be imported when this module is.
 """
 
@@ -76,8 +76,8 @@ def header_classes() -> dict:
 
 @functools.cache
 def layouts() -> dict:
-    """HeaderLayout (luagen.model) of every header VARIANT_FIELDS names, by name."""
-    from .luagen.model import header_layout
+    """HeaderLayout (layout_model) of every header VARIANT_FIELDS names, by name."""
+    from .layout_model import header_layout
 
     return {name: header_layout(cls) for name, cls in header_classes().items()}
 

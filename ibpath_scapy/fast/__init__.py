@@ -4,7 +4,7 @@
 
 The Scapy layers remain the single definition of every format: the pre-filter takes its
 offsets and dispatch from the layers' fields and bind_layers() tables (fast.prefilter), the
-decoder its extractors from their fields_desc through luagen.model (fast.layout), and any
+decoder its extractors from their fields_desc through layout_model (fast.layout), and any
 frame either does not recognise goes through decode.Decoder. IBPATH_FASTPATH=0 in the
 environment turns the fast path off (everything through Scapy), for comparison and as a
 fallback.

@@ -44,7 +44,7 @@ from ..layers.mad import (
 )
 from ..layers.roce import DETH
 from ..layers.sa import COMPONENT_MASK_NAMES, IS_SEGMENT, PathRecord, SAHeader
-from ..luagen.model import build_layer
+from ..layout_model import build_layer
 from ..pcapio import Frame
 from .exprc import compile_expr, part_src, split_name
 from .layout import (

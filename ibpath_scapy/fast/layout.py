@@ -1,6 +1,6 @@
 """Field extractors compiled from the Scapy layers' own definitions.
 
-The layer classes stay the single definition of every format: luagen.model walks their
+The layer classes stay the single definition of every format: layout_model walks their
 fields_desc into steps (offset, width, bit position, byte order) for the Lua generator, and
 the same steps are compiled here into one Python function per layer that reads every field of
 a layer at a given offset of a bytes object and returns the dict decode.layer_dict() would
@@ -16,7 +16,7 @@ from scapy.fields import ConditionalField, Field, IP6Field, IPField, MACField, S
 from scapy.packet import Packet
 
 from ..layers.sa import gid_text as _gid_text
-from ..luagen.model import GeneratorError, build_layer
+from ..layout_model import GeneratorError, build_layer
 
 
 class NotCompilable(Exception):
@@ -60,7 +60,7 @@ def step_source(step, base: str = "o") -> str:
 
 
 def layer_steps(cls: type[Packet]) -> dict:
-    """Step of every field of a layer, by name (luagen.model)."""
+    """Step of every field of a layer, by name (layout_model)."""
     try:
         model = build_layer(cls, "fast")
     except GeneratorError as exc:
@@ -69,7 +69,7 @@ def layer_steps(cls: type[Packet]) -> dict:
 
 
 def static_length(cls: type[Packet]) -> int:
-    """Bytes of a layer whose fields all have fixed sizes (luagen.model)."""
+    """Bytes of a layer whose fields all have fixed sizes (layout_model)."""
     try:
         n = build_layer(cls, "fast").static_len
     except GeneratorError as exc:
@@ -209,7 +209,7 @@ def compile_nonzero(cls: type[Packet], names: Iterable[str]) -> Callable[[bytes,
 def prefix_offsets(cls: type[Packet]) -> dict[str, tuple[int, int, int]]:
     """(byte offset, bit offset in that byte, bits) of each field of a layer's fixed-size
     prefix, up to its first field of variable size (e.g. IPv4 up to its options): for Scapy's
-    own layers that luagen.model does not model."""
+    own layers that layout_model does not model."""
     out, bit = {}, 0
     for fld in cls.fields_desc:
         fld = getattr(fld, "fld", fld) if type(fld).__name__ == "Emph" else fld

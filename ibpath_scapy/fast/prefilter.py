@@ -11,7 +11,7 @@ For each frame the pre-filter answers one of three things:
 * FULL: anything else (other link types, VXLAN, odd lengths, truncation, VLANs, ...): the
   frame goes through decode.Decoder and its Scapy layers unchanged.
 
-Every offset comes from the layer definitions (luagen.model's steps for the project's and
+Every offset comes from the layer definitions (layout_model's steps for the project's and
 Scapy's static layers, fast.layout.prefix_offsets for IPv4's fixed part) and every dispatch
 decision from the layers' own bind_layers() tables, resolved the way Scapy resolves them
 (first binding whose field values all match), so a binding added later changes the
@@ -154,7 +154,7 @@ class Prefilter:
         # opcodes that Scapy dissects as a DETH: every other BTH frame yields no record
         self.deth_opcodes = {fv["opcode"] for fv in self.bth_next.values_for(DETH)}
         # native IB: ERF's fixed header (ERF has a list of extension headers after it, which
-        # luagen.model does not model: its prefix is read as IPv4's is), LRH, GRH
+        # layout_model does not model: its prefix is read as IPv4's is), LRH, GRH
         erf = prefix_offsets(ERF)
         self.erf_len = max(byte + (bit + bits + 7) // 8 for byte, bit, bits in erf.values())
         (self.erf_ext_at, ext_bit, _), (type_at, type_bit, type_bits) = erf["ext"], erf["type"]

@@ -7,4 +7,4 @@ can be turned into a dissector with `emit.generate(Spec(...))`.
 """
 
 from .emit import Spec, generate  # noqa: F401
-from .model import GeneratorError  # noqa: F401
+from ..layout_model import GeneratorError  # noqa: F401

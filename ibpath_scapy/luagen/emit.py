@@ -14,7 +14,7 @@ from ..expr import LUA_RUNTIME, Expr, LuaEnv
 from ..hints import ListHint
 from .lua import Hex, Writer, is_lua_name, lua_int, lua_key, lua_str, lua_table, lua_value
 from ..packet_rules import PacketRule as Rule
-from .model import FieldLayout, GeneratorError, Item, LayerModel, Step, build_layer, header_layout
+from ..layout_model import FieldLayout, GeneratorError, Item, LayerModel, Step, build_layer, header_layout
 
 MAX_LIST_ITEMS = 4096  # a hostile count cannot make the dissector loop for long
 
@@ -347,7 +347,7 @@ class Emitter:
             w(f"if show and {n} > 0 then t:add({self.pf(s.item)}, tvb(o, {n})) end")
             w(f"o = o + {n}")
         elif s.kind == "packet":
-            from .model import static_length
+            from ..layout_model import static_length
             size = static_length(s.sub)
             sub = lua_str(s.sub.__name__)
             if size is None:
@@ -383,7 +383,7 @@ class Emitter:
 
         with w.block("do"):
             if h.count is None:
-                from .model import build_layer as _bl
+                from ..layout_model import build_layer as _bl
                 header = min((_bl(c, "x").fixed_len for _, c in items), default=1) or 1
                 w("local count = 0")
                 with w.block(f"while o + {header} <= limit and count < MAX_LIST_ITEMS do"):
@@ -432,7 +432,7 @@ end
 
 LAYOUT_COMMENT = """\
 Layouts and constants, generated from the Python definitions (layers' fields_desc through
-luagen.model.header_layout; the constants' sources are named above each group).
+layout_model.header_layout; the constants' sources are named above each group).
 LAYOUT.<header>.<field>: `len` bytes at `off` from the header's start, read big-endian
 unless `le`; a field narrower than that window is ib_band(ib_rshift(window, shift), mask),
 `bits` wide. A trailer (ICRC, VCRC: `len` bytes) ends the packet. HDR_LEN.<header>: the

@@ -36,7 +36,7 @@ How fields are attributed:
 - Blobs: the ``ibpath.blob`` node holds one ``ibpath.pathdata`` per record (each with its
   ``ibpath.pathrecord``) and ``ibpath.blob.trailing``.
 
-Field names come from the layers through ``luagen.model.build_layer`` (what the generator
+Field names come from the layers through ``layout_model.build_layer`` (what the generator
 uses), values are converted by the field's kind (integers, GIDs as canonical IPv6 text, bytes
 as hex), and the derived parts of a record (method and attribute names, status text, component
 names, flag names, error texts, the kernel view) use the same tables and functions as

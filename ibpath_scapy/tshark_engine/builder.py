@@ -20,7 +20,7 @@ from ..layers.mad import ATTRIBUTES_BY_CLASS, MAD, MAD_SIZE, METHODS, MGMT_CLASS
 from ..layers.pathdata import PathArray, PathRecData, RECORD_SIZE, flag_names
 from ..layers.roce import DETH
 from ..layers.sa import ATTR_PATH_RECORD, COMPONENT_MASK_NAMES, PathRecord, SAHeader
-from ..luagen.model import build_layer
+from ..layout_model import build_layer
 from ..rmpp import Reassembler
 from .tree import _Frame, _all, _fields_of, _first, _int, _pairs, _public, _reserved_set, _values
 

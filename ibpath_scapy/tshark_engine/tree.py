@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..layers.sa import gid_text
-from ..luagen.model import build_layer
+from ..layout_model import build_layer
 from .clock import _Clock
 
 

@@ -1,4 +1,6 @@
-"""Read Scapy layer classes into a model of ProtoFields and dissection steps.
+"""The layout model of every layer: Scapy layer classes read into ProtoFields and dissection steps
+(offsets, widths, byte order, dispatch), the one model the Lua generator, the fast path and the
+tshark engine all take their fields from.
 
 Everything comes from introspection: field classes give the type, width, byte order and
 display base; enum fields their value strings; FlagsField its bit names; bind_layers() the
@@ -29,7 +31,7 @@ from scapy.fields import (
 )
 from scapy.packet import Packet
 
-from ..hints import LengthHint, ListHint, NextLayer, WhenHint
+from .hints import LengthHint, ListHint, NextLayer, WhenHint
 
 
 class GeneratorError(Exception):
