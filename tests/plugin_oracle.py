@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from scapy.fields import ConditionalField, IP6Field, MACField, TrailerField
 
-from ibpath_scapy.luagen.model import build_layer, flag_items
+from ibpath_scapy.layout_model import build_layer, flag_items
 
 TSHARK = shutil.which("tshark")
 

@@ -38,7 +38,7 @@ from ibpath_scapy.luagen import GeneratorError, Spec, generate
 from ibpath_scapy.luagen import plugin as luagen_plugin
 from ibpath_scapy.luagen.emit import constants_lua
 from ibpath_scapy.luagen.lua import lua_str
-from ibpath_scapy.luagen.model import header_layout
+from ibpath_scapy.layout_model import header_layout
 from ibpath_scapy.pcapio import PcapWriter
 
 from plugin_oracle import compare, field_map, tshark
@@ -446,7 +446,7 @@ print(string.format("stride %d %d", SA_RECORD_STRIDE({attribute_offset = 0}),
 
 def test_emitted_lua_block_reads_back_as_the_spec_says():
     """The block the plugin carries, run by Lua: its LAYOUT equals the oracle (independent
-    of luagen.model), HDR_LEN the header lengths, the CRC tables crcspec, and the constants
+    of layout_model), HDR_LEN the header lengths, the CRC tables crcspec, and the constants
     the spec's values."""
     lua = shutil.which("lua5.4")
     if lua is None:
