@@ -80,8 +80,7 @@ def test_every_code_is_reported_by_a_decoder():
     """A code no decoder makes is dead; a decoder that writes a sentence of its own (a string
     where a Problem belongs) is caught by test_decoders_write_no_sentences."""
     text = "\n".join(p.read_text() for p in DECODERS + [PKG / "facts" / "problems.py"])
-    used = {c for c in Code if f"Code.{c.name}" in text.replace("P.", "Code.")
-            or f"P.{c.name}" in text}
+    used = {c for c in Code if f"Code.{c.name}" in text or f"P.{c.name}" in text}
     dead = set(Code) - used
     assert not dead, dead
 

@@ -9,9 +9,9 @@ kernelview.Blob). What the kernels make of that is policy, judged by the audit
 from __future__ import annotations
 
 from ..kernelview import kernel_view_dict
-from .problems import Code, Problem, codes, of_code, problem
+from .problems import Code, Problem, of_code, problem
 
-__all__ = ["Code", "Problem", "codes", "of_code", "problem", "public"]
+__all__ = ["Code", "Problem", "of_code", "problem", "public"]
 
 
 def public(rec: dict) -> dict:

@@ -141,11 +141,6 @@ NL_UNDISSECTABLE = Problem(Code.NL_UNDISSECTABLE)
 LS_ANSWER_AS_REQUEST = Problem(Code.LS_ANSWER_AS_REQUEST)
 
 
-def codes(rec) -> set[Code]:
-    """The codes of a record's problems."""
-    return {p.code for p in rec.get("errors", ())}
-
-
 def of_code(rec, *wanted: Code) -> list[Problem]:
     """A record's problems of the given codes, in order."""
     return [p for p in rec.get("errors", ()) if p.code in wanted]
