@@ -3,7 +3,8 @@
 # tshark (the oracle and the plugin's host), lua5.4 (luac -p of the generated plugin),
 # strace (netlink recorder), chromium (the HTML report tests), the simulated fabric (ibsim,
 # OpenSM, saquery) for the real SA captures, mmdebstrap (Debian chroots with Wireshark 4.4 and
-# 4.6 for the plugin tests, tests/wireshark_versions.py), and the Python package in .venv.
+# 4.6 for the plugin tests, tests/wireshark_versions.py), librdmacm1 (a real rdma_getaddrinfo
+# against the stand-in ibacm, tests/test_acmserve.py), and the Python package in .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -13,7 +14,7 @@ if command -v apt-get >/dev/null; then
   $SUDO apt-get update -q >/dev/null
   echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
   $SUDO apt-get install -y -q --no-install-recommends \
-    tshark lua5.4 strace ibsim-utils libumad2sim0 opensm infiniband-diags python3-venv gcc libc6-dev chromium mmdebstrap >/dev/null
+    tshark lua5.4 strace ibsim-utils libumad2sim0 opensm infiniband-diags python3-venv gcc libc6-dev chromium mmdebstrap librdmacm1 >/dev/null
 fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
