@@ -32,6 +32,12 @@ def add_parser(sub) -> None:
     r.add_argument("--keep", action="store_true",
                    help="also keep the guest's raw results and console log in DIR/raw")
     r.set_defaults(func=run_run)
+    m = kinds.add_parser("acm-matrix", help="write the stand-in ibacm matrix of acm runs",
+                         description="Read DIR's acm-*.pcapng (from `ibpath lab run acm-all "
+                         "-o DIR`), audit them and write DIR/matrix.json, DIR/manifest.json "
+                         "(for `ibpath craft --verify DIR`) and print the matrix as Markdown.")
+    m.add_argument("directory", metavar="DIR")
+    m.set_defaults(func=run_acm_matrix)
 
 
 def _log(msg: str) -> None:
@@ -89,16 +95,31 @@ def run_run(args) -> int:
     except (LabError, OSError) as exc:
         _log(f"ibpath lab run: {exc}")
         return 2
-    from ..lab.scenarios import BY_NAME
+    from ..lab.scenarios import lookup
     failed = [n for n, s in lab["scenarios"].items()
-              if (not s.get("client_exit") and not s.get("server_exit")) != BY_NAME[n].connects
+              if (not s.get("client_exit") and not s.get("server_exit")) != lookup(n).connects
               or ("client_exit" not in s)]
     for name, s in lab["scenarios"].items():
         verdict = s.get("set_option", "-")
-        expect = "" if BY_NAME[name].connects else " (meant not to connect)"
+        expect = "" if lookup(name).connects else " (meant not to connect)"
         _log(f"  {name:28} rdma_set_option={verdict!s:8} client {s.get('client_exit')} "
              f"server {s.get('server_exit')} {s.get('seconds')} s{expect}"
              + (f"  {s['error']}" if s.get("error") and name in failed else ""))
     _log(f"ibpath lab: {len(chosen)} scenario(s), {len(failed)} not as expected, in "
          f"{time.monotonic() - t0:.0f} s; captures in {out}")
     return 1 if failed else 0
+
+
+def run_acm_matrix(args) -> int:
+    from ..lab import acmmatrix
+    from ..pcapio import CaptureError
+    try:
+        table = acmmatrix.write(args.directory)
+    except (OSError, ValueError, CaptureError) as exc:
+        _log(f"ibpath lab acm-matrix: {exc}")
+        return 2
+    if not table:
+        _log(f"ibpath lab acm-matrix: {args.directory}: no acm-*.pcapng")
+        return 2
+    print(acmmatrix.markdown(table), end="")
+    return 0

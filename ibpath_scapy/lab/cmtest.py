@@ -2,7 +2,7 @@
 
 Runs inside the lab guest (Python standard library only, no ibpath import) as
 
-    python3 cmtest.py server ADDR PORT
+    python3 cmtest.py server ADDR PORT [--wait S]
     python3 cmtest.py client SRC DST PORT [--blob FILE] --record OUT.json
 
 The client resolves the addresses, hands the blob to rdma_set_option(RDMA_OPTION_IB,
@@ -193,12 +193,12 @@ class Channel:
                "rdma_create_id")
         return cm_id.value
 
-    def wait(self, want: str) -> tuple[int, int]:
+    def wait(self, want: str, timeout: float = EVENT_TIMEOUT) -> tuple[int, int]:
         """Wait for the next event; it must be `want`. Returns (the event's id, status)."""
         # struct rdma_event_channel { int fd; }: wait on it so that a lost REQ cannot hang
         fd = ctypes.c_int.from_address(self.ch).value
-        if not select.select([fd], [], [], EVENT_TIMEOUT)[0]:
-            raise LabError(f"no RDMA CM event within {EVENT_TIMEOUT} s (waiting for {want})")
+        if not select.select([fd], [], [], timeout)[0]:
+            raise LabError(f"no RDMA CM event within {timeout:g} s (waiting for {want})")
         ev = ctypes.POINTER(CmEvent)()
         _check(rdmacm.rdma_get_cm_event(self.ch, ctypes.byref(ev)), "rdma_get_cm_event")
         name = EVENTS[ev.contents.event] if ev.contents.event < len(EVENTS) else str(ev.contents.event)
@@ -265,15 +265,16 @@ class Endpoint:
         raise LabError(f"no {what} completion within {TIMEOUT_MS} ms")
 
 
-def server(addr: str, port: int) -> dict:
-    """Accept one connection, receive one message, wait for the disconnect."""
+def server(addr: str, port: int, first_wait: float = EVENT_TIMEOUT) -> dict:
+    """Accept one connection, receive one message, wait for the disconnect. first_wait: how
+    long to wait for the client's REQ (its resolution may wait for a stand-in ibacm)."""
     ch = Channel()
     listen_id = ch.create_id()
     sa = sockaddr_in(addr, port)
     _check(rdmacm.rdma_bind_addr(listen_id, ctypes.byref(sa)), "rdma_bind_addr")
     _check(rdmacm.rdma_listen(listen_id, 1), "rdma_listen")
     print("listening", flush=True)
-    cm_id, _ = ch.wait("CONNECT_REQUEST")
+    cm_id, _ = ch.wait("CONNECT_REQUEST", first_wait)
     ep = Endpoint(cm_id)
     ep.post_recv()
     param = ConnParam(responder_resources=1, initiator_depth=1, rnr_retry_count=7)
@@ -329,6 +330,11 @@ def main(argv: list[str]) -> int:
         i = argv.index("--record")
         record = argv[i + 1]
         del argv[i:i + 2]
+    first_wait = EVENT_TIMEOUT
+    if "--wait" in argv:
+        i = argv.index("--wait")
+        first_wait = float(argv[i + 1])
+        del argv[i:i + 2]
     blob = None
     if "--blob" in argv:
         i = argv.index("--blob")
@@ -339,7 +345,7 @@ def main(argv: list[str]) -> int:
     status = 0
     try:
         if role == "server" and len(argv) == 3:
-            result.update(server(argv[1], int(argv[2])))
+            result.update(server(argv[1], int(argv[2]), first_wait))
         elif role == "client" and len(argv) == 4:
             client(result, argv[1], argv[2], int(argv[3]), blob)
         else:

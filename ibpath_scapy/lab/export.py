@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..layers.pathdata import blob_pdu, set_option_comment
 from ..pcapio import PcapNgWriter, read_frames
-from .scenarios import BY_NAME
+from .scenarios import lookup
 
 LINKTYPE_ETHERNET = 1
 LINKTYPE_UPPER_PDU = 252
@@ -48,8 +48,13 @@ def scenario_capture(results: Path, name: str, out: Path, meta: dict) -> dict:
     if "blob" in client:
         frames.append((client["blob_time"], bytes(blob_pdu(bytes.fromhex(client["blob"]))),
                        LINKTYPE_UPPER_PDU, set_option_comment(client["set_option"])))
+    if (d / "record.pcapng").exists():
+        # `ibpath record` of an acm run's client: its ucma commands (SET_OPTION path arrays
+        # with the kernel's verdict) and ACM messages, on the guest's clock like tcpdump's
+        frames += [(f.time, f.data, f.linktype, f.comment)
+                   for f in read_frames(str(d / "record.pcapng"))]
     frames.sort(key=lambda f: f[0])
-    sc = BY_NAME.get(name)
+    sc = lookup(name)
     what = f"scenario {name}" + (f": {sc.description}" if sc else "")
     with CommentedPcapNgWriter(str(out / f"{name}.pcapng"), header(meta, what)) as w:
         for ts, data, linktype, comment in frames:
@@ -60,6 +65,9 @@ def scenario_capture(results: Path, name: str, out: Path, meta: dict) -> dict:
             summary[key] = client[key]
     if "blob" in client:
         summary["blob"] = client["blob"]
+    if (d / "acm.jsonl").exists():
+        summary["acm"] = [json.loads(line) for line in
+                          (d / "acm.jsonl").read_text().splitlines() if line.strip()]
     return summary
 
 
@@ -86,7 +94,8 @@ def export(results: Path, out: Path) -> dict:
     for sc in meta.get("scenarios", []):
         name = sc["name"]
         entry = {k: sc[k] for k in ("client_exit", "server_exit", "seconds", "error",
-                                    "neighbours") if k in sc}
+                                    "neighbours", "standin", "standin_start_seconds")
+                 if k in sc}
         if (results / name / "wire.pcap").exists():
             entry.update(scenario_capture(results, name, out, meta))
         lab["scenarios"][name] = entry

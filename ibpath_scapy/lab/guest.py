@@ -113,21 +113,34 @@ def module_closure(moddir: Path, roots: tuple[str, ...] = LAB_MODULES) -> list[P
     return sorted(p for p in seen.values() if p is not None)
 
 
-def scapy_wheel(cache: Path) -> Path:
-    """The wheel of the scapy version this interpreter runs, downloaded once with pip."""
+# The runtime dependencies the package's code in the guest imports that bookworm does not
+# ship (or ships too old): laid over the rootfs from the wheels of the host venv's versions.
+# crcmod-plus: crc.py's VCRC (its wheel is abi3 for CPython 3.8+, so bookworm's 3.11 loads it).
+GUEST_WHEELS = ("scapy", "crcmod-plus")
+
+
+def guest_wheel(cache: Path, project: str = "scapy") -> Path:
+    """The wheel of the version of `project` this interpreter runs, downloaded once with pip
+    (for this platform and the guest's CPython 3.11)."""
     from importlib.metadata import version
-    want = version("scapy")
+    want = version(project)
+    stem = project.replace("-", "_")
     wheels = cache / "wheels"
-    found = sorted(wheels.glob(f"scapy-{want}-*.whl"))
+    found = sorted(wheels.glob(f"{stem}-{want}-*.whl"))
     if found:
         return found[-1]
     wheels.mkdir(parents=True, exist_ok=True)
-    run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d",
-         str(wheels), f"scapy=={want}"])
-    found = sorted(wheels.glob(f"scapy-{want}-*.whl"))
+    run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+         "--python-version", "3.11", "-d", str(wheels), f"{project}=={want}"])
+    found = sorted(wheels.glob(f"{stem}-{want}-*.whl"))
     if not found:
-        raise LabError(f"pip download scapy=={want} gave no wheel in {wheels}")
+        raise LabError(f"pip download {project}=={want} gave no wheel in {wheels}")
     return found[-1]
+
+
+def scapy_wheel(cache: Path) -> Path:
+    """The wheel of the scapy version this interpreter runs."""
+    return guest_wheel(cache, "scapy")
 
 
 def _add_wheel(w: CpioWriter, wheel: Path, site: str) -> None:
@@ -167,7 +180,9 @@ def build(cache: Path | None = None, *, force: bool = False, log=print) -> Guest
     if not force and manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
         guest = Guest(cache / manifest["kernel_image"], cache / "base.cpio", manifest)
-        if guest.kernel.exists() and guest.initramfs.exists():
+        # a cache built before a wheel joined GUEST_WHEELS gets its initramfs rebuilt
+        wheels_ok = len(manifest.get("wheels", [manifest.get("scapy_wheel")])) == len(GUEST_WHEELS)
+        if guest.kernel.exists() and guest.initramfs.exists() and wheels_ok:
             return guest
     require_tools("mmdebstrap", "apt-get", "apt-cache", "dpkg-deb")
     cache.mkdir(parents=True, exist_ok=True)
@@ -204,7 +219,8 @@ def build(cache: Path | None = None, *, force: bool = False, log=print) -> Guest
         tmp.rename(rootfs)
     times["rootfs"] = round(time.monotonic() - t, 1)
 
-    wheel = scapy_wheel(cache)
+    wheels = [guest_wheel(cache, project) for project in GUEST_WHEELS]
+    wheel = wheels[0]
 
     t = time.monotonic()
     moddir = kdir / "lib" / "modules" / release
@@ -228,7 +244,8 @@ def build(cache: Path | None = None, *, force: bool = False, log=print) -> Guest
             w.file(f"{base}/{rel}", ko.read_bytes())
         for d in ("usr/local/lib/python3.11", PY_SITE):
             w.directory(d)
-        _add_wheel(w, wheel, PY_SITE)
+        for whl in wheels:
+            _add_wheel(w, whl, PY_SITE)
         for meta in ("modules.builtin", "modules.builtin.modinfo", "modules.order"):
             w.file(f"{base}/{meta}", (moddir / meta).read_bytes())
         w.close()
@@ -242,7 +259,7 @@ def build(cache: Path | None = None, *, force: bool = False, log=print) -> Guest
         "suite": SUITE, "mirror": MIRROR, "packages": list(GUEST_PACKAGES),
         "kernel_package": pkg, "kernel_package_version": version, "kernel_release": release,
         "kernel_image": str((kdir / "boot" / f"vmlinuz-{release}").relative_to(cache)),
-        "scapy_wheel": wheel.name,
+        "scapy_wheel": wheel.name, "wheels": [whl.name for whl in wheels],
         "modules": [str(p.relative_to(moddir)) for p in modules],
         "build_seconds": times, "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -39,6 +39,9 @@ CLIENT, SERVER = "10.0.0.1", "10.0.0.2"
 IFACES = (("veth0", "rxe0", CLIENT), ("veth1", "rxe1", SERVER))
 CAPTURE_IFACE = "veth0"
 STEP_TIMEOUT = 60
+GUEST_SHIM = os.path.join(LAB_ROOT, "ibpathrec.so")  # runner.GUEST_SHIM, shipped by the host
+ACM_SOCKET = "/run/ibacm.sock"  # IBACM_SERVER_PATH: where the guest's librdmacm connects
+IBPATH = [sys.executable, "-m", "ibpath_scapy.cli.main"]
 
 
 def sh(args: list[str], log: str | None = None, timeout: float = STEP_TIMEOUT,
@@ -59,6 +62,8 @@ def sh(args: list[str], log: str | None = None, timeout: float = STEP_TIMEOUT,
 def _env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = LAB_ROOT
+    if os.path.exists(GUEST_SHIM):
+        env["IBPATH_RECORD_SHIM"] = GUEST_SHIM  # `ibpath record` without a compiler
     env.setdefault("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
     return env
 
@@ -190,6 +195,8 @@ def run_scenario(sc: dict, out: str, port: int) -> dict:
                          "-C", "1"], os.path.join(d, "client.log"), check=False)
             result["client_exit"] = client.returncode
             result["server_exit"] = _finish(*srv)
+        elif sc["kind"] == "acm":
+            result.update(run_acm(sc, d, port))
         else:
             raise RuntimeError(f"unknown scenario kind {sc['kind']!r}")
     finally:
@@ -201,6 +208,53 @@ def run_scenario(sc: dict, out: str, port: int) -> dict:
     print(f"ibpath-lab: scenario {sc['name']}: client exit {result.get('client_exit')}, "
           f"server exit {result.get('server_exit')}, {result['seconds']} s", flush=True)
     return result
+
+
+def run_acm(sc: dict, d: str, port: int) -> dict:
+    """The stand-in ibacm answering with craft scenario sc["craft"] on librdmacm's socket, a
+    server, and a client that resolves with no blob of its own (the test program's
+    rdma_resolve_route, or rping), recorded by `ibpath record` (its SET_OPTION path arrays
+    with the kernel's verdict and its ACM messages)."""
+    os.makedirs(os.path.dirname(ACM_SOCKET), exist_ok=True)
+    t0 = time.monotonic()
+    stand = subprocess.Popen(IBPATH + ["acm", "serve", "--scenario", sc["craft"], "--socket",
+                                       ACM_SOCKET, "--log", os.path.join(d, "acm.jsonl"),
+                                       "--pcap", os.path.join(d, "acm.pcapng"),
+                                       *sc.get("standin_args", ())],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=_env())
+    line = stand.stderr.readline()
+    out = {"standin_start_seconds": round(time.monotonic() - t0, 2), "standin": line.strip()}
+    if "listening" not in line:
+        stand.kill()
+        raise RuntimeError(f"the stand-in did not start: {line.strip()} "
+                           f"{stand.stderr.read()[-500:]}")
+    record = IBPATH + ["record", "-o", os.path.join(d, "record.pcapng"), "--"]
+    try:
+        if sc.get("client") == "rping":
+            srv = _server(["rping", "-s", "-a", SERVER, "-p", str(port), "-C", "1", "-v"],
+                          os.path.join(d, "server.log"), None)
+            client = sh(record + ["rping", "-c", "-a", SERVER, "-I", CLIENT, "-p", str(port),
+                                  "-C", "1", "-v"], os.path.join(d, "client.log"), check=False)
+        else:
+            # the client's resolution waits for the stand-in (seconds under TCG for a big
+            # array, 6 s for an ETIMEDOUT): the server waits longer than its default 20 s
+            srv = _server([sys.executable, CMTEST, "server", SERVER, str(port), "--wait", "50"],
+                          os.path.join(d, "server.log"), "listening")
+            client = sh(record + [sys.executable, CMTEST, "client", CLIENT, SERVER, str(port),
+                                  "--record", os.path.join(d, "client.json")],
+                        os.path.join(d, "client.log"), check=False)
+        out["client_exit"] = client.returncode
+        out["server_exit"] = _finish(*srv)
+    finally:
+        stand.terminate()
+        try:
+            _, err = stand.communicate(timeout=STEP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            stand.kill()
+            _, err = stand.communicate()
+        write(os.path.join(d, "standin.log"), line + err)
+    return out
 
 
 def meta() -> dict:

@@ -29,8 +29,12 @@ MEMORY_MB = 1536
 BOOT_TIMEOUT = 900
 
 
-def overlay(scenarios: dict) -> bytes:
-    """The run's archive: /init, the project's Python source under /lab, scenarios.json."""
+GUEST_SHIM = "lab/ibpathrec.so"  # the recorder shim built on the host (the guest has no cc)
+
+
+def overlay(scenarios: dict, shim: Path | None = None) -> bytes:
+    """The run's archive: /init, the project's Python source under /lab, scenarios.json, and
+    the host-built recorder shim when `ibpath record` runs in the guest (acm scenarios)."""
     buf = io.BytesIO()
     w = CpioWriter(buf)
     w.file("init", (HERE / "guestinit.sh").read_bytes(), 0o755)
@@ -45,6 +49,8 @@ def overlay(scenarios: dict) -> bytes:
         elif path.suffix == ".py":
             w.file(f"lab/{rel}", path.read_bytes())
     w.file("lab/scenarios.json", json.dumps(scenarios, indent=1).encode())
+    if shim is not None:
+        w.file(GUEST_SHIM, shim.read_bytes(), 0o755)
     w.close()
     return buf.getvalue()
 
@@ -58,7 +64,15 @@ def boot(guest: Guest, scenarios: dict, workdir: Path, *, log=print,
     initrd = workdir / "initrd.cpio"
     with open(initrd, "wb") as out, open(guest.initramfs, "rb") as base:
         shutil.copyfileobj(base, out, 1 << 20)
-        out.write(overlay(scenarios))
+        shim = None
+        if any(sc["kind"] == "acm" for sc in scenarios["scenarios"]):
+            # host and guest are both bookworm: the host's build of the shim runs there
+            from ..record.process import RecordError, build_shim
+            try:
+                shim = build_shim()
+            except RecordError as exc:
+                raise LabError(f"the recorder shim for the guest: {exc}") from None
+        out.write(overlay(scenarios, shim))
     disk = workdir / "results.img"
     with open(disk, "wb") as f:
         f.truncate(DISK_BYTES)

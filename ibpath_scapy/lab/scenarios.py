@@ -7,6 +7,7 @@ wire shows which record the kernel took (fields it keeps) or that it took none o
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..layers.pathdata import (
@@ -57,11 +58,16 @@ class Scenario:
     description: str
     blob: bytes | None = None
     connects: bool = True  # whether the connection is meant to succeed
+    craft: str | None = None  # kind acm: the craft scenario the stand-in ibacm answers with
+    client: str = "cmtest"  # kind acm: the program that resolves (cmtest or rping)
+    standin_args: tuple[str, ...] = ()  # kind acm: more `ibpath acm serve` options
 
     def to_json(self) -> dict:
         d = {"name": self.name, "kind": self.kind}
         if self.blob is not None:
             d["blob"] = self.blob.hex()
+        if self.craft is not None:
+            d.update(craft=self.craft, client=self.client, standin_args=list(self.standin_args))
         return d
 
 
@@ -93,12 +99,46 @@ SCENARIOS: tuple[Scenario, ...] = (
 BY_NAME = {s.name: s for s in SCENARIOS}
 
 
+@functools.cache  # running every craft scenario to find the blob ones takes a second or two
+def acm_scenarios() -> tuple[Scenario, ...]:
+    """The stand-in ibacm runs (issue 21): for every craft scenario whose resolver hands over
+    a path array, `ibpath acm serve --scenario NAME` answers librdmacm and the test program
+    resolves with rdma_resolve_route, no blob of its own; rping as it is on conform-ucma; and
+    two error answers (an SA status, an SA that never answers). Not part of "all" (they go
+    to captures/rxe/acm/, not captures/rxe/); "acm-all" selects them."""
+    from ..acmserve import blob_scenarios
+    runs = [Scenario(f"acm-{n}", "acm", f"stand-in ibacm answers with craft scenario {n}",
+                     craft=n) for n in blob_scenarios()]
+    runs.append(Scenario("acm-rping-conform-ucma", "acm", "rping as it is, the stand-in "
+                         "answering with craft scenario conform-ucma", craft="conform-ucma",
+                         client="rping"))
+    for n in ("sar-status", "saq-no-response"):
+        runs.append(Scenario(f"acm-{n}", "acm", f"stand-in ibacm answers craft scenario {n}'s "
+                             "error", craft=n))
+    runs.append(Scenario("acm-saq-no-response-silent", "acm", "stand-in ibacm never answers "
+                         "(saq-no-response, --no-answer): closes the connection after 5 s",
+                         craft="saq-no-response", standin_args=("--no-answer", "--hold", "5")))
+    return tuple(runs)
+
+
+def lookup(name: str) -> Scenario | None:
+    """A scenario by name, the acm runs included."""
+    if name in BY_NAME:
+        return BY_NAME[name]
+    if name.startswith("acm-"):
+        return {s.name: s for s in acm_scenarios()}.get(name)
+    return None
+
+
 def select(names: list[str]) -> list[Scenario]:
-    """Scenarios by name; "all" is every one. Unknown names raise KeyError naming them."""
+    """Scenarios by name; "all" is every one of SCENARIOS, "acm-all" every acm run. Unknown
+    names raise KeyError naming them."""
     if not names or names == ["all"]:
         return list(SCENARIOS)
-    unknown = [n for n in names if n not in BY_NAME]
+    if names == ["acm-all"]:
+        return list(acm_scenarios())
+    unknown = [n for n in names if lookup(n) is None]
     if unknown:
         raise KeyError(f"unknown scenario(s) {', '.join(unknown)}; known: "
-                       f"{', '.join(BY_NAME)}")
-    return [BY_NAME[n] for n in names]
+                       f"{', '.join(BY_NAME)}, acm-all, acm-<craft scenario>")
+    return [lookup(n) for n in names]

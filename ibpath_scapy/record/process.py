@@ -50,8 +50,18 @@ class RecordResult:
     spool: str
 
 
+SHIM_ENV = "IBPATH_RECORD_SHIM"
+
+
 def build_shim() -> Path:
-    """The compiled shim (cached while its source and the spool format are unchanged)."""
+    """The compiled shim (cached while its source and the spool format are unchanged), or the
+    prebuilt one $IBPATH_RECORD_SHIM names (the lab guest has no compiler: the host builds
+    the shim and ships it)."""
+    prebuilt = os.environ.get(SHIM_ENV)
+    if prebuilt:
+        if not os.path.isfile(prebuilt):
+            raise RecordError(f"{prebuilt}: ${SHIM_ENV} names no file")
+        return Path(prebuilt)
     try:
         return compile_shim(source=SHIM_SOURCE, defines=spool_format.compile_defines())
     except RuntimeError as exc:
