@@ -13,9 +13,10 @@ from .layers.mad import ATTR_PATH_RECORD, METHOD_GET, METHOD_GET_RESP, METHOD_GE
 
 @dataclass(frozen=True)
 class PacketRule:
-    """Fires when `condition` holds on a layer of class `layer`. `audit` says whether the
-    analyser evaluates this Expr itself (SA frames); the blob rules' Exprs feed only the
-    plugin, the analyser's blob rules judge the same conditions (tests compare the two)."""
+    """Fires when `condition` holds on a layer of class `layer`. `audit`: the frame rules
+    register it as a rule of their own (SA frames, audit/rules/frame.py); a blob rule
+    (audit=False) is a rule of audit/rules/blob.py, whose check decides by this same Expr
+    (audit/conditions.py) and says more in its message."""
 
     rule_id: str
     severity: str  # error, warning, info

@@ -17,7 +17,7 @@ PKG = Path(ibpath_scapy.__file__).parent
 ROOT = PKG.parent
 AUDIT = PKG / "audit"
 DECODERS = [PKG / "decode.py", PKG / "fast" / "decoder.py", PKG / "tshark_engine" / "builder.py",
-            PKG / "rmpp.py"]
+            PKG / "rmpp.py", PKG / "assemble.py"]
 
 
 def _error_key(node: ast.AST) -> bool:
@@ -96,6 +96,9 @@ def test_decoders_write_no_sentences():
                     and node.func.value.id in ("errors", "structural", "problems", "t")
                     and node.args and isinstance(node.args[0], (ast.JoinedStr, ast.Constant))):
                 bad.append(f"{path.name}:{node.lineno}")
+            if (isinstance(node, ast.keyword) and node.arg == "error"
+                    and isinstance(node.value, (ast.JoinedStr, ast.Constant))):
+                bad.append(f"{path.name}:{node.value.lineno}")  # a fact's error=
             if isinstance(node, ast.Dict):
                 for k, v in zip(node.keys, node.values):
                     if (isinstance(k, ast.Constant) and k.value == "error"

@@ -89,7 +89,8 @@ def test_fuzzer_catches_what_it_claims_to(tmp_path, monkeypatch):
     path = ROOT / "captures" / "corpus" / "sar-get-multi.pcapng"
     ib = fuzz.Input(path=path, frames=sum(1 for _ in read_frames(str(path))))
     assert not fuzz.check_in_process(ib).problems
-    monkeypatch.setattr(FastDecoder, "_native_ib", lambda self, rec, data, at: ([], bytes(4)))
+    monkeypatch.setattr(FastDecoder, "_native_ib",
+                        lambda self, data, at: ({"encap": "ib"}, [], bytes(4)))
     assert [p.kind for p in fuzz.check_in_process(ib).problems] == ["fastpath-diff"]
 
 

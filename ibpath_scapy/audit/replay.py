@@ -17,7 +17,7 @@ from .storage import FrameList, KeptFrames, KeptRecord
 
 
 PATH_RECORD_ATTR = 0x0035
-# records about the file as a whole that decoders make at its end (decode.file_end_records):
+# records about the file as a whole that decoders make at its end (assemble.Assembler.finish):
 # judged by the frame rules only
 FILE_KINDS = ("unsupported", "crc")
 SA_CLASS = 0x03

@@ -1,22 +1,26 @@
 """How a transaction keeps its SA frames: compactly while the replay may still judge it
 (KeptFrames, KeptRecord), as plain records when it is let go once judged (FrameList).
-A rule that reads a new key of an SA frame's record adds it to KEPT_KEYS, and only there."""
+What is kept of an SA frame follows its fact (facts.records.MadFrame): the MAD header, the
+fields an SA MAD adds, the problems."""
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 
-_ABSENT = object()
+from ..facts.records import Fact, MadFrame
+
+_ABSENT = None  # a fact's absent field; a dict's missing key reads so too
 # the keys of an SA frame's record that the transaction rules (rules/sa.py, rules/resolver.py)
-# and the ladder (ladder.py) read, besides "frame"
-KEPT_KEYS = ("mad", "rmpp", "sa", "path_records", "rmpp_control", "reassembled_from", "errors",
-             "rmpp_dropped")
+# and the ladder (ladder.py) may read, besides "frame"
+KEPT_KEYS = ("mad", *MadFrame.SA_FIELDS, "errors")
 _SLOT = {k: i for i, k in enumerate(KEPT_KEYS)}
 _ALL_ABSENT = (_ABSENT,) * len(KEPT_KEYS)
 _PRS, _RA = _SLOT["path_records"], _SLOT["reassembled_from"]
 _ERR, _DROP = _SLOT["errors"], _SLOT["rmpp_dropped"]  # values no other frame shares
+_kept = attrgetter(*KEPT_KEYS)  # a fact's KEPT_KEYS values (None where absent)
 _PACKED = object()  # a body's "reassembled_from": the frames are in KeptFrames' side arrays
 
 
@@ -91,7 +95,7 @@ class KeptFrames(Sequence):
         self._ra: tuple[array, array, array] | None = None
 
     def append(self, rec: dict) -> None:
-        body = tuple(map(rec.get, KEPT_KEYS, _ALL_ABSENT))
+        body = _kept(rec) if isinstance(rec, Fact) else tuple(map(rec.get, KEPT_KEYS, _ALL_ABSENT))
         prs = body[_PRS]
         if prs is not _ABSENT and not prs:
             # RMPP segments but the last have no records: one shared empty sequence

@@ -10,25 +10,26 @@ from __future__ import annotations
 
 from ..kernelview import kernel_view_dict
 from .problems import Code, Problem, of_code, problem
+from .records import Fact, plain
 
 __all__ = ["Code", "Problem", "of_code", "problem", "public"]
 
 
-def public(rec: dict) -> dict:
-    """A decoded record as `ibpath decode --format json` prints it (interfaces.md): its
-    problems rendered as sentences, its kernel_blob as each kernel profile's kernel_view (in
-    its place). The record itself is left as it is."""
-    errors, error = rec.get("errors"), rec.get("error")
-    blob = rec.get("kernel_blob")
-    if errors is None and not isinstance(error, Problem) and blob is None:
-        return rec
-    if blob is not None:
-        out = {("kernel_view" if k == "kernel_blob" else k): v for k, v in rec.items()}
-        out["kernel_view"] = kernel_view_dict(blob)
-    else:
-        out = dict(rec)
-    if errors is not None:
-        out["errors"] = [str(p) for p in errors]
-    if isinstance(error, Problem):
-        out["error"] = str(error)
+def public(rec) -> dict:
+    """A decoded record as `ibpath decode --format json` prints it (interfaces.md): a plain
+    dict in the order of its fields, its problems rendered as sentences, its kernel_blob as
+    each kernel profile's kernel_view (in its place). The record itself is left as it is."""
+    if isinstance(rec, Fact):
+        return rec.plain()
+    return _plain_dict(rec)
+
+
+def _plain_dict(rec: dict) -> dict:
+    """public() of a record written as a dict (a test's, an audit-made one)."""
+    out = {}
+    for k, v in rec.items():
+        if k == "kernel_blob":
+            out["kernel_view"] = kernel_view_dict(v)
+        else:
+            out[k] = _plain_dict(v) if type(v) is dict else plain(v)
     return out

@@ -36,7 +36,7 @@ from ..expr import F
 from ..layers.ib import ERF, LINKTYPE_ERF, LINKTYPE_INFINIBAND, LRH
 from ..layers.mad import MAD, MAD_SIZE
 from ..layers.roce import DETH
-from .exprc import compile_expr, part_src, split_name
+from ..exprc import compile_expr, part_src, split_name
 from .layout import compile_reader, layer_steps, prefix_offsets, static_length, step_source
 
 SKIP = None

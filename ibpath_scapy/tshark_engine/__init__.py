@@ -2,9 +2,10 @@
 
 ``tshark_records(path)`` runs tshark once over a capture with the plugin this package ships
 (``dissector/ibpath.lua``; ``wireshark.packaged_plugin()``), after checking that this tshark
-loads it at all (``wireshark.Tshark.probe``), and yields, frame by frame, the same dicts
-``decode.decode_file(path)`` yields: the facts ``audit.engine.audit_records`` consumes. Because
-the audit rules see only these dicts, the two engines can be compared finding for finding.
+loads it at all (``wireshark.Tshark.probe``), and yields, frame by frame, the same records
+(facts.records, made by the one assembler) ``decode.decode_file(path)`` yields: the facts
+``audit.engine.audit_records`` consumes. Because the audit rules see only these records, the
+engines can be compared finding for finding.
 
 Output format. ``tshark -T json`` with ``-J`` limited to ``frame``, ``pkt_comment``, ``ip``,
 ``ipv6``, ``udp``, ``netlink``, ``exported_pdu``, the plugin's own protocols (read from the

@@ -1,18 +1,20 @@
-"""decode.Decoder's record logic over the plugin's fields: the records of a frame, from
-the nodes tshark shows (the same dicts decode.decode_file yields)."""
+"""The plugin's fields as layer facts, from the nodes tshark shows, handed to the one
+assembler (assemble.py): the same records decode.decode_file yields."""
 
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterator
 
 from scapy.contrib.roce import BTH, GRH
 
 from .. import decode as _decode
-from ..decode import CM_REQ_FIELDS, DecodeStats, KIND_BY_CLASS, PATH_RECORD_FIELDS
-from ..facts import Code, Problem, problem, problems as P
+from ..assemble import ICRC_MISMATCH, VCRC_MISMATCH, Assembler, SaParts, blob_record, \
+    mad_fact, reserved_errors, sa_fact
+from ..facts import Code, problem, problems as P
+from ..facts.records import CM_FACTS, CM_REQ_FIELDS, PATH_RECORD_FIELDS, CmReqPaths, Rmpp
+from ..facts.records import PathRecord as PathRecordFact
 from ..kernelview import Blob, LsContext, ls_parse_error
 from ..layers import cm as cm_layers, netlink as nl
 from ..layers.ib import LRH
@@ -116,38 +118,29 @@ class _Message:
     bodies: list = field(default_factory=list)  # (node name, node)
 
 
-class _Builder:
-    """decode.Decoder's record logic over the plugin's fields."""
+class _Builder(Assembler):
+    """The plugin's fields as layer facts, handed to the assembler."""
 
     def __init__(self, raw_blob: bool = False):
-        self.rmpp = Reassembler()
-        self.stats = DecodeStats()
-        self.ls_requests: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        super().__init__()
         self.raw_blob = raw_blob
         self._dummy = bytes(MAD_SIZE)
 
     # -- per frame ---------------------------------------------------------------------------
-    def feed(self, fr: _Frame) -> Iterator[dict]:
+    def feed(self, fr: _Frame) -> Iterator:
         self.stats.frames += 1
         if fr.linktype is not None and fr.linktype not in _decode.SUPPORTED_LINKTYPES:
-            _decode.note_unsupported(self.stats, fr.linktype, fr.number)
+            self.note_unsupported(fr.linktype, fr.number)
             return
         for rec in self._frame_records(fr):
             self.stats.by_kind[rec["kind"]] = self.stats.by_kind.get(rec["kind"], 0) + 1
             yield rec
 
-    def finish(self) -> Iterator[dict]:
-        yield from _decode.file_end_records(self.rmpp, self.stats)
-
-    def _malformed(self, fr: _Frame, reason: Problem) -> dict:
-        self.stats.malformed += 1
-        return {"frame": fr.number, "kind": "malformed", "error": reason}
-
-    def _frame_records(self, fr: _Frame) -> Iterator[dict]:
+    def _frame_records(self, fr: _Frame) -> Iterator:
         top = fr.layers
         list_framed = self.raw_blob or any(_first(top, k) is not None
                                            for k in ("netlink", "exported_pdu"))
-        too_big = _decode.size_limit_record(fr.number, fr.cap_len, list_framed, self.stats)
+        too_big = self.size_limit(fr.number, fr.cap_len, list_framed)
         if too_big is not None:
             yield too_big
             return
@@ -162,7 +155,7 @@ class _Builder:
         yield from self._mad_frame(fr)
 
     # -- MADs --------------------------------------------------------------------------------
-    def _mad_frame(self, fr: _Frame) -> Iterator[dict]:
+    def _mad_frame(self, fr: _Frame) -> Iterator:
         top = fr.layers
         mad_node = _first(top, _MAD_NODE)
         mad = _values(mad_node, MAD) if mad_node is not None else {}
@@ -171,55 +164,32 @@ class _Builder:
         if "transaction_id" not in mad:
             if "src_qp" in deth and (deth["src_qp"] in (0, 1) or bth.get("dqpn") in (0, 1)):
                 n = self._mad_length(fr)
-                yield self._malformed(fr, problem(Code.GSI_SHORT,
-                                                  max(n, 0) if n is not None else "?"))
+                yield self.malformed(fr.number, problem(Code.GSI_SHORT,
+                                                        max(n, 0) if n is not None else "?"))
             elif bth.get("opcode") == 0x64 and "src_qp" not in deth:
-                yield self._malformed(fr, P.UD_NO_DETH)
+                yield self.malformed(fr.number, P.UD_NO_DETH)
             return
-        self.stats.mad_frames += 1
-        rec = {"frame": fr.number, "time": round(fr.time, 9),
-               "kind": KIND_BY_CLASS.get(mad["mgmt_class"],
-                                         MGMT_CLASSES.get(mad["mgmt_class"], "mad").lower())}
-        rec.update(self._addresses(fr, bth, deth))
-        errors = []
         length = self._mad_length(fr)
-        if length is not None and length != MAD_SIZE:
-            errors.append(problem(Code.MAD_LENGTH, length))
         crc_errs, icrc = self._crc_errors(fr)
-        errors += crc_errs
-        _decode.note_crc(self.stats, fr.number, errors, icrc if length == MAD_SIZE else None)
-        rec["mad"] = self._mad_dict(mad)
-        if length is not None and length < MAD_SIZE:
-            rec["kind"] = "malformed"
-            rec["error"] = errors[0]
-            self.stats.malformed += 1
-            yield rec
-            return
-        if mad["mgmt_class"] == 0x03:
-            yield from self._sa(fr, rec, mad, errors)
-            return
-        for name, cls in _CM_BY_NODE.items():
-            node = _first(top, name)
-            if node is None:
-                continue
-            values = _values(node, cls)
-            rec["cm"] = {"message": cls._name.split()[-1], **_public(values, cls)}
-            rec["cm"].pop("private_data", None)
-            if cls is cm_layers.CMReq:
-                rec["cm_req"] = {n: values[n] for n in CM_REQ_FIELDS if n in values}
-            break
-        if errors:
-            rec["errors"] = errors
-        yield rec
-
-    @staticmethod
-    def _mad_dict(mad: dict) -> dict:
-        d = _public(mad, MAD)
-        d["method_name"] = METHODS.get(mad["method"], f"0x{mad['method']:02x}")
-        names = ATTRIBUTES_BY_CLASS.get(mad["mgmt_class"], {})
-        d["attribute_name"] = names.get(mad["attribute_id"])
-        d["status_text"] = status_text(mad["status"], mad["mgmt_class"])
-        return d
+        sa = cm = cm_req = None
+        if length is None or length >= MAD_SIZE:
+            if mad["mgmt_class"] == 0x03:
+                sa = self._sa(fr, mad)
+            else:
+                for name, cls in _CM_BY_NODE.items():
+                    node = _first(top, name)
+                    if node is None:
+                        continue
+                    values = _public(_values(node, cls), cls)
+                    values.pop("private_data", None)
+                    cm = CM_FACTS[cls](message=cls._name.split()[-1], **values)
+                    if cls is cm_layers.CMReq:
+                        cm_req = CmReqPaths(**{n: values[n] for n in CM_REQ_FIELDS
+                                               if n in values})
+                    break
+        yield self.mad_frame(fr.number, fr.time, self._addresses(fr, bth, deth),
+                             mad_fact(_public(mad, MAD)), length, crc_errs, icrc,
+                             sa=sa, cm=cm, cm_req=cm_req)
 
     def _addresses(self, fr: _Frame, bth: dict, deth: dict) -> dict:
         top = fr.layers
@@ -278,7 +248,7 @@ class _Builder:
         return span - _CRC_TRAILERS - _LRH_BTH_DETH - grh
 
     @staticmethod
-    def _crc_errors(fr: _Frame) -> tuple[list[str], bytes | None]:
+    def _crc_errors(fr: _Frame) -> tuple[list, bytes | None]:
         """The CRC errors the plugin found, and the ICRC field (None if it showed none)."""
         errs = []
         checks: dict[str, str] = {}
@@ -289,63 +259,43 @@ class _Builder:
                 if v is not None:
                     checks.setdefault(key, v)
         if checks.get("ibpath.check.icrc") == "0":
-            errs.append(_decode.ICRC_MISMATCH)
+            errs.append(ICRC_MISMATCH)
         if checks.get("ibpath.check.vcrc") == "0":
-            errs.append(_decode.VCRC_MISMATCH)
+            errs.append(VCRC_MISMATCH)
         icrc = checks.get(_ICRC_FIELD)
         return errs, (None if icrc is None or "ibpath.check.icrc" not in checks
                       else _int(icrc).to_bytes(4, "big"))
 
-    def _sa(self, fr: _Frame, rec: dict, mad: dict, errors: list[str]) -> Iterator[dict]:
+    def _sa(self, fr: _Frame, mad: dict) -> SaParts:
+        """The SA parts of an SA MAD: the reassembly is the plugin's (its nested message holds
+        the records of the whole answer); the assembler's Reassembler decides, as in the
+        other engines, which segments the kernel keeps."""
         top = fr.layers
         rmpp = _values(_first(top, _RMPP_NODE), RMPP)
         sa_node = _first(top, _SA_NODE)
         sa = _values(sa_node, SAHeader)
-        rec["rmpp"] = _public(rmpp, RMPP)
-        mask = sa.get("component_mask", 0)
-        rec["sa"] = {
-            "sm_key": sa.get("sm_key", 0),
-            "attribute_offset": sa.get("attribute_offset", 0),
-            "component_mask": mask,
-            "components": [COMPONENT_MASK_NAMES[b] for b in range(64) if mask >> b & 1],
-        }
-        flags = rmpp.get("rmpp_flags", 0)
-        rtype = rmpp.get("rmpp_type", 0)
-        records = _all(sa_node, _PATHRECORD)
-        if flags & 1 and rtype == 1 and flags & 6 != 6:  # one segment of a transfer
-            key = (rec.get("src"), rec.get("dst"), mad["transaction_id"], mad["attribute_id"],
-                   mad["method"])
-            done = self.rmpp.add(key, rmpp.get("segment_number", 0), flags, self._dummy,
-                                 fr.number, fr.time)
-            _decode.note_rmpp_drop(self.rmpp, rec, self.stats)
-            records = []
-            if done is not None:
-                _, transfer = done
-                # the segments the kernel keeps (the Reassembler's: the first of repeated
-                # ones, where the plugin's ibpath.rmpp.segment list names the last), and the
-                # plugin's nested message with the records of the whole answer
-                rec["reassembled_from"] = [transfer.frames[k] for k in sorted(transfer.frames)]
-                whole = _first(sa_node, _SA_NODE)
-                if whole is not None:
-                    records = _all(whole, _PATHRECORD)
-                errors += transfer.problems
-        elif rtype not in (0, 1) and flags & 1:
-            rec["rmpp_control"] = True
-            self.rmpp.control(_decode.rmpp_control_key(rec, mad["transaction_id"],
-                                                       mad["attribute_id"], mad["method"]),
-                              rtype, fr.number)
-        if mad["attribute_id"] == ATTR_PATH_RECORD:
-            values = [_values(r, PathRecord) for r in records]
-            rec["path_records"] = [{n: v[n] for n in PATH_RECORD_FIELDS} for v in values
-                                   if all(n in v for n in PATH_RECORD_FIELDS)]
-            errors += _decode.reserved_errors(Code.PR_RESERVED, map(_reserved_set, values))
-        if errors:
-            rec["errors"] = errors
-        yield rec
+        header = sa_fact(sa.get("sm_key", 0), sa.get("attribute_offset", 0),
+                         sa.get("component_mask", 0))
+        is_pr = mad["attribute_id"] == ATTR_PATH_RECORD
+
+        def records_of(node) -> tuple[list, list] | tuple[None, tuple]:
+            if not is_pr:
+                return None, ()
+            values = [_values(r, PathRecord) for r in _all(node, _PATHRECORD)]
+            return ([PathRecordFact(**{n: v[n] for n in PATH_RECORD_FIELDS}) for v in values
+                     if all(n in v for n in PATH_RECORD_FIELDS)],
+                    [_reserved_set(v) for v in values])
+
+        def whole(_message: bytes) -> tuple[list, list]:
+            nested = _first(sa_node, _SA_NODE)
+            return records_of(nested) if nested is not None else ([], [])
+
+        records, reserved = records_of(sa_node)
+        return SaParts(Rmpp(**_public(rmpp, RMPP)), header, records, reserved, self._dummy,
+                       whole)
 
     # -- blobs -------------------------------------------------------------------------------
-    def _blob(self, fr: _Frame, node) -> dict:
-        self.stats.blob_frames += 1
+    def _blob(self, fr: _Frame, node):
         records = [self._pathdata(p) for p in _all(node, _PATHDATA)]
         records = [r for r in records if r is not None]
         trailing = _first(node, _fields_of(PathArray).fields[0][1])
@@ -353,21 +303,19 @@ class _Builder:
         length = len(records) * RECORD_SIZE + n_trailing
         blob_records = [r for r, _ in records]
         bad = [k for k, (_, reserved) in enumerate(records) if reserved]
-        return _decode.blob_frame_record(
+        return self.blob_frame(
             fr.number, fr.time, self.raw_blob, length, n_trailing, fr.comment, blob_records,
             blob_from_records(blob_records, length=length), bad)
 
     @staticmethod
-    def _pathdata(node) -> tuple[dict, bool] | None:
-        """(blob record dict, reserved PathRecord bits set) of a complete ibpath.pathdata node."""
+    def _pathdata(node) -> tuple | None:
+        """(blob record fact, reserved PathRecord bits set) of a complete ibpath.pathdata node."""
         head = _values(node, PathRecData)
         pr = _values(_first(node, _PATHRECORD), PathRecord)
         if "flags" not in head or not all(n in pr for n in PATH_RECORD_FIELDS):
             return None
-        flags = head["flags"]
-        return ({"flags": flags, "flag_names": flag_names(flags),
-                 "reserved": head.get("reserved", 0),
-                 "path_record": {n: pr[n] for n in PATH_RECORD_FIELDS}}, _reserved_set(pr))
+        path_record = PathRecordFact(**{n: pr[n] for n in PATH_RECORD_FIELDS})
+        return blob_record(head["flags"], head.get("reserved", 0), path_record), _reserved_set(pr)
 
     # -- RDMA netlink ------------------------------------------------------------------------
     def _netlink(self, fr: _Frame, node) -> Iterator[dict]:
@@ -395,16 +343,12 @@ class _Builder:
         if trailing:
             problems.append(problem(Code.NL_TRAILING, trailing))
         if not msgs:
-            self.stats.malformed += 1
-            yield {**base, "kind": "malformed",
-                   "error": _decode.joined(problems)}
+            yield self.netlink_empty(base, problems)
             return
         rereads = iter(self._messages(_pairs(helper), None))  # misflagged answers (helper)
         for i, (m, moff) in enumerate(zip(msgs, offsets)):
-            rec = self._rdma_message(fr, dict(base), m, record_len - moff, rereads)
-            if i == len(msgs) - 1 and problems:
-                _decode.add_record_problems(self.stats, rec, problems)
-            yield rec
+            yield self._rdma_message(fr, base, m, record_len - moff, rereads,
+                                     problems if i == len(msgs) - 1 else ())
 
     @staticmethod
     def _messages(top: list, helper=None) -> list[_Message]:
@@ -434,12 +378,12 @@ class _Builder:
                 out[-1].bodies.append((key, node))
         return [m for m in out if "nlmsg_len" in m.hdr]
 
-    def _rdma_message(self, fr: _Frame, rec: dict, m: _Message, left: int,
-                      rereads: Iterator[_Message]) -> dict:
+    def _rdma_message(self, fr: _Frame, base: dict, m: _Message, left: int,
+                      rereads: Iterator[_Message], record_problems):
         h = m.hdr
         flags = h.get("nlmsg_flags", 0)
         client, op, seq = h.get("rdma_client", 0), h.get("rdma_op", 0), h.get("nlmsg_seq", 0)
-        rec["netlink"] = {
+        nlhdr = {
             "nlmsg_len": h["nlmsg_len"], "nlmsg_type": nl.rdma_nl_type(client, op),
             "nlmsg_flags": flags, "nlmsg_seq": seq, "nlmsg_pid": h.get("nlmsg_pid", 0),
             "rdma_client": client, "rdma_op": op,
@@ -448,20 +392,18 @@ class _Builder:
         if h["nlmsg_len"] > left:
             structural.append(problem(Code.NL_LEN_PAST_END, h["nlmsg_len"], left))
         if client != nl.RDMA_NL_LS:
-            rec["kind"] = "rdma_netlink"
-            rec["netlink"]["client_name"] = nl.RDMA_NL_CLIENTS.get(client)
-            return self._finish(rec, errors, structural)
-        rec["kind"] = "ls"
+            return self.netlink_message(base, nlhdr, "rdma_netlink", None, None, errors,
+                                        structural, record_problems,
+                                        client_name=nl.RDMA_NL_CLIENTS.get(client))
         request = bool(flags & nl.NLM_F_REQUEST)
         ls = {"op": nl.LS_OPS.get(op, f"op {op}"), "op_code": op, "seq": seq, "flags": flags,
               "request": request, "error": bool(flags & nl.RDMA_NL_LS_F_ERR)}
-        rec["ls"] = ls
         body_len = max(0, min(h["nlmsg_len"], left) - nl.NLMSG_HDRLEN)
         body_key, body = m.bodies[0] if m.bodies else (None, None)
         cls = _LS_BODY_BY_NODE.get(body_key)
         is_response = op == nl.RDMA_NL_LS_OP_RESOLVE and not request
         misflagged = (op == nl.RDMA_NL_LS_OP_RESOLVE and request
-                      and rec.get("pkttype") == nl.PACKET_KERNEL)
+                      and base.get("pkttype") == nl.PACKET_KERNEL)
         if misflagged:
             # Only resolvers send RESOLVE to the kernel: this is an answer, wrongly flagged. The
             # plugin followed the flag; the helper had it read the answer as a response.
@@ -491,9 +433,7 @@ class _Builder:
                           port_num=values.get("port_num"), path_use=values.get("path_use"),
                           path_use_name=nl.PATH_USE.get(values.get("path_use"),
                                                         str(values.get("path_use"))))
-                self.ls_requests[seq] = (values.get("path_use"), fr.number)
-                if len(self.ls_requests) > _decode.Decoder.LS_REQUEST_MEMORY:
-                    self.ls_requests.popitem(last=False)
+                self.remember_ls_request(seq, values.get("path_use"), fr.number)
             elif cls is nl.LsIpResolveRequest:
                 ls["ifindex"] = values.get("ifindex")
             attrs, facts = self._attributes(body, body_len - header)
@@ -501,15 +441,15 @@ class _Builder:
             trailing = (len(trail) + 1) // 3 if trail else 0
         if trailing:
             structural.append(problem(Code.LS_ATTR_TRAILING, trailing))
+        blob_records = kernel_blob = None
         if is_response:
-            self._ls_response(rec, ls, flags, seq, attrs, facts, errors)
-        else:
-            ls["attributes"] = [a["dict"] for a in attrs]
+            blob_records, kernel_blob = self._ls_response(ls, flags, seq, attrs, facts, errors)
         for i, (a, f) in enumerate(zip(attrs, facts)):
             found = _decode._attr_problem(i, f, request)
             if found:
                 (structural if f.truncated() else errors).append(found)
-        return self._finish(rec, errors, structural)
+        return self.netlink_message(base, nlhdr, "ls", ls, [a["dict"] for a in attrs], errors,
+                                    structural, record_problems, blob_records, kernel_blob)
 
     @staticmethod
     def _attributes(body, space: int) -> tuple[list[dict], list[_AttrFacts]]:
@@ -552,8 +492,10 @@ class _Builder:
                     a["dict"]["value"] = v[fname]
         return attrs, facts
 
-    def _ls_response(self, rec: dict, ls: dict, flags: int, seq: int, attrs: list[dict],
-                     facts: list[_AttrFacts], errors: list) -> None:
+    def _ls_response(self, ls: dict, flags: int, seq: int, attrs: list[dict],
+                     facts: list[_AttrFacts], errors: list) -> tuple[list, Blob]:
+        """An LS RESOLVE answer's blob records and what the kernel reads of them; marks its
+        PATH_RECORD attributes with their record index and ties it to its request."""
         pairs = []  # (attribute, blob record, reserved bits set)
         for a, f in zip(attrs, facts):
             if f.truncated():
@@ -565,16 +507,12 @@ class _Builder:
                     pairs.append((a, got))
         for k, (a, _) in enumerate(pairs):
             a["dict"]["blob_record"] = k
-        ls["attributes"] = [a["dict"] for a in attrs]
         records = [got for _, got in pairs]
-        rec["blob_records"] = [r for r, _ in records]
-        errors += _decode.reserved_errors(Code.BLOB_RESERVED, (reserved for _, reserved in records))
-        path_use = _decode.link_ls_request(self.ls_requests, seq, ls)
+        blob_records = [r for r, _ in records]
+        errors += reserved_errors(Code.BLOB_RESERVED, (reserved for _, reserved in records))
+        path_use = _decode.link_ls_request(self, seq, ls)
         attr_dicts = [{**a["dict"], "available": len(f.original)} for a, f in zip(attrs, facts)]
-        rec["kernel_blob"] = blob_from_records(
-            rec["blob_records"], nlmsg_flags=flags, attributes=attr_dicts, path_use=path_use)
-
-    def _finish(self, rec: dict, errors: list, structural: list) -> dict:
-        return _decode.finish_message(self.stats, rec, errors, structural)
+        return blob_records, blob_from_records(blob_records, nlmsg_flags=flags,
+                                               attributes=attr_dicts, path_use=path_use)
 
 

@@ -32,12 +32,12 @@ from ...blobsniff import wire_anomalies
 from ...facts.problems import Code, of_code
 from ...decode import PATH_RECORD_FIELDS, path_record_dict, reserved_nonzero
 from ...kernelview import Blob, LsContext, kernel_view
+from ..conditions import packet_rule
 from ..kernel import kernel_view_of
 from ...layers.coded import raw_values
 from ...layers.netlink import LS_NLA_TYPE_PATH_RECORD
 from ...layers.pathdata import (
     IB_PATH_ALTERNATE,
-    IB_PATH_BIDIRECTIONAL,
     IB_PATH_GMP,
     IB_PATH_INBOUND,
     IB_PATH_INBOUND_REVERSE,
@@ -106,6 +106,22 @@ def _reserved_records(rec: dict) -> set[int]:
     return {i for p in of_code(rec, Code.BLOB_RESERVED) for i in p.args[0]}
 
 
+# The rules the plugin shows as expert infos are declared once, in packet_rules.PACKET_RULES:
+# their Exprs decide here too, over the record's facts (PathArray: the blob's bytes as
+# Remaining(); PathRecData: a blob record; PathRecord: its PathRecord).
+_, _RAGGED = packet_rule("BLOB-LENGTH")
+_UNKNOWN_FLAGS = packet_rule("BLOB-UNKNOWN-FLAGS")
+_GMP_NOT_REVERSIBLE = packet_rule("BLOB-GMP-NOT-REVERSIBLE")
+_BIDIR_NOT_REVERSIBLE = packet_rule("BLOB-BIDIR-NOT-REVERSIBLE")
+
+
+def _on_record(rule, r) -> bool:
+    """Whether a PathRecData or PathRecord rule's condition holds on blob record r."""
+    pr, condition = rule
+    own = r if pr.layer == "PathRecData" else r["path_record"]
+    return bool(condition({"PathRecData": r}, own))
+
+
 # -- BLOB-LENGTH ------------------------------------------------------------------------------
 
 @rule("BLOB-LENGTH", "error", "blob", _UCMA + "; sa_query.c ib_nl_policy")
@@ -136,7 +152,7 @@ def blob_length(subject):
                                    f"{size} bytes, not {RECORD_SIZE}: {what}")
         return
     length = rec["blob"]["length"]
-    if length % RECORD_SIZE:
+    if _RAGGED({}, {}, length):
         yield [rec["frame"]], (
             f"blob length {length} is not a multiple of {RECORD_SIZE} (struct "
             f"ib_path_rec_data): {rec['blob']['records']} whole record(s) and "
@@ -200,8 +216,8 @@ def blob_unknown_flags(subject):
     """
     rec, _ = subject
     for i, r in enumerate(_records(rec)):
-        extra = r["flags"] & ~KNOWN_FLAGS
-        if extra:
+        if _on_record(_UNKNOWN_FLAGS, r):
+            extra = r["flags"] & ~KNOWN_FLAGS
             hint = ""
             swapped = int.from_bytes(r["flags"].to_bytes(4, "little"), "big")
             if not swapped & ~KNOWN_FLAGS:
@@ -297,7 +313,7 @@ def blob_gmp_not_reversible(subject):
     """
     rec, _ = subject
     for i, r in enumerate(_records(rec)):
-        if r["flags"] & IB_PATH_GMP and not r["path_record"]["reversible"]:
+        if _on_record(_GMP_NOT_REVERSIBLE, r):
             yield [rec["frame"]], (f"{_what(rec)} {_rec_label(i, r)} is the GMP path but its "
                                    "PathRecord is not reversible (Reversible bit 0)")
 
@@ -314,8 +330,7 @@ def blob_bidir_not_reversible(subject):
     """
     rec, _ = subject
     for i, r in enumerate(_records(rec)):
-        if r["flags"] & IB_PATH_BIDIRECTIONAL == IB_PATH_BIDIRECTIONAL \
-                and not r["path_record"]["reversible"]:
+        if _on_record(_BIDIR_NOT_REVERSIBLE, r):
             yield [rec["frame"]], (f"{_what(rec)} {_rec_label(i, r)} claims to be the return "
                                    "path too (BIDIRECTIONAL) but its PathRecord is not "
                                    "reversible")

@@ -2,7 +2,7 @@
 
 The decoders (decode.py, fast/, tshark_engine/) count both as they read and make one record
 per link type and one for a capture whose ICRCs are all zero at the end of the file
-(decode.file_end_records); these rules turn them, and each frame's CRC errors, into findings.
+(assemble.Assembler.finish); these rules turn them, and each frame's CRC errors, into findings.
 """
 
 from __future__ import annotations

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
-from ...fast.exprc import compile_expr, part_src, split_name
+from ...exprc import compile_expr, part_src, split_name
 from ...facts.problems import Code
+from ...facts.records import Fact
 from ...packet_rules import PACKET_RULES
 from ... import sources
+from ..conditions import compile_condition
 from ..model import rule
 
 
@@ -39,39 +41,9 @@ def decode_limit(rec: dict):
         yield rec.get("frames", [rec["frame"]]), str(error) if error else rec["limit"]
 
 
-# Decoded-record views of the layers the packet rules name.
-def _layer_values(rec: dict, layer: str, index: int = 0) -> dict | None:
-    if layer == "MAD":
-        return rec.get("mad")
-    if layer == "RMPP":
-        return rec.get("rmpp")
-    if layer == "SAHeader":
-        return rec.get("sa")
-    if layer == "PathRecord":
-        recs = rec.get("path_records") or []
-        return recs[index] if index < len(recs) else None
-    return None
-
-
-def _compile_condition(pr):
-    """The rule's Expr as one Python function of (views, own): F() reads `own` (the record's
-    view of the rule's layer), Under("X") views["X"] (_layer_values(rec, "X")); a missing
-    value reads 0, as in the Expr evaluation the plugin's expert infos mirror."""
-
-    def field(f):
-        name, part = split_name(f.name)
-        _READS.setdefault(f.layer or pr.layer, set()).add(name)
-        base = "own" if f.layer is None else f"views.get({f.layer!r})"
-        return part_src(f"int(({base} or _E).get({name!r}, 0) or 0)", part)
-
-    fn = compile_expr(pr.condition, field, args="views, own")
-    fn.__globals__.update(_E={})
-    return fn
-
-
 # the fields each layer's view is read for, by any audited condition (filled by compiling)
 _READS: dict[str, set[str]] = {}
-_AUDITED = [(pr, _compile_condition(pr)) for pr in PACKET_RULES if pr.audit]
+_AUDITED = [(pr, compile_condition(pr, _READS)) for pr in PACKET_RULES if pr.audit]
 _HEADER_READS = tuple((layer, tuple(sorted(_READS.get(layer, ()))))
                       for layer in ("MAD", "RMPP", "SAHeader"))
 _RECORD_READS = tuple(sorted(_READS.get("PathRecord", ())))
@@ -87,16 +59,22 @@ _MEMO_SIZE = 4096
 
 def _getter(names: tuple):
     """A function giving a view's values of `names` as a tuple (None for a missing view or
-    field): operator.itemgetter where every field is there, the common case."""
+    field): one attrgetter call on a fact (a decoder's record), the common case."""
     if not names:
         return lambda v: ()
-    fast = itemgetter(*names) if len(names) > 1 else (lambda v, g=itemgetter(names[0]): (g(v),))
+    if len(names) > 1:
+        facts, items = attrgetter(*names), itemgetter(*names)
+    else:
+        facts = (lambda v, g=attrgetter(names[0]): (g(v),))
+        items = (lambda v, g=itemgetter(names[0]): (g(v),))
 
     def values(v):
         if v is None:
             return None
+        if isinstance(v, Fact):
+            return facts(v)
         try:
-            return fast(v)
+            return items(v)
         except KeyError:
             return tuple([v.get(n) for n in names])
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..expr import And, BinOp, Const, Expr, F, If, Max, Min, Not, Or, Remaining
+from .expr import And, BinOp, Const, Expr, F, If, Max, Min, Not, Or, Remaining
 
 _INFIX = {"+", "-", "*", "&", "|", "^", ">>", "<<"}
 _COMPARE = {"==", "!=", "<", "<=", ">", ">="}

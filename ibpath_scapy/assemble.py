@@ -1,0 +1,373 @@
+"""The one assembler: decoded records (facts.records) from the values each engine reads.
+
+Three engines read frames: the Scapy layers (decode.Decoder), the fast path's compiled
+extractors (fast.FastDecoder) and the plugin's fields under tshark (tshark_engine). Each reads
+a frame's layers into layer facts (Mad, Rmpp, SaHeader, PathRecord, a CM message, blob
+records) and hands them here, with what only it can know (addresses, the MAD's length, the
+CRC verdicts, how to read the records of a reassembled answer). The Assembler owns what
+spans frames (RMPP reassembly, the LS requests an answer is tied to, the statistics) and
+builds every record, so that the three engines' records are the same by construction.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Sequence
+
+from .facts import Code, Problem, problem
+from .facts import problems as P
+from .facts.records import (
+    BlobFrame,
+    BlobInfo,
+    BlobRecord,
+    CrcCensus,
+    Fact,
+    FrameLimit,
+    LsAttribute,
+    LsMessage,
+    Mad,
+    Malformed,
+    MadFrame,
+    NetlinkFrame,
+    NlClientHeader,
+    NlHeader,
+    SaHeader,
+    Unfinished,
+    Unsupported,
+)
+from .exprc import compile_expr, part_src, split_name
+from .layers.mad import ATTRIBUTES_BY_CLASS, MAD_SIZE, METHODS, MGMT_CLASSES, METHOD_RESP, \
+    RMPP_TYPE_DATA, status_text
+from .layers.pathdata import RECORD_SIZE, flag_names, parse_set_option_comment
+from .layers.sa import COMPONENT_MASK_NAMES, IS_SEGMENT
+from .rmpp import Reassembler
+
+ICRC_MISMATCH, VCRC_MISMATCH = P.ICRC_MISMATCH, P.VCRC_MISMATCH
+KIND_BY_CLASS = {0x03: "sa", 0x07: "cm", 0x01: "smp", 0x81: "smp", 0x04: "perf"}
+
+# Frames larger than these (bytes) are reported (DECODE-LIMIT) instead of dissected: Scapy
+# walks netlink attribute and blob record lists at seconds per 64 KiB, and the native IB VCRC
+# is computed in Python. 262144 is Wireshark's own frame limit (WTAP_MAX_PACKET_SIZE_STANDARD);
+# nlmon records and rdma_set_option optvals stay far below 64 KiB.
+MAX_FRAME_BYTES = 262144
+MAX_LIST_FRAME_BYTES = 65536
+
+
+@dataclass
+class DecodeStats:
+    frames: int = 0
+    mad_frames: int = 0
+    netlink_frames: int = 0
+    blob_frames: int = 0
+    malformed: int = 0
+    by_kind: dict = field(default_factory=dict)
+    rmpp_dropped: int = 0  # segments the receiving kernel drops (retransmissions, strays)
+    # frames of link types no layer reads: link type -> [first frame, count]
+    unsupported: dict = field(default_factory=dict)
+    crc_errors: int = 0  # frames whose ICRC or VCRC does not match
+    icrc_frames: int = 0  # frames with an ICRC checked ...
+    icrc_zero: int = 0  # ... of which the ICRC is zero
+    icrc_zero_frames: list = field(default_factory=list)  # the first few of those
+
+
+# -- layer facts from an engine's values ------------------------------------------------------
+_KINDS: dict[int, str] = {}
+_MAD_NAMES: dict[tuple, tuple] = {}
+_COMPONENTS: dict[int, tuple] = {}
+
+
+def mad_fact(values: dict) -> Mad:
+    """The Mad fact of a MAD header's values (the layer's public fields), with the names of
+    its method, attribute and status (memoised: a capture has few combinations)."""
+    which = (values["method"], values["mgmt_class"], values["attribute_id"], values["status"])
+    names = _MAD_NAMES.get(which)
+    if names is None:
+        method, mc, attr, status = which
+        names = (METHODS.get(method, f"0x{method:02x}"),
+                 ATTRIBUTES_BY_CLASS.get(mc, {}).get(attr), status_text(status, mc))
+        if len(_MAD_NAMES) < 4096:
+            _MAD_NAMES[which] = names
+    return Mad(**values, method_name=names[0], attribute_name=names[1], status_text=names[2])
+
+
+def sa_fact(sm_key: int, attribute_offset: int, component_mask: int) -> SaHeader:
+    """The SaHeader fact, with the names of the ComponentMask bits set."""
+    names = _COMPONENTS.get(component_mask)
+    if names is None:
+        names = [COMPONENT_MASK_NAMES[b] for b in range(64) if component_mask >> b & 1]
+        if len(_COMPONENTS) < 4096:
+            _COMPONENTS[component_mask] = names
+    return SaHeader(sm_key=sm_key, attribute_offset=attribute_offset,
+                    component_mask=component_mask, components=list(names))
+
+
+def blob_record(flags: int, reserved: int, path_record: Fact) -> BlobRecord:
+    """One ib_path_rec_data of a blob or LS answer."""
+    return BlobRecord(flags=flags, flag_names=flag_names(flags), reserved=reserved,
+                      path_record=path_record)
+
+
+def kind_of(mgmt_class: int) -> str:
+    kind = _KINDS.get(mgmt_class)
+    if kind is None:
+        kind = _KINDS[mgmt_class] = KIND_BY_CLASS.get(
+            mgmt_class, MGMT_CLASSES.get(mgmt_class, "mad").lower())
+    return kind
+
+
+def header_expr(e):
+    """Compile an Expr over the MAD (m), RMPP (r) and SA (h) facts of a frame, as
+    SAHeader's hints name them (Under("MAD"), Under("RMPP"), its own fields); a value an
+    engine did not see reads 0."""
+    spell = {"MAD": "m", "RMPP": "r", None: "h", "SAHeader": "h"}
+
+    def ref(f):
+        name, part = split_name(f.name)
+        return part_src(f"({spell[f.layer]}.{name} or 0)", part)
+
+    return compile_expr(e, ref, "m, r, h, remaining=0")
+
+
+is_segment = header_expr(IS_SEGMENT)
+
+
+@dataclass(frozen=True, slots=True)
+class SaParts:
+    """What an engine read of an SA MAD: its RMPP and SA headers; `records`, the PathRecord
+    facts of the MAD (None: its attribute is not a PathRecord), and for each whether its
+    reserved bits are set; the MAD's bytes (what the RMPP reassembler keeps of a segment);
+    `whole(message)`, the (records, reserved) of a reassembled answer."""
+
+    rmpp: Fact
+    sa: Fact
+    records: list | None
+    reserved: Iterable
+    segment: bytes
+    whole: Callable[[bytes], tuple[list, Iterable]]
+
+
+# -- the assembler -------------------------------------------------------------------------
+class Assembler:
+    """Builds the records of a file from the facts engines read; owns the state across
+    frames. Engines subclass it (decode.Decoder) or hold one."""
+
+    # LS requests remembered for their responses (path_use by nlmsg_seq); bounded so that a
+    # long capture of unanswered requests cannot grow without limit.
+    LS_REQUEST_MEMORY = 65536
+
+    def __init__(self):
+        self.rmpp = Reassembler()
+        self.stats = DecodeStats()
+        self.ls_requests: OrderedDict[int, tuple[int, int]] = OrderedDict()
+
+    # -- MADs ---------------------------------------------------------------------------------
+    def mad_frame(self, number: int, time: float, addr: dict, mad: Mad, length: int | None,
+                  crc_errors: list, icrc: bytes | None, sa: SaParts | None = None,
+                  cm: Fact | None = None, cm_req: Fact | None = None) -> MadFrame:
+        """The record of a frame carrying a MAD. addr: encap, src, dst (src_gid, dst_gid),
+        dst_qp, src_qp; length: the MAD's bytes (None: unknown); crc_errors, icrc: the CRC
+        verdicts and the ICRC field (None where the frame has none)."""
+        stats = self.stats
+        stats.mad_frames += 1
+        errors = list(crc_errors)
+        if length is not None and length != MAD_SIZE:
+            errors.insert(0, problem(Code.MAD_LENGTH, length))
+        # the zero-ICRC census counts whole MADs only (a cut frame's "ICRC" is any 4 bytes)
+        note_crc(stats, number, errors, icrc if length == MAD_SIZE else None)
+        time = round(time, 9)
+        if length is not None and length < MAD_SIZE:
+            stats.malformed += 1
+            return MadFrame(frame=number, time=time, kind="malformed", **addr, mad=mad,
+                            error=errors[0])
+        kind = kind_of(mad.mgmt_class)
+        if sa is None:
+            return MadFrame(frame=number, time=time, kind=kind, **addr, mad=mad, cm=cm,
+                            cm_req=cm_req, errors=errors or None)
+        rmpp, hdr, records, reserved = sa.rmpp, sa.sa, sa.records, sa.reserved
+        dropped = control = reassembled = None
+        if is_segment(mad, rmpp, hdr):
+            key = (addr.get("src"), addr.get("dst"), mad.transaction_id, mad.attribute_id,
+                   mad.method)
+            done = self.rmpp.add(key, rmpp.segment_number or 0, rmpp.rmpp_flags or 0,
+                                 sa.segment, number, time)
+            if self.rmpp.dropped:
+                dropped = self.rmpp.dropped
+                stats.rmpp_dropped += 1
+            if done is None:
+                records, reserved = ([] if records is not None else None), ()
+            else:
+                message, transfer = done
+                if records is not None:
+                    records, reserved = sa.whole(message)
+                reassembled = [transfer.frames[k] for k in sorted(transfer.frames)]
+                errors += transfer.problems
+        elif rmpp.rmpp_type not in (0, RMPP_TYPE_DATA, None) and (rmpp.rmpp_flags or 0) & 1:
+            control = True
+            self.rmpp.control(rmpp_control_key(addr, mad.transaction_id, mad.attribute_id,
+                                               mad.method), rmpp.rmpp_type, number)
+        if records is not None:
+            errors += reserved_errors(Code.PR_RESERVED, reserved)
+        return MadFrame(frame=number, time=time, kind=kind, **addr, mad=mad, rmpp=rmpp,
+                        sa=hdr, rmpp_dropped=dropped, rmpp_control=control,
+                        reassembled_from=reassembled, path_records=records,
+                        errors=errors or None)
+
+    def malformed(self, number: int, reason: Problem) -> Malformed:
+        """A frame that should carry a MAD or a path array but cannot be read."""
+        self.stats.malformed += 1
+        return Malformed(frame=number, error=reason)
+
+    def size_limit(self, number: int, size: int, list_framed: bool) -> FrameLimit | None:
+        """The DECODE-LIMIT record of a frame too large to dissect, or None. list_framed: a
+        netlink, exported-PDU or raw blob frame (attribute and record lists)."""
+        limit = MAX_LIST_FRAME_BYTES if list_framed else MAX_FRAME_BYTES
+        if size <= limit:
+            return None
+        self.stats.malformed += 1
+        return FrameLimit(frame=number, limit="frame size",
+                          error=problem(Code.FRAME_TOO_LARGE, size, limit, list_framed))
+
+    # -- blobs ---------------------------------------------------------------------------------
+    def blob_frame(self, number: int, time: float, raw: bool, length: int, trailing: int,
+                   comment: str | None, records: list[BlobRecord], blob,
+                   reserved: Sequence[int]) -> BlobFrame:
+        """The record of a blob frame: `blob` is what the kernel reads of it (kernelview.Blob);
+        reserved: the records with reserved PathRecord bits set."""
+        self.stats.blob_frames += 1
+        errors = []
+        if length % RECORD_SIZE:
+            errors.append(problem(Code.BLOB_LENGTH, length, trailing))
+        if not records:
+            errors.append(P.BLOB_EMPTY)
+        if reserved:
+            errors.append(problem(Code.BLOB_RESERVED, tuple(reserved)))
+        info = BlobInfo(length=length, records=len(records), trailing_bytes=trailing,
+                        set_option_result=parse_set_option_comment(comment))
+        return BlobFrame(frame=number, time=round(time, 9), kind="blob",
+                         encap="raw" if raw else "exported_pdu", blob=info, blob_records=records,
+                         kernel_blob=blob, errors=errors or None)
+
+    # -- RDMA netlink ---------------------------------------------------------------------------
+    def remember_ls_request(self, seq: int, path_use: int, number: int) -> None:
+        """An LS RESOLVE request, for the answer of the same sequence number."""
+        self.ls_requests[seq] = (path_use, number)
+        if len(self.ls_requests) > self.LS_REQUEST_MEMORY:
+            self.ls_requests.popitem(last=False)
+
+    def ls_request_of(self, seq: int) -> tuple[int | None, int | None]:
+        """(path_use, frame) of the request an LS answer of sequence `seq` answers."""
+        return self.ls_requests.get(seq, (None, None))
+
+    def netlink_empty(self, base: dict, problems: list[Problem]) -> NetlinkFrame:
+        """A netlink record that holds no message: its problems together."""
+        self.stats.malformed += 1
+        return NetlinkFrame(**base, kind="malformed", error=joined(problems))
+
+    def netlink_message(self, base: dict, header: dict, kind: str, ls: dict | None,
+                        attributes: list[dict] | None, errors: list, structural: list,
+                        record_problems: list = (), blob_records: list | None = None,
+                        kernel_blob=None, client_name=None) -> NetlinkFrame:
+        """The record of one RDMA netlink message. structural problems (lengths past the
+        end) and record_problems (of the netlink record as a whole: cooked header, trailing
+        bytes, given to its last message) make it malformed."""
+        malformed = None
+        if structural or record_problems:
+            malformed = True
+            self.stats.malformed += 1
+        errors = structural + errors + list(record_problems)
+        if kind == "rdma_netlink":
+            hdr = NlClientHeader(**header, client_name=client_name)
+        else:
+            hdr = NlHeader(**header)
+        msg = None
+        if ls is not None:
+            msg = LsMessage(**ls, attributes=[LsAttribute(**a) for a in attributes or ()])
+        return NetlinkFrame(**base, netlink=hdr, kind=kind, ls=msg, blob_records=blob_records,
+                            kernel_blob=kernel_blob, malformed=malformed, errors=errors or None)
+
+    def netlink_undissectable(self, base: dict) -> NetlinkFrame:
+        self.stats.malformed += 1
+        return NetlinkFrame(**base, kind="malformed", error=P.NL_UNDISSECTABLE)
+
+    # -- the end of a file ------------------------------------------------------------------------
+    def finish(self) -> Iterator[Fact]:
+        """The records made at the end of a file: RMPP transfers never completed, link types
+        not decoded, a capture whose ICRCs are all zero."""
+        stats = self.stats
+        for key, t in self.rmpp.pending():
+            frames = t.all_frames()
+            stats.malformed += 1
+            yield Unfinished(frame=frames[-1], frames=frames, limit=t.limit or None,
+                             error=problem(Code.RMPP_UNFINISHED, key[2], t.why_unfinished()))
+        for linktype, (first, count) in sorted(stats.unsupported.items()):
+            yield Unsupported(frame=first, linktype=linktype, count=count,
+                              error=problem(Code.LINKTYPE_UNSUPPORTED, linktype, count, first))
+        yield from crc_records(stats)
+
+    def note_unsupported(self, linktype: int, frame_no: int) -> None:
+        """Count a frame of a link type no layer reads."""
+        seen = self.stats.unsupported.get(linktype)
+        if seen is None:
+            self.stats.unsupported[linktype] = [frame_no, 1]
+        else:
+            seen[1] += 1
+
+
+def rmpp_control_key(addr, tid: int, attribute_id: int, method: int) -> tuple:
+    """The reassembly key of the DATA transfer an RMPP ACK/STOP/ABORT answers: it travels the
+    other way, and its method is the data's without the R bit (mad_rmpp.c format_ack and
+    nack_recv flip IB_MGMT_METHOD_RESP)."""
+    return (addr.get("dst"), addr.get("src"), tid, attribute_id, method ^ METHOD_RESP)
+
+
+_ZERO_ICRC = bytes(4)
+# frames listed in the one record of a capture whose ICRCs are all zero (the rest are counted)
+_ZERO_ICRC_FRAMES = 20
+
+
+def note_crc(stats: DecodeStats, frame_no: int, errors: list, icrc: bytes | None) -> None:
+    """Count a frame's CRC verdict: icrc is its ICRC field (None if it has none). A zero
+    ICRC that does not match is taken out of the frame's errors: whether it is a mismatch
+    depends on the other frames (crc_records, at the end of the file)."""
+    if icrc is None:
+        return
+    stats.icrc_frames += 1
+    if not errors:  # the common case, on every frame of the fast path
+        return
+    if icrc == _ZERO_ICRC and ICRC_MISMATCH in errors:
+        stats.icrc_zero += 1
+        if len(stats.icrc_zero_frames) < _ZERO_ICRC_FRAMES:
+            stats.icrc_zero_frames.append(frame_no)
+        errors.remove(ICRC_MISMATCH)
+    if ICRC_MISMATCH in errors or VCRC_MISMATCH in errors:
+        stats.crc_errors += 1
+
+
+def crc_records(stats: DecodeStats) -> Iterator[CrcCensus]:
+    """At the end of a file: when every ICRC was zero (a capture path that zeroes or does not
+    compute it), one record saying so; when only some were, they are mismatches."""
+    if not stats.icrc_zero:
+        return
+    frames = stats.icrc_zero_frames
+    if stats.icrc_zero == stats.icrc_frames:
+        yield CrcCensus(frame=frames[0], frames=frames, icrc_zero=stats.icrc_zero,
+                        note=f"every ICRC of the capture is zero ({stats.icrc_zero} frames): the "
+                             "capture path zeroed or did not compute it, so no ICRC was checked")
+    else:
+        stats.crc_errors += stats.icrc_zero
+        yield CrcCensus(frame=frames[-1], frames=frames, icrc_zero=stats.icrc_zero,
+                        error=problem(Code.ICRC_ZERO_SOME, stats.icrc_zero, stats.icrc_frames))
+
+
+def reserved_errors(code: Code, reserved: Iterable) -> list[Problem]:
+    """The problem (PR_RESERVED: an SA MAD's PathRecords, BLOB_RESERVED: a blob's or LS
+    answer's records) of records with reserved bits set; reserved: per record, in order,
+    whether it has."""
+    bad = tuple(i for i, r in enumerate(reserved) if r)
+    return [problem(code, bad)] if bad else []
+
+
+def joined(problems: list[Problem]) -> Problem:
+    """The one "error" of a netlink record that holds no message: its problems together."""
+    return problem(Code.JOINED, tuple(problems)) if problems else P.NL_NO_MESSAGE

@@ -1,0 +1,433 @@
+"""The declared shape of every decoded record: frozen, slotted dataclasses.
+
+What the decoders establish and the rules read, one class per thing: a layer's values (Mad,
+Rmpp, SaHeader, PathRecord, the CM messages, generated from the layers' fields_desc so that a
+field added to a layer is a fact here with no other edit) and the records of a frame (MadFrame,
+BlobFrame, NetlinkFrame, and the problem records). The one assembler (ibpath_scapy.assemble)
+makes them; facts.public() turns them into JSON at the edge.
+
+A fact reads like the dict it replaces (`rec["mad"]["method"]`, `rec.get("errors", [])`,
+`"rmpp_control" in rec`, `dict(rec)`), in the order of its fields, which is the order of the
+JSON keys (interfaces.md). A field left at None is absent: not a key, not in the JSON,
+except the NULLABLE ones, which the JSON shows as null (a MAD's unknown attribute name).
+A fact equals a dict with the same keys and values (collections.abc.Mapping's ==).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
+from typing import Any, ClassVar, Iterable
+
+from ..kernelview import kernel_view_dict
+from ..layers import cm as cm_layers
+from ..layers.mad import MAD, RMPP
+from ..layers.pathdata import PathRecData
+from ..layers.sa import PathRecord as PathRecordLayer
+from ..layers.sa import SAHeader
+from .problems import Problem
+
+# frozen dataclasses set their fields through object.__setattr__; caches on a fact do too
+_set = object.__setattr__
+
+
+class Fact(Mapping):
+    """Base of every fact: read-only Mapping access over the fields that are present."""
+
+    __slots__ = ()
+    KEYS: ClassVar[tuple[str, ...]] = ()
+    KEYSET: ClassVar[frozenset] = frozenset()
+    NULLABLE: ClassVar[frozenset] = frozenset()  # present (JSON null) even when None
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls._declare()
+
+    @classmethod
+    def _declare(cls) -> None:
+        """Fix KEYS from the dataclass fields (called again once the dataclass is made)."""
+        if "__dataclass_fields__" in cls.__dict__:
+            cls.KEYS = tuple(f.name for f in fields(cls) if not f.name.startswith("_"))
+            cls.KEYSET = frozenset(cls.KEYS)
+
+    def __getitem__(self, key: str):
+        if key in self.KEYSET:
+            v = getattr(self, key)
+            if v is not None or key in self.NULLABLE:
+                return v
+        raise KeyError(key)
+
+    def get(self, key: str, default=None):
+        v = getattr(self, key, None) if key in self.KEYSET else None
+        if v is None and key not in self.NULLABLE:
+            return default
+        return v
+
+    def __contains__(self, key) -> bool:
+        return key in self.KEYSET and (key in self.NULLABLE or getattr(self, key) is not None)
+
+    def __iter__(self):
+        nullable = self.NULLABLE
+        return (k for k in self.KEYS if k in nullable or getattr(self, k) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:
+        return True  # a fact is never an empty record
+
+
+def _fast_init(cls: type) -> type:
+    """Give a frozen dataclass an __init__ that fills its slots through their descriptors,
+    held in a closure (the same parameters and defaults): Python 3.11's generated one goes
+    through object.__setattr__ per field and its keyword-only defaults, 3x slower, and the
+    fast path makes a record per frame of an SA storm."""
+    params, sets, ns, cells = [], [], {}, []
+    for f in fields(cls):
+        cells.append(f"_s_{f.name}")
+        ns[f"_s_{f.name}"] = getattr(cls, f.name).__set__
+        if f.init:
+            if f.default is MISSING:
+                params.append(f.name)
+            else:
+                ns[f"_d_{f.name}"] = f.default
+                params.append(f"{f.name}=_d_{f.name}")
+            sets.append(f"        _s_{f.name}(self, {f.name})\n")
+        else:
+            ns[f"_d_{f.name}"] = f.default
+            sets.append(f"        _s_{f.name}(self, _d_{f.name})\n")
+    # required parameters first (they are keyword arguments in every call)
+    params.sort(key=lambda p: "=" in p)
+    src = (f"def _make({', '.join(cells)}):\n    def __init__(self, {', '.join(params)}):\n"
+           + "".join(sets) + "    return __init__\n")
+    exec(compile(src, f"<fact {cls.__name__}>", "exec"), ns)
+    init = ns["_make"](*(ns[c] for c in cells))
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init
+    return cls
+
+
+def plain(v):
+    """A value of a fact as JSON wants it: facts as dicts, problems as their sentences."""
+    t = type(v)
+    if t is list or t is tuple:
+        return [plain(x) for x in v]
+    if t is Problem:
+        return str(v)
+    to_plain = getattr(v, "plain", None)
+    return to_plain() if to_plain is not None else v
+
+
+def _plain_method(cls: type, scalar: bool) -> None:
+    """Give cls plain(): the fact as a JSON-ready dict, in field order (compiled: `ibpath
+    decode --format json` makes one per frame). A scalar fact (a layer's values) keeps its
+    dict in `_json`, made once: flyweight facts are shared by many records."""
+    lines = ["def plain(self):"]
+    if scalar:
+        lines += ["    d = self._json", "    if d is not None:", "        return d"]
+    lines.append("    d = {}")
+    for k in cls.KEYS:
+        key = "kernel_view" if k == "kernel_blob" else k
+        conv = "_kv" if k == "kernel_blob" else ("" if scalar else "_plain")
+        if k in cls.NULLABLE:
+            lines.append(f"    d[{key!r}] = {conv}(self.{k})")
+        else:
+            lines += [f"    v = self.{k}", "    if v is not None:",
+                      f"        d[{key!r}] = {conv}(v)"]
+    if scalar:
+        lines.append("    _set(self, '_json', d)")
+    lines.append("    return d")
+    ns = {"_plain": plain, "_kv": kernel_view_dict, "_set": _set}
+    exec(compile("\n".join(lines) + "\n", f"<fact {cls.__name__}.plain>", "exec"), ns)
+    cls.plain = ns["plain"]
+
+
+def _fact(cls=None, /, **kw):
+    """@_fact: a frozen, slotted, keyword-only dataclass over Fact."""
+
+    def wrap(c):
+        c = dataclass(frozen=True, slots=True, kw_only=True, eq=False, **kw)(c)
+        c._declare()
+        _plain_method(c, scalar=False)
+        return _fast_init(c)
+
+    return wrap if cls is None else wrap(cls)
+
+
+def public_names(layer: type) -> list[str]:
+    """The fields of a layer a record shows: all but the reserved ones and record lists."""
+    return [f.name for f in layer.fields_desc
+            if f.name != "records" and not f.name.startswith("reserved")]
+
+
+def layer_fact(name: str, layer: type, names: Iterable[str] | None = None,
+               derived: Iterable[str] = (), doc: str = "") -> type[Fact]:
+    """A fact class whose fields are the layer's public fields (or `names`), then `derived`
+    (values the assembler computes, always shown, null included)."""
+    names, derived = list(names if names is not None else public_names(layer)), list(derived)
+    cls = make_dataclass(name, [(n, Any, field(default=None)) for n in names + derived]
+                         + [("_json", Any, field(default=None, init=False, repr=False))],
+                         bases=(Fact,), frozen=True, slots=True, kw_only=True, eq=False,
+                         namespace={"__module__": __name__})
+    cls.NULLABLE = frozenset(derived)
+    cls.__doc__ = doc or f"The values of one {layer.__name__} layer."
+    cls._declare()
+    _plain_method(cls, scalar=True)
+    return _fast_init(cls)
+
+
+# -- layers ------------------------------------------------------------------------------
+Mad = layer_fact("Mad", MAD, derived=("method_name", "attribute_name", "status_text"),
+                 doc="A MAD header: its fields, and the names of its method, attribute and "
+                     "status.")
+Rmpp = layer_fact("Rmpp", RMPP)
+PATH_RECORD_FIELDS = public_names(PathRecordLayer)
+PathRecord = layer_fact("PathRecord", PathRecordLayer)
+SaHeader = layer_fact("SaHeader", SAHeader, derived=("components",),
+                      doc="The SA header: SM_Key, AttributeOffset, ComponentMask and the names "
+                          "of the ComponentMask bits set.")
+
+CM_REQ_PATH_FIELDS = [
+    "local_lid", "remote_lid", "local_gid", "remote_gid", "flow_label", "packet_rate",
+    "traffic_class", "hop_limit", "sl", "subnet_local", "local_ack_timeout",
+]
+CM_REQ_FIELDS = (
+    [f"primary_{f}" for f in CM_REQ_PATH_FIELDS]
+    + [f"alternate_{f}" for f in CM_REQ_PATH_FIELDS]
+    + ["service_id", "pkey", "path_packet_payload_mtu", "local_comm_id"]
+)
+CmReqPaths = layer_fact("CmReqPaths", cm_layers.CMReq, CM_REQ_FIELDS,
+                        doc="The paths a CM REQ asks for, and its service, P_Key and MTU.")
+
+
+def _cm_fact(cls: type) -> type[Fact]:
+    short = cls._name.split()[-1]
+    names = ["message"] + [n for n in public_names(cls) if n != "private_data"]
+    return layer_fact("Cm" + short.capitalize(), cls, names,
+                      doc=f"A CM {short} message (its private data left out).")
+
+
+# the fact class of each CM message layer; "message" is its short name (REQ, REP, ...)
+CM_FACTS: dict[type, type[Fact]] = {c: _cm_fact(c) for c in cm_layers.CM_MESSAGE_CLASSES.values()}
+globals().update({f.__name__: f for f in CM_FACTS.values()})  # pickle finds them by name
+
+
+@_fact
+class BlobRecord(Fact):
+    """One struct ib_path_rec_data of a blob or LS answer."""
+
+    flags: int
+    flag_names: list
+    reserved: int
+    path_record: Fact
+    NULLABLE = frozenset({"flags", "flag_names", "reserved", "path_record"})
+
+
+BLOB_RECORD_HEAD = public_names(PathRecData)  # flags, reserved: read by the engines
+
+
+@_fact
+class BlobInfo(Fact):
+    """A blob's size: bytes, whole records, bytes past the last whole record; the result of
+    the rdma_set_option call that handed it over, when the capture says."""
+
+    length: int
+    records: int
+    trailing_bytes: int
+    set_option_result: Any = None
+
+
+# -- RDMA netlink ---------------------------------------------------------------------------
+@_fact
+class NlHeader(Fact):
+    """An RDMA netlink message header (nlmsg_type split into client and op)."""
+
+    nlmsg_len: int
+    nlmsg_type: int
+    nlmsg_flags: int
+    nlmsg_seq: int
+    nlmsg_pid: int
+    rdma_client: int
+    rdma_op: int
+
+
+@_fact
+class NlClientHeader(NlHeader):
+    """The header of a message of another RDMA netlink client than LS, with its name."""
+
+    client_name: Any = None
+    NULLABLE = frozenset({"client_name"})
+
+
+@_fact
+class LsAttribute(Fact):
+    """An LS attribute: header fields, and its value, its blob record index (PATH_RECORD of
+    an answer) or its bytes."""
+
+    index: int
+    type: int
+    type_name: str
+    nla_type: int
+    nla_len: int
+    mandatory: bool
+    value: Any = None
+    blob_record: Any = None
+    value_hex: Any = None
+
+
+@_fact
+class LsMessage(Fact):
+    """An RDMA_NL_LS message: op, sequence, flags; a RESOLVE request's device, port and
+    path use; an IP_RESOLVE request's ifindex; its attributes; for an answer, the request it
+    answers (by sequence number) and that request's path use."""
+
+    op: str
+    op_code: int
+    seq: int
+    flags: int
+    request: bool
+    error: bool
+    device_name: Any = None
+    port_num: Any = None
+    path_use: Any = None
+    path_use_name: Any = None
+    ifindex: Any = None
+    attributes: Any = None
+    request_frame: Any = None
+    request_path_use: Any = None
+
+
+# -- the records of a frame ------------------------------------------------------------------
+class Record(Fact):
+    """A decoded record: one per MAD, netlink message or blob, or one problem; each has
+    "frame" and "kind"."""
+
+    __slots__ = ()
+
+
+@_fact
+class MadFrame(Record):
+    """A frame that carries a MAD: where it came from, the MAD header, and by class the
+    RMPP and SA headers and PathRecords, or the CM message; its problems."""
+
+    frame: int
+    time: float
+    kind: str
+    encap: Any = None
+    src: Any = None
+    dst: Any = None
+    src_gid: Any = None
+    dst_gid: Any = None
+    dst_qp: Any = None
+    src_qp: Any = None
+    mad: Any = None
+    error: Any = None  # a MAD cut short (kind "malformed"): its first problem
+    rmpp: Any = None
+    sa: Any = None
+    rmpp_dropped: Any = None  # why the receiving kernel drops this RMPP segment
+    rmpp_control: Any = None
+    reassembled_from: Any = None
+    path_records: Any = None
+    cm: Any = None
+    cm_req: Any = None
+    errors: Any = None
+    # the fields an SA MAD adds (the rest are the frame's place, its MAD header, its problems)
+    SA_FIELDS: ClassVar[tuple] = ("rmpp", "sa", "rmpp_dropped", "rmpp_control",
+                                  "reassembled_from", "path_records")
+
+
+@_fact
+class BlobFrame(Record):
+    """A path array handed to the kernel (rdma_set_option optval): its records and what the
+    kernel reads of it (kernel_blob, judged by the audit)."""
+
+    frame: int
+    time: float
+    kind: str
+    encap: str
+    blob: BlobInfo
+    blob_records: list
+    kernel_blob: Any
+    errors: Any = None
+    _view: Any = field(default=None, init=False, repr=False)  # audit.kernel's judgement, once made
+
+
+@_fact
+class NetlinkFrame(Record):
+    """An RDMA netlink message (or a netlink record with none): header, and for LS its
+    message; an LS RESOLVE answer's blob records and what the kernel reads of them."""
+
+    frame: int
+    time: float
+    encap: str
+    direction: str
+    pkttype: Any = None
+    netlink: Any = None
+    kind: str
+    ls: Any = None
+    blob_records: Any = None
+    kernel_blob: Any = None
+    malformed: Any = None
+    errors: Any = None
+    error: Any = None
+    _view: Any = field(default=None, init=False, repr=False)
+    NULLABLE = frozenset({"pkttype"})
+
+
+@_fact
+class Malformed(Record):
+    """A frame that should carry a MAD or a path array but cannot be read."""
+
+    frame: int
+    kind: str = "malformed"
+    error: Any
+
+
+@_fact
+class FrameLimit(Record):
+    """A frame too large to dissect (DECODE-LIMIT)."""
+
+    frame: int
+    kind: str = "malformed"
+    limit: str
+    error: Any
+
+
+@_fact
+class Unfinished(Record):
+    """An RMPP transfer never completed, at the end of the file."""
+
+    frame: int
+    kind: str = "malformed"
+    frames: list
+    error: Any
+    limit: Any = None
+
+
+@_fact
+class Unsupported(Record):
+    """The frames of one link type no layer reads, counted."""
+
+    frame: int
+    kind: str = "unsupported"
+    linktype: int
+    count: int
+    error: Any
+
+
+@_fact
+class CrcCensus(Record):
+    """Zero ICRCs: every one of the capture (a note), or some of them (mismatches)."""
+
+    frame: int
+    kind: str = "crc"
+    frames: list
+    icrc_zero: int
+    note: Any = None
+    error: Any = None
+
+
+def remember(fact: Fact, attr: str, value) -> None:
+    """Keep a judgement made of a fact on it (audit.kernel's kernel view): a cache, not a
+    fact, so it is not a key and never in the JSON."""
+    _set(fact, attr, value)
