@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 from . import sources
 from .expr import And, Expr, F, Not, Or, Remaining, Under
-from .layers.mad import ATTR_PATH_RECORD, METHOD_GET, METHOD_GET_RESP, METHOD_GET_TABLE, METHOD_RESP
+from .layers.mad import (
+    ATTR_PATH_RECORD,
+    METHOD_GET,
+    METHOD_GET_RESP,
+    METHOD_GET_TABLE,
+    METHOD_GET_TABLE_RESP,
+    METHOD_RESP,
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,12 @@ PACKET_RULES = [
                "GetResp whose AttributeOffset does not match the PathRecord size (8 words)",
                "IBA 15.2.1.1 AttributeOffset; OpenSM osm_sa.c osm_sa_respond "
                "(ib_get_attr_offset)"),
+    PacketRule("SAR-TABLE-OFFSET", "warning", "SAHeader",
+               And(_mad.method == METHOD_GET_TABLE_RESP, _mad.attribute_id == ATTR_PATH_RECORD,
+                   _mad.status == 0, F("attribute_offset") != 0, F("attribute_offset") != 8),
+               "GetTableResp whose AttributeOffset is not the PathRecord size (8 words): "
+               "saquery counts and steps through the records by it",
+               "IBA 15.2.1.1 AttributeOffset; " + sources.SAQUERY_TABLE),
 ]
 
 _pd = Under("PathRecData")

@@ -12,4 +12,6 @@ LS_RESPONSE = ("drivers/infiniband/core/sa_query.c ib_nl_handle_resolve_resp / "
                "ib_nl_process_good_resolve_rsp")
 OPENSM_PR = "OpenSM osm_sa_path_record.c osm_pr_rcv_process, pr_rcv_build_pr"
 SA_STATUS = "OpenSM ib_types.h IB_SA_MAD_STATUS_*; IBA 15.2.4 SA MAD status"
+SAQUERY_TABLE = ("infiniband-diags ibdiag_sa.c sa_query (result_cnt: payload / (AttributeOffset "
+                 "x 8); none for AttributeOffset 0), sa_get_query_rec")
 ACM_VERBATIM = "rdma-core ibacm prov/acmp/src/acmp.c acmp_process_sa_resp (memcpy of the SA record)"

@@ -114,6 +114,8 @@ RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
                  "opensm/opensm-saquery.pcap"),  # OpenSM's multi-segment GetTableResps
     "SAR-RMPP-RETRY": (("corpus/sar-rmpp-retry.pcapng", [[4]]),
                        "corpus/sar-rmpp-gap.pcapng"),  # a segment missing, none twice
+    "SAR-TABLE-OFFSET": (("corpus/sar-table-offset.pcapng", [[2]]),
+                         "opensm/opensm-saquery.pcap"),  # OpenSM's GetTableResps: offset 8
     "SAR-STATUS": (("corpus/sar-status.pcapng", [[4]]),
                    "corpus/conform-ucma.pcapng"),
 }

@@ -521,6 +521,20 @@ def sar_get_multi(s: Session) -> None:
     s.b.mad(bytes(mad), from_sa=True)
 
 
+@scenario("sar-table-offset", ("SAR-TABLE-OFFSET",))
+def sar_table_offset(s: Session) -> None:
+    """A non-OpenSM SA answers a GetTable with a GetTableResp whose AttributeOffset is 16 words, not PathRecord's 8.
+
+    saquery (infiniband-diags) takes the record count and each record's place from
+    AttributeOffset: it counts half the records and reads every other one."""
+    ans = s.ask(s.query(), method=0x12, answer=False)
+    mad = MAD(method=0x92, transaction_id=ans.query.tid) \
+        / RMPP(rmpp_flags="active+first+last", segment_number=1) \
+        / SAHeader(component_mask=int.from_bytes(ans.query.raw[48:56], "big"),
+                   attribute_offset=16, records=ans.records)
+    s.b.mad(bytes(mad), from_sa=True)
+
+
 @scenario("saq-no-response", ("SAQ-NO-RESPONSE",))
 def saq_no_response(s: Session) -> None:
     """The SA never answers the forward query, and the resolver gives up.
