@@ -28,6 +28,10 @@ echo
 echo "== The kernel lab's real soft-RoCE captures (captures/rxe/, see its README.md): the blob matrix, checked against its manifest"
 "$IBPATH" craft --verify captures/rxe || rc=$?
 
+echo
+echo "== Real librdmacm against the stand-in ibacm (captures/rxe/acm/, see its README.md): every craft scenario's array through rdma_resolve_route, checked against its manifest"
+"$IBPATH" craft --verify captures/rxe/acm || rc=$?
+
 shopt -s nullglob
 real=(captures/opensm/*.pcap ../shared/captures/external/*.pcap ../shared/captures/external/*.pcapng)
 echo

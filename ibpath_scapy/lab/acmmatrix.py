@@ -113,6 +113,9 @@ def row(path: str | Path, scenario_array: bytes | None) -> dict:
             text += ", " + ", ".join(f"0x{int(e.flags):02X}" for e in paths)
         if res is not None and res.trailing:
             text += f" + {len(res.trailing)} bytes"
+        if a.length != len(bytes(a)):
+            # librdmacm's recv() takes sizeof(struct acm_msg); the rest stays in the socket
+            text += f" (of {a.length} bytes, {len(bytes(a))} read)"
         r["answered"] = text
     if not blobs:
         r["passed"] = "no rdma_set_option"
