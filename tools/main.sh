@@ -7,7 +7,9 @@
 #    IDs captures/corpus/manifest.json expects. Errors there are the point; a difference from
 #    the manifest is a failure.
 #    captures/rxe/ (the kernel lab's real rxe captures, `ibpath lab`) is checked the same way
-#    against its own manifest: its faulty blobs were rejected by a real kernel.
+#    against its own manifest: its faulty blobs were rejected by a real kernel. So is
+#    captures/rxe/acm/ (`ibpath lab run acm-all`): what real librdmacm passed to that kernel
+#    when the stand-in ibacm answered with each craft scenario's array.
 # 2. Real traffic: captures/opensm/ (OpenSM over ibsim) and, when present beside the checkout,
 #    ../shared/captures/external/. These must audit with no error finding (`ibpath audit`'s
 #    own exit status).
