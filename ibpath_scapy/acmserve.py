@@ -122,9 +122,11 @@ class Plan:
     seed: int = 0
 
     def describe(self) -> str:
+        """One line: the scenario and what it is answered with."""
         if self.kind == "paths":
             sizes = ", ".join(f"{len(a)} bytes" for a in self.arrays)
-            return f"{self.scenario}: {len(self.arrays)} path array(s) from its {self.source} ({sizes})"
+            return (f"{self.scenario}: {len(self.arrays)} path array(s) from its {self.source} "
+                    f"({sizes})")
         if self.kind == "status":
             return (f"{self.scenario}: {self.source} → ACM status "
                     f"{ACM_STATUS.get(self.status, self.status)}")
@@ -288,9 +290,7 @@ def answer(req: AcmHdr, plan: Plan, index: int, *, map_endpoints: bool = True
         return AcmHdr(**base, status=STATUS_ENODATA), ["no endpoints to report"]
     if op != ACM_OP_RESOLVE:
         return AcmHdr(**base, status=STATUS_EINVAL), [f"opcode 0x{req.opcode:02x} not served"]
-    if plan.kind == "status":
-        return AcmHdr(**base, status=plan.status), []
-    if plan.kind == "timeout":
+    if plan.kind in ("status", "timeout"):  # the delay of a timeout is the server's
         return AcmHdr(**base, status=plan.status), []
     notes = []
     array = plan.arrays[min(index, len(plan.arrays) - 1)]
@@ -321,7 +321,8 @@ def answer(req: AcmHdr, plan: Plan, index: int, *, map_endpoints: bool = True
 def describe(msg: AcmHdr) -> dict:
     """A message for the log: header fields, entries (addresses as text, paths as GIDs and
     flags) and its bytes."""
-    d = {"opcode": ACM_OPCODES.get(msg.opcode, f"0x{msg.opcode:02x}"), "status": ACM_STATUS.get(msg.status, msg.status),
+    d = {"opcode": ACM_OPCODES.get(msg.opcode, f"0x{msg.opcode:02x}"),
+         "status": ACM_STATUS.get(msg.status, msg.status),
          "tid": msg.tid, "length": msg.length if msg.length is not None else len(bytes(msg))}
     if AcmResolve in msg:
         ents = []
@@ -348,7 +349,8 @@ class StandIn:
     def __init__(self, plan: Plan, *, socket_path: str | None = DEFAULT_SOCKET,
                  port: int | None = None, log: TextIO | None = None, pcap: str | None = None,
                  map_endpoints: bool = True, no_answer: bool = False, hold: float = 5.0):
-        self.plan, self.map_endpoints, self.no_answer, self.hold = plan, map_endpoints, no_answer, hold
+        self.plan, self.map_endpoints = plan, map_endpoints
+        self.no_answer, self.hold = no_answer, hold
         self.log, self.lock = log, threading.Lock()
         self.resolves = 0
         self.exchanges: list[dict] = []

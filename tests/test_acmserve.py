@@ -39,7 +39,8 @@ from ibpath_scapy.pcapio import read_frames
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "captures" / "corpus"
-MANIFEST = {e["scenario"]: e for e in json.loads((CORPUS / "manifest.json").read_text())["scenarios"]}
+MANIFEST = {e["scenario"]: e
+            for e in json.loads((CORPUS / "manifest.json").read_text())["scenarios"]}
 HDR = struct.Struct("<BBBBBBHQ")  # struct acm_hdr: version opcode status data[3] length tid
 EP = struct.Struct("<IHH64s")  # struct acm_ep_addr_data: flags type reserved info
 ACM_EP_INFO_ADDRESS_IP, ACM_EP_INFO_PATH = 0x0002, 0x0010

@@ -52,7 +52,8 @@ def add_parser(sub) -> None:
                    help="with --no-answer: how long to hold the request (default 5)")
     s.set_defaults(func=run_serve)
     p2 = kinds.add_parser("plan", help="print what `serve` answers for scenarios (JSON)")
-    p2.add_argument("scenarios", nargs="+", metavar="NAME|all")
+    p2.add_argument("scenarios", nargs="+", metavar="NAME|all|blobs",
+                    help="scenario names; all: every one; blobs: those that hand over an array")
     p2.set_defaults(func=run_plan)
 
 
