@@ -10,6 +10,7 @@ from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..facts.records import MadFrame
 from ..layers.mad import METHOD_RESP
 from ..rmpp import carries_whole_message
 from .arrows import sa_arrows
@@ -71,12 +72,12 @@ class Transaction:
     @property
     def component_mask(self) -> int:
         r = self.request
-        return r["sa"]["component_mask"] if r and "sa" in r else 0
+        return r["sa"].component_mask if r and "sa" in r else 0
 
     @property
     def status(self) -> int | None:
         for r in self.responses:
-            return r["mad"]["status"]
+            return r["mad"].status
         return None
 
     @property
@@ -125,7 +126,7 @@ _COMPONENTS: dict[tuple, frozenset] = {}
 
 def _components(request) -> frozenset:
     """A request's ComponentMask names as a frozenset, one per distinct mask."""
-    names = tuple(request["sa"]["components"]) if request and "sa" in request else ()
+    names = tuple(request["sa"].components) if request and "sa" in request else ()
     s = _COMPONENTS.get(names)
     if s is None:
         if len(_COMPONENTS) >= 4096:
@@ -248,14 +249,14 @@ class Replay:
         self.records += 1
         if self.linger_seconds is not None and self._answered and "time" in rec:
             self.close_older(rec["time"])
-        if (kind == "sa" or kind == "malformed" or rec.get("malformed") or "errors" in rec
-                or kind in FILE_KINDS):
+        malformed = kind == "malformed" or rec.get("malformed")
+        if kind == "sa" or malformed or "errors" in rec or kind in FILE_KINDS:
             # the test reads only keys _slim keeps: ask it before making the copy
             if keep is None:
                 keep = self.keep_frame_record is None or self.keep_frame_record(rec)
             if keep:
                 self.frame_records.append(_slim(rec))
-        if kind == "malformed" or rec.get("malformed"):
+        if malformed:
             self.malformed.append(rec)
             if kind == "malformed":
                 return
@@ -273,19 +274,20 @@ class Replay:
                                    "local_comm_id": cm.get("local_comm_id"),
                                    "remote_comm_id": cm.get("remote_comm_id")})
 
-    def _sa(self, rec: dict) -> None:
-        mad = rec["mad"]
-        is_resp = bool(mad["method"] & METHOD_RESP)
-        requester = rec.get("dst") if is_resp else rec.get("src")
-        key = (requester, mad["transaction_id"], mad["mgmt_class"])
+    def _sa(self, rec: MadFrame) -> None:
+        # an SA record is a facts.records.MadFrame: its declared fields are read directly
+        mad = rec.mad
+        is_resp = bool(mad.method & METHOD_RESP)
+        requester = rec.dst if is_resp else rec.src
+        key = (requester, mad.transaction_id, mad.mgmt_class)
         t = self.transactions.get(key)
         if t is None:
-            if is_resp and rec.get("rmpp_control"):
+            if is_resp and rec.rmpp_control:
                 return  # an ACK for a transfer we never saw the start of
             if self.keep_closed:
-                t = Transaction(requester, mad["transaction_id"], mad["attribute_id"])
+                t = Transaction(requester, mad.transaction_id, mad.attribute_id)
             else:
-                t = Transaction(requester, mad["transaction_id"], mad["attribute_id"],
+                t = Transaction(requester, mad.transaction_id, mad.attribute_id,
                                 FrameList(), FrameList())
             self.transactions[key] = t
             open_now = len(self.transactions)
@@ -303,14 +305,15 @@ class Replay:
                 self._close(old)
         if is_resp:
             t.responses.append(rec)
-            if carries_whole_message(rec) and rec.get("rmpp", {}).get("rmpp_type", 1) in (0, 1) \
-                    and not rec.get("rmpp_control"):
+            rmpp = rec.rmpp
+            if carries_whole_message(rec) and (rmpp is None or rmpp.rmpp_type in (0, 1, None)) \
+                    and not rec.rmpp_control:
                 if not t.answered:
-                    self._answered.append((key, t, rec.get("time", 0.0)))
+                    self._answered.append((key, t, rec.time))
                 t.answered = True
-                t.completing_frame = rec["frame"]
-                t.records = list(rec.get("path_records", []))
-        elif rec.get("rmpp_control"):
+                t.completing_frame = rec.frame
+                t.records = list(rec.path_records or ())
+        elif rec.rmpp_control:
             t.responses.append(rec)  # the requester's RMPP ACKs
         else:
             t.requests.append(rec)

@@ -17,14 +17,15 @@ from ..model import rule
       sources.CATALOGUE + ": an undecodable frame is reported, never skipped")
 def decode_malformed(rec: dict):
     """A frame that cannot be decoded: reported with its number and the reason; the run goes on."""
-    if rec.get("limit"):
-        return  # DECODE-LIMIT reports it
-    if rec.get("kind") == "malformed" and (error := rec.get("error")) is not None:
+    kind = rec.get("kind")
+    if kind != "malformed" and not rec.get("malformed") or rec.get("limit"):
+        return  # nothing malformed (the common case), or DECODE-LIMIT reports it
+    if kind == "malformed" and (error := rec.get("error")) is not None:
         if error.code is not Code.RMPP_UNFINISHED:  # SAR-RMPP reports those
             yield rec.get("frames", [rec["frame"]]), str(error)
-    elif rec.get("kind") == "malformed":
+    elif kind == "malformed":
         yield rec.get("frames", [rec["frame"]]), "malformed"
-    elif rec.get("malformed"):
+    else:
         yield [rec["frame"]], "; ".join(map(str, rec.get("errors", []))) or "malformed"
 
 

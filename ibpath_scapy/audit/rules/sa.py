@@ -42,12 +42,12 @@ def response_method(t: Transaction):
     with the R bit set, GetResp for a Set, GetTableResp for a GetTraceTable."""
     if not t.request:
         return
-    method = t.request["mad"]["method"]
+    method = t.request["mad"].method
     want = _RESPONSE_METHOD.get(method, method | 0x80)
     for r in t.responses:
         if r.get("rmpp_control"):
             continue
-        if r["mad"]["method"] != want:
+        if r["mad"].method != want:
             yield ([t.request["frame"], r["frame"]],
                    f"response method 0x{r['mad']['method']:02x} to request method "
                    f"0x{t.request['mad']['method']:02x} (expected 0x{want:02x})")
@@ -77,7 +77,7 @@ def retry(t: Transaction):
 def status(t: Transaction):
     """A response with a non-zero status; the message decodes it."""
     for r in t.responses:
-        st = r["mad"]["status"]
+        st = r["mad"].status
         if st:
             name = SA_STATUS.get(st & 0xFF00)
             yield [r["frame"]], f"SA status 0x{st:04x} {status_text(st, 3)}" + (
@@ -95,12 +95,13 @@ def mismatch(t: Transaction):
     comps = t.components
     frame = [t.request["frame"], t.completing_frame]
     for i, rec in enumerate(t.records):
-        bad = [n for n in _EXACT if n in comps and not _same(n, q[n], rec[n])]
-        if "reversible" in comps and q["reversible"] == 1 and rec["reversible"] != 1:
+        # q and rec are PathRecord facts: their declared fields are read directly
+        bad = [n for n in _EXACT if n in comps and not _same(n, getattr(q, n), getattr(rec, n))]
+        if "reversible" in comps and q.reversible == 1 and rec.reversible != 1:
             bad.append("reversible")
         for val, sel in _SELECTED:
             if val in comps and sel in comps:
-                want, got, s = q[val], rec[val], q[sel]
+                want, got, s = getattr(q, val), getattr(rec, val), getattr(q, sel)
                 ok = {0: got > want, 1: got < want, 2: got == want, 3: True}[s]
                 if not ok:
                     bad.append(val)
@@ -113,7 +114,7 @@ def mismatch(t: Transaction):
 def get_multi(t: Transaction):
     """A GetResp (0x81) carrying more than one record."""
     for r in t.responses:
-        if r["mad"]["method"] == 0x81 and len(r.get("path_records", [])) > 1:
+        if r["mad"].method == 0x81 and len(r.get("path_records", [])) > 1:
             yield [r["frame"]], f"GetResp carries {len(r['path_records'])} records; Get returns one"
 
 
