@@ -12,6 +12,7 @@ kernel-view profile; the matrix (matrix.json, README.md) must be what the captur
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -114,6 +115,28 @@ def test_no_array_means_the_kernel_route():
     assert none == {"acm-sar-status", "acm-saq-no-response", "acm-saq-no-response-silent",
                     "acm-blob-empty", "acm-decode-limit"}
     assert all(MATRIX[n]["route"] == "kernel route" for n in none)
+
+
+def test_af_ib_entry_breaks_rdma_getaddrinfo_callers():
+    """ucmatose resolves with rdma_getaddrinfo, no RAI_ROUTEONLY: librdmacm turns the
+    answer's path into an AF_IB entry (acm.c ucma_resolve_af_ib) and ucmatose's
+    rdma_resolve_addr with it fails with ENODEV on rxe; the AF_IB addresses are the path's
+    GIDs. rping (rdma_resolve_route) on the same answer connects on the record."""
+    from ibpath_scapy.layers.ucma import UcmaResolveAddr, sockaddr_text
+    r = MATRIX["acm-ucmatose-conform-ucma"]
+    assert r["passed"].endswith("RESOLVE_ADDR with AF_IB addresses from the answer's path "
+                                "(ENODEV)") and r["route"] == "no CM REQ on the wire"
+    assert MATRIX["acm-rping-conform-ucma"]["route"] == "record 0"
+    msgs = acm_messages("acm-ucmatose-conform-ucma")
+    path = AcmHdr(next(m for m, c in msgs if c.startswith("acm recv"))).resolve_data[0].path
+    resolve = [ExportedPDU(f.data)[UcmaResolveAddr] for f in
+               read_frames(str(ACM / "acm-ucmatose-conform-ucma.pcapng"))
+               if f.linktype == 252 and UcmaResolveAddr in ExportedPDU(f.data)]
+    assert len(resolve) == 1
+    # struct sockaddr_ib: family, pkey, flowinfo, then the GID at bytes 8-23
+    assert ipaddress.IPv6Address(resolve[0].src_addr[8:24]) == ipaddress.IPv6Address(path.sgid)
+    assert ipaddress.IPv6Address(resolve[0].dst_addr[8:24]) == ipaddress.IPv6Address(path.dgid)
+    assert sockaddr_text(resolve[0].dst_addr).startswith("AF_IB ")
 
 
 def test_readme_and_manifest_match_the_matrix(capsys):

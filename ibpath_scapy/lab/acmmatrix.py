@@ -9,6 +9,9 @@ kernel's return value ("ibpath.blob" with its comment). From those frames alone,
   past the last whole entry);
 * passed: what librdmacm passed to the kernel, against the answer: "verbatim" (the path
   entries, the type field zeroed as ucma_ib_save_resp does), or how it differs;
+  a run that called no rdma_set_option says so, and names a RESOLVE_ADDR with AF_IB
+  addresses (the entry ucma_resolve_af_ib puts in front of rdma_getaddrinfo's answer when
+  the caller did not ask for RAI_ROUTEONLY) with its result;
 * verdict: the kernel's return value for it;
 * route: which record the CM REQ's primary path is, or the kernel's own route;
 * ucma: the `ucma` kernel-view profile's prediction for the array the kernel got, and for
@@ -20,6 +23,8 @@ The audit's findings are added by the caller (audit_rules), so this module stays
 from __future__ import annotations
 
 import json
+import re
+import struct
 from pathlib import Path
 
 from scapy.layers.l2 import Ether
@@ -29,6 +34,7 @@ from ..layers.acm import ACM_EP_INFO_PATH, ACM_STATUS, AcmHdr, AcmResolve
 from ..layers.cm import CMReq
 from ..layers.ib import ExportedPDU
 from ..layers.pathdata import PathArray, flags_text, parse_set_option_comment
+from ..layers.ucma import AF_IB, UcmaResolveAddr
 from ..pcapio import read_frames
 
 RECORD = 72
@@ -38,7 +44,7 @@ KERNEL_ROUTE = {"mtu": 3, "rate": 0, "hop_limit": 64, "sl": 0, "tclass": 0}
 
 
 def _frames(path: str | Path):
-    acm, blobs, reqs = [], [], []
+    acm, blobs, reqs, af_ib = [], [], [], []
     for f in read_frames(str(path)):
         if f.linktype == 252:
             pdu = ExportedPDU(f.data)
@@ -47,11 +53,16 @@ def _frames(path: str | Path):
                 acm.append(AcmHdr(bytes(pdu.payload)))
             elif name == "ibpath.blob":
                 blobs.append((bytes(pdu.payload), f.comment))
+            elif name == "ibpath.ucma" and UcmaResolveAddr in pdu and \
+                    struct.unpack_from("<H", pdu[UcmaResolveAddr].dst_addr)[0] == AF_IB:
+                # ucma_resolve_af_ib's entry: the ACM path's GIDs as AF_IB addresses
+                rc = re.search(r"rc=(-?\d+)(?: errno=(\w+))?", f.comment or "")
+                af_ib.append(rc.group(2) or rc.group(1) if rc else "?")
         elif f.linktype == 1:
             p = Ether(f.data)
             if CMReq in p:
                 reqs.append(p[CMReq])
-    return acm, blobs, reqs
+    return acm, blobs, reqs, af_ib
 
 
 def expected_route(answer: AcmHdr) -> bytes:
@@ -99,7 +110,7 @@ def _ucma(data: bytes) -> str:
 def row(path: str | Path, scenario_array: bytes | None) -> dict:
     """The matrix row of one acm run's capture; scenario_array is the craft scenario's own
     path array (None when it hands over none)."""
-    acm, blobs, reqs = _frames(path)
+    acm, blobs, reqs, af_ib = _frames(path)
     answers = [m for m in acm if m.is_response()]
     r: dict = {"file": Path(path).name}
     if not answers:
@@ -120,6 +131,9 @@ def row(path: str | Path, scenario_array: bytes | None) -> dict:
     if not blobs:
         r["passed"] = "no rdma_set_option"
         r["verdict"] = None
+        if af_ib:
+            r["passed"] += (f"; RESOLVE_ADDR with AF_IB addresses from the answer's path "
+                            f"({', '.join(af_ib)})")
     else:
         data, comment = blobs[0]
         flags = [flags_text(int(x.flags)) for x in PathArray(data).records]
@@ -193,7 +207,7 @@ def write(directory: str | Path) -> list[dict]:
         {"file": r["file"], "scenario": r["scenario"], "kernel": "all", "rules": r["findings"],
          "malformed": False,
          "shows": f"stand-in ibacm answering with craft scenario {r['craft']}; "
-                  f"{'rping' if r['client'] == 'rping' else 'the test program'} resolves"}
+                  f"{'the test program' if r['client'] == 'cmtest' else r['client']} resolves"}
         for r in table]}
     (d / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return table

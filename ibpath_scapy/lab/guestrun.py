@@ -231,7 +231,13 @@ def run_acm(sc: dict, d: str, port: int) -> dict:
                            f"{stand.stderr.read()[-500:]}")
     record = IBPATH + ["record", "-o", os.path.join(d, "record.pcapng"), "--"]
     try:
-        if sc.get("client") == "rping":
+        if sc.get("client") == "ucmatose":
+            srv = _server(["ucmatose", "-b", SERVER, "-p", str(port), "-c", "1", "-C", "1"],
+                          os.path.join(d, "server.log"), None)
+            client = sh(record + ["ucmatose", "-s", SERVER, "-b", CLIENT, "-p", str(port),
+                                  "-c", "1", "-C", "1"], os.path.join(d, "client.log"),
+                        check=False)
+        elif sc.get("client") == "rping":
             srv = _server(["rping", "-s", "-a", SERVER, "-p", str(port), "-C", "1", "-v"],
                           os.path.join(d, "server.log"), None)
             client = sh(record + ["rping", "-c", "-a", SERVER, "-I", CLIENT, "-p", str(port),

@@ -103,16 +103,21 @@ BY_NAME = {s.name: s for s in SCENARIOS}
 def acm_scenarios() -> tuple[Scenario, ...]:
     """The stand-in ibacm runs (issue 21): for every craft scenario whose resolver hands over
     a path array, `ibpath acm serve --scenario NAME` answers librdmacm and the test program
-    resolves with rdma_resolve_route, no blob of its own; rping as it is on conform-ucma; and
+    resolves with rdma_resolve_route, no blob of its own; rping and ucmatose as they are on
+    conform-ucma; and
     two error answers (an SA status, an SA that never answers). Not part of "all" (they go
     to captures/rxe/acm/, not captures/rxe/); "acm-all" selects them."""
     from ..acmserve import blob_scenarios
     # blob-host-order's record is word-swapped: its GIDs lead nowhere, rdma_connect fails
     runs = [Scenario(f"acm-{n}", "acm", f"stand-in ibacm answers with craft scenario {n}",
                      craft=n, connects=n != "blob-host-order") for n in blob_scenarios()]
-    runs.append(Scenario("acm-rping-conform-ucma", "acm", "rping as it is, the stand-in "
-                         "answering with craft scenario conform-ucma", craft="conform-ucma",
-                         client="rping"))
+    # ucmatose resolves with rdma_getaddrinfo (no RAI_ROUTEONLY): librdmacm puts an AF_IB
+    # entry made from the answer's path first (acm.c ucma_resolve_af_ib), and
+    # rdma_resolve_addr with AF_IB addresses fails on RoCE (ENODEV): it cannot connect
+    for prog in ("rping", "ucmatose"):
+        runs.append(Scenario(f"acm-{prog}-conform-ucma", "acm", f"{prog} as it is, the "
+                             "stand-in answering with craft scenario conform-ucma",
+                             craft="conform-ucma", client=prog, connects=prog != "ucmatose"))
     for n in ("sar-status", "saq-no-response"):
         runs.append(Scenario(f"acm-{n}", "acm", f"stand-in ibacm answers craft scenario {n}'s "
                              "error", craft=n))
