@@ -235,6 +235,10 @@ def test_cli_errors(tmp_path):
              "--log", str(tmp_path / "nodir" / "log"))
     assert p.returncode == 2 and "cannot write the log" in p.stderr
     assert "Traceback" not in p.stderr
+    p = _cli("serve", "--scenario", "conform-ucma", "--port", "99999")
+    assert p.returncode == 2 and "port 99999 is outside 1..65535" in p.stderr
+    p = _cli("serve", "--scenario", "cm-roce-gid", "--encap", "ib", "--socket", str(tmp_path / "s"))
+    assert p.returncode == 2 and "scenario cm-roce-gid is about rocev2 only, not ib" in p.stderr
     with Running(tmp_path, plan_for("conform-ucma")) as s:
         with pytest.raises(AcmServeError, match="already listens there"):
             StandIn(plan_for("conform-ucma"), socket_path=s.path)
@@ -295,3 +299,27 @@ def test_real_rdma_getaddrinfo(tmp_path):
     else:
         assert ret == 0 and server.exchanges, "a device exists but librdmacm did not ask"
         lib.rdma_freeaddrinfo(res)
+
+
+def test_tcp_port(tmp_path):
+    """--port: ibacm's server mode, which librdmacm uses when /run/ibacm.port names a port;
+    a port in use is refused with the reason."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    server = StandIn(plan_for("conform-ucma"), port=port)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(AcmServeError, match=f"127.0.0.1:{port}: cannot listen: "
+                           "Address already in use"):
+            StandIn(plan_for("conform-ucma"), port=port)
+        c = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with c:
+            c.sendall(librdmacm_request("10.0.0.1", "10.0.0.2", tid=3))
+            data = read_message(c)
+    finally:
+        server.stop()
+        thread.join(5)
+    assert HDR.unpack(data[:16])[1:3] == (0x81, 0) and len(data) == 88

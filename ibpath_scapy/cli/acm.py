@@ -3,11 +3,22 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import sys
 
 from ..acmserve import DEFAULT_SOCKET, IBACM_SA_TIMEOUT_S, AcmServeError, StandIn, plan_for
+
+
+def _port(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"port {n} is outside 1..65535")
+    return n
 
 
 def add_parser(sub) -> None:
@@ -31,7 +42,7 @@ def add_parser(sub) -> None:
     where.add_argument("--socket", default=DEFAULT_SOCKET, metavar="PATH",
                        help=f"unix socket to listen on (default {DEFAULT_SOCKET}, where "
                        "librdmacm connects)")
-    where.add_argument("--port", type=int, metavar="N",
+    where.add_argument("--port", type=_port, metavar="N",
                        help="listen on TCP 127.0.0.1:N instead (librdmacm uses it when "
                        "/run/ibacm.port holds N)")
     s.add_argument("--seed", type=int, default=0, help="the scenario's seed (default 0)")
