@@ -10,7 +10,7 @@ from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..facts.records import MadFrame
+from ..facts.records import Fact, MadFrame
 from ..layers.mad import METHOD_RESP
 from ..rmpp import carries_whole_message
 from .arrows import sa_arrows
@@ -87,11 +87,11 @@ class Transaction:
     @property
     def first_frame(self) -> int:
         """The first request's frame (the first frame, if no request was seen)."""
-        return self.requests[0]["frame"] if self.requests else self.frames[0]
+        return self.requests[0].frame if self.requests else self.frames[0]
 
     def asks_reversible(self) -> bool:
         q = self.query
-        return bool(q) and "reversible" in self.components and q["reversible"] == 1
+        return bool(q) and "reversible" in self.components and q.reversible == 1
 
 
 class ClosedTransaction:
@@ -126,7 +126,8 @@ _COMPONENTS: dict[tuple, frozenset] = {}
 
 def _components(request) -> frozenset:
     """A request's ComponentMask names as a frozenset, one per distinct mask."""
-    names = tuple(request["sa"].components) if request and "sa" in request else ()
+    sa = request.get("sa") if request else None
+    names = tuple(sa.components) if sa is not None else ()
     s = _COMPONENTS.get(names)
     if s is None:
         if len(_COMPONENTS) >= 4096:
@@ -166,8 +167,11 @@ class Resolution:
         return [t for t in self.transactions if t.query and t.query.get("sgid") == self.remote]
 
 
-def _slim(rec: dict) -> dict:
-    """What frame rules need of a record (its records are kept by the transaction)."""
+def _slim(rec):
+    """What frame rules need of a record (its records are kept by the transaction): a fact
+    as it is (immutable, slotted), a record written as a dict in part."""
+    if isinstance(rec, Fact):
+        return rec
     keep = ("frame", "frames", "kind", "mad", "rmpp", "sa", "path_records", "error", "errors",
             "malformed", "limit", "note", "linktype", "count")
     return {k: rec[k] for k in keep if k in rec}
@@ -466,10 +470,10 @@ class Replay:
         if not q or not {"sgid", "dgid"} <= t.components:
             return None  # not a point-to-point path query (e.g. saquery -p: every path)
         if "pkey" in t.components:
-            pkey = q["pkey"]
+            pkey = q.pkey
         else:  # the P_Key the SA chose, which is what a blob built from the answer carries
-            pkey = t.records[0]["pkey"] if t.records else 0xFFFF
-        res = self._resolution(q["sgid"], q["dgid"], pkey)
+            pkey = t.records[0].pkey if t.records else 0xFFFF
+        res = self._resolution(q.sgid, q.dgid, pkey)
         if res is not None:
             res.transactions.append(t)
             if len(res.transactions) > self.RESOLUTION_HISTORY:

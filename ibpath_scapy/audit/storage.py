@@ -56,6 +56,16 @@ class KeptRecord(Mapping):
     def __contains__(self, key) -> bool:
         return key == "frame" or (key in _SLOT and self._body[_SLOT[key]] is not _ABSENT)
 
+    def __getattr__(self, name: str):
+        """The record's fields as attributes too, as on the MadFrame fact it keeps (None for
+        a field the record has not)."""
+        if name == "frame":
+            return self._frame
+        i = _SLOT.get(name)
+        if i is None:
+            raise AttributeError(name)
+        return self._body[i]
+
     def __iter__(self):
         yield "frame"
         for k, v in zip(KEPT_KEYS, self._body):

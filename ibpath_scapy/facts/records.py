@@ -31,8 +31,11 @@ from .problems import Problem
 _set = object.__setattr__
 
 
-class Fact(Mapping):
-    """Base of every fact: read-only Mapping access over the fields that are present."""
+class Fact:
+    """Base of every fact: read-only Mapping access over the fields that are present.
+
+    A registered collections.abc.Mapping, not a subclass: Mapping's ABCMeta would make every
+    isinstance(x, Fact) an ABC check, and the audit asks it per record."""
 
     __slots__ = ()
     KEYS: ClassVar[tuple[str, ...]] = ()
@@ -75,6 +78,26 @@ class Fact(Mapping):
 
     def __bool__(self) -> bool:
         return True  # a fact is never an empty record
+
+    def keys(self):
+        return list(self)
+
+    def items(self):
+        return [(k, self[k]) for k in self]
+
+    def values(self):
+        return [self[k] for k in self]
+
+    def __eq__(self, other):
+        """Equal to any Mapping with the same keys and values (Mapping's ==)."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return dict(self.items()) == dict(other.items())
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+Mapping.register(Fact)
 
 
 def _fast_init(cls: type) -> type:

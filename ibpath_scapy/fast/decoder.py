@@ -243,7 +243,10 @@ class FastDecoder(Decoder):
         """The records of a reassembled message (decode.py: MAD(message)[SAHeader].records).
         rmpp.reassemble() never makes a message shorter than the SA MAD header."""
         c = self.c
-        m = mad_fact(c.mad(message, 0))
+        key = message[:_MAD_LEN]
+        m = self._mads.get(key)
+        if m is None:
+            m = _remember(self._mads, key, mad_fact(c.mad(message, 0)))
         r, h = self._headers(message, 0)
         starts = self._record_starts(message, 0, len(message), m, r, h) or []
         return self._path_records(message, starts)

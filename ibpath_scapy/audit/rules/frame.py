@@ -116,9 +116,10 @@ def packet_rule_hits(rec: dict):
         return ()
     if _last[0] is rec:
         return _last[1]
-    records = rec.get("path_records") or []
-    # every layer view a condition can name, looked up once (the views _layer_values gives)
-    views = {"MAD": rec.get("mad"), "RMPP": rec.get("rmpp"), "SAHeader": rec.get("sa"),
+    # an SA record is a MadFrame fact: its declared fields are read directly
+    records = rec.path_records or []
+    # every layer view a condition can name, looked up once
+    views = {"MAD": rec.mad, "RMPP": rec.rmpp, "SAHeader": rec.sa,
              "PathRecord": records[0] if records else None}
     key = _reads_key(views, records)
     holding = _MEMO.get(key)
@@ -126,7 +127,7 @@ def packet_rule_hits(rec: dict):
         if len(_MEMO) >= _MEMO_SIZE:
             _MEMO.clear()
         holding = _MEMO[key] = _rules_holding(views, records)
-    hits = [(pr, [rec["frame"]], pr.message) for pr in holding] if holding else ()
+    hits = [(pr, [rec.frame], pr.message) for pr in holding] if holding else ()
     _last[0], _last[1] = rec, hits
     return hits
 

@@ -86,11 +86,11 @@ class Side:
 
     def is_forward(self, t: Transaction) -> bool:
         q = t.query
-        return bool(q) and q["sgid"] == self.local and q["dgid"] == self.remote
+        return bool(q) and q.sgid == self.local and q.dgid == self.remote
 
     def is_return(self, t: Transaction) -> bool:
         q = t.query
-        return bool(q) and q["sgid"] == self.remote and q["dgid"] == self.local
+        return bool(q) and q.sgid == self.remote and q.dgid == self.local
 
     def forward_open(self) -> list[Transaction]:
         return [t for t in self.transactions if self.is_forward(t) and not t.asks_reversible()]

@@ -45,9 +45,9 @@ def response_method(t: Transaction):
     method = t.request["mad"].method
     want = _RESPONSE_METHOD.get(method, method | 0x80)
     for r in t.responses:
-        if r.get("rmpp_control"):
+        if r.rmpp_control:
             continue
-        if r["mad"].method != want:
+        if r.mad.method != want:
             yield ([t.request["frame"], r["frame"]],
                    f"response method 0x{r['mad']['method']:02x} to request method "
                    f"0x{t.request['mad']['method']:02x} (expected 0x{want:02x})")
@@ -77,7 +77,7 @@ def retry(t: Transaction):
 def status(t: Transaction):
     """A response with a non-zero status; the message decodes it."""
     for r in t.responses:
-        st = r["mad"].status
+        st = r.mad.status
         if st:
             name = SA_STATUS.get(st & 0xFF00)
             yield [r["frame"]], f"SA status 0x{st:04x} {status_text(st, 3)}" + (
@@ -114,7 +114,7 @@ def mismatch(t: Transaction):
 def get_multi(t: Transaction):
     """A GetResp (0x81) carrying more than one record."""
     for r in t.responses:
-        if r["mad"].method == 0x81 and len(r.get("path_records", [])) > 1:
+        if r.mad.method == 0x81 and len(r.path_records or ()) > 1:
             yield [r["frame"]], f"GetResp carries {len(r['path_records'])} records; Get returns one"
 
 
@@ -124,16 +124,18 @@ def rmpp_rules(t: Transaction):
     wrong, PayloadLength inconsistent with the kernel's rules, missing segments."""
     # the segments the receiver kept: those it drops (SAR-RMPP-RETRY) are no part of the
     # sequence
-    segs = [r for r in t.responses if r.get("rmpp", {}).get("rmpp_flags", 0) & 1
-            and r["rmpp"]["rmpp_type"] == 1 and not r.get("rmpp_dropped")]
+    # (the responses' declared fields, read as attributes: MadFrame facts or what a
+    # transaction keeps of them)
+    segs = [r for r in t.responses if r.rmpp is not None and (r.rmpp.rmpp_flags or 0) & 1
+            and r.rmpp.rmpp_type == 1 and not r.rmpp_dropped]
     if not segs:
         return
-    frames = [r["frame"] for r in segs]
+    frames = [r.frame for r in segs]
     for r in segs:
-        for p in r.get("errors", ()):
+        for p in r.errors or ():
             if p.code in RMPP_CODES:
-                yield [r["frame"]], str(p)
-    by_num = {r["rmpp"]["segment_number"]: r for r in segs}
+                yield [r.frame], str(p)
+    by_num = {r.rmpp.segment_number: r for r in segs}
     n = max(by_num)
     below = sorted(k for k in by_num if k < 1)
     if below:  # segment numbers count from 1 (a lone FIRST|LAST DATA segment numbered 0, ...)
@@ -176,7 +178,7 @@ def rmpp_retry(t: Transaction):
     already holds or whose transfer it completed, and segments of no open transfer. The
     reassembly goes on without them, as the kernel's does; like SAQ-RETRY, one info per
     transaction naming the frames."""
-    dropped = [r for r in t.responses if r.get("rmpp_dropped")]
+    dropped = [r for r in t.responses if r.rmpp_dropped]
     if dropped:
         yield [r["frame"] for r in dropped], (
             f"RMPP transfer tid 0x{t.tid:016x}: {len(dropped)} segment"
