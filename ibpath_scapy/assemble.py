@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from .facts import Code, Problem, problem
 from .facts import problems as P
@@ -132,8 +132,7 @@ def header_expr(e):
 is_segment = header_expr(IS_SEGMENT)
 
 
-@dataclass(frozen=True, slots=True)
-class SaParts:
+class SaParts(NamedTuple):
     """What an engine read of an SA MAD: its RMPP and SA headers; `records`, the PathRecord
     facts of the MAD (None: its attribute is not a PathRecord), and for each whether its
     reserved bits are set; the MAD's bytes (what the RMPP reassembler keeps of a segment);
@@ -145,6 +144,13 @@ class SaParts:
     reserved: Iterable
     segment: bytes
     whole: Callable[[bytes], tuple[list, Iterable]]
+
+
+# mad_frame builds an SA MadFrame positionally: the order it relies on, checked at import
+assert MadFrame.KEYS == (
+    "frame", "time", "kind", "encap", "src", "dst", "src_gid", "dst_gid", "dst_qp", "src_qp",
+    "mad", "error", "rmpp", "sa", "rmpp_dropped", "rmpp_control", "reassembled_from",
+    "path_records", "cm", "cm_req", "errors"), MadFrame.KEYS
 
 
 # -- the assembler -------------------------------------------------------------------------
@@ -180,7 +186,7 @@ class Assembler:
             stats.malformed += 1
             return MadFrame(frame=number, time=time, kind="malformed", **addr, mad=mad,
                             error=errors[0])
-        kind = kind_of(mad.mgmt_class)
+        kind = _KINDS.get(mad.mgmt_class) or kind_of(mad.mgmt_class)
         if sa is None:
             return MadFrame(frame=number, time=time, kind=kind, **addr, mad=mad, cm=cm,
                             cm_req=cm_req, errors=errors or None)
@@ -206,12 +212,13 @@ class Assembler:
             control = True
             self.rmpp.control(rmpp_control_key(addr, mad.transaction_id, mad.attribute_id,
                                                mad.method), rmpp.rmpp_type, number)
-        if records is not None:
+        if records is not None and any(reserved):
             errors += reserved_errors(Code.PR_RESERVED, reserved)
-        return MadFrame(frame=number, time=time, kind=kind, **addr, mad=mad, rmpp=rmpp,
-                        sa=hdr, rmpp_dropped=dropped, rmpp_control=control,
-                        reassembled_from=reassembled, path_records=records,
-                        errors=errors or None)
+        # positional, in MadFrame's field order (an SA storm makes one per frame)
+        g = addr.get
+        return MadFrame(number, time, kind, g("encap"), g("src"), g("dst"), g("src_gid"),
+                        g("dst_gid"), g("dst_qp"), g("src_qp"), mad, None, rmpp, hdr, dropped,
+                        control, reassembled, records, None, None, errors or None)
 
     def malformed(self, number: int, reason: Problem) -> Malformed:
         """A frame that should carry a MAD or a path array but cannot be read."""

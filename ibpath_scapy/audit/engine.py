@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from ..batch import batches
+from ..facts.records import Fact
 from .model import RULES, AuditOptions, Finding
 from .replay import PATH_RECORD_ATTR, Replay
 from .rules.frame import packet_rule_hits
@@ -46,14 +47,15 @@ def _frame_finding_test() -> Callable[[dict], bool]:
     guarded = [c for c in checks if hasattr(c, "only_if")]
     guard_keys = tuple(sorted({k for c in guarded for k in c.only_if}))
 
-    def has_finding(rec: dict) -> bool:
+    def has_finding(rec) -> bool:
         if packet_rules and packet_rule_hits(rec):
             return True
         for check in always:
             for _ in check(rec):
                 return True
+        fact = isinstance(rec, Fact)  # a decoder's record: its fields are attributes
         for k in guard_keys:
-            if k in rec:
+            if (getattr(rec, k, None) is not None) if fact else k in rec:
                 for check in guarded:
                     for _ in check(rec):
                         return True

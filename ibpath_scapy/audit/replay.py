@@ -62,7 +62,7 @@ class Transaction:
         if self._sealed is not None:
             return self._sealed[1]
         r = self.request
-        recs = r.get("path_records") if r else None
+        recs = r.path_records if r else None
         return recs[0] if recs else None
 
     @property
@@ -72,12 +72,13 @@ class Transaction:
     @property
     def component_mask(self) -> int:
         r = self.request
-        return r["sa"].component_mask if r and "sa" in r else 0
+        sa = r.sa if r else None
+        return sa.component_mask if sa is not None else 0
 
     @property
     def status(self) -> int | None:
         for r in self.responses:
-            return r["mad"].status
+            return r.mad.status
         return None
 
     @property
@@ -126,7 +127,7 @@ _COMPONENTS: dict[tuple, frozenset] = {}
 
 def _components(request) -> frozenset:
     """A request's ComponentMask names as a frozenset, one per distinct mask."""
-    sa = request.get("sa") if request else None
+    sa = request.sa if request else None  # a MadFrame, or what a transaction keeps of it
     names = tuple(sa.components) if sa is not None else ()
     s = _COMPONENTS.get(names)
     if s is None:
@@ -246,15 +247,21 @@ class Replay:
     # -- intake ------------------------------------------------------------------------------
     def feed(self, rec: dict, keep: bool | None = None) -> None:
         """One decoded record; `keep`, when given, is keep_frame_record(rec), asked already."""
-        kind = rec.get("kind")
+        fact = isinstance(rec, Fact)  # a decoder's record: its fields are attributes
+        kind = rec.kind if fact else rec.get("kind")
         if kind == EXTRA_BLOB:
             self.extra_blobs.append({**rec["record"], "file": rec["file"]})
             return
         self.records += 1
         if self.linger_seconds is not None and self._answered and "time" in rec:
             self.close_older(rec["time"])
-        malformed = kind == "malformed" or rec.get("malformed")
-        if kind == "sa" or malformed or "errors" in rec or kind in FILE_KINDS:
+        if fact:
+            malformed = kind == "malformed" or getattr(rec, "malformed", None)
+            errors = getattr(rec, "errors", None) is not None
+        else:
+            malformed = kind == "malformed" or rec.get("malformed")
+            errors = "errors" in rec
+        if kind == "sa" or malformed or errors or kind in FILE_KINDS:
             # the test reads only keys _slim keeps: ask it before making the copy
             if keep is None:
                 keep = self.keep_frame_record is None or self.keep_frame_record(rec)

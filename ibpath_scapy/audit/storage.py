@@ -182,4 +182,4 @@ class FrameList(list):
         pass
 
     def frame_numbers(self) -> list[int]:
-        return [r["frame"] for r in self]
+        return [r.frame for r in self]

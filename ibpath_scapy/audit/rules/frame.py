@@ -17,8 +17,11 @@ from ..model import rule
       sources.CATALOGUE + ": an undecodable frame is reported, never skipped")
 def decode_malformed(rec: dict):
     """A frame that cannot be decoded: reported with its number and the reason; the run goes on."""
-    kind = rec.get("kind")
-    if kind != "malformed" and not rec.get("malformed") or rec.get("limit"):
+    if isinstance(rec, Fact):  # a decoder's record: its fields are attributes
+        kind, flagged, limit = rec.kind, getattr(rec, "malformed", None), getattr(rec, "limit", None)
+    else:
+        kind, flagged, limit = rec.get("kind"), rec.get("malformed"), rec.get("limit")
+    if kind != "malformed" and not flagged or limit:
         return  # nothing malformed (the common case), or DECODE-LIMIT reports it
     if kind == "malformed" and (error := rec.get("error")) is not None:
         if error.code is not Code.RMPP_UNFINISHED:  # SAR-RMPP reports those
@@ -37,7 +40,7 @@ def decode_limit(rec: dict):
     its segment limit or evicted from the open-transfer table (rmpp.py caps), an unanswered SA
     transaction evicted from the open-transaction table (Replay.MAX_OPEN_TRANSACTIONS), a
     resolution's oldest transactions let go (Replay.RESOLUTION_HISTORY)."""
-    if rec.get("limit"):
+    if getattr(rec, "limit", None) if isinstance(rec, Fact) else rec.get("limit"):
         error = rec.get("error")
         yield rec.get("frames", [rec["frame"]]), str(error) if error else rec["limit"]
 
@@ -112,7 +115,7 @@ def _rules_holding(views: dict, records: list) -> tuple:
 def packet_rule_hits(rec: dict):
     """(rule, frames, message) for every single-packet rule that holds on a decoded SA frame,
     evaluated from the same Expr the plugin turns into expert infos."""
-    if rec.get("kind") != "sa":
+    if (rec.kind if isinstance(rec, Fact) else rec.get("kind")) != "sa":
         return ()
     if _last[0] is rec:
         return _last[1]

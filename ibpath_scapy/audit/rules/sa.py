@@ -42,7 +42,7 @@ def response_method(t: Transaction):
     with the R bit set, GetResp for a Set, GetTableResp for a GetTraceTable."""
     if not t.request:
         return
-    method = t.request["mad"].method
+    method = t.request.mad.method
     want = _RESPONSE_METHOD.get(method, method | 0x80)
     for r in t.responses:
         if r.rmpp_control:
@@ -93,7 +93,7 @@ def mismatch(t: Transaction):
     if not q or not t.records:
         return
     comps = t.components
-    frame = [t.request["frame"], t.completing_frame]
+    frame = [t.request.frame, t.completing_frame]
     for i, rec in enumerate(t.records):
         # q and rec are PathRecord facts: their declared fields are read directly
         bad = [n for n in _EXACT if n in comps and not _same(n, getattr(q, n), getattr(rec, n))]
