@@ -262,9 +262,15 @@ class Assembler:
         if len(self.ls_requests) > self.LS_REQUEST_MEMORY:
             self.ls_requests.popitem(last=False)
 
-    def ls_request_of(self, seq: int) -> tuple[int | None, int | None]:
-        """(path_use, frame) of the request an LS answer of sequence `seq` answers."""
-        return self.ls_requests.get(seq, (None, None))
+    def link_ls_request(self, seq: int, ls: dict) -> int | None:
+        """Tie an LS answer to the request of its sequence number: that request's frame and
+        path_use go into the answer's ls values; returns the path_use (None: no request)."""
+        matched = self.ls_requests.get(seq)
+        if matched is None:
+            return None
+        path_use, ls["request_frame"] = matched
+        ls["request_path_use"] = path_use
+        return path_use
 
     def netlink_empty(self, base: dict, problems: list[Problem]) -> NetlinkFrame:
         """A netlink record that holds no message: its problems together."""

@@ -20,8 +20,6 @@ end of the file (kind "unsupported"); RMPP segments the receiving kernel would d
 from __future__ import annotations
 
 import ipaddress
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from scapy.config import conf
@@ -300,7 +298,7 @@ class Decoder(Assembler):
             blob_records = [blob_record_fact(r) for _, r in pairs]
             errors += reserved_errors(Code.BLOB_RESERVED,
                                       (reserved_nonzero(r.path_record) for _, r in pairs))
-            path_use = link_ls_request(self, msg.nlmsg_seq, ls)
+            path_use = self.link_ls_request(msg.nlmsg_seq, ls)
             kernel_blob = blob_from_ls_response(flags, attributes, path_use)
         else:
             attrs = [_attr_dict(i, a) for i, a in enumerate(attributes)]
@@ -358,16 +356,6 @@ def _attr_problem(i: int, attr, request: bool) -> Problem | None:
     if attr.nested or attr.net_byteorder:
         problems.append(problem(Code.ATTR_FLAGS, attr.raw_type()))
     return problem(Code.ATTR_BAD, label, tuple(problems)) if problems else None
-
-
-def link_ls_request(asm: Assembler, seq: int, ls: dict) -> int | None:
-    """Tie an LS response to the request of its sequence number: its frame and path_use (set
-    in ls); the request's path_use, or None."""
-    path_use, number = asm.ls_request_of(seq)
-    if number is None:
-        return None
-    ls["request_frame"], ls["request_path_use"] = number, path_use
-    return path_use
 
 
 def _addresses(pkt: Packet) -> dict:

@@ -22,7 +22,6 @@ from typing import Any, ClassVar, Iterable
 from ..kernelview import kernel_view_dict
 from ..layers import cm as cm_layers
 from ..layers.mad import MAD, RMPP
-from ..layers.pathdata import PathRecData
 from ..layers.sa import PathRecord as PathRecordLayer
 from ..layers.sa import SAHeader
 from .problems import Problem
@@ -244,9 +243,6 @@ class BlobRecord(Fact):
     reserved: int
     path_record: Fact
     NULLABLE = frozenset({"flags", "flag_names", "reserved", "path_record"})
-
-
-BLOB_RECORD_HEAD = public_names(PathRecData)  # flags, reserved: read by the engines
 
 
 @_fact

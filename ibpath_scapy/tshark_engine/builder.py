@@ -18,12 +18,11 @@ from ..facts.records import PathRecord as PathRecordFact
 from ..kernelview import Blob, LsContext, ls_parse_error
 from ..layers import cm as cm_layers, netlink as nl
 from ..layers.ib import LRH
-from ..layers.mad import ATTRIBUTES_BY_CLASS, MAD, MAD_SIZE, METHODS, MGMT_CLASSES, RMPP, status_text
-from ..layers.pathdata import PathArray, PathRecData, RECORD_SIZE, flag_names
+from ..layers.mad import MAD, MAD_SIZE, RMPP
+from ..layers.pathdata import PathArray, PathRecData, RECORD_SIZE
 from ..layers.roce import DETH
-from ..layers.sa import ATTR_PATH_RECORD, COMPONENT_MASK_NAMES, PathRecord, SAHeader
+from ..layers.sa import ATTR_PATH_RECORD, PathRecord, SAHeader
 from ..layout_model import build_layer
-from ..rmpp import Reassembler
 from .tree import _Frame, _all, _fields_of, _first, _int, _pairs, _public, _reserved_set, _values
 
 
@@ -510,7 +509,7 @@ class _Builder(Assembler):
         records = [got for _, got in pairs]
         blob_records = [r for r, _ in records]
         errors += reserved_errors(Code.BLOB_RESERVED, (reserved for _, reserved in records))
-        path_use = _decode.link_ls_request(self, seq, ls)
+        path_use = self.link_ls_request(seq, ls)
         attr_dicts = [{**a["dict"], "available": len(f.original)} for a, f in zip(attrs, facts)]
         return blob_records, blob_from_records(blob_records, nlmsg_flags=flags,
                                                attributes=attr_dicts, path_use=path_use)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from operator import attrgetter, itemgetter
 
-from ...exprc import compile_expr, part_src, split_name
 from ...facts.problems import Code
 from ...facts.records import Fact
 from ...packet_rules import PACKET_RULES
