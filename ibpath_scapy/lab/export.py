@@ -45,7 +45,9 @@ def scenario_capture(results: Path, name: str, out: Path, meta: dict) -> dict:
     d = results / name
     client = json.loads((d / "client.json").read_text()) if (d / "client.json").exists() else {}
     frames = [(f.time, f.data, f.linktype, None) for f in read_frames(str(d / "wire.pcap"))]
-    if "blob" in client:
+    if "blob" in client and not (d / "record.pcapng").exists():
+        # the test program's own report of its blob; under `ibpath record` the shim's frame
+        # of the same call is the capture's (the report stays beside it, NAME.client.json)
         frames.append((client["blob_time"], bytes(blob_pdu(bytes.fromhex(client["blob"]))),
                        LINKTYPE_UPPER_PDU, set_option_comment(client["set_option"])))
     if (d / "record.pcapng").exists():
@@ -87,8 +89,34 @@ def netlink_capture(src: Path, out: Path, meta: dict) -> None:
     shutil.copyfile(src.with_suffix(".txt"), out / f"{name}.txt")
 
 
+def record_files(results: Path, name: str, out: Path, meta: dict) -> None:
+    """A recorded run's extra files: the test program's own report (NAME.client.json) and
+    the client's output (NAME.client.log); for record-netlink, `rdma dev` as the shim and
+    the strace recorder saw it (NAME-shim.pcapng, NAME-strace.pcapng, NAME.txt)."""
+    d = results / name
+    if (d / "client.json").exists():
+        shutil.copyfile(d / "client.json", out / f"{name}.client.json")
+    if (d / "client.log").exists():
+        shutil.copyfile(d / "client.log", out / f"{name}.client.log")
+    for recorder, what in (("shim", "`ibpath record -- rdma dev` (the LD_PRELOAD shim)"),
+                           ("strace", "`ibpath record netlink` (strace) around it")):
+        if (d / f"{recorder}.pcapng").exists():
+            with CommentedPcapNgWriter(str(out / f"{name}-{recorder}.pcapng"),
+                                       header(meta, f"NETLINK_RDMA of `rdma dev` recorded by "
+                                              f"{what}")) as w:
+                for f in read_frames(str(d / f"{recorder}.pcapng")):
+                    w.write(f.data, f.linktype, f.time, comment=f.comment)
+    if (d / "rdma-dev.txt").exists():
+        shutil.copyfile(d / "rdma-dev.txt", out / f"{name}.txt")
+
+
+RECORDED_KINDS = ("acm", "record", "record-netlink")
+
+
 def export(results: Path, out: Path) -> dict:
-    """Write every capture and lab.json into out; returns lab.json's content."""
+    """Write every capture and lab.json into out; returns lab.json's content. The setup's
+    NETLINK_RDMA recordings are written only when a plain scenario ran (the acm and record
+    runs' directories keep their own captures only)."""
     out.mkdir(parents=True, exist_ok=True)
     meta = json.loads((results / "meta.json").read_text())
     lab = {k: meta[k] for k in ("kernel_release", "kernel_version", "packages", "command")}
@@ -103,8 +131,11 @@ def export(results: Path, out: Path) -> dict:
                  if k in sc}
         if (results / name / "wire.pcap").exists():
             entry.update(scenario_capture(results, name, out, meta))
+        if sc.get("kind") in ("record", "record-netlink"):
+            record_files(results, name, out, meta)
         lab["scenarios"][name] = entry
-    for src in sorted((results / "setup").glob("rdma-*.pcapng")):
-        netlink_capture(src, out, meta)
+    if any(sc.get("kind") not in RECORDED_KINDS for sc in meta.get("scenarios", [])):
+        for src in sorted((results / "setup").glob("rdma-*.pcapng")):
+            netlink_capture(src, out, meta)
     (out / "lab.json").write_text(json.dumps(lab, indent=1) + "\n")
     return lab

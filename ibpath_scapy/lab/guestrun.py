@@ -14,6 +14,8 @@ the host reads back):
     setup/*.txt               their output
     SCENARIO/wire.pcap        tcpdump of `udp port 4791` on veth0
     SCENARIO/client.json      the test program's record (blob, rdma_set_option result, time)
+    SCENARIO/record.pcapng    `ibpath record` of the client (acm and record scenarios)
+    SCENARIO/shim.pcapng, strace.pcapng   record-netlink: `rdma dev` seen by both recorders
     SCENARIO/*.log            every command's output
 
 Why one namespace: rxe's UDP tunnel socket lives only in the initial network namespace (6.1),
@@ -165,6 +167,12 @@ def run_scenario(sc: dict, out: str, port: int) -> dict:
     d = os.path.join(out, sc["name"])
     os.makedirs(d, exist_ok=True)
     t0 = time.monotonic()
+    if sc["kind"] == "record-netlink":  # no RoCE traffic: no tcpdump
+        result = {"name": sc["name"], "kind": sc["kind"], **run_record_netlink(d)}
+        result["seconds"] = round(time.monotonic() - t0, 2)
+        print(f"ibpath-lab: scenario {sc['name']}: exit {result['client_exit']}, "
+              f"{result['seconds']} s", flush=True)
+        return result
     dump = Tcpdump(os.path.join(d, "wire.pcap"), os.path.join(d, "tcpdump.log"))
     result: dict = {"name": sc["name"], "kind": sc["kind"]}
     try:
@@ -197,6 +205,8 @@ def run_scenario(sc: dict, out: str, port: int) -> dict:
             result["server_exit"] = _finish(*srv)
         elif sc["kind"] == "acm":
             result.update(run_acm(sc, d, port))
+        elif sc["kind"] == "record":
+            result.update(run_record(sc, d, port))
         else:
             raise RuntimeError(f"unknown scenario kind {sc['kind']!r}")
     finally:
@@ -261,6 +271,59 @@ def run_acm(sc: dict, d: str, port: int) -> dict:
             _, err = stand.communicate()
         write(os.path.join(d, "standin.log"), line + err)
     return out
+
+
+def run_record(sc: dict, d: str, port: int) -> dict:
+    """A plain run (the test program with or without a blob, rping, ucmatose: no ibacm
+    answers, so librdmacm's route is the kernel's or the blob) with the client under
+    `ibpath record`: its ucma commands, the SET_OPTION blob with the kernel's verdict, the
+    QUERY PATH readback. The test program's own report (client.json) stays beside it."""
+    record = IBPATH + ["record", "-o", os.path.join(d, "record.pcapng"), "--"]
+    out: dict = {}
+    if sc.get("client") == "rping":
+        srv = _server(["rping", "-s", "-a", SERVER, "-p", str(port), "-C", "1", "-v"],
+                      os.path.join(d, "server.log"), None)
+        client = sh(record + ["rping", "-c", "-a", SERVER, "-I", CLIENT, "-p", str(port),
+                              "-C", "1", "-v"], os.path.join(d, "client.log"), check=False)
+    elif sc.get("client") == "ucmatose":
+        srv = _server(["ucmatose", "-b", SERVER, "-p", str(port), "-c", "1", "-C", "1"],
+                      os.path.join(d, "server.log"), None)
+        client = sh(record + ["ucmatose", "-s", SERVER, "-b", CLIENT, "-p", str(port),
+                              "-c", "1", "-C", "1"], os.path.join(d, "client.log"),
+                    check=False)
+    else:
+        # `ibpath record` starts Python before the client (seconds under TCG): the server
+        # waits longer than its default 20 s for the REQ
+        srv = _server([sys.executable, CMTEST, "server", SERVER, str(port), "--wait", "50"],
+                      os.path.join(d, "server.log"), "listening")
+        args = record + [sys.executable, CMTEST, "client", CLIENT, SERVER, str(port),
+                         "--record", os.path.join(d, "client.json")]
+        if sc.get("blob") is not None:
+            blob_path = os.path.join(d, "blob.bin")
+            with open(blob_path, "wb") as f:
+                f.write(bytes.fromhex(sc["blob"]))
+            args += ["--blob", blob_path]
+        client = sh(args, os.path.join(d, "client.log"), check=False)
+    out["client_exit"] = client.returncode
+    out["server_exit"] = _finish(*srv)
+    return out
+
+
+def run_record_netlink(d: str) -> dict:
+    """`rdma dev` recorded by both NETLINK_RDMA recorders at once: the strace recorder
+    (`ibpath record netlink`, outside) traces `ibpath record` (the shim, inside) and the
+    `rdma` it runs, so both see the same process's messages (same sequence numbers, same
+    port id)."""
+    args = IBPATH + ["record", "netlink", "-o", os.path.join(d, "strace.pcapng"), "--",
+                     *IBPATH, "record", "-o", os.path.join(d, "shim.pcapng"), "--",
+                     "rdma", "dev"]
+    # strace dumps every read of the Python it traces (its imports): minutes under TCG
+    proc = sh(args, os.path.join(d, "client.log"), timeout=600, check=False)
+    # the command's own output, for the capture's .txt (the recorders' lines are on stderr,
+    # which sh() merges: `rdma dev` alone prints the device lines)
+    plain = sh(["rdma", "dev"], check=False)
+    write(os.path.join(d, "rdma-dev.txt"), plain.stdout)
+    return {"client_exit": proc.returncode, "server_exit": 0}
 
 
 def meta() -> dict:

@@ -30,11 +30,13 @@ BOOT_TIMEOUT = 900
 
 
 GUEST_SHIM = "lab/ibpathrec.so"  # the recorder shim built on the host (the guest has no cc)
+RECORDED_KINDS = ("acm", "record", "record-netlink")  # the kinds that run `ibpath record`
 
 
 def overlay(scenarios: dict, shim: Path | None = None) -> bytes:
     """The run's archive: /init, the project's Python source under /lab, scenarios.json, and
-    the host-built recorder shim when `ibpath record` runs in the guest (acm scenarios)."""
+    the host-built recorder shim when `ibpath record` runs in the guest (acm and record
+    scenarios)."""
     buf = io.BytesIO()
     w = CpioWriter(buf)
     w.file("init", (HERE / "guestinit.sh").read_bytes(), 0o755)
@@ -65,7 +67,7 @@ def boot(guest: Guest, scenarios: dict, workdir: Path, *, log=print,
     with open(initrd, "wb") as out, open(guest.initramfs, "rb") as base:
         shutil.copyfileobj(base, out, 1 << 20)
         shim = None
-        if any(sc["kind"] == "acm" for sc in scenarios["scenarios"]):
+        if any(sc["kind"] in RECORDED_KINDS for sc in scenarios["scenarios"]):
             # host and guest are both bookworm: the host's build of the shim runs there
             from ..record.process import RecordError, build_shim
             try:

@@ -59,7 +59,7 @@ class Scenario:
     blob: bytes | None = None
     connects: bool = True  # whether the connection is meant to succeed
     craft: str | None = None  # kind acm: the craft scenario the stand-in ibacm answers with
-    client: str = "cmtest"  # kind acm: the program that resolves (cmtest or rping)
+    client: str = "cmtest"  # kind acm/record: the program that resolves (cmtest, rping, ...)
     standin_args: tuple[str, ...] = ()  # kind acm: more `ibpath acm serve` options
 
     def to_json(self) -> dict:
@@ -68,6 +68,8 @@ class Scenario:
             d["blob"] = self.blob.hex()
         if self.craft is not None:
             d.update(craft=self.craft, client=self.client, standin_args=list(self.standin_args))
+        if self.kind == "record":
+            d["client"] = self.client
         return d
 
 
@@ -127,24 +129,49 @@ def acm_scenarios() -> tuple[Scenario, ...]:
     return tuple(runs)
 
 
+RECORD_PREFIX = "rec-"
+RECORD_NETLINK = "rec-netlink-rdma-dev"
+
+
+def record_scenarios() -> tuple[Scenario, ...]:
+    """The recorded runs (issue 20 point 5): every run of SCENARIOS, the client under
+    `ibpath record` (its ucma commands, the SET_OPTION blob with the kernel's verdict, the
+    QUERY PATH readback) with tcpdump on the rxe link; and `rdma dev` recorded by the shim
+    and the strace NETLINK_RDMA recorder at once (one process, two recorders). Not part of
+    "all" (they go to captures/rxe/record/); "record-all" selects them."""
+    runs = [Scenario(RECORD_PREFIX + s.name, "record", s.description + ", under ibpath "
+                     "record", blob=s.blob, connects=s.connects,
+                     client=s.kind if s.kind in ("rping", "ucmatose") else "cmtest")
+            for s in SCENARIOS]
+    runs.append(Scenario(RECORD_NETLINK, "record-netlink", "`rdma dev` under ibpath record "
+                         "(the shim) inside ibpath record netlink (strace): one process, "
+                         "two recorders"))
+    return tuple(runs)
+
+
 def lookup(name: str) -> Scenario | None:
-    """A scenario by name, the acm runs included."""
+    """A scenario by name, the acm and recorded runs included."""
     if name in BY_NAME:
         return BY_NAME[name]
     if name.startswith("acm-"):
         return {s.name: s for s in acm_scenarios()}.get(name)
+    if name.startswith(RECORD_PREFIX):
+        return {s.name: s for s in record_scenarios()}.get(name)
     return None
 
 
 def select(names: list[str]) -> list[Scenario]:
-    """Scenarios by name; "all" is every one of SCENARIOS, "acm-all" every acm run. Unknown
-    names raise KeyError naming them."""
+    """Scenarios by name; "all" is every one of SCENARIOS, "acm-all" every acm run,
+    "record-all" every recorded run. Unknown names raise KeyError naming them."""
     if not names or names == ["all"]:
         return list(SCENARIOS)
     if names == ["acm-all"]:
         return list(acm_scenarios())
+    if names == ["record-all"]:
+        return list(record_scenarios())
     unknown = [n for n in names if lookup(n) is None]
     if unknown:
         raise KeyError(f"unknown scenario(s) {', '.join(unknown)}; known: "
-                       f"{', '.join(BY_NAME)}, acm-all, acm-<craft scenario>")
+                       f"{', '.join(BY_NAME)}, acm-all, acm-<craft scenario>, record-all, "
+                       f"{RECORD_PREFIX}<scenario>")
     return [lookup(n) for n in names]
