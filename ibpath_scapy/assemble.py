@@ -151,6 +151,8 @@ assert MadFrame.KEYS == (
     "frame", "time", "kind", "encap", "src", "dst", "src_gid", "dst_gid", "dst_qp", "src_qp",
     "mad", "error", "rmpp", "sa", "rmpp_dropped", "rmpp_control", "reassembled_from",
     "path_records", "cm", "cm_req", "errors"), MadFrame.KEYS
+# where a MAD came from, in MadFrame's order: the tuple mad_frame_at takes
+ADDRESS_KEYS = MadFrame.KEYS[MadFrame.KEYS.index("encap"):MadFrame.KEYS.index("mad")]
 
 
 # -- the assembler -------------------------------------------------------------------------
@@ -174,29 +176,40 @@ class Assembler:
         """The record of a frame carrying a MAD. addr: encap, src, dst (src_gid, dst_gid),
         dst_qp, src_qp; length: the MAD's bytes (None: unknown); crc_errors, icrc: the CRC
         verdicts and the ICRC field (None where the frame has none)."""
+        return self.mad_frame_at(number, time, tuple(map(addr.get, ADDRESS_KEYS)), mad, length,
+                                 crc_errors, icrc, sa, cm, cm_req)
+
+    def mad_frame_at(self, number: int, time: float, where: tuple, mad: Mad, length: int | None,
+                     crc_errors: list, icrc: bytes | None, sa: SaParts | None = None,
+                     cm: Fact | None = None, cm_req: Fact | None = None) -> MadFrame:
+        """mad_frame with the addresses as a tuple, the values of ADDRESS_KEYS in order (None
+        where absent): what the fast path hands over, with no dict made per frame."""
         stats = self.stats
         stats.mad_frames += 1
         errors = list(crc_errors)
-        if length is not None and length != MAD_SIZE:
+        if length != MAD_SIZE and length is not None:
             errors.insert(0, problem(Code.MAD_LENGTH, length))
         # the zero-ICRC census counts whole MADs only (a cut frame's "ICRC" is any 4 bytes)
-        note_crc(stats, number, errors, icrc if length == MAD_SIZE else None)
+        if errors or length != MAD_SIZE:
+            note_crc(stats, number, errors, icrc if length == MAD_SIZE else None)
+        elif icrc is not None:  # note_crc's common case, without the call (one per frame)
+            stats.icrc_frames += 1
         time = round(time, 9)
+        encap, src, dst, src_gid, dst_gid, dst_qp, src_qp = where
         if length is not None and length < MAD_SIZE:
             stats.malformed += 1
-            return MadFrame(frame=number, time=time, kind="malformed", **addr, mad=mad,
-                            error=errors[0])
+            return MadFrame(number, time, "malformed", encap, src, dst, src_gid, dst_gid,
+                            dst_qp, src_qp, mad, errors[0])
         kind = _KINDS.get(mad.mgmt_class) or kind_of(mad.mgmt_class)
         if sa is None:
-            return MadFrame(frame=number, time=time, kind=kind, **addr, mad=mad, cm=cm,
-                            cm_req=cm_req, errors=errors or None)
-        rmpp, hdr, records, reserved = sa.rmpp, sa.sa, sa.records, sa.reserved
+            return MadFrame(number, time, kind, encap, src, dst, src_gid, dst_gid, dst_qp,
+                            src_qp, mad, cm=cm, cm_req=cm_req, errors=errors or None)
+        rmpp, hdr, records, reserved, segment, whole = sa
         dropped = control = reassembled = None
         if is_segment(mad, rmpp, hdr):
-            key = (addr.get("src"), addr.get("dst"), mad.transaction_id, mad.attribute_id,
-                   mad.method)
-            done = self.rmpp.add(key, rmpp.segment_number or 0, rmpp.rmpp_flags or 0,
-                                 sa.segment, number, time)
+            done = self.rmpp.add((src, dst, mad.transaction_id, mad.attribute_id, mad.method),
+                                 rmpp.segment_number or 0, rmpp.rmpp_flags or 0, segment,
+                                 number, time)
             if self.rmpp.dropped:
                 dropped = self.rmpp.dropped
                 stats.rmpp_dropped += 1
@@ -205,20 +218,19 @@ class Assembler:
             else:
                 message, transfer = done
                 if records is not None:
-                    records, reserved = sa.whole(message)
+                    records, reserved = whole(message)
                 reassembled = [transfer.frames[k] for k in sorted(transfer.frames)]
                 errors += transfer.problems
         elif rmpp.rmpp_type not in (0, RMPP_TYPE_DATA, None) and (rmpp.rmpp_flags or 0) & 1:
             control = True
-            self.rmpp.control(rmpp_control_key(addr, mad.transaction_id, mad.attribute_id,
+            self.rmpp.control(rmpp_control_key(src, dst, mad.transaction_id, mad.attribute_id,
                                                mad.method), rmpp.rmpp_type, number)
-        if records is not None and any(reserved):
+        if records is not None and reserved and any(reserved):
             errors += reserved_errors(Code.PR_RESERVED, reserved)
         # positional, in MadFrame's field order (an SA storm makes one per frame)
-        g = addr.get
-        return MadFrame(number, time, kind, g("encap"), g("src"), g("dst"), g("src_gid"),
-                        g("dst_gid"), g("dst_qp"), g("src_qp"), mad, None, rmpp, hdr, dropped,
-                        control, reassembled, records, None, None, errors or None)
+        return MadFrame(number, time, kind, encap, src, dst, src_gid, dst_gid, dst_qp, src_qp,
+                        mad, None, rmpp, hdr, dropped, control, reassembled, records, None,
+                        None, errors or None)
 
     def malformed(self, number: int, reason: Problem) -> Malformed:
         """A frame that should carry a MAD or a path array but cannot be read."""
@@ -327,11 +339,11 @@ class Assembler:
             seen[1] += 1
 
 
-def rmpp_control_key(addr, tid: int, attribute_id: int, method: int) -> tuple:
+def rmpp_control_key(src, dst, tid: int, attribute_id: int, method: int) -> tuple:
     """The reassembly key of the DATA transfer an RMPP ACK/STOP/ABORT answers: it travels the
     other way, and its method is the data's without the R bit (mad_rmpp.c format_ack and
     nack_recv flip IB_MGMT_METHOD_RESP)."""
-    return (addr.get("dst"), addr.get("src"), tid, attribute_id, method ^ METHOD_RESP)
+    return (dst, src, tid, attribute_id, method ^ METHOD_RESP)
 
 
 _ZERO_ICRC = bytes(4)

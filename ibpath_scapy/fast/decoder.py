@@ -42,6 +42,8 @@ from .layout import (
 )
 from .prefilter import Bindings, IbMadAt, MadAt
 
+_new_tuple = tuple.__new__
+
 _MAD_LEN = static_length(MAD)
 _RMPP_LEN = static_length(RMPP)
 _SA_FIXED = build_layer(SAHeader, "fast").fixed_len  # SAHeader's bytes before its records
@@ -154,49 +156,57 @@ class FastDecoder(Decoder):
             mad = _remember(self._mads, key, mad_fact(c.mad(data, o)))
         if at.__class__ is MadAt:
             src, dst, n = c.addr[at.ip_version]
-            addr = {"encap": "rocev2", "src": _ip_text(data[at.ip + src:at.ip + src + n]),
-                    "dst": _ip_text(data[at.ip + dst:at.ip + dst + n]),
-                    "dst_qp": c.dqpn(data, at.bth), "src_qp": c.src_qp(data, at.deth)}
-            ip_bytes = data[at.ip:]
+            ip = at.ip
+            # the address in assemble.ADDRESS_KEYS order (no GIDs on RoCEv2)
+            where = ("rocev2", _ip_text(data[ip + src:ip + src + n]),
+                     _ip_text(data[ip + dst:ip + dst + n]), None, None,
+                     c.dqpn(data, at.bth), c.src_qp(data, at.deth))
+            ip_bytes = data[ip:]
             icrc = ip_bytes[-4:]
             errors = [] if crc.rocev2_icrc(ip_bytes) == icrc else [ICRC_MISMATCH]
         else:
-            addr, errors, icrc = self._native_ib(data, at)
+            where, errors, icrc = self._native_ib(data, at)
         sa = cm = cm_req = None
         if nxt is RMPP:
-            sa = self._sa_parts(data, o, mad)
+            end = o + MAD_SIZE
+            # SaParts made by tuple.__new__ (what its _make does): not its Python __new__
+            sa = _new_tuple(SaParts, (*self._sa(data, o, end, mad), data[o:end],
+                                      self._whole_records))
         elif nxt is not None:
             name, fact, extract, req = c.cm[nxt]
             cm = fact(message=name, **extract(data, o + _MAD_LEN))
             if req is not None:
                 cm_req = CmReqPaths(**req(data, o + _MAD_LEN))
-        rec = self.mad_frame(frame.number, frame.time, addr, mad, MAD_SIZE, errors, icrc,
-                             sa=sa, cm=cm, cm_req=cm_req)
+        rec = self.mad_frame_at(frame.number, frame.time, where, mad, MAD_SIZE, errors, icrc,
+                                sa, cm, cm_req)
         by_kind = self.stats.by_kind
         by_kind[rec.kind] = by_kind.get(rec.kind, 0) + 1
         return rec
 
-    def _native_ib(self, data: bytes, at: IbMadAt) -> tuple[dict, list, bytes]:
+    def _native_ib(self, data: bytes, at: IbMadAt) -> tuple[tuple, list, bytes]:
         """decode._addresses and decode._crc_errors of a native-IB datagram (its VCRC ends the
-        frame): the addresses, the errors found and the ICRC."""
+        frame): the addresses (assemble.ADDRESS_KEYS), the errors found and the ICRC."""
         c = self.c
-        addr = {"encap": "ib", "src": f"LID {c.slid(data, at.lrh)}",
-                "dst": f"LID {c.dlid(data, at.lrh)}"}
+        src_gid = dst_gid = None
         if at.grh >= 0:
             sgid, dgid, n = c.gids
-            addr["src_gid"] = gid_text(data[at.grh + sgid:at.grh + sgid + n])
-            addr["dst_gid"] = gid_text(data[at.grh + dgid:at.grh + dgid + n])
-        addr["dst_qp"] = c.dqpn(data, at.bth)
-        addr["src_qp"] = c.src_qp(data, at.deth)
+            src_gid = gid_text(data[at.grh + sgid:at.grh + sgid + n])
+            dst_gid = gid_text(data[at.grh + dgid:at.grh + dgid + n])
+        where = ("ib", f"LID {c.slid(data, at.lrh)}", f"LID {c.dlid(data, at.lrh)}", src_gid,
+                 dst_gid, c.dqpn(data, at.bth), c.src_qp(data, at.deth))
         end = len(data) - c.vcrc_len
         body = data[at.lrh:end]
         errors = [] if crc.native_icrc(body) == body[-4:] else [ICRC_MISMATCH]
         if crc.vcrc(body) != int.from_bytes(data[end:], "little"):
             errors.append(VCRC_MISMATCH)
-        return addr, errors, body[-4:]
+        return where, errors, body[-4:]
 
-    def _headers(self, b: bytes, o: int):
-        """The RMPP and SA header facts of the SA MAD at b[o:] (flyweights)."""
+    def _sa(self, b: bytes, o: int, end: int, m) -> tuple:
+        """(RMPP fact, SA header fact, PathRecord facts, reserved) of the SA MAD at b[o:end]:
+        the records None when its attribute is not a PathRecord; reserved, per record whether
+        its reserved bits are set, () when none is. The facts are flyweights; a PathRecord's
+        reserved verdict is kept with its fact (the same bytes, the same verdict). One reader
+        for a frame's MAD and a reassembled message: a call per SA frame."""
         c = self.c
         key = b[o + _MAD_LEN:o + _SA_START]
         r = self._rmpps.get(key)
@@ -206,47 +216,35 @@ class FastDecoder(Decoder):
         h = self._sas.get(key)
         if h is None:
             h = _remember(self._sas, key, sa_fact(**c.sa(b, o + _SA_START)))
-        return r, h
-
-    def _record_starts(self, b: bytes, o: int, end: int, m, r, h) -> list[int] | None:
-        """Offsets of the PathRecords of an SA MAD at b[o:end] (None: not a PathRecord
-        attribute)."""
-        c = self.c
         if c.record_classes.get(m.attribute_id) is not PathRecord:
-            return None
+            return r, h, None, ()
         data = o + _DATA_START
         n = c.count(m, r, h, max(end - data, 0))
+        records, reserved = [], ()
         if not n:
-            return []
-        stride = c.stride(m, r, h)
-        return [data + i * stride for i in range(n)]
-
-    def _path_records(self, b: bytes, starts: list[int]) -> tuple[list, list]:
-        """(PathRecord facts, reserved bits set) of the records at `starts` of b."""
-        c, prs, out = self.c, self._prs, []
-        for s in starts:
-            key = b[s:s + c.pr_len]
-            pr = prs.get(key)
-            if pr is None:
-                pr = _remember(prs, key, PathRecordFact(**c.path_record(b, s)))
-            out.append(pr)
-        return out, [c.pr_reserved(b, s) for s in starts]
-
-    def _sa_parts(self, b: bytes, o: int, mad) -> SaParts:
-        r, h = self._headers(b, o)
-        end = o + MAD_SIZE
-        starts = self._record_starts(b, o, end, mad, r, h)
-        records, reserved = self._path_records(b, starts) if starts is not None else (None, ())
-        return SaParts(r, h, records, reserved, b[o:end], self._whole_records)
+            return r, h, records, reserved
+        prs, pr_len = self._prs, c.pr_len
+        stride = c.stride(m, r, h) if n > 1 else 0  # (one record: no stride to compute)
+        for i in range(n):
+            s = data + i * stride
+            key = b[s:s + pr_len]
+            known = prs.get(key)
+            if known is None:
+                known = _remember(prs, key, (PathRecordFact(**c.path_record(b, s)),
+                                             c.pr_reserved(b, s)))
+            if known[1]:
+                if not reserved:
+                    reserved = [False] * n
+                reserved[len(records)] = True
+            records.append(known[0])
+        return r, h, records, reserved
 
     def _whole_records(self, message: bytes) -> tuple[list, list]:
         """The records of a reassembled message (decode.py: MAD(message)[SAHeader].records).
         rmpp.reassemble() never makes a message shorter than the SA MAD header."""
-        c = self.c
         key = message[:_MAD_LEN]
         m = self._mads.get(key)
         if m is None:
-            m = _remember(self._mads, key, mad_fact(c.mad(message, 0)))
-        r, h = self._headers(message, 0)
-        starts = self._record_starts(message, 0, len(message), m, r, h) or []
-        return self._path_records(message, starts)
+            m = _remember(self._mads, key, mad_fact(self.c.mad(message, 0)))
+        _, _, records, reserved = self._sa(message, 0, len(message), m)
+        return (records, reserved) if records is not None else ([], ())
