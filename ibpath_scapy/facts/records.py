@@ -95,37 +95,52 @@ class Fact:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __getnewargs_ex__(self):
+        """pickle and copy make a fact again through its __new__ (_fast_init), which takes
+        its fields."""
+        return (), {k: getattr(self, k) for k in self._INIT}
+
 
 Mapping.register(Fact)
 
 
 def _fast_init(cls: type) -> type:
-    """Give a frozen dataclass an __init__ that fills its slots through their descriptors,
-    held in a closure (the same parameters and defaults): Python 3.11's generated one goes
-    through object.__setattr__ per field and its keyword-only defaults, 3x slower, and the
-    fast path makes a record per frame of an SA storm."""
-    params, sets, ns, cells = [], [], {}, []
+    """Give a frozen dataclass a fast constructor, with the same parameters and defaults.
+
+    Python 3.11's generated __init__ goes through object.__setattr__ per field, and a slot's
+    descriptor called per field (`desc.__set__(self, v)`) still makes an argument tuple each:
+    the fast path makes a record per frame of an SA storm, ~20 fields. So __new__ fills the
+    slots of an instance of a mutable twin class (the same bases and __slots__, no frozen
+    __setattr__), where `self.x = v` is the interpreter's specialised slot store, then gives
+    it its class (__class__ assignment, checked by CPython: the same layout). The instance
+    is of cls from then on, as frozen as any other; the twin has no other use."""
+    slots = cls.__dict__.get("__slots__", ())
+    twin = type(f"_{cls.__name__}Builder", cls.__bases__,
+                {"__slots__": slots, "__module__": cls.__module__,
+                 "__setattr__": object.__setattr__, "__delattr__": object.__delattr__})
+    params, sets, ns = [], [], {"_twin": twin, "_cls": cls, "_new": object.__new__,
+                                "_retype": object.__setattr__}
     for f in fields(cls):
-        cells.append(f"_s_{f.name}")
-        ns[f"_s_{f.name}"] = getattr(cls, f.name).__set__
         if f.init:
             if f.default is MISSING:
                 params.append(f.name)
             else:
                 ns[f"_d_{f.name}"] = f.default
                 params.append(f"{f.name}=_d_{f.name}")
-            sets.append(f"        _s_{f.name}(self, {f.name})\n")
+            sets.append(f"    self.{f.name} = {f.name}\n")
         else:
             ns[f"_d_{f.name}"] = f.default
-            sets.append(f"        _s_{f.name}(self, _d_{f.name})\n")
+            sets.append(f"    self.{f.name} = _d_{f.name}\n")
     # required parameters first (they are keyword arguments in every call)
     params.sort(key=lambda p: "=" in p)
-    src = (f"def _make({', '.join(cells)}):\n    def __init__(self, {', '.join(params)}):\n"
-           + "".join(sets) + "    return __init__\n")
+    src = (f"def __new__(cls, {', '.join(params)}):\n    self = _new(_twin)\n" + "".join(sets)
+           + "    _retype(self, '__class__', _cls)\n    return self\n")
     exec(compile(src, f"<fact {cls.__name__}>", "exec"), ns)
-    init = ns["_make"](*(ns[c] for c in cells))
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    cls.__init__ = init
+    new = ns["__new__"]
+    new.__qualname__ = f"{cls.__qualname__}.__new__"
+    cls.__new__ = staticmethod(new)
+    cls._INIT = tuple(f.name for f in fields(cls) if f.init)
+    del cls.__init__  # object's: __new__ has made the fact
     return cls
 
 
