@@ -51,6 +51,8 @@ class Fact:
         if "__dataclass_fields__" in cls.__dict__:
             cls.KEYS = tuple(f.name for f in fields(cls) if not f.name.startswith("_"))
             cls.KEYSET = frozenset(cls.KEYS)
+            cls._INIT = tuple(f.name for f in fields(cls) if f.init)
+            cls._REPR = tuple(f.name for f in fields(cls) if f.repr)
 
     def __getitem__(self, key: str):
         if key in self.KEYSET:
@@ -95,6 +97,11 @@ class Fact:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __repr__(self) -> str:
+        """The dataclass's repr (not generated per class: see _fact)."""
+        args = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._REPR)
+        return f"{type(self).__qualname__}({args})"
+
     def __getnewargs_ex__(self):
         """pickle and copy make a fact again through its __new__ (_fast_init), which takes
         its fields."""
@@ -104,8 +111,23 @@ class Fact:
 Mapping.register(Fact)
 
 
+def _on_first_use(cls: type, name: str, make, static: bool = False) -> None:
+    """Give cls a stand-in `name` that makes the real method (make(cls) compiles and sets
+    it) at its first call: an audit uses a few of the fact classes, and compiling every
+    class's methods at import was most of the import's time."""
+    if static:
+        def first(klass, *args, **kw):
+            return make(cls)(klass, *args, **kw)
+        setattr(cls, name, staticmethod(first))
+    else:
+        def first(self, *args, **kw):
+            return make(cls)(self, *args, **kw)
+        setattr(cls, name, first)
+
+
 def _fast_init(cls: type) -> type:
-    """Give a frozen dataclass a fast constructor, with the same parameters and defaults.
+    """Give a frozen dataclass a fast constructor, with the same parameters and defaults
+    (made at its first call, _on_first_use).
 
     Python 3.11's generated __init__ goes through object.__setattr__ per field, and a slot's
     descriptor called per field (`desc.__set__(self, v)`) still makes an argument tuple each:
@@ -114,6 +136,11 @@ def _fast_init(cls: type) -> type:
     __setattr__), where `self.x = v` is the interpreter's specialised slot store, then gives
     it its class (__class__ assignment, checked by CPython: the same layout). The instance
     is of cls from then on, as frozen as any other; the twin has no other use."""
+    _on_first_use(cls, "__new__", _make_new, static=True)
+    return cls
+
+
+def _make_new(cls: type):
     slots = cls.__dict__.get("__slots__", ())
     twin = type(f"_{cls.__name__}Builder", cls.__bases__,
                 {"__slots__": slots, "__module__": cls.__module__,
@@ -139,9 +166,7 @@ def _fast_init(cls: type) -> type:
     new = ns["__new__"]
     new.__qualname__ = f"{cls.__qualname__}.__new__"
     cls.__new__ = staticmethod(new)
-    cls._INIT = tuple(f.name for f in fields(cls) if f.init)
-    del cls.__init__  # object's: __new__ has made the fact
-    return cls
+    return new
 
 
 def plain(v):
@@ -156,9 +181,14 @@ def plain(v):
 
 
 def _plain_method(cls: type, scalar: bool) -> None:
-    """Give cls plain(): the fact as a JSON-ready dict, in field order (compiled: `ibpath
-    decode --format json` makes one per frame). A scalar fact (a layer's values) keeps its
-    dict in `_json`, made once: flyweight facts are shared by many records."""
+    """Give cls plain(): the fact as a JSON-ready dict, in field order (compiled at its first
+    call: `ibpath decode --format json` makes one per frame). A scalar fact (a layer's
+    values) keeps its dict in `_json`, made once: flyweight facts are shared by many
+    records."""
+    _on_first_use(cls, "plain", lambda c: _make_plain(c, scalar))
+
+
+def _make_plain(cls: type, scalar: bool):
     lines = ["def plain(self):"]
     if scalar:
         lines += ["    d = self._json", "    if d is not None:", "        return d"]
@@ -177,13 +207,17 @@ def _plain_method(cls: type, scalar: bool) -> None:
     ns = {"_plain": plain, "_kv": kernel_view_dict, "_set": _set}
     exec(compile("\n".join(lines) + "\n", f"<fact {cls.__name__}.plain>", "exec"), ns)
     cls.plain = ns["plain"]
+    return cls.plain
 
 
 def _fact(cls=None, /, **kw):
-    """@_fact: a frozen, slotted, keyword-only dataclass over Fact."""
+    """@_fact: a frozen, slotted, keyword-only dataclass over Fact. Its __init__ and
+    __repr__ are not generated (each a compile at import): _fast_init gives its constructor,
+    Fact its repr."""
 
     def wrap(c):
-        c = dataclass(frozen=True, slots=True, kw_only=True, eq=False, **kw)(c)
+        c = dataclass(frozen=True, slots=True, kw_only=True, eq=False, init=False, repr=False,
+                      **kw)(c)
         c._declare()
         _plain_method(c, scalar=False)
         return _fast_init(c)
@@ -205,7 +239,7 @@ def layer_fact(name: str, layer: type, names: Iterable[str] | None = None,
     cls = make_dataclass(name, [(n, Any, field(default=None)) for n in names + derived]
                          + [("_json", Any, field(default=None, init=False, repr=False))],
                          bases=(Fact,), frozen=True, slots=True, kw_only=True, eq=False,
-                         namespace={"__module__": __name__})
+                         init=False, repr=False, namespace={"__module__": __name__})
     cls.NULLABLE = frozenset(derived)
     cls.__doc__ = doc or f"The values of one {layer.__name__} layer."
     cls._declare()
