@@ -40,7 +40,7 @@ _RESPONSE_METHOD = {0x02: 0x81, 0x13: 0x92}
 def response_method(t: Transaction):
     """A response whose method is not the one IBA pairs with the request's: the request's
     with the R bit set, GetResp for a Set, GetTableResp for a GetTraceTable."""
-    if not t.request:
+    if t.request is None:
         return
     method = t.request.mad.method
     want = _RESPONSE_METHOD.get(method, method | 0x80)
@@ -90,7 +90,7 @@ def mismatch(t: Transaction):
     """A response record contradicts a masked field of the query (SGID, DGID, SLID, DLID,
     P_Key, SL, ...); or Reversible was asked with bit 1 and a record is not reversible."""
     q = t.query
-    if not q or not t.records:
+    if q is None or not t.records:
         return
     comps = t.components
     frame = [t.request.frame, t.completing_frame]
@@ -139,7 +139,7 @@ def rmpp_rules(t: Transaction):
     n = max(by_num)
     below = sorted(k for k in by_num if k < 1)
     if below:  # segment numbers count from 1 (a lone FIRST|LAST DATA segment numbered 0, ...)
-        yield [by_num[k]["frame"] for k in below], (
+        yield [by_num[k].frame for k in below], (
             f"RMPP transfer tid 0x{t.tid:016x}: segment number {below[0]} outside 1..N")
         if n < 1:
             return
@@ -155,18 +155,18 @@ def rmpp_rules(t: Transaction):
         return
     if n == 1:
         return
-    first, last = by_num[1]["rmpp"], by_num[n]["rmpp"]
-    if first["rmpp_flags"] & 7 != 3 or last["rmpp_flags"] & 7 != 5:
-        yield [by_num[1]["frame"], by_num[n]["frame"]], "FIRST/LAST flags wrong"
+    first, last = by_num[1].rmpp, by_num[n].rmpp
+    if first.rmpp_flags & 7 != 3 or last.rmpp_flags & 7 != 5:
+        yield [by_num[1].frame, by_num[n].frame], "FIRST/LAST flags wrong"
     for k in range(2, n):
-        m = by_num[k]["rmpp"]
-        if m["rmpp_flags"] & 6 or m["payload_length"] != 0:
-            yield [by_num[k]["frame"]], f"middle segment {k}: flags 0x{m['rmpp_flags']:x}, PayloadLength {m['payload_length']} (kernel: ACTIVE only, 0)"
-    want_first = (n - 1) * RMPP_DATA_SIZE + last["payload_length"]
-    if first["payload_length"] != want_first:
-        yield [by_num[1]["frame"], by_num[n]["frame"]], (
-            f"first PayloadLength {first['payload_length']}, expected {want_first} "
-            f"({n} segments, last PayloadLength {last['payload_length']})")
+        m = by_num[k].rmpp
+        if m.rmpp_flags & 6 or m.payload_length != 0:
+            yield [by_num[k].frame], f"middle segment {k}: flags 0x{m.rmpp_flags:x}, PayloadLength {m.payload_length} (kernel: ACTIVE only, 0)"
+    want_first = (n - 1) * RMPP_DATA_SIZE + last.payload_length
+    if first.payload_length != want_first:
+        yield [by_num[1].frame, by_num[n].frame], (
+            f"first PayloadLength {first.payload_length}, expected {want_first} "
+            f"({n} segments, last PayloadLength {last.payload_length})")
 
 
 @rule("SAR-RMPP-RETRY", "info", "transaction",
