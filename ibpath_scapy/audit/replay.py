@@ -62,7 +62,7 @@ class Transaction:
         if self._sealed is not None:
             return self._sealed[1]
         r = self.request
-        recs = r.path_records if r else None
+        recs = r.path_records if r is not None else None
         return recs[0] if recs else None
 
     @property
@@ -72,7 +72,7 @@ class Transaction:
     @property
     def component_mask(self) -> int:
         r = self.request
-        sa = r.sa if r else None
+        sa = r.sa if r is not None else None
         return sa.component_mask if sa is not None else 0
 
     @property
@@ -92,7 +92,7 @@ class Transaction:
 
     def asks_reversible(self) -> bool:
         q = self.query
-        return bool(q) and "reversible" in self.components and q.reversible == 1
+        return q is not None and "reversible" in self.components and q.reversible == 1
 
 
 class ClosedTransaction:
@@ -127,7 +127,8 @@ _COMPONENTS: dict[tuple, frozenset] = {}
 
 def _components(request) -> frozenset:
     """A request's ComponentMask names as a frozenset, one per distinct mask."""
-    sa = request.sa if request else None  # a MadFrame, or what a transaction keeps of it
+    # a MadFrame, or what a transaction keeps of it (`is not None`: a fact's truth is a call)
+    sa = request.sa if request is not None else None
     names = tuple(sa.components) if sa is not None else ()
     s = _COMPONENTS.get(names)
     if s is None:
@@ -474,7 +475,7 @@ class Replay:
 
     def _place_transaction(self, t: Transaction) -> Resolution | None:
         q = t.query
-        if not q or not {"sgid", "dgid"} <= t.components:
+        if q is None or not {"sgid", "dgid"} <= t.components:
             return None  # not a point-to-point path query (e.g. saquery -p: every path)
         if "pkey" in t.components:
             pkey = q.pkey
