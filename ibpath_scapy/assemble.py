@@ -81,14 +81,30 @@ def mad_fact(values: dict) -> Mad:
     """The Mad fact of a MAD header's values (the layer's public fields), with the names of
     its method, attribute and status (memoised: a capture has few combinations)."""
     which = (values["method"], values["mgmt_class"], values["attribute_id"], values["status"])
-    names = _MAD_NAMES.get(which)
-    if names is None:
-        method, mc, attr, status = which
-        names = (METHODS.get(method, f"0x{method:02x}"),
-                 ATTRIBUTES_BY_CLASS.get(mc, {}).get(attr), status_text(status, mc))
-        if len(_MAD_NAMES) < 4096:
-            _MAD_NAMES[which] = names
+    names = _MAD_NAMES.get(which) or _mad_names(which)
     return Mad(**values, method_name=names[0], attribute_name=names[1], status_text=names[2])
+
+
+# the MAD header's own fields, in Mad's order (then the three names): mad_fact_of's values
+MAD_VALUE_FIELDS = Mad._INIT[:-3]
+_WHICH = tuple(MAD_VALUE_FIELDS.index(k) for k in ("method", "mgmt_class", "attribute_id",
+                                                   "status"))
+
+
+def mad_fact_of(values: tuple) -> Mad:
+    """mad_fact of the values of MAD_VALUE_FIELDS, in that order (the fast path's extractor):
+    the fact made positionally, no keyword to bind per field."""
+    which = (values[_WHICH[0]], values[_WHICH[1]], values[_WHICH[2]], values[_WHICH[3]])
+    return Mad(*values, *(_MAD_NAMES.get(which) or _mad_names(which)))
+
+
+def _mad_names(which: tuple) -> tuple:
+    method, mc, attr, status = which
+    names = (METHODS.get(method, f"0x{method:02x}"),
+             ATTRIBUTES_BY_CLASS.get(mc, {}).get(attr), status_text(status, mc))
+    if len(_MAD_NAMES) < 4096:
+        _MAD_NAMES[which] = names
+    return names
 
 
 def sa_fact(sm_key: int, attribute_offset: int, component_mask: int) -> SaHeader:

@@ -18,9 +18,10 @@ from scapy.layers.inet6 import IPv6
 from scapy.pton_ntop import inet_ntop
 
 from .. import crc
-from ..assemble import ICRC_MISMATCH, VCRC_MISMATCH, SaParts, header_expr, mad_fact, sa_fact
+from ..assemble import ICRC_MISMATCH, MAD_VALUE_FIELDS, VCRC_MISMATCH, SaParts, header_expr, \
+    mad_fact_of, sa_fact
 from ..decode import Decoder
-from ..facts.records import CM_FACTS, CM_REQ_FIELDS, PATH_RECORD_FIELDS, CmReqPaths, Rmpp
+from ..facts.records import CM_FACTS, CmReqPaths, Rmpp
 from ..facts.records import PathRecord as PathRecordFact
 from ..layers import cm as cm_layers
 from ..layers.ib import LRH
@@ -34,7 +35,6 @@ from .layout import (
     compile_nonzero,
     compile_reader,
     compile_readers,
-    default_names,
     gid_text,
     layer_steps,
     prefix_offsets,
@@ -55,7 +55,8 @@ class _Compiled:
     """Everything the fast path reads, compiled once from the layers."""
 
     def __init__(self):
-        self.mad = compile_extractor(MAD)
+        # extractors that give a fact's values in its field order, for a positional call
+        self.mad = compile_extractor(MAD, MAD_VALUE_FIELDS, as_tuple=True)
         self.mad_dispatch = compile_readers(MAD, ("mgmt_class", "attribute_id"))  # mad_next's key
         self.dqpn = compile_reader(BTH, "dqpn")
         self.src_qp = compile_reader(DETH, "src_qp")
@@ -68,21 +69,23 @@ class _Compiled:
         grh = prefix_offsets(GRH)
         self.gids = (grh["sgid"][0], grh["dgid"][0], grh["sgid"][2] // 8)
         self.mad_next = Bindings(MAD, ("mgmt_class", "attribute_id"))
-        self.rmpp = compile_extractor(RMPP)
+        self.rmpp = compile_extractor(RMPP, Rmpp._INIT, as_tuple=True)
         self.sa = compile_extractor(SAHeader, ["sm_key", "attribute_offset", "component_mask"])
         hint = SAHeader.field_hints["records"]
         self.record_classes = hint.classes
         self.count = header_expr(hint.count)
         self.stride = header_expr(hint.stride)
-        self.path_record = compile_extractor(PathRecord, PATH_RECORD_FIELDS)
+        self.path_record = compile_extractor(PathRecord, PathRecordFact._INIT, as_tuple=True)
         self.pr_len = static_length(PathRecord)
         self.pr_reserved = compile_nonzero(
             PathRecord, [f.name for f in PathRecord.fields_desc if f.name.startswith("reserved")])
         self.cm = {}
         for cls in cm_layers.CM_MESSAGE_CLASSES.values():
-            names = [n for n in default_names(cls) if n != "private_data"]  # not a fact
-            self.cm[cls] = (cls._name.split()[-1], CM_FACTS[cls], compile_extractor(cls, names),
-                            compile_extractor(cls, CM_REQ_FIELDS)
+            fact = CM_FACTS[cls]  # "message", then the layer's fields (private data not)
+            assert fact._INIT[0] == "message", fact._INIT
+            self.cm[cls] = (cls._name.split()[-1], fact,
+                            compile_extractor(cls, fact._INIT[1:], as_tuple=True),
+                            compile_extractor(cls, CmReqPaths._INIT, as_tuple=True)
                             if cls is cm_layers.CMReq else None)
 
 
@@ -153,7 +156,7 @@ class FastDecoder(Decoder):
         key = data[o:o + _MAD_LEN]
         mad = self._mads.get(key)
         if mad is None:
-            mad = _remember(self._mads, key, mad_fact(c.mad(data, o)))
+            mad = _remember(self._mads, key, mad_fact_of(c.mad(data, o)))
         if at.__class__ is MadAt:
             src, dst, n = c.addr[at.ip_version]
             ip = at.ip
@@ -174,9 +177,9 @@ class FastDecoder(Decoder):
                                       self._whole_records))
         elif nxt is not None:
             name, fact, extract, req = c.cm[nxt]
-            cm = fact(message=name, **extract(data, o + _MAD_LEN))
+            cm = fact(name, *extract(data, o + _MAD_LEN))
             if req is not None:
-                cm_req = CmReqPaths(**req(data, o + _MAD_LEN))
+                cm_req = CmReqPaths(*req(data, o + _MAD_LEN))
         rec = self.mad_frame_at(frame.number, frame.time, where, mad, MAD_SIZE, errors, icrc,
                                 sa, cm, cm_req)
         by_kind = self.stats.by_kind
@@ -211,7 +214,7 @@ class FastDecoder(Decoder):
         key = b[o + _MAD_LEN:o + _SA_START]
         r = self._rmpps.get(key)
         if r is None:
-            r = _remember(self._rmpps, key, Rmpp(**c.rmpp(b, o + _MAD_LEN)))
+            r = _remember(self._rmpps, key, Rmpp(*c.rmpp(b, o + _MAD_LEN)))
         key = b[o + _SA_START:o + _DATA_START]
         h = self._sas.get(key)
         if h is None:
@@ -230,7 +233,7 @@ class FastDecoder(Decoder):
             key = b[s:s + pr_len]
             known = prs.get(key)
             if known is None:
-                known = _remember(prs, key, (PathRecordFact(**c.path_record(b, s)),
+                known = _remember(prs, key, (PathRecordFact(*c.path_record(b, s)),
                                              c.pr_reserved(b, s)))
             if known[1]:
                 if not reserved:
@@ -245,6 +248,6 @@ class FastDecoder(Decoder):
         key = message[:_MAD_LEN]
         m = self._mads.get(key)
         if m is None:
-            m = _remember(self._mads, key, mad_fact(self.c.mad(message, 0)))
+            m = _remember(self._mads, key, mad_fact_of(self.c.mad(message, 0)))
         _, _, records, reserved = self._sa(message, 0, len(message), m)
         return (records, reserved) if records is not None else ([], ())

@@ -140,10 +140,11 @@ def _struct_value_src(step, index: int, w_off: int, w_len: int, code: str) -> st
     return f"(({w} >> {shift}) & {mask:#x})" if shift else f"({w} & {mask:#x})"
 
 
-def compile_extractor(cls: type[Packet],
-                      names: Iterable[str] | None = None) -> Callable[[bytes, int], dict]:
+def compile_extractor(cls: type[Packet], names: Iterable[str] | None = None,
+                      as_tuple: bool = False) -> Callable[[bytes, int], dict]:
     """A function (b, o) → {name: value} for the fields `names` (default: decode.layer_dict's
-    choice) of layer `cls` starting at offset o of b.
+    choice) of layer `cls` starting at offset o of b; as_tuple: the values alone, in the
+    order of `names` (a fact made of them positionally binds no keywords).
 
     When the fields' byte windows tile the layer, one struct.Struct reads them all in one
     call (then shifts and masks cut the bit fields out); otherwise each field is read alone."""
@@ -166,11 +167,15 @@ def compile_extractor(cls: type[Packet],
         for n in names:
             i, w_off, w_len = wins[n]
             code = wins[""][i][2]
-            items.append(f"{n!r}: {_struct_value_src(steps[n], i, w_off, w_len, code)}")
-        src = "def extract(b, o):\n    w = _unpack(b, o)\n    return {" + ", ".join(items) + "}\n"
+            items.append((n, _struct_value_src(steps[n], i, w_off, w_len, code)))
+        head = "def extract(b, o):\n    w = _unpack(b, o)\n"
     else:
-        items = [f"{n!r}: {step_source(steps[n])}" for n in names]
-        src = "def extract(b, o):\n    return {" + ", ".join(items) + "}\n"
+        items = [(n, step_source(steps[n])) for n in names]
+        head = "def extract(b, o):\n"
+    if as_tuple:
+        src = head + "    return (" + "".join(f"{v}, " for _, v in items) + ")\n"
+    else:
+        src = head + "    return {" + ", ".join(f"{n!r}: {v}" for n, v in items) + "}\n"
     fn = _define(src, "extract", f"extractor {cls.__name__}", **extra)
     fn.source = src
     return fn
