@@ -217,8 +217,9 @@ def plan_for(name: str, *, seed: int = 0, encap: str | None = None,
 
 
 def blob_scenarios() -> list[str]:
-    """The craft scenarios whose resolver hands over a path array (blob or LS records)."""
-    return [n for n in SCENARIOS if plan_for(n).kind == "paths"]
+    """The craft scenarios whose resolver hands over a path array (blob or LS records); a
+    program scenario is librdmacm's side already, not an answer to give it."""
+    return [n for n, sc in SCENARIOS.items() if not sc.program and plan_for(n).kind == "paths"]
 
 
 # -- building answers --------------------------------------------------------------------------

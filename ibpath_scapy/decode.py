@@ -63,8 +63,20 @@ from .layers.pathdata import (
     PathArray,
     PathRecData,
 )
+from .layers.acm import ACM_DISSECTOR, AcmHdr, AcmResolve
 from .layers.roce import DETH
+from .layers.ucma import UCMA_DISSECTOR, UcmaCmdHdr, UcmaQueryPathResp
 from .layers.sa import PathRecord, SAHeader, gid_text
+from .assemble_process import (
+    COMMAND_FIELDS,
+    COMMAND_LAYERS,
+    RESPONSE_FIELDS,
+    RESPONSE_LAYERS,
+    acm_entry,
+    acm_frame,
+    struct_size,
+    ucma_frame,
+)
 from .pcapio import RAW_BLOB_LINKTYPE, Frame, Input, read_input
 
 conf.debug_dissector = False
@@ -82,6 +94,8 @@ LINKTYPE_LAYERS: dict[int, type[Packet]] = {
 _RAW_IP_LINKTYPES = {101, 228, 229}
 SUPPORTED_LINKTYPES = frozenset(LINKTYPE_LAYERS) | _RAW_IP_LINKTYPES
 _LIST_LINKTYPES = {252, nl.LINKTYPE_NETLINK, RAW_BLOB_LINKTYPE}
+# exported PDUs of ibpath record that carry what a process did (facts.process)
+_PROCESS_DISSECTORS = {UCMA_DISSECTOR: UcmaCmdHdr, ACM_DISSECTOR: AcmHdr}
 
 
 def field_value(pkt: Packet, name: str):
@@ -102,6 +116,13 @@ def layer_dict(pkt: Packet, names: Iterable[str] | None = None, reserved: bool =
         if f.name != "records" and (reserved or not f.name.startswith("reserved"))
     ]
     return {n: field_value(pkt, n) for n in names}
+
+
+def _some(pkt: Packet | None, names: Iterable[str]) -> dict | None:
+    """The values of those of `names` the layer has (None: no layer)."""
+    if pkt is None:
+        return None
+    return {n: field_value(pkt, n) for n in names if n in pkt.fields}
 
 
 def path_record_fact(rec: PathRecord) -> Fact:
@@ -174,6 +195,9 @@ class Decoder(Assembler):
         if isinstance(pkt, nl.NetlinkCooked):
             yield from self._netlink(frame, pkt)
             return
+        if isinstance(pkt, ExportedPDU) and pkt.dissector_name() in _PROCESS_DISSECTORS:
+            yield self._process(frame, pkt)
+            return
         array = pkt if isinstance(pkt, PathArray) else None
         if isinstance(pkt, ExportedPDU) and isinstance(pkt.payload, PathArray):
             array = pkt.payload
@@ -216,6 +240,36 @@ class Decoder(Assembler):
         yield self.mad_frame(frame.number, frame.time, _addresses(pkt),
                              mad_fact(layer_dict(mad)), len(mad_bytes), crc_errs, icrc,
                              sa=sa, cm=cm, cm_req=cm_req)
+
+    # -- what a process did (ibpath record) ----------------------------------------------------
+    def _process(self, frame: Frame, pkt: ExportedPDU) -> Fact:
+        """The record of a ucma command or an ACM message (assemble_process)."""
+        name, msg = pkt.dissector_name(), pkt.payload
+        layer = _PROCESS_DISSECTORS[name]
+        if not isinstance(msg, layer):
+            return self.malformed(frame.number, problem(
+                Code.CANNOT_DISSECT, f"{name}: {len(bytes(msg))} bytes, shorter than "
+                f"{layer.__name__} ({struct_size(layer)} bytes)"))
+        if layer is UcmaCmdHdr:
+            cmd_layer = COMMAND_LAYERS.get(msg.cmd)
+            command = msg.getlayer(cmd_layer) if cmd_layer is not None else None
+            response = next((msg.getlayer(c) for c in RESPONSE_LAYERS if msg.haslayer(c)), None)
+            paths = None
+            if isinstance(response, UcmaQueryPathResp):
+                paths = [blob_record_fact(r) for r in response.path_data
+                         if isinstance(r, PathRecData)]
+            return ucma_frame(frame.number, frame.time, frame.comment, msg.cmd,
+                              len(bytes(msg.payload)), _some(command, COMMAND_FIELDS),
+                              _some(response, RESPONSE_FIELDS), paths)
+        entries, trailing = None, 0
+        resolve = msg.getlayer(AcmResolve)
+        if resolve is not None:
+            entries = [acm_entry(i, _some(e, ("flags", "type", "info")),
+                                 path_record_fact(e.path) if e.path is not None else None)
+                       for i, e in enumerate(resolve.resolve_data)]
+            trailing = len(resolve.trailing)
+        return acm_frame(frame.number, frame.time, frame.comment, layer_dict(msg),
+                         len(bytes(msg)), entries, trailing)
 
     # -- blobs ------------------------------------------------------------------------------
     def _blob(self, frame: Frame, array: PathArray) -> Fact:

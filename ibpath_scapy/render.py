@@ -69,6 +69,8 @@ def frame_text(d: dict) -> list[str]:
         return [head + f"MALFORMED: {d['error']}"]
     if d["kind"] in ("unsupported", "crc"):  # about the file, made at its end
         return [head + (f"! {d['error']}" if "error" in d else d["note"])]
+    if d["kind"] in ("ucma", "acm"):
+        return _process_text(head, d)
     lines = []
     where = f"{d.get('src', '?')} → {d.get('dst', '?')}"
     mad = d.get("mad")
@@ -114,6 +116,45 @@ def frame_text(d: dict) -> list[str]:
         cm = d["cm"]
         lines.append(f"        {cm['message']} local_comm_id 0x{cm['local_comm_id']:08x}"
                      + (f" remote_comm_id 0x{cm['remote_comm_id']:08x}" if "remote_comm_id" in cm else ""))
+    for e in d.get("errors", []):
+        lines.append(f"        ! {e}")
+    return lines
+
+
+def _call_text(d: dict) -> str:
+    c = d.get("call")
+    if not c:
+        return ""
+    rc = "" if c.get("rc") is None else f" rc={c['rc']}" + (f" {c['errno']}" if c.get("errno") else "")
+    return f"  [pid {c['pid']} tid {c['tid']} fd {c['fd']}{rc}]"
+
+
+def _process_text(head: str, d: dict) -> list[str]:
+    """A ucma command or an ACM message (ibpath record)."""
+    if d["kind"] == "ucma":
+        parts = [d["command"]] + ([f"id {d['id']}"] if "id" in d else [])
+        if "dst" in d:
+            parts.append(f"{d['src']} → {d['dst']}")
+        if "event" in d:
+            parts.append(f"{d['event']} status {d['status']}")
+        if "level" in d:
+            parts.append(f"{d['level']}/{d['optname']} optlen {d['optlen']}")
+        if "option" in d:
+            parts.append(d["option"] + (f": {d['num_paths']} path(s)" if "num_paths" in d else ""))
+        lines = [head + "ucma  " + "  ".join(parts) + _call_text(d)]
+        for i, rec in enumerate(d.get("paths", [])):
+            lines.append(f"        path[{i}] flags 0x{rec['flags']:02x} {flags_text(rec['flags'])}  "
+                         + path_record_line(rec["path_record"]))
+    else:
+        a = d["acm"]
+        lines = [head + f"acm  {a['opcode_name'] or a['opcode']} status "
+                 f"{a['status_name'] or a['status']} tid 0x{a['tid']:x} length {a['length']}"
+                 + _call_text(d)]
+        for e in d.get("entries", []):
+            what = (path_record_line(e["path_record"]) if "path_record" in e
+                    else e.get("address", ""))
+            lines.append(f"        entry[{e['index']}] {e['type_name'] or e['type']} flags "
+                         f"0x{e['flags']:x} {flags_text(e['flags']) if 'path_record' in e else '|'.join(e['flag_names'])}  {what}")
     for e in d.get("errors", []):
         lines.append(f"        ! {e}")
     return lines

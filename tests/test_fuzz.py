@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ibpath_scapy.facts import public
+from ibpath_scapy.assemble import ADDRESS_KEYS
 from ibpath_scapy.audit.engine import audit_records
 from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.audit.replay import Replay
@@ -55,7 +56,9 @@ def test_short_fuzz_run(tmp_path):
     assert st_.frames >= 2500 and st_.files >= 40  # thousands (the draw follows the corpus)
     assert st_.malformed > 0 and st_.records > 1000  # the mutations did reach the decoder
     if tshark_path() is not None:
-        assert st_.tshark_runs == 9 and st_.tshark_frames >= 2500
+        # thousands of frames (the nine files drawn follow the corpus: 2,220 with its ucma
+        # and ACM captures, which are short)
+        assert st_.tshark_runs == 9 and st_.tshark_frames >= 2000
     assert st_.cli_runs == (3 if tshark_path() else 2)
 
 
@@ -89,8 +92,9 @@ def test_fuzzer_catches_what_it_claims_to(tmp_path, monkeypatch):
     path = ROOT / "captures" / "corpus" / "sar-get-multi.pcapng"
     ib = fuzz.Input(path=path, frames=sum(1 for _ in read_frames(str(path))))
     assert not fuzz.check_in_process(ib).problems
-    monkeypatch.setattr(FastDecoder, "_native_ib",
-                        lambda self, data, at: ({"encap": "ib"}, [], bytes(4)))
+    # addresses as the fast path hands them over (assemble.ADDRESS_KEYS), all but encap lost
+    lost = tuple("ib" if k == "encap" else None for k in ADDRESS_KEYS)
+    monkeypatch.setattr(FastDecoder, "_native_ib", lambda self, data, at: (lost, [], bytes(4)))
     assert [p.kind for p in fuzz.check_in_process(ib).problems] == ["fastpath-diff"]
 
 

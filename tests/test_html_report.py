@@ -202,7 +202,8 @@ def test_corpus_report_in_chromium(browser, tmp_path):
     assert p.facts["summary"] == {
         "files": s["files"], "frames": s["packets"], "transactions": s["transactions"],
         "resolutions": s["resolutions"], "blobs": s["blobs"], "cm_reqs": s["cm_reqs"],
-        **s["findings"]} and s["files"] == len(corpus)
+        "cm_ids": s["cm_ids"], "acm_exchanges": s["acm_exchanges"],
+        **s["findings"]} and s["files"] == len(corpus) and s["cm_ids"] and s["acm_exchanges"]
     assert sorted((b["file"], b["frame"]) for b in p.facts["blobs"]) == \
         sorted((k["file"], k["frame"]) for k in doc["kernel_view"])
     named = [(lad["file"], lad["resolution"]) for lad in p.facts["ladders"] if lad["resolution"]]

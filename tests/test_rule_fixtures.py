@@ -28,6 +28,25 @@ from conftest import CAPTURES
 # rule ID: ((failing input, frames of each of its findings there), passing input).
 # Inputs are paths under captures/; frames are compared as a sorted list of frame lists.
 RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
+    # the process rules: real librdmacm and a real kernel where the lab showed the fault
+    "ACM-AF-IB-ON-ROCE": (("rxe/acm/acm-ucmatose-conform-ucma.pcapng", [[17, 18, 19]]),
+                          "rxe/acm/acm-rping-conform-ucma.pcapng"),  # RAI_ROUTEONLY: no AF_IB
+    "ACM-FALLBACK": (("rxe/acm/acm-sar-status.pcapng", [[21, 22, 23]]),
+                     "rxe/acm/acm-conform-ucma.pcapng"),  # the answer's path was used
+    "ACM-LENGTH": (("rxe/acm/acm-blob-length.pcapng", [[22]]),
+                   "rxe/acm/acm-conform-apm.pcapng"),  # two whole entries
+    "ACM-PATH-SPLIT": (("corpus/acm-path-split.pcapng", [[5]]),
+                       "rxe/acm/acm-conform-apm.pcapng"),  # two path entries, together
+    "ACM-ROUTE-DIFFERS": (("corpus/acm-route-differs.pcapng", [[4, 5, 6, 7]]),
+                          "rxe/acm/acm-conform-apm.pcapng"),  # 0x2B and 0x2D passed on
+    "ACM-UNANSWERED": (("rxe/acm/acm-saq-no-response-silent.pcapng", [[21]]),
+                       "rxe/acm/acm-saq-no-response.pcapng"),  # answered, with ETIMEDOUT
+    "UCMA-READBACK": (("corpus/ucma-readback.pcapng", [[6, 7, 9]]),
+                      "rxe/acm/acm-blob-endpoints.pcapng"),  # the kernel read back record 2
+    "UCMA-SET-OPTION-STATE": (("corpus/ucma-set-option-state.pcapng", [[2, 3]]),
+                              "rxe/acm/acm-conform-ucma.pcapng"),  # after ADDR_RESOLVED
+    "UCMA-VERDICT": (("corpus/ucma-verdict.pcapng", [[6, 7]]),
+                     "rxe/acm/acm-blob-kernel-reject.pcapng"),  # -EINVAL, as predicted
     "BLOB-ALT-SAME-AS-PRIMARY": (("corpus/blob-alt-same-as-primary.pcapng", [[5]]),
                                  "corpus/conform-apm.pcapng"),  # a distinct second route
     "BLOB-ALT-WITHOUT-PRIMARY": (("corpus/blob-alt-without-primary.pcapng", [[3]]),
@@ -123,15 +142,16 @@ RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
 # What a passing input must hold for the rule to have something to judge (the JSON summary's
 # counts), by rule family: a passing input that never shows the rule its subject proves nothing.
 SUBJECT = {"BLOB": "blobs", "CM": "cm_reqs", "SAQ": "transactions", "SAR": "transactions",
-           "RES": "resolutions", "CRC": "packets", "DECODE": "packets"}
+           "RES": "resolutions", "CRC": "packets", "DECODE": "packets", "UCMA": "cm_ids",
+           "ACM": "acm_exchanges"}
 
 
 def _manifests() -> dict[str, dict]:
-    """captures/<dir>/manifest.json entries by path under captures/."""
+    """The entries of every captures/**/manifest.json by path under captures/."""
     out = {}
-    for m in sorted(CAPTURES.glob("*/manifest.json")):
+    for m in sorted(CAPTURES.glob("**/manifest.json")):
         for e in json.loads(m.read_text())["scenarios"]:
-            out[f"{m.parent.name}/{e['file']}"] = e
+            out[f"{m.parent.relative_to(CAPTURES).as_posix()}/{e['file']}"] = e
     return out
 
 

@@ -9,7 +9,8 @@
 #    captures/rxe/ (the kernel lab's real rxe captures, `ibpath lab`) is checked the same way
 #    against its own manifest: its faulty blobs were rejected by a real kernel. So is
 #    captures/rxe/acm/ (`ibpath lab run acm-all`): what real librdmacm passed to that kernel
-#    when the stand-in ibacm answered with each craft scenario's array.
+#    when the stand-in ibacm answered with each craft scenario's array, and captures/rxe/record/
+#    (`ibpath lab run record-all`): unmodified programs recorded by `ibpath record`.
 # 2. Real traffic: captures/opensm/ (OpenSM over ibsim) and, when present beside the checkout,
 #    ../shared/captures/external/. These must audit with no error finding (`ibpath audit`'s
 #    own exit status).
@@ -33,6 +34,10 @@ echo "== The kernel lab's real soft-RoCE captures (captures/rxe/, see its README
 echo
 echo "== Real librdmacm against the stand-in ibacm (captures/rxe/acm/, see its README.md): every craft scenario's array through rdma_resolve_route, checked against its manifest"
 "$IBPATH" craft --verify captures/rxe/acm || rc=$?
+
+echo
+echo "== Real programs under ibpath record (captures/rxe/record/, see its README.md): blobs, verdicts, QUERY PATH readback and the CM REQ, checked against its manifest"
+"$IBPATH" craft --verify captures/rxe/record || rc=$?
 
 shopt -s nullglob
 real=(captures/opensm/*.pcap ../shared/captures/external/*.pcap ../shared/captures/external/*.pcapng)

@@ -44,7 +44,7 @@ def markdown() -> str:
            "Generated from the rule registry (`python -m ibpath_scapy.audit.catalogue`); "
            "`ibpath audit --list-rules` prints the same catalogue. Families: what a check is "
            "given (a frame's record, a blob, an SA transaction, a resolution, a CM REQ, an LS "
-           "exchange).", "",
+           "exchange, the process time lines of `ibpath record`'s captures).", "",
            "| ID | severity | families | condition |", "|---|---|---|---|"]
     for r in _rules():
         out.append(f"| [{r.rule_id}](#{r.rule_id.lower()}) | {r.severity} | "

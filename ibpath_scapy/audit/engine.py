@@ -119,6 +119,9 @@ def run_rules(path: str, replay: Replay, options: AuditOptions,
         for rid in ordered:
             if "cm" in RULES[rid].checks:
                 yield from _findings(rid, "cm", (c, replay, options), path, by_frame.get(c["frame"]))
+    for rid in ordered:
+        if "process" in RULES[rid].checks:
+            yield from _findings(rid, "process", (replay, options), path, None)
     for entry in replay.ls.values():
         first = entry["request"] or (entry["responses"][0] if entry["responses"] else None)
         name = by_frame.get(first["frame"]) if first else None

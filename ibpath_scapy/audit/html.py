@@ -102,6 +102,10 @@ def _summary(audits: list[FileAudit], views: list[dict]) -> str:
             ("infos", s["findings"]["info"])]
     keys = ["files", "frames", "transactions", "resolutions", "blobs", "cm_reqs", "error",
             "warning", "info"]
+    for k, label in (("cm_ids", "cm_ids"), ("acm_exchanges", "ACM exchanges")):
+        if s[k]:  # ibpath record's captures
+            rows.insert(6, (label, s[k]))
+            keys.insert(6, k)
     body = "".join(f'<tr><th>{_e(label)}</th><td data-count="{k}">{v}</td></tr>'
                    for (label, v), k in zip(rows, keys))
     prof = _profiles(views)
@@ -312,11 +316,15 @@ def _kernel_view(views: list[dict], max_blobs: int) -> str:
                 cells.append("<td></td>")
                 continue
             cls = "" if c["accepted"] else ' class="sev-error"'
+            # a kernel profile names the records it takes; librdmacm's layer the entries
+            # of the ACM answer it hands over
+            taken = (f"GMP {_idx(c['gmp'])}, forward {_idx(c['forward'])}, return "
+                     f"{_idx(c['inbound'])}, alternate {_idx(c['alternate'])}" if "gmp" in c
+                     else f"entries {', '.join(map(str, c['entries'])) or '—'}")
             cells.append(
                 f'<td data-profile="{_e(p)}" data-outcome="{_e(c["outcome"])}">'
-                f"<b{cls}>{_e(c['outcome'])}</b> GMP {_idx(c['gmp'])}, forward "
-                f"{_idx(c['forward'])}, return {_idx(c['inbound'])}, alternate "
-                f"{_idx(c['alternate'])}<br><span class=note>{_e(c['action'])}</span></td>")
+                f"<b{cls}>{_e(c['outcome'])}</b> {taken}"
+                f"<br><span class=note>{_e(c['action'])}</span></td>")
         rows.append(f'<tr class="blob" data-file="{_e(v["file"])}" data-frame="{v["frame"]}">'
                     f'<td class=mono>{_e(v["file"])}</td><td>{v["frame"]}</td>'
                     f"<td>{_e(v['kind'])}</td>{''.join(cells)}</tr>")

@@ -30,7 +30,8 @@ class Finding:
 class Rule:
     """One entry of the catalogue (audit-rules.md): ID, default severity, source, and its
     checks by family (what a check is given: a frame's decoded record, a blob, an SA
-    transaction, a resolution, a CM REQ). The first check's docstring documents the rule."""
+    transaction, a resolution, a CM REQ, an LS exchange, a capture's process time lines).
+    The first check's docstring documents the rule."""
 
     rule_id: str
     severity: str
@@ -95,7 +96,7 @@ class _Catalogue(dict):
 
 
 RULES: dict[str, Rule] = _Catalogue()
-FAMILIES = ("frame", "blob", "transaction", "resolution", "cm", "ls")
+FAMILIES = ("frame", "blob", "transaction", "resolution", "cm", "ls", "process")
 
 
 def rule(rule_id: str, severity: str, family: str, source: str):

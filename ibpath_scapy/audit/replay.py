@@ -233,6 +233,8 @@ class Replay:
         self.blobs: list[dict] = []
         self.ls: dict[int, dict] = {}  # seq → {"request": rec, "responses": [...]}
         self.cm_reqs: list[dict] = []
+        # what a process did (ibpath record: ucma commands, ACM messages), for audit/process.py
+        self.process: list = []
         # the other CM messages (REP, RTU, REJ, ...), slim, for the ladder diagram (ladder.py)
         self.cm_others: list[dict] = []
         self.extra_blobs: list[dict] = []  # from --blob files: the record, plus "file"
@@ -278,6 +280,8 @@ class Replay:
             self.blobs.append(rec)
         elif kind == "ls":
             self._ls(rec)
+        elif kind == "ucma" or kind == "acm":
+            self.process.append(rec)
         elif kind == "cm" and "cm_req" in rec:
             self.cm_reqs.append(rec)
         elif kind == "cm":

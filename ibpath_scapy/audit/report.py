@@ -10,6 +10,7 @@ from .engine import FileAudit
 from .kernel import kernel_view_of
 from .ladder import ladders as _ladders, text_ladder
 from .model import RULES
+from .process import librdmacm_view, process_view
 
 _COLOURS = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
 _RESET = "\033[0m"
@@ -17,7 +18,8 @@ _RESET = "\033[0m"
 
 def summary(audits: list[FileAudit]) -> dict:
     s = {"files": len(audits), "packets": 0, "transactions": 0, "resolutions": 0, "blobs": 0,
-         "cm_reqs": 0, "findings": {"error": 0, "warning": 0, "info": 0}}
+         "cm_reqs": 0, "cm_ids": 0, "acm_exchanges": 0,
+         "findings": {"error": 0, "warning": 0, "info": 0}}
     for a in audits:
         s["packets"] += a.frames
         if a.replay:
@@ -25,6 +27,10 @@ def summary(audits: list[FileAudit]) -> dict:
             s["resolutions"] += len(a.replay.resolutions)
             s["blobs"] += len(a.replay.blobs)
             s["cm_reqs"] += len(a.replay.cm_reqs)
+            if a.replay.process:  # ibpath record's ucma commands and ACM messages
+                view = process_view(a.replay)
+                s["cm_ids"] += len(view.cm_ids)
+                s["acm_exchanges"] += len(view.exchanges)
         for f in a.findings:
             s["findings"][f.severity] += 1
     return s
@@ -39,6 +45,10 @@ def kernel_views(audits: list[FileAudit]) -> list[dict]:
             if "kernel_blob" in rec:
                 out.append({"file": a.path, "frame": rec["frame"], "kind": rec["kind"],
                             "profiles": kernel_view_of(rec)})
+        if a.replay.process:  # ACM answers: librdmacm's layer before the kernel's
+            out += [{"file": a.path, "frame": x.response.frame, "kind": "acm",
+                     "profiles": librdmacm_view(x)}
+                    for x in process_view(a.replay).exchanges if x.response is not None]
     return out
 
 
@@ -173,8 +183,11 @@ def to_text(audits: list[FileAudit], colour: bool = False, ladder: bool = False,
                 lines.append(finding_line(f, sev))
     s = summary(audits)
     more = f" ({len(skipped)} skipped)" if skipped else ""
+    process = "".join(f", {s[k]} {what}" for k, what in (("cm_ids", "cm_ids"),
+                                                         ("acm_exchanges", "ACM exchanges"))
+                      if s[k])
     lines.append(f"== {s['files']} file(s){more}, {s['packets']} frames, {s['transactions']} SA "
-                 f"transactions, {s['resolutions']} resolutions, {s['blobs']} blobs: "
+                 f"transactions, {s['resolutions']} resolutions, {s['blobs']} blobs{process}: "
                  f"{s['findings']['error']} errors, {s['findings']['warning']} warnings, "
                  f"{s['findings']['info']} infos")
     return "\n".join(lines) + "\n"

@@ -72,6 +72,7 @@ def run(args) -> int:
     s = decoder.stats
     extra = "".join(f", {n} {what}" for n, what in (
         (s.netlink_frames, "RDMA netlink frames"), (s.blob_frames, "blob frames"),
+        (s.by_kind.get("ucma", 0), "ucma commands"), (s.by_kind.get("acm", 0), "ACM messages"),
         (s.crc_errors, "with CRC errors"), (s.rmpp_dropped, "RMPP segments dropped (resent)"),
         (sum(c for _, c in s.unsupported.values()), "of link types not decoded")) if n)
     print(f"{args.file}: {s.frames} frames, {s.mad_frames} MAD frames, {s.malformed} malformed"

@@ -40,7 +40,10 @@ from ..layers.netlink import (
 )
 from ..layers.pathdata import BLOB_DISSECTOR, PathArray, PathRecData, set_option_comment
 from ..layers.sa import PathRecord, SAHeader, component_mask_for
+from ..layers.acm import ACM_DISSECTOR
+from ..layers.ucma import UCMA_COMMANDS, UCMA_DISSECTOR
 from ..pcapio import PcapNgWriter
+from ..record.comment import response_line, result_line, where_line
 from ..rmpp import segment
 
 NLM_F_REQUEST = 0x01
@@ -54,6 +57,10 @@ class Query:
     method: int
     header: bytes  # the request's 56-byte MAD+RMPP+SA header, for the answer
     raw: bytes = b""  # the whole request MAD, for an SA model to answer
+
+
+# the process, rdma_cm descriptor and ACM socket of a crafted program's frames
+RECORD_PID, UCMA_FD, ACM_FD = 4242, 3, 7
 
 
 class CaptureBuilder:
@@ -188,6 +195,29 @@ class CaptureBuilder:
         comment = None if set_option is None else set_option_comment(set_option)
         # the bytes as given: parsing them into a PathArray first costs seconds for a big blob
         return self._write(exported_pdu(raw, BLOB_DISSECTOR), 252, comment)
+
+    # -- what a process did (ibpath record's frames) -----------------------------------------
+    def ucma(self, command: Packet, *, response: bytes | Packet = b"", rc: int | None = None,
+             err: int = 0, pid: int = RECORD_PID, fd: int = UCMA_FD) -> int:
+        """One write() to /dev/infiniband/rdma_cm as `ibpath record` writes it: the command
+        (UcmaCmdHdr / its struct), the response the kernel wrote back (kept only when the write
+        succeeded) and the comment with the call (rc: the write's return value, the command's
+        size unless given; err: errno when rc < 0)."""
+        raw = bytes(command)
+        rc = len(raw) if rc is None else rc
+        name = UCMA_COMMANDS.get(command.cmd, f"command {command.cmd}")
+        lines = [where_line("ucma", f"write {name}", pid, pid, fd), result_line(rc, err)]
+        resp = bytes(response)
+        if resp and rc >= 0:
+            lines.append(response_line(len(resp)))
+            raw += resp
+        return self._write(exported_pdu(raw, UCMA_DISSECTOR), 252, "\n".join(lines))
+
+    def acm(self, message: Packet | bytes, *, send: bool, pid: int = RECORD_PID,
+            fd: int = ACM_FD) -> int:
+        """One ACM message on librdmacm's socket to ibacm (send: librdmacm's request)."""
+        where = where_line("acm", "send" if send else "recv", pid, pid, fd)
+        return self._write(exported_pdu(bytes(message), ACM_DISSECTOR), 252, where)
 
     def cm_req(self, primary: PathRecord, *, alternate: PathRecord | None = None,
                service_id: int = 0x0106000000000000, local_ack_timeout: int | None = None,

@@ -15,7 +15,9 @@ from .session import ENCAPS, Session
 class Scenario:
     """One generator. `kernel` is the --kernel profile the expectation holds for; `encaps`
     where the scenario's point can be seen (CM-ROCE-GID only exists on RoCEv2); `malformed`
-    marks captures whose point is undecodable data (Wireshark calls those frames malformed)."""
+    marks captures whose point is undecodable data (Wireshark calls those frames malformed);
+    `program` marks a program's own view (ucma commands, ACM messages: process_scenarios.py),
+    not a resolver's, so the stand-in ibacm has no answer to take from it."""
 
     name: str
     build: Callable[[Session], None]
@@ -23,6 +25,7 @@ class Scenario:
     kernel: str = "all"
     encaps: tuple[str, ...] = ENCAPS
     malformed: bool = False
+    program: bool = False
 
     @property
     def doc(self) -> str:
@@ -54,11 +57,11 @@ SCENARIOS: dict[str, Scenario] = {}
 
 
 def scenario(name: str, rules: tuple[str, ...] = (), *, kernel: str = "all",
-             encaps: tuple[str, ...] = ENCAPS, malformed: bool = False):
+             encaps: tuple[str, ...] = ENCAPS, malformed: bool = False, program: bool = False):
     """Register a generator under a name, with the rule IDs its capture triggers."""
     def deco(fn: Callable[[Session], None]):
         if name in SCENARIOS:
             raise ValueError(f"scenario {name} registered twice")
-        SCENARIOS[name] = Scenario(name, fn, frozenset(rules), kernel, encaps, malformed)
+        SCENARIOS[name] = Scenario(name, fn, frozenset(rules), kernel, encaps, malformed, program)
         return fn
     return deco

@@ -649,3 +649,6 @@ def decode_limit(s: Session) -> None:
     res = SeedResolver(s).resolve()
     flags, rec = res.records[0]
     s.b.blob(raw_blob([(flags, 0, bytes(rec))] * 911), set_option=SET_OPTION_KERNEL)
+
+
+from . import process_scenarios  # noqa: E402,F401  (registers the process scenarios)

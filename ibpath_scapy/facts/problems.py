@@ -57,6 +57,10 @@ class Code(Enum):
     ATTR_UNKNOWN_TYPE = "ATTR_UNKNOWN_TYPE"  # (type, mandatory in a request)
     ATTR_VALUE_SIZE = "ATTR_VALUE_SIZE"      # (got, name, want)
     ATTR_FLAGS = "ATTR_FLAGS"                # (raw nla_type,)
+    # process records (ibpath record): ucma commands and ACM messages
+    UCMA_SHORT = "UCMA_SHORT"                # (command, bytes after the header, its struct's size)
+    ACM_LENGTH = "ACM_LENGTH"                # (acm_hdr.length, bytes of the message)
+    ACM_TRAILING = "ACM_TRAILING"            # (bytes past the last whole entry,)
     # several problems of one netlink record reported as its one "error"
     JOINED = "JOINED"                        # ((Problem, ...),)
 
@@ -106,6 +110,13 @@ _TEXT: dict[Code, Callable[..., str]] = {
         + (" with RDMA_NLA_F_MANDATORY (ibacm rejects the request)" if mandatory else "")),
     Code.ATTR_VALUE_SIZE: lambda got, name, want: f"value is {got} bytes, {name} takes {want}",
     Code.ATTR_FLAGS: lambda raw: f"NLA_F_NESTED/NLA_F_NET_BYTEORDER set (nla_type 0x{raw:04x})",
+    Code.UCMA_SHORT: lambda cmd, got, want: (
+        f"ucma {cmd}: {got} bytes after the command header, struct of the command is {want}"),
+    Code.ACM_LENGTH: lambda length, got: (
+        f"acm_hdr.length {length} but the message holds {got} bytes"),
+    Code.ACM_TRAILING: lambda n: (
+        f"{n} bytes past the last whole 72-byte entry (librdmacm reads (length - 16) / 72 "
+        "entries and drops them)"),
     Code.JOINED: lambda parts: "; ".join(map(str, parts)),
 }
 assert set(_TEXT) == set(Code), set(Code) - set(_TEXT)

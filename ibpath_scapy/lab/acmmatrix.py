@@ -30,6 +30,7 @@ from pathlib import Path
 from scapy.layers.l2 import Ether
 
 from ..kernelview import blob_from_bytes, select_ucma
+from ..librdmacm import ai_route_bytes
 from ..layers.acm import ACM_EP_INFO_PATH, ACM_STATUS, AcmHdr, AcmResolve
 from ..layers.cm import CMReq
 from ..layers.ib import ExportedPDU
@@ -66,20 +67,8 @@ def _frames(path: str | Path):
 
 
 def expected_route(answer: AcmHdr) -> bytes:
-    """ai_route as ucma_ib_save_resp builds it from an answer: path_cnt entries copied from
-    the first path entry on, each entry's type zeroed (read from acm.c, not run)."""
-    entries = answer[AcmResolve].resolve_data if AcmResolve in answer else []
-    first = next((i for i, e in enumerate(entries) if e.type == ACM_EP_INFO_PATH), None)
-    if first is None:
-        return b""
-    count = sum(e.type == ACM_EP_INFO_PATH for e in entries)
-    out = b""
-    for e in entries[first:first + count]:
-        # `ep_data->type = 0` on the entry's bytes: re-typing the layer would change which
-        # union member it shows (path or info), so the 2-byte type field is cleared in place
-        raw = bytes(e)
-        out += raw[:4] + bytes(2) + raw[6:]
-    return out
+    """ai_route as ucma_ib_save_resp builds it from an answer (librdmacm.ai_route_bytes)."""
+    return ai_route_bytes(answer[AcmResolve].resolve_data if AcmResolve in answer else [])
 
 
 def _route_of(req: CMReq, records) -> str:

@@ -113,6 +113,15 @@ class AcmHdr(Packet):
         return self.sprintf("ACM %AcmHdr.opcode% status %AcmHdr.status% tid %AcmHdr.tid%")
 
 
+def info_text(info_type: int, info: bytes) -> str:
+    """An entry's info as text by its type: an IPv4 or IPv6 address, or a name."""
+    if info_type == ACM_EP_INFO_ADDRESS_IP:
+        return str(ipaddress.IPv4Address(info[:4]))
+    if info_type == ACM_EP_INFO_ADDRESS_IP6:
+        return str(ipaddress.IPv6Address(info[:16]))
+    return info.rstrip(b"\0").decode("ascii", "replace")
+
+
 _IS_PATH = WhenHint(F("type") == ACM_EP_INFO_PATH)
 _IS_ADDRESS = WhenHint(F("type") != ACM_EP_INFO_PATH)
 
@@ -141,11 +150,7 @@ class AcmEpAddrData(Packet):
 
     def address_text(self) -> str:
         """info as text: an IPv4 or IPv6 address, or a name."""
-        if self.type == ACM_EP_INFO_ADDRESS_IP:
-            return str(ipaddress.IPv4Address(self.info[:4]))
-        if self.type == ACM_EP_INFO_ADDRESS_IP6:
-            return str(ipaddress.IPv6Address(self.info[:16]))
-        return self.info.rstrip(b"\0").decode("ascii", "replace")
+        return info_text(self.type, self.info)
 
     def mysummary(self):
         what = self.path.mysummary() if self.type == ACM_EP_INFO_PATH else self.address_text()

@@ -37,6 +37,7 @@ from ..layers.pathdata import BLOB_DISSECTOR, set_option_comment
 from ..layers.ucma import UCMA_COMMANDS, UCMA_DISSECTOR, UcmaCmdHdr
 from ..layers.umad import UMAD_DISSECTOR
 from ..pcapio import _IDB, PcapNgWriter
+from .comment import errno_name, response_line, result_line, where_line
 from .netlink import Message
 from .spool import (
     KIND_ACM,
@@ -123,18 +124,15 @@ def note_pdu(text: str) -> bytes:
                              + [ExportedPDUTag(tag=EXP_PDU_TAG_END)]) / Raw(text.encode()))
 
 
-def _errno_text(err: int) -> str:
-    return errno_mod.errorcode.get(err, str(err))
+_errno_text = errno_name
 
 
 def _where(rec: SpoolRecord, call: str) -> str:
-    return f"{KIND_NAMES[rec.kind]} {call} pid {rec.pid} tid {rec.tid} fd {rec.fd}"
+    return where_line(KIND_NAMES[rec.kind], call, rec.pid, rec.tid, rec.fd)
 
 
 def _result_lines(rec: SpoolRecord) -> list[str]:
-    lines = [f"rc={rec.rc}" + (f" errno={_errno_text(rec.err)}" if rec.rc < 0 else "")]
-    lines += _cap_lines(rec)
-    return lines
+    return [result_line(rec.rc, rec.err)] + _cap_lines(rec)
 
 
 def _cap_lines(rec: SpoolRecord) -> list[str]:
@@ -193,7 +191,7 @@ class _Converter:
         ts = call.ts_ns
         if extra is not None and extra.part == PART_RESPONSE:
             data = data + extra.data
-            lines.append(f"response: {len(extra.data)} bytes written back by the kernel")
+            lines.append(response_line(len(extra.data)))
             lines += _cap_lines(extra)
             ts = extra.ts_ns  # the call completes (GET_EVENT: the event arrives) then
         self.add(call, "ucma", LINKTYPE_WIRESHARK_UPPER_PDU, exported_pdu(data, UCMA_DISSECTOR),
@@ -210,7 +208,7 @@ class _Converter:
             return
         lines = [set_option_comment(set_option_result(call)),
                  _where(optval, "SET_OPTION(IB, IB_PATH) optval") + f" optlen {len(optval.data)}",
-                 f"rc={call.rc}" + (f" errno={_errno_text(call.err)}" if call.rc < 0 else "")]
+                 result_line(call.rc, call.err)]
         self.add(optval, "ucma", LINKTYPE_WIRESHARK_UPPER_PDU,
                  exported_pdu(optval.data, BLOB_DISSECTOR), lines)
         self.result.blobs += 1

@@ -22,6 +22,18 @@ from ..layers.mad import MAD, MAD_SIZE, RMPP
 from ..layers.pathdata import PathArray, PathRecData, RECORD_SIZE
 from ..layers.roce import DETH
 from ..layers.sa import ATTR_PATH_RECORD, PathRecord, SAHeader
+from ..assemble_process import (
+    COMMAND_FIELDS,
+    COMMAND_LAYERS,
+    RESPONSE_FIELDS,
+    RESPONSE_LAYERS,
+    acm_entry,
+    acm_frame,
+    struct_size,
+    ucma_frame,
+)
+from ..layers.acm import AcmEpAddrData, AcmResolve
+from ..layers.ucma import UcmaCmdHdr, UcmaQueryPathResp
 from ..layout_model import build_layer
 from .tree import _Frame, _all, _fields_of, _first, _int, _pairs, _public, _reserved_set, _values
 
@@ -105,6 +117,28 @@ _LRH_BTH_DETH = 8 + 12 + 8  # headers before a native-IB MAD (plus 40 with a GRH
 _CRC_TRAILERS = 4 + 2  # ICRC and VCRC
 
 
+def _pdu_payload(pdu) -> tuple[str | None, int]:
+    """An exported PDU's dissector name and the size of its payload."""
+    name = None
+    for tree in _all(pdu, "exported_pdu.tag_tree"):
+        name = name or _first(tree, "exported_pdu.prot_name")
+    return name, _hex_len(_first(pdu, "exported_pdu.exported_pdu"))
+
+
+def _node_values(top, cls: type, names) -> dict | None:
+    """The values of `names` in the layer's top-level node (None: no node)."""
+    node = _first(top, _fields_of(cls).node)
+    return _values(node, cls, names) if node is not None else None
+
+
+def _hex_len(text: str | None) -> int:
+    """Bytes of a bytes field as tshark shows it (aa:bb:...)."""
+    return (len(text) + 1) // 3 if text else 0
+
+
+_ACM_TRAILING = next(a for n, a, _ in _fields_of(AcmResolve).fields if n == "trailing")
+
+
 @functools.lru_cache(maxsize=None)
 def _body_header_size(cls: type) -> int:
     """Bytes of an LS body before its attributes (68 for a RESOLVE request)."""
@@ -151,7 +185,53 @@ class _Builder(Assembler):
         if blob is not None:
             yield self._blob(fr, blob)  # an empty optval (EINVAL) is a blob frame too
             return
+        pdu = _first(top, "exported_pdu")
+        if pdu is not None:
+            name, size = _pdu_payload(pdu)
+            if name in _decode._PROCESS_DISSECTORS:
+                yield self._process(fr, name, size)
+                return
         yield from self._mad_frame(fr)
+
+    # -- what a process did (ibpath record) ----------------------------------------------------
+    def _process(self, fr: _Frame, name: str, size: int):
+        """decode.Decoder._process over the plugin's nodes."""
+        top = fr.layers
+        layer = _decode._PROCESS_DISSECTORS[name]
+        node = _first(top, _fields_of(layer).node)
+        head = _values(node, layer) if node is not None else {}
+        if len(head) < len(_fields_of(layer).fields):
+            return self.malformed(fr.number, problem(
+                Code.CANNOT_DISSECT, f"{name}: {size} bytes, shorter than {layer.__name__} "
+                f"({struct_size(layer)} bytes)"))
+        if layer is UcmaCmdHdr:
+            command = response = paths = None
+            cmd_layer = COMMAND_LAYERS.get(head["cmd"])
+            if cmd_layer is not None:
+                command = _node_values(top, cmd_layer, COMMAND_FIELDS)
+            for resp_layer in RESPONSE_LAYERS:
+                response = _node_values(top, resp_layer, RESPONSE_FIELDS)
+                if response is not None:
+                    if resp_layer is UcmaQueryPathResp:
+                        paths = [r for r, _ in filter(None, map(
+                            self._pathdata, _all(_first(top, _fields_of(resp_layer).node),
+                                                 _PATHDATA)))]
+                    break
+            return ucma_frame(fr.number, fr.time, fr.comment, head["cmd"],
+                              size - struct_size(UcmaCmdHdr), command, response, paths)
+        entries, trailing = None, 0
+        resolve = _first(top, _fields_of(AcmResolve).node)
+        if resolve is not None:
+            entries = []
+            for i, e in enumerate(_all(resolve, _fields_of(AcmEpAddrData).node)):
+                pr = _first(e, _PATHRECORD)
+                pr = _values(pr, PathRecord) if pr is not None else None
+                entries.append(acm_entry(
+                    i, _values(e, AcmEpAddrData, ("flags", "type", "info")),
+                    PathRecordFact(**{n: pr[n] for n in PATH_RECORD_FIELDS}) if pr else None))
+            trailing = _hex_len(_first(resolve, _ACM_TRAILING))
+        return acm_frame(fr.number, fr.time, fr.comment, _public(head, layer), size, entries,
+                         trailing)
 
     # -- MADs --------------------------------------------------------------------------------
     def _mad_frame(self, fr: _Frame) -> Iterator:

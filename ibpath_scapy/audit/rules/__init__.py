@@ -2,4 +2,4 @@
 package the first time it is read, and each module registers its rules there (a duplicate ID
 fails the import)."""
 
-from . import blob, capture, cm, frame, ls, resolver, sa  # noqa: F401
+from . import blob, capture, cm, frame, ls, process, resolver, sa  # noqa: F401

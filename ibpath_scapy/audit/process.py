@@ -1,0 +1,226 @@
+"""What a process did, as a time line the process rules read (rules/process.py): the records
+of `ibpath record` (facts.process: ucma commands, ACM messages) and the path arrays they
+handed over (blob frames), put in order per cm_id and per ACM exchange.
+
+- A *cm_id* is (pid, fd, id): ucma ids are per open rdma_cm file (ucma.c ctx_idr), and an id
+  is given again after DESTROY_ID, so each CREATE_ID starts a new time line. Its *state* is
+  the kernel's, as far as the capture shows it: RESOLVE_ADDR/RESOLVE_IP move it to
+  "addr_query", the ADDR_RESOLVED event to "addr_resolved", an accepted SET_OPTION(IB_PATH)
+  or the ROUTE_RESOLVED event to "route_resolved" (cma.c rdma_set_ib_path, cma_work_handler);
+  ADDR_ERROR and ROUTE_ERROR step back.
+- A *hand-over* is a SET_OPTION(IB, IB_PATH) with the blob frame the recorder writes right
+  after it (its optval), the state it met and the ACM exchange whose answer it came from.
+- An *ACM exchange* is a RESOLVE request and the response read on the same socket with the
+  same tid (librdmacm acm.c ucma_ib_resolve: one send, one recv, no timeout); what the
+  process did next with the cm_id (a hand-over, or RESOLVE_ROUTE: the kernel's own route).
+
+Crafted captures carry no packet comments: pid and fd are then None and every record counts
+as one process's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import librdmacm
+from ..kernelview import Blob, select_ucma
+from ..layers.pathdata import RECORD_SIZE
+from ..facts.process import AcmFrame, UcmaFrame
+from ..layers.ucma import RDMA_USER_CM_QUERY_PATH, QUERY_OPTIONS
+_PATH_QUERY = QUERY_OPTIONS[RDMA_USER_CM_QUERY_PATH]
+
+# the states of a cm_id the kernel accepts SET_OPTION(IB_PATH) in, or may (the ADDR_RESOLVED
+# event may not have been read yet when the call is made)
+SET_PATH_STATES = ("addr_resolved", "addr_query")
+
+
+@dataclass
+class AcmExchange:
+    """An ACM RESOLVE and its answer (None: none in the capture)."""
+
+    request: AcmFrame
+    response: AcmFrame | None = None
+    followed_by: UcmaFrame | None = None  # the process's next route step (SET_OPTION, RESOLVE_ROUTE)
+
+    @property
+    def frames(self) -> list[int]:
+        return [self.request.frame] + ([self.response.frame] if self.response else [])
+
+    def _read(self) -> list:
+        """The answer's entries librdmacm reads ((length - 16) / 72 of them)."""
+        r = self.response
+        return list(r.entries or ())[:librdmacm.entries_read(r.acm.length)]
+
+    def unusable(self) -> str | None:
+        """Why librdmacm takes no route from the answer (librdmacm.no_route), or None."""
+        r = self.response
+        if r is None:
+            return "no answer"
+        why = librdmacm.no_route(r.acm.status, r.acm.length, r.size,
+                                 [e.type for e in self._read()])
+        if why is not None and why.startswith("status"):
+            why = f"status {r.acm.status_name or r.acm.status}"
+        return why
+
+    def route(self) -> list | None:
+        """The entries librdmacm copies into ai_route, the array it hands the kernel (None:
+        no route, the kernel resolves it)."""
+        if self.unusable() is not None:
+            return None
+        read = self._read()
+        return [read[i] for i in librdmacm.ai_route([e.type for e in read])]
+
+
+@dataclass
+class HandOver:
+    """A SET_OPTION(IB, IB_PATH), its path array and where it came from."""
+
+    command: UcmaFrame
+    state: str
+    blob: object | None = None  # its BlobFrame
+    acm: AcmExchange | None = None
+
+    @property
+    def frames(self) -> list[int]:
+        return [self.command.frame] + ([self.blob.frame] if self.blob is not None else [])
+
+
+@dataclass
+class CmId:
+    """One rdma_cm_id: its commands in order, its hand-overs and PATH readbacks."""
+
+    pid: int | None
+    fd: int | None
+    id: int
+    state: str = "idle"
+    commands: list[UcmaFrame] = field(default_factory=list)
+    hand_overs: list[HandOver] = field(default_factory=list)
+    readbacks: list[tuple[UcmaFrame, HandOver | None]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        where = f"pid {self.pid} fd {self.fd} " if self.pid is not None else ""
+        return f"{where}cm_id {self.id}"
+
+
+@dataclass
+class ProcessView:
+    """The time lines of a capture's process records."""
+
+    cm_ids: list[CmId] = field(default_factory=list)
+    exchanges: list[AcmExchange] = field(default_factory=list)
+    resolve_addrs: list[tuple[UcmaFrame, AcmExchange | None]] = field(default_factory=list)
+
+
+def _who(rec) -> tuple:
+    c = rec.call
+    return (c.pid, c.fd) if c is not None else (None, None)
+
+
+def _pid(rec):
+    return rec.call.pid if rec.call is not None else None
+
+
+_EVENT_STATES = {"ADDR_RESOLVED": "addr_resolved", "ADDR_ERROR": "idle",
+                 "ROUTE_RESOLVED": "route_resolved", "ROUTE_ERROR": "addr_resolved"}
+
+
+def build(records: list) -> ProcessView:
+    """The view of the process records and blob frames of a capture, in frame order."""
+    view = ProcessView()
+    ids: dict[tuple, CmId] = {}
+    open_acm: dict[tuple, list[AcmExchange]] = {}
+    last_acm: dict = {}  # pid -> the last exchange not yet followed by a route step
+    waiting_blob: HandOver | None = None
+    for rec in records:
+        kind = rec["kind"]
+        if kind == "blob":
+            if waiting_blob is not None:
+                waiting_blob.blob = rec
+                waiting_blob = None
+            continue
+        if kind == "acm":
+            who = _who(rec) + (rec.acm.tid,)
+            if not rec.response:
+                x = AcmExchange(rec)
+                view.exchanges.append(x)
+                open_acm.setdefault(who, []).append(x)
+                last_acm[_pid(rec)] = x
+            elif open_acm.get(who):
+                open_acm[who].pop(0).response = rec
+            continue
+        if kind != "ucma":
+            continue
+        waiting_blob = None
+        key = _who(rec) + (rec.id,)
+        if rec.command == "CREATE_ID" and rec.id is not None and not rec.failed:
+            ids[key] = cm = CmId(*key)
+            view.cm_ids.append(cm)
+        elif rec.id is None:
+            continue
+        cm = ids.get(key)
+        if cm is None:  # the capture began after its CREATE_ID
+            ids[key] = cm = CmId(*key, state="unknown")
+            view.cm_ids.append(cm)
+        cm.commands.append(rec)
+        if rec.command in ("RESOLVE_ADDR", "RESOLVE_IP"):
+            x = last_acm.get(_pid(rec))
+            view.resolve_addrs.append((rec, x if x is not None and x.response else None))
+            if not rec.failed:
+                cm.state = "addr_query"
+        elif rec.command == "GET_EVENT" and rec.event in _EVENT_STATES and not rec.status:
+            cm.state = _EVENT_STATES[rec.event]
+        elif rec.command == "GET_EVENT" and rec.event in ("ADDR_ERROR", "ROUTE_ERROR"):
+            cm.state = _EVENT_STATES[rec.event]
+        elif rec.command == "SET_OPTION" and rec.level == "IB" and rec.optname == "PATH":
+            h = HandOver(rec, cm.state, acm=last_acm.pop(_pid(rec), None))
+            if h.acm is not None:
+                h.acm.followed_by = rec
+            cm.hand_overs.append(h)
+            waiting_blob = h
+            if not rec.failed:
+                cm.state = "route_resolved"
+        elif rec.command == "RESOLVE_ROUTE":
+            x = last_acm.pop(_pid(rec), None)
+            if x is not None:
+                x.followed_by = rec
+            if not rec.failed:
+                cm.state = "route_query"
+        elif rec.command == "CONNECT" and not rec.failed:
+            cm.state = "connect"
+        elif rec.command == "QUERY" and rec.option == _PATH_QUERY and rec.paths is not None:
+            accepted = [h for h in cm.hand_overs if not h.command.failed]
+            cm.readbacks.append((rec, accepted[-1] if accepted else None))
+    return view
+
+
+def process_view(replay) -> ProcessView:
+    """The replay's process view, built once (the process rules share it)."""
+    view = getattr(replay, "_process_view", None)
+    if view is None:
+        recs = sorted(replay.process + [b for b in replay.blobs], key=lambda r: r["frame"])
+        view = replay._process_view = build(recs)
+    return view
+
+
+def librdmacm_view(x: AcmExchange) -> dict:
+    """The kernel view of an ACM answer: what librdmacm makes of it (the "librdmacm" layer:
+    the entries of ai_route, or no route and why), then what the ucma profile takes of that
+    array, as the kernel view of a blob frame shows each profile."""
+    route, why, r = x.route(), x.unusable(), x.response
+    notes = [why] if why else []
+    if route is not None and r.trailing_bytes:
+        notes.append(f"{r.trailing_bytes} bytes past the last whole entry dropped")
+    if route is not None and any(e.path_record is None for e in route):
+        notes.append("address entries copied as paths (ACM-PATH-SPLIT)")
+    view = {"librdmacm": {
+        "profile": "librdmacm", "accepted": route is not None,
+        "outcome": "ok" if route is not None else "no route",
+        "action": (f"ai_route of entries {[e.index for e in route]} handed to rdma_set_option"
+                   if route is not None else
+                   "no ai_route: rdma_resolve_route lets the kernel resolve the route"),
+        "source": librdmacm.SOURCE, "entries": [e.index for e in route or ()], "notes": notes}}
+    if route:
+        blob = Blob(tuple(e.flags for e in route), len(route) * RECORD_SIZE)
+        view["ucma"] = select_ucma(blob).to_dict()
+    return view

@@ -1,0 +1,319 @@
+"""Process rules (audit-rules.md "Process rules", ibpath's catalogue): what a program did
+with the rdma_cm device and librdmacm's ACM socket, from `ibpath record`'s captures.
+
+A check is given ``(replay, options)`` and reads the replay's process view
+(audit/process.py): each cm_id's commands, its hand-overs (SET_OPTION(IB, IB_PATH) and its
+path array) and PATH readbacks, and each ACM exchange with what the process did next.
+
+Sources: drivers/infiniband/core/ucma.c (ucma_set_option_ib, ucma_set_ib_path,
+ucma_query_path), drivers/infiniband/core/cma.c (rdma_set_ib_path), rdma-core
+librdmacm/acm.c (ucma_ib_resolve, ucma_ib_save_resp, ucma_resolve_af_ib), and the lab's
+observations on a 6.1 kernel with rxe (captures/rxe/acm/README.md).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from ...facts import Code
+from ...facts.records import PATH_RECORD_FIELDS
+from ...layers.pathdata import GMP_PRIMARY_BIDIRECTIONAL, flags_text
+from ...layers.ucma import AF_IB, ADDRESS_FAMILIES
+from ..kernel import kernel_view_of
+from ..model import rule
+from ...librdmacm import ACM_MSG_SIZE
+from ..process import SET_PATH_STATES, process_view
+
+RDMA_SET_IB_PATH = "drivers/infiniband/core/cma.c rdma_set_ib_path"
+UCMA_SET_IB_PATH = "drivers/infiniband/core/ucma.c ucma_set_ib_path"
+UCMA_QUERY_PATH = "drivers/infiniband/core/ucma.c ucma_query_path"
+ACM_RESOLVE = "rdma-core librdmacm/acm.c ucma_ib_resolve"
+ACM_SAVE_RESP = "rdma-core librdmacm/acm.c ucma_ib_save_resp"
+ACM_AF_IB = "rdma-core librdmacm/acm.c ucma_resolve_af_ib; cma.c ucma_set_af_ib_support"
+LAB = "ibpath kernel lab, captures/rxe/acm (kernel 6.1, rxe, rdma-core 44)"
+_AF_IB = ADDRESS_FAMILIES[AF_IB]
+# What a RoCE readback does not carry: the kernel's RoCE path record (rec_type ROCE_V*,
+# cma.c cma_iboe_set_path_rec_l2_fields) keeps route_resolved and the destination MAC where
+# an IB record has its LIDs, and ucma_query_path packs those bytes as DLID and SLID. The lab
+# shows it: readback LIDs 0x01f2 0xea52 = route_resolved 1, then f2:ea:52 of the peer's MAC
+# f2:ea:52:f2:43:75 (the RoCEv2 frames' Ethernet header), whatever the array said.
+_ROCE_UNKEPT = {"dlid", "slid"}
+_ROUTE_RESOLVED = 1
+
+
+def _verdict(h) -> str | None:
+    """What the kernel answered a hand-over: "0" or "-ERRNO" (the blob frame's comment, else
+    the write's errno), or None when the capture does not say."""
+    if h.blob is not None and h.blob.blob.set_option_result is not None:
+        return h.blob.blob.set_option_result
+    call = h.command.call
+    if call is None or call.rc is None:
+        return None
+    return f"-{call.errno}" if call.rc < 0 else "0"
+
+
+def _is_roce(path_record) -> bool:
+    """A RoCEv2 path over IPv4: its GIDs are IPv4-mapped addresses (rdma_ip2gid)."""
+    try:
+        return ipaddress.IPv6Address(path_record.sgid).ipv4_mapped is not None
+    except ValueError:
+        return False
+
+
+def _roce_readback(given, got) -> bool:
+    """The readback is of a RoCE path: its GIDs say so, or its DLID's first byte is the RoCE
+    record's route_resolved flag (a path array with garbage GIDs, BLOB-NOT-MAD-FORMAT)."""
+    return _is_roce(given) or got.dlid >> 8 == _ROUTE_RESOLVED
+
+
+@rule("UCMA-SET-OPTION-STATE", "error", "process", RDMA_SET_IB_PATH + "; " + UCMA_SET_IB_PATH)
+def set_option_state(subject):
+    """SET_OPTION(IB, IB_PATH) on a cm_id whose address is not resolved, or whose route is.
+
+    rdma_set_ib_path moves the cm_id from ADDR_RESOLVED to ROUTE_RESOLVED with
+    cma_comp_exch and returns EINVAL in any other state; ucma_set_ib_path also wants a bound
+    device. So the path array is refused before RESOLVE_ADDR has completed (rdma_resolve_addr
+    not called, or its ADDR_ERROR) and once a route is set (an earlier accepted SET_OPTION, a
+    ROUTE_RESOLVED event, RESOLVE_ROUTE under way). A SET_OPTION made while the address
+    query is still pending (its event not yet read) is not judged: the kernel may have
+    resolved it already.
+    Source: cma.c rdma_set_ib_path; ucma.c ucma_set_ib_path.
+    """
+    replay, _ = subject
+    for cm in process_view(replay).cm_ids:
+        for h in cm.hand_overs:
+            if h.state in SET_PATH_STATES or h.state == "unknown":
+                continue
+            verdict = _verdict(h)
+            said = {None: "", "-EINVAL": ": the kernel returned -EINVAL"}.get(
+                verdict, f": the kernel returned {verdict}, not the EINVAL rdma_set_ib_path "
+                "gives (another kernel?)")
+            yield h.frames, (f"{cm.name}: SET_OPTION(IB, IB_PATH) in state {h.state}; "
+                             f"rdma_set_ib_path takes a path only in ADDR_RESOLVED{said}")
+
+
+@rule("UCMA-VERDICT", "error", "process", UCMA_SET_IB_PATH + "; " + RDMA_SET_IB_PATH + "; " + LAB)
+def set_option_verdict(subject):
+    """The kernel's verdict on a SET_OPTION(IB, IB_PATH) is not the one the ucma profile predicts.
+
+    From the path array and the cm_id's state the ucma profile predicts 0 (a 0x2B record, the
+    address resolved) or EINVAL; the lab's 6.1 kernel gave exactly that for every array of
+    the matrix. Another answer means a kernel that reads the array differently (a patched or
+    newer ucma_set_ib_path) or a cause outside the array: ENODEV on RoCE when the bound
+    address has no net device (cma_iboe_set_path_rec_l2_fields), ENOMEM.
+    Source: ucma.c ucma_set_ib_path; cma.c rdma_set_ib_path; kernelview.select_ucma.
+    """
+    replay, _ = subject
+    for cm in process_view(replay).cm_ids:
+        for h in cm.hand_overs:
+            verdict = _verdict(h)
+            if verdict is None or h.blob is None or h.state == "unknown":
+                continue
+            ucma = kernel_view_of(h.blob).get("ucma")
+            if ucma is None:
+                continue
+            state_ok = h.state in SET_PATH_STATES
+            predicted = "0" if ucma["accepted"] and state_ok else "-EINVAL"
+            if verdict != predicted:
+                why = (ucma["action"] if not ucma["accepted"] else
+                       "the array holds a 0x2b record" if state_ok else f"state {h.state}")
+                yield h.frames, (f"{cm.name}: the kernel answered SET_OPTION(IB, IB_PATH) with "
+                                 f"{verdict}; the ucma profile predicts {predicted} ({why})")
+
+
+def _differing(a, b, skip=frozenset()) -> list[str]:
+    return [n for n in PATH_RECORD_FIELDS if n not in skip and a[n] != b[n]]
+
+
+@rule("UCMA-READBACK", "warning", "process", UCMA_QUERY_PATH + "; " + RDMA_SET_IB_PATH + "; " + LAB)
+def readback(subject):
+    """The kernel's PATH readback after a hand-over is not the record the ucma profile takes.
+
+    After an accepted SET_OPTION(IB_PATH) the cm_id holds one path (num_pri_alt_paths = 1),
+    the first 0x2b record of the array; QUERY with RDMA_USER_CM_QUERY_PATH (librdmacm asks it
+    after ROUTE_RESOLVED) reports it as one ib_path_rec_data with flags 0x2b. Compared: the
+    count, the flags and every PathRecord field, except on RoCE the LIDs, which the kernel's
+    RoCE path record does not keep. A difference means the connection runs on another path than
+    the one the audit judged.
+    On RoCE the readback's DLID and SLID are the kernel's RoCE fields (route_resolved, then
+    the first bytes of the peer's MAC: 0x01f2 0xea52 in the lab for the MAC f2:ea:52:...).
+    Source: ucma.c ucma_query_path; cma.c rdma_set_ib_path; kernelview.select_ucma.
+    """
+    replay, _ = subject
+    for cm in process_view(replay).cm_ids:
+        for q, h in cm.readbacks:
+            if h is None or h.blob is None:
+                continue  # the kernel's own route, or a capture without the array
+            ucma = kernel_view_of(h.blob).get("ucma")
+            if not ucma or not ucma["accepted"]:
+                continue
+            want = h.blob.blob_records[ucma["gmp"]]
+            frames = h.frames + [q.frame]
+            if len(q.paths) != 1:
+                yield frames, (f"{cm.name}: the PATH readback holds {len(q.paths)} paths; the "
+                               f"kernel keeps one, record {ucma['gmp']} of the array")
+                continue
+            got = q.paths[0]
+            roce = _roce_readback(want.path_record, got.path_record)
+            skip = _ROCE_UNKEPT if roce else frozenset()
+            diff = _differing(got.path_record, want.path_record, skip)
+            if got.flags != GMP_PRIMARY_BIDIRECTIONAL:
+                diff.insert(0, f"flags {flags_text(got.flags)}")
+            if diff:
+                yield frames, (f"{cm.name}: the kernel's PATH readback differs from record "
+                               f"{ucma['gmp']} of the array it was given, which the ucma "
+                               f"profile takes: {', '.join(diff)}")
+
+
+@rule("ACM-ROUTE-DIFFERS", "error", "process", ACM_SAVE_RESP + "; " + LAB)
+def acm_route_differs(subject):
+    """The path array that reached SET_OPTION is not the ai_route librdmacm made of the ACM answer.
+
+    librdmacm makes rdma_getaddrinfo's ai_route of the answer's path entries, in order: each
+    entry's flags and its 64 PathRecord bytes (ucma_ib_save_resp, librdmacm.py), and
+    rdma_resolve_route hands ai_route to rdma_set_option. The lab saw exactly that for every
+    answer. An array that differs (records dropped, reordered, flags changed) was made by
+    something between ibacm and the kernel: another librdmacm, a shim, the application.
+    Source: librdmacm acm.c ucma_ib_save_resp; cma.c ucma_set_ib_route.
+    """
+    replay, _ = subject
+    for cm in process_view(replay).cm_ids:
+        for h in cm.hand_overs:
+            x = h.acm
+            route = x.route() if x is not None else None
+            if route is None or h.blob is None:
+                continue
+            records = h.blob.blob_records
+            if len(route) != len(records):
+                yield x.frames + h.frames, (
+                    f"{cm.name}: librdmacm's ai_route from the ACM answer holds {len(route)} "
+                    f"entries, the array handed to SET_OPTION {len(records)} records")
+                continue
+            for i, (e, r) in enumerate(zip(route, records)):
+                if e.path_record is None:
+                    continue  # an address entry copied as a path: ACM-PATH-SPLIT
+                diff = _differing(r.path_record, e.path_record)
+                if e.flags != r.flags:
+                    diff.insert(0, f"flags {flags_text(e.flags)} → {flags_text(r.flags)}")
+                if diff:
+                    yield x.frames + h.frames, (
+                        f"{cm.name}: record {i} of the array is not entry {e.index} of the ACM "
+                        f"answer: {', '.join(diff)}")
+
+
+@rule("ACM-PATH-SPLIT", "error", "process", ACM_SAVE_RESP)
+def acm_path_split(subject):
+    """An ACM answer's path entries are not together: librdmacm hands the kernel an address entry as a path.
+
+    ucma_ib_save_resp counts the path entries and copies that many 72-byte entries from the
+    first path entry on: an address entry between two paths is copied into ai_route (its
+    flags and address bytes as ib_path_rec_data) and the last path entry is lost. ibacm's own
+    answers put the paths last; another responder may not.
+    Source: librdmacm acm.c ucma_ib_save_resp (read from the code).
+    """
+    replay, _ = subject
+    for x in process_view(replay).exchanges:
+        route = x.route()
+        if not route:
+            continue
+        copied = [e for e in route if e.path_record is None]
+        if copied:
+            routed = {e.index for e in route}
+            lost = [e.index for e in x.response.path_entries() if e.index not in routed]
+            addr = ", ".join(str(e.index) for e in copied)
+            addr = (f"address entry {addr} reaches the kernel as a path record" if len(copied) == 1
+                    else f"address entries {addr} reach the kernel as path records")
+            paths = ", ".join(map(str, lost))
+            paths = f"path entry {paths} does not" if len(lost) == 1 else f"path entries {paths} do not"
+            yield [x.response.frame], (
+                f"ACM answer: librdmacm copies entries {route[0].index}..{route[-1].index} as "
+                f"the path array: {addr}, {paths}")
+
+
+@rule("ACM-UNANSWERED", "warning", "process", ACM_RESOLVE + "; " + LAB)
+def acm_unanswered(subject):
+    """An ACM RESOLVE without an answer in the capture.
+
+    librdmacm's recv() on the ACM socket has no timeout: the resolution waits until ibacm
+    answers or closes the connection (the lab's client waited 5 s, until the stand-in closed
+    it), then takes the kernel's route without saying so.
+    Source: librdmacm acm.c ucma_ib_resolve.
+    """
+    replay, _ = subject
+    for x in process_view(replay).exchanges:
+        if x.response is None:
+            then = (f"; the process then called {x.followed_by.command}"
+                    if x.followed_by is not None else "")
+            yield x.frames, f"ACM RESOLVE (tid 0x{x.request.acm.tid:x}) never answered{then}"
+
+
+@rule("ACM-FALLBACK", "warning", "process", ACM_RESOLVE + "; " + ACM_SAVE_RESP + "; " + LAB)
+def acm_fallback(subject):
+    """librdmacm got no route from ibacm and resolved the route through the kernel instead.
+
+    An answer with a status, without a path entry, or whose length is not what recv() read
+    (one longer than struct acm_msg included) leaves ai_route empty; rdma_resolve_route then
+    issues RESOLVE_ROUTE (the kernel's SA query or netlink) and the application cannot tell.
+    The lab saw it for ENODATA, ETIMEDOUT, an 8-byte answer and a 65464-byte one.
+    Source: librdmacm acm.c ucma_ib_resolve, ucma_ib_save_resp; cma.c ucma_set_ib_route.
+    """
+    replay, _ = subject
+    for x in process_view(replay).exchanges:
+        why = x.unusable()
+        f = x.followed_by
+        if why is None or why == "no answer" or f is None or f.command != "RESOLVE_ROUTE":
+            continue
+        yield x.frames + [f.frame], (f"ACM gave librdmacm no route ({why}): the route was "
+                                     f"resolved by the kernel (RESOLVE_ROUTE, frame {f.frame})")
+
+
+@rule("ACM-AF-IB-ON-ROCE", "error", "process", ACM_AF_IB + "; " + LAB)
+def acm_af_ib_on_roce(subject):
+    """An IP resolution turned into AF_IB addresses from an ACM answer, on RoCE.
+
+    When the caller of rdma_getaddrinfo did not ask RAI_ROUTEONLY (ucmatose, rdma_client,
+    every rdma_create_ep user), librdmacm puts an AF_IB entry made of the answer's path
+    first (ucma_resolve_af_ib): sockaddr_ib of its SGID and DGID. On a RoCE port AF_IB has no
+    meaning: RESOLVE_ADDR with them fails with ENODEV (the lab: `cmatose: failure getting
+    addr: No such device`), and the same program connects without ibacm.
+    Source: librdmacm acm.c ucma_resolve_af_ib; the lab's ucmatose run.
+    """
+    replay, _ = subject
+    for rec, x in process_view(replay).resolve_addrs:
+        if rec.dst_family != _AF_IB or x is None or x.response is None:
+            continue
+        paths = x.response.path_records()
+        roce = any(_is_roce(p) for p in paths)
+        failed = rec.failed
+        if not paths or not (roce or failed):
+            continue
+        how = (f"it failed with {rec.call.errno}" if failed else
+               "the path is a RoCE path (IPv4-mapped GIDs)")
+        yield x.frames + [rec.frame], (
+            f"RESOLVE_ADDR with AF_IB addresses from the ACM answer's path ({rec.dst}) for an "
+            f"IP resolution; {how}: AF_IB has no meaning on a RoCE port")
+
+
+@rule("ACM-LENGTH", "warning", "process", ACM_RESOLVE + "; " + ACM_SAVE_RESP + "; " + LAB)
+def acm_length(subject):
+    """An ACM answer's length does not fit what librdmacm reads of it.
+
+    librdmacm reads at most sizeof(struct acm_msg) (16 + 8 x 72 = 592 bytes) and discards an
+    answer whose acm_hdr.length is not the bytes it read; of a kept answer it reads
+    (length - 16) / 72 entries and drops the bytes past the last whole one. Either way ibacm
+    and the kernel see different routes than the answer says.
+    Source: librdmacm acm.c ucma_ib_resolve, ucma_ib_save_resp.
+    """
+    replay, _ = subject
+    for x in process_view(replay).exchanges:
+        r = x.response
+        if r is None:
+            continue
+        if r.acm.length > ACM_MSG_SIZE:
+            yield [r.frame], (f"ACM answer acm_hdr.length {r.acm.length} is over sizeof(struct "
+                              f"acm_msg) ({ACM_MSG_SIZE}): librdmacm discards it")
+        for p in r.errors or ():
+            if p.code is Code.ACM_TRAILING:
+                yield [r.frame], f"ACM answer: {p}"
+            elif p.code is Code.ACM_LENGTH and r.acm.length <= ACM_MSG_SIZE:
+                yield [r.frame], f"ACM answer: {p}: librdmacm discards it"

@@ -1,0 +1,196 @@
+"""Process scenarios: a librdmacm program as `ibpath record` records it (program.py), one
+conforming flow and one fault for every process rule (audit/rules/process.py).
+
+Every flow resolves over RoCEv2, as the kernel lab's rxe does: the GIDs are the hosts'
+IPv4-mapped addresses, and the kernel's PATH readback carries its RoCE fields where the
+array had LIDs (route_resolved 1, then the peer's MAC; audit/rules/process.py).
+"""
+
+from __future__ import annotations
+
+import errno
+
+from ..layers.sa import PathRecord
+from ..librdmacm import ai_route_bytes
+from .program import Program, address_entry, path_entry, sockaddr_ib
+from .registry import scenario
+from .resolver import GMP_BIDIR, GMP_BIDIR_SECONDARY
+from .session import Session
+
+ROCE = ("rocev2",)
+ACM_STATUS_ENODATA = 3  # librdmacm/acm.h ACM_STATUS_ENODATA: ibacm found no path
+
+
+def _program(s: Session) -> Program:
+    return Program(s.b, s.local_ip, s.remote_ip)
+
+
+def _path(s: Session, k: int = 0) -> PathRecord:
+    """The route from local to remote on LID pair k (the SA's record, as ibacm passes it)."""
+    return s.sa.record(s.local, s.remote, s.local.lids[k], s.remote.lids[k])
+
+
+def _roce_readback(rec: PathRecord) -> PathRecord:
+    """The kernel's readback of a RoCE path: the record, its LIDs replaced by route_resolved
+    (1) and the first bytes of the peer's MAC (52:54:00, QEMU's prefix)."""
+    out = rec.copy()
+    out.dlid, out.slid = 0x0152, 0x5400
+    return out
+
+
+def _address(p: Program) -> None:
+    """rdma_create_id, then rdma_resolve_addr and its ADDR_RESOLVED event."""
+    p.create_id()
+    p.resolve_addr()
+    p.event("ADDR_RESOLVED")
+
+
+def _through_acm(s: Session, answer: list, passed: list | None = None, *,
+                 verdict: int | str = "kernel", trailing: bytes = b"") -> Program:
+    """The address resolved, ibacm's answer, and the array librdmacm hands to SET_OPTION
+    (the answer's entries unless `passed` says otherwise)."""
+    p = _program(s)
+    _address(p)
+    p.acm_request()
+    p.acm_answer(answer, trailing=trailing)
+    p.set_path(answer if passed is None else passed, verdict=verdict)
+    return p
+
+
+def _connect(s: Session, path: PathRecord) -> None:
+    """The kernel's CM REQ on the path it holds, answered."""
+    s.cm_req(path)
+    s.b.cm_rep_rtu(src=s.local_ip, dst=s.remote_ip)
+
+
+def _resolved(s: Session, p: Program, path: PathRecord, readback: PathRecord | None = None):
+    """ROUTE_RESOLVED, the readback librdmacm asks for, and the connection."""
+    p.event("ROUTE_RESOLVED")
+    p.query_path([(GMP_BIDIR, readback if readback is not None else _roce_readback(path))])
+    _connect(s, path)
+
+
+@scenario("conform-acm", encaps=ROCE, program=True)
+def conform_acm(s: Session) -> None:
+    """librdmacm resolves the route through ibacm: one 0x2B path entry, handed to SET_OPTION verbatim, read back and connected on.
+
+    rdma_resolve_addr, ADDR_RESOLVED; rdma_resolve_route asks ibacm (RESOLVE) and passes the
+    answer's path entry to rdma_set_option; ROUTE_RESOLVED; the PATH readback is the record
+    (its LIDs the kernel's RoCE fields); the CM REQ carries it."""
+    path = _path(s)
+    _resolved(s, _through_acm(s, [(GMP_BIDIR, path)]), path)
+
+
+@scenario("ucma-set-option-state", ("UCMA-SET-OPTION-STATE",), encaps=ROCE, program=True)
+def ucma_set_option_state(s: Session) -> None:
+    """A program hands the kernel a path array before resolving the address: SET_OPTION fails with EINVAL.
+
+    rdma_set_ib_path takes a path only in ADDR_RESOLVED; the array itself is good (0x2B)."""
+    p = _program(s)
+    p.create_id()
+    p.set_path([(GMP_BIDIR, _path(s))], verdict=-errno.EINVAL)
+
+
+@scenario("ucma-verdict", ("UCMA-VERDICT",), encaps=ROCE, program=True)
+def ucma_verdict(s: Session) -> None:
+    """The kernel refuses a good path array in the right state with ENODEV, which the ucma profile does not predict.
+
+    On RoCE rdma_set_ib_path fails so when the bound address has no net device; the audit
+    cannot know the array is the cause, and says the verdict is not the predicted one."""
+    _through_acm(s, [(GMP_BIDIR, _path(s))], verdict=-errno.ENODEV)
+
+
+@scenario("ucma-readback", ("UCMA-READBACK",), encaps=ROCE, program=True)
+def ucma_readback(s: Session) -> None:
+    """The kernel's PATH readback is not the record it was given: SL 3 and MTU 1024 instead.
+
+    A kernel that rewrote the path (QoS policy, a patched ucma) connects on another path than
+    the one the array and the audit describe."""
+    path = _path(s)
+    p = _through_acm(s, [(GMP_BIDIR, path)])
+    other = _roce_readback(path)
+    other.sl, other.mtu = 3, 3
+    _resolved(s, p, path, readback=other)
+
+
+@scenario("acm-route-differs", ("ACM-ROUTE-DIFFERS",), encaps=ROCE, program=True)
+def acm_route_differs(s: Session) -> None:
+    """ibacm answers a primary and an alternate path (0x2B, 0x2D); only the primary reaches SET_OPTION.
+
+    librdmacm passes every path entry on (ucma_ib_save_resp); something between them dropped
+    the alternate, so the connection has no failover path the resolver meant it to have."""
+    path, alt = _path(s), _path(s, 1)
+    p = _through_acm(s, [(GMP_BIDIR, path), (GMP_BIDIR_SECONDARY, alt)], [(GMP_BIDIR, path)])
+    _resolved(s, p, path)
+
+
+@scenario("acm-unanswered", ("ACM-UNANSWERED",), encaps=ROCE, program=True)
+def acm_unanswered(s: Session) -> None:
+    """ibacm never answers librdmacm's RESOLVE; the route is resolved by the kernel.
+
+    librdmacm's recv() has no timeout: it waits until ibacm closes the socket, then
+    rdma_resolve_route issues RESOLVE_ROUTE."""
+    p = _program(s)
+    _address(p)
+    p.acm_request()
+    p.resolve_route()
+    _resolved(s, p, _path(s))
+
+
+@scenario("acm-fallback", ("ACM-FALLBACK",), encaps=ROCE, program=True)
+def acm_fallback(s: Session) -> None:
+    """ibacm answers ENODATA; librdmacm silently lets the kernel resolve the route.
+
+    An answer with a status leaves ai_route empty; rdma_resolve_route issues RESOLVE_ROUTE
+    and the application cannot tell that ibacm was not used."""
+    p = _program(s)
+    _address(p)
+    p.acm_request()
+    p.acm_answer([], status=ACM_STATUS_ENODATA)
+    p.resolve_route()
+    _resolved(s, p, _path(s))
+
+
+@scenario("acm-af-ib-on-roce", ("ACM-AF-IB-ON-ROCE",), encaps=ROCE, program=True)
+def acm_af_ib_on_roce(s: Session) -> None:
+    """rdma_getaddrinfo without RAI_ROUTEONLY turns ibacm's path into AF_IB addresses; RESOLVE_ADDR with them fails with ENODEV on RoCE.
+
+    What the lab's ucmatose run showed: the same program connects without ibacm."""
+    p = _program(s)
+    path = _path(s)
+    p.acm_request()
+    p.acm_answer([(GMP_BIDIR, path)])
+    p.create_id()
+    p.resolve_addr(sockaddr_ib(path.sgid), sockaddr_ib(path.dgid, sid=0x1061D53),
+                   rc=-1, err=errno.ENODEV)
+
+
+@scenario("acm-length", ("ACM-LENGTH",), encaps=ROCE, program=True)
+def acm_length(s: Session) -> None:
+    """ibacm's answer carries 4 bytes past its last whole entry; librdmacm drops them.
+
+    ucma_ib_save_resp reads (length - 16) / 72 entries: the route still works, but ibacm and
+    the kernel disagree on what was sent."""
+    path = _path(s)
+    _resolved(s, _through_acm(s, [(GMP_BIDIR, path)], trailing=bytes(4)), path)
+
+
+@scenario("acm-path-split", ("ACM-PATH-SPLIT", "BLOB-ENDPOINTS", "BLOB-NOT-MAD-FORMAT"),
+          encaps=ROCE, program=True)
+def acm_path_split(s: Session) -> None:
+    """An ACM responder puts an address entry between two path entries; librdmacm hands the kernel the address as a path record and loses the second path.
+
+    ucma_ib_save_resp copies as many entries as there are paths from the first path on: the
+    array holds 0x2B and the DEST address entry (flags 0x02, its address bytes as a
+    PathRecord), which the blob rules find is no resolved path between the endpoints. The
+    kernel takes the 0x2B
+    record; the alternate path is gone."""
+    p = _program(s)
+    _address(p)
+    path, alt = _path(s), _path(s, 1)
+    answer = [path_entry(GMP_BIDIR, path), address_entry(2, s.remote_ip),
+              path_entry(GMP_BIDIR_SECONDARY, alt)]
+    p.acm_request()
+    p.acm_answer(answer)
+    p.set_path(ai_route_bytes(answer))
+    _resolved(s, p, path)
