@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 
 from .facts import Code, problem
-from .facts.process import AcmEntry, AcmFrame, AcmHeader, Call, UcmaFrame
+from .facts.process import AcmEntry, AcmFrame, AcmHeader, Call, RecorderNote, UcmaFrame
 from .layers.acm import (
     _EP_FLAG_NAMES,
     ACM_EP_INFO_TYPES,
@@ -136,3 +136,10 @@ def acm_frame(number: int, time: float, comment: str | None, header: dict, size:
                     trailing_bytes=trailing if entries is not None else None,
                     call=call_fact(comment), errors=errors or None)
 
+
+
+def recorder_note(number: int, time: float, text: bytes) -> RecorderNote:
+    """The record of one of ibpath record's notes (its payload is the text)."""
+    note = text.decode("utf-8", "replace")
+    return RecorderNote(frame=number, time=round(time, 9), kind="note", encap="exported_pdu",
+                        note=note, errors=[problem(Code.RECORDER_NOTE, note)])

@@ -56,7 +56,7 @@ from .kernelview import (
 )
 from .layers import cm as cm_layers
 from .layers import netlink as nl
-from .layers.ib import ERF, LRH, ExportedPDU
+from .layers.ib import EXP_PDU_TAG_COL_PROT_TEXT, ERF, LRH, ExportedPDU
 from .layers.mad import MAD, MAD_SIZE, RMPP
 from .layers.pathdata import (
     RECORD_SIZE,
@@ -74,9 +74,11 @@ from .assemble_process import (
     RESPONSE_LAYERS,
     acm_entry,
     acm_frame,
+    recorder_note,
     struct_size,
     ucma_frame,
 )
+from .record.comment import NOTE_COLUMN, NOTE_DISSECTOR
 from .pcapio import RAW_BLOB_LINKTYPE, Frame, Input, read_input
 
 conf.debug_dissector = False
@@ -116,6 +118,12 @@ def layer_dict(pkt: Packet, names: Iterable[str] | None = None, reserved: bool =
         if f.name != "records" and (reserved or not f.name.startswith("reserved"))
     ]
     return {n: field_value(pkt, n) for n in names}
+
+
+def _is_recorder_note(pdu: ExportedPDU) -> bool:
+    """One of ibpath record's notes: the "data" dissector, "ibpath note" in the column."""
+    return pdu.dissector_name() == NOTE_DISSECTOR and any(
+        t.tag == EXP_PDU_TAG_COL_PROT_TEXT and t.text() == NOTE_COLUMN for t in pdu.tags)
 
 
 def _some(pkt: Packet | None, names: Iterable[str]) -> dict | None:
@@ -197,6 +205,9 @@ class Decoder(Assembler):
             return
         if isinstance(pkt, ExportedPDU) and pkt.dissector_name() in _PROCESS_DISSECTORS:
             yield self._process(frame, pkt)
+            return
+        if isinstance(pkt, ExportedPDU) and _is_recorder_note(pkt):
+            yield recorder_note(frame.number, frame.time, bytes(pkt.payload))
             return
         array = pkt if isinstance(pkt, PathArray) else None
         if isinstance(pkt, ExportedPDU) and isinstance(pkt.payload, PathArray):

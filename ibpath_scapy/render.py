@@ -71,6 +71,8 @@ def frame_text(d: dict) -> list[str]:
         return [head + (f"! {d['error']}" if "error" in d else d["note"])]
     if d["kind"] in ("ucma", "acm"):
         return _process_text(head, d)
+    if d["kind"] == "note":
+        return [head + f"ibpath record note: {d['note']}"]
     lines = []
     where = f"{d.get('src', '?')} → {d.get('dst', '?')}"
     mad = d.get("mad")

@@ -41,6 +41,8 @@ RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
                           "rxe/acm/acm-conform-apm.pcapng"),  # 0x2B and 0x2D passed on
     "ACM-UNANSWERED": (("rxe/acm/acm-saq-no-response-silent.pcapng", [[21]]),
                        "rxe/acm/acm-saq-no-response.pcapng"),  # answered, with ETIMEDOUT
+    "RECORD-INCOMPLETE": (("corpus/record-incomplete.pcapng", [[9]]),
+                          "corpus/conform-acm.pcapng"),
     "UCMA-READBACK": (("corpus/ucma-readback.pcapng", [[6, 7, 9]]),
                       "rxe/acm/acm-blob-endpoints.pcapng"),  # the kernel read back record 2
     "UCMA-SET-OPTION-STATE": (("corpus/ucma-set-option-state.pcapng", [[2, 3]]),
@@ -143,7 +145,7 @@ RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
 # counts), by rule family: a passing input that never shows the rule its subject proves nothing.
 SUBJECT = {"BLOB": "blobs", "CM": "cm_reqs", "SAQ": "transactions", "SAR": "transactions",
            "RES": "resolutions", "CRC": "packets", "DECODE": "packets", "UCMA": "cm_ids",
-           "ACM": "acm_exchanges"}
+           "ACM": "acm_exchanges", "RECORD": "packets"}
 
 
 def _manifests() -> dict[str, dict]:

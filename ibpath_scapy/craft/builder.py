@@ -43,6 +43,7 @@ from ..layers.sa import PathRecord, SAHeader, component_mask_for
 from ..layers.acm import ACM_DISSECTOR
 from ..layers.ucma import UCMA_COMMANDS, UCMA_DISSECTOR
 from ..pcapio import PcapNgWriter
+from ..record.capture import note_pdu
 from ..record.comment import response_line, result_line, where_line
 from ..rmpp import segment
 
@@ -218,6 +219,10 @@ class CaptureBuilder:
         """One ACM message on librdmacm's socket to ibacm (send: librdmacm's request)."""
         where = where_line("acm", "send" if send else "recv", pid, pid, fd)
         return self._write(exported_pdu(bytes(message), ACM_DISSECTOR), 252, where)
+
+    def recorder_note(self, text: str, pid: int = RECORD_PID) -> int:
+        """One of ibpath record's notes, framed as the recorder frames it."""
+        return self._write(note_pdu(text), 252, f"ibpath record: {text}\npid {pid} tid {pid}")
 
     def cm_req(self, primary: PathRecord, *, alternate: PathRecord | None = None,
                service_id: int = 0x0106000000000000, local_ack_timeout: int | None = None,

@@ -194,3 +194,16 @@ def acm_path_split(s: Session) -> None:
     p.acm_answer(answer)
     p.set_path(ai_route_bytes(answer))
     _resolved(s, p, path)
+
+
+@scenario("record-incomplete", ("RECORD-INCOMPLETE",), encaps=ROCE, program=True)
+def record_incomplete(s: Session) -> None:
+    """The conforming ibacm flow, and a note of ibpath record's: the run reached its size cap, so the capture ends early.
+
+    The recorder never drops a call in silence: what it could not write is a note, and the
+    audit says the process view is incomplete."""
+    path = _path(s)
+    p = _through_acm(s, [(GMP_BIDIR, path)])
+    p.event("ROUTE_RESOLVED")
+    s.b.recorder_note("per-run cap reached (--max-total 268435456 bytes): the calls after "
+                      "this one are not recorded")

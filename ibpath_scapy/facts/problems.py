@@ -61,6 +61,7 @@ class Code(Enum):
     UCMA_SHORT = "UCMA_SHORT"                # (command, bytes after the header, its struct's size)
     ACM_LENGTH = "ACM_LENGTH"                # (acm_hdr.length, bytes of the message)
     ACM_TRAILING = "ACM_TRAILING"            # (bytes past the last whole entry,)
+    RECORDER_NOTE = "RECORDER_NOTE"          # (the note's text,): what ibpath record missed
     # several problems of one netlink record reported as its one "error"
     JOINED = "JOINED"                        # ((Problem, ...),)
 
@@ -117,6 +118,7 @@ _TEXT: dict[Code, Callable[..., str]] = {
     Code.ACM_TRAILING: lambda n: (
         f"{n} bytes past the last whole 72-byte entry (librdmacm reads (length - 16) / 72 "
         "entries and drops them)"),
+    Code.RECORDER_NOTE: lambda text: f"ibpath record: {text}",
     Code.JOINED: lambda parts: "; ".join(map(str, parts)),
 }
 assert set(_TEXT) == set(Code), set(Code) - set(_TEXT)

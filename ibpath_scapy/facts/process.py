@@ -119,4 +119,17 @@ class AcmFrame(Record):
         return [e for e in self.entries or () if e.path_record is not None]
 
 
+@_fact
+class RecorderNote(Record):
+    """What `ibpath record` says it could not record (a cap reached, a call that failed with
+    nothing to show, an fd it could not track): the note, as a problem of the frame."""
+
+    frame: int
+    time: float
+    kind: str
+    encap: str
+    note: str
+    errors: Any = None
+
+
 PROCESS_KINDS = ("ucma", "acm")

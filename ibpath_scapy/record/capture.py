@@ -37,7 +37,8 @@ from ..layers.pathdata import BLOB_DISSECTOR, set_option_comment
 from ..layers.ucma import UCMA_COMMANDS, UCMA_DISSECTOR, UcmaCmdHdr
 from ..layers.umad import UMAD_DISSECTOR
 from ..pcapio import _IDB, PcapNgWriter
-from .comment import errno_name, response_line, result_line, where_line
+from .comment import NOTE_COLUMN, NOTE_DISSECTOR, errno_name, response_line, result_line, \
+    where_line
 from .netlink import Message
 from .spool import (
     KIND_ACM,
@@ -54,8 +55,6 @@ from .spool import (
     SpoolRecord,
 )
 
-NOTE_DISSECTOR = "data"  # Wireshark's own: shows the note's text as bytes
-NOTE_COLUMN = "ibpath note"
 _UCMA_HDR_SIZE = len(UcmaCmdHdr(in_len=0))
 # pcapng IDB options (pcapng spec, "Interface Description Block"): pcapio's writer names no
 # interface, so the names are added here

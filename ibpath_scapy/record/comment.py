@@ -22,6 +22,11 @@ _WHERE = re.compile(r"^(?P<source>\S+) (?P<call>.+?) pid (?P<pid>\d+) tid (?P<ti
 _RESULT = re.compile(r"^rc=(?P<rc>-?\d+)(?: errno=(?P<errno>\S+))?$")
 _RESPONSE = re.compile(r"^response: (?P<n>\d+) bytes written back by the kernel$")
 CAP_PREFIXES = ("truncated:", "unreadable:")
+# A note of the recorder's own (a cap reached, a call that failed with nothing to show) is an
+# exported PDU for Wireshark's "data" dissector with this protocol column text; its payload is
+# the note's text.
+NOTE_DISSECTOR = "data"
+NOTE_COLUMN = "ibpath note"
 
 
 def errno_name(err: int) -> str:

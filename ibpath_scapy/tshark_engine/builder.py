@@ -29,9 +29,11 @@ from ..assemble_process import (
     RESPONSE_LAYERS,
     acm_entry,
     acm_frame,
+    recorder_note,
     struct_size,
     ucma_frame,
 )
+from ..record.comment import NOTE_COLUMN, NOTE_DISSECTOR
 from ..layers.acm import AcmEpAddrData, AcmResolve
 from ..layers.ucma import UcmaCmdHdr, UcmaQueryPathResp
 from ..layout_model import build_layer
@@ -117,12 +119,14 @@ _LRH_BTH_DETH = 8 + 12 + 8  # headers before a native-IB MAD (plus 40 with a GRH
 _CRC_TRAILERS = 4 + 2  # ICRC and VCRC
 
 
-def _pdu_payload(pdu) -> tuple[str | None, int]:
-    """An exported PDU's dissector name and the size of its payload."""
-    name = None
+def _pdu_payload(pdu) -> tuple[str | None, str | None, str | None]:
+    """An exported PDU's dissector name, protocol column text and payload (as tshark shows
+    bytes: aa:bb:...)."""
+    name = column = None
     for tree in _all(pdu, "exported_pdu.tag_tree"):
         name = name or _first(tree, "exported_pdu.prot_name")
-    return name, _hex_len(_first(pdu, "exported_pdu.exported_pdu"))
+        column = column or _first(tree, "exported_pdu.col_proto_str")
+    return name, column, _first(pdu, "exported_pdu.exported_pdu")
 
 
 def _node_values(top, cls: type, names) -> dict | None:
@@ -187,9 +191,13 @@ class _Builder(Assembler):
             return
         pdu = _first(top, "exported_pdu")
         if pdu is not None:
-            name, size = _pdu_payload(pdu)
+            name, column, payload = _pdu_payload(pdu)
             if name in _decode._PROCESS_DISSECTORS:
-                yield self._process(fr, name, size)
+                yield self._process(fr, name, _hex_len(payload))
+                return
+            if name == NOTE_DISSECTOR and column == NOTE_COLUMN:
+                yield recorder_note(fr.number, fr.time,
+                                    bytes.fromhex(payload.replace(":", "")) if payload else b"")
                 return
         yield from self._mad_frame(fr)
 

@@ -317,3 +317,18 @@ def acm_length(subject):
                 yield [r.frame], f"ACM answer: {p}"
             elif p.code is Code.ACM_LENGTH and r.acm.length <= ACM_MSG_SIZE:
                 yield [r.frame], f"ACM answer: {p}: librdmacm discards it"
+
+
+@rule("RECORD-INCOMPLETE", "warning", "frame",
+      "ibpath record (record/capture.py): every cap and every call it could not record noted")
+def record_incomplete(rec):
+    """ibpath record noted that it could not record everything the program did.
+
+    A cap reached (a call's bytes past --max-record, the run past --max-total), a call that
+    failed with nothing to show, caller memory it could not read, an fd it could not track:
+    the capture is short of what happened there, so the audit's picture of the process is
+    too. The finding names the recorder's note.
+    Source: ibpath record's notes (record/capture.py).
+    """
+    if rec.get("kind") == "note":  # a fact, or a record the audit wrote as a dict
+        yield [rec["frame"]], str(rec["errors"][0])
