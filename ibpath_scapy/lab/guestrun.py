@@ -137,6 +137,14 @@ class Tcpdump:
             raise RuntimeError(f"tcpdump lost packets: {captured.group(0)}, {received.group(0)}")
 
 
+def _blob_args(d: str, blob_hex: str) -> list:
+    """The test program's --blob argument: the scenario's array written to DIR/blob.bin."""
+    path = os.path.join(d, "blob.bin")
+    with open(path, "wb") as f:
+        f.write(bytes.fromhex(blob_hex))
+    return ["--blob", path]
+
+
 def _server(args: list[str], log: str, ready: str | None) -> tuple[subprocess.Popen, object]:
     f = open(log, "w")
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -182,10 +190,7 @@ def run_scenario(sc: dict, out: str, port: int) -> dict:
             args = [sys.executable, CMTEST, "client", CLIENT, SERVER, str(port), "--record",
                     os.path.join(d, "client.json")]
             if sc["kind"] == "blob":
-                blob_path = os.path.join(d, "blob.bin")
-                with open(blob_path, "wb") as f:
-                    f.write(bytes.fromhex(sc["blob"]))
-                args += ["--blob", blob_path]
+                args += _blob_args(d, sc["blob"])
             client = sh(args, os.path.join(d, "client.log"), check=False)
             result["client_exit"] = client.returncode
             result["server_exit"] = _finish(*srv)
@@ -299,10 +304,7 @@ def run_record(sc: dict, d: str, port: int) -> dict:
         args = record + [sys.executable, CMTEST, "client", CLIENT, SERVER, str(port),
                          "--record", os.path.join(d, "client.json")]
         if sc.get("blob") is not None:
-            blob_path = os.path.join(d, "blob.bin")
-            with open(blob_path, "wb") as f:
-                f.write(bytes.fromhex(sc["blob"]))
-            args += ["--blob", blob_path]
+            args += _blob_args(d, sc["blob"])
         client = sh(args, os.path.join(d, "client.log"), check=False)
     out["client_exit"] = client.returncode
     out["server_exit"] = _finish(*srv)
