@@ -44,8 +44,6 @@ from typing import Callable, TextIO
 from scapy.fields import FieldListField, XLongField
 from scapy.packet import Packet
 
-from .craft.scenarios import SCENARIOS
-from .craft.session import Session
 from .encap import exported_pdu
 from .layers.acm import (
     ACM_DISSECTOR,
@@ -156,6 +154,8 @@ def plan_for(name: str, *, seed: int = 0, encap: str | None = None,
     """Run craft scenario `name` (into a scratch capture) and return what a stand-in ibacm
     answers for it. RoCEv2 is preferred where the scenario allows it (its GIDs are then
     IPv4-mapped addresses, as on rxe). KeyError names an unknown scenario."""
+    from .craft.scenarios import SCENARIOS  # the scenario library: only to plan an answer
+    from .craft.session import Session
     if name not in SCENARIOS:
         raise KeyError(f"unknown scenario {name!r} (ibpath craft --list names them)")
     sc = SCENARIOS[name]
@@ -219,6 +219,7 @@ def plan_for(name: str, *, seed: int = 0, encap: str | None = None,
 def blob_scenarios() -> list[str]:
     """The craft scenarios whose resolver hands over a path array (blob or LS records); a
     program scenario is librdmacm's side already, not an answer to give it."""
+    from .craft.scenarios import SCENARIOS
     return [n for n, sc in SCENARIOS.items() if not sc.program and plan_for(n).kind == "paths"]
 
 

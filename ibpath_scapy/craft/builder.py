@@ -43,8 +43,7 @@ from ..layers.sa import PathRecord, SAHeader, component_mask_for
 from ..layers.acm import ACM_DISSECTOR
 from ..layers.ucma import UCMA_COMMANDS, UCMA_DISSECTOR
 from ..pcapio import PcapNgWriter
-from ..record.capture import note_pdu
-from ..record.comment import response_line, result_line, where_line
+from ..record.comment import note_pdu, response_line, result_line, where_line
 from ..rmpp import segment
 
 NLM_F_REQUEST = 0x01

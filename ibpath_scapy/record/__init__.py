@@ -12,24 +12,18 @@ time), and turns OpenSM's side of the exchange into a native-InfiniBand capture 
 records, pcap link type 197) the way ibdump would have seen it on the wire.
 """
 
-from .umad import (  # noqa: F401
-    DEFAULT_QUERIES,
-    DEFAULT_TOPOLOGY,
-    Query,
-    SessionResult,
-    UmadHeader,
-    UmadRecord,
-    WireMad,
-    compile_shim,
-    missing_tools,
-    read_log,
-    record_sa_session,
-    sa_wire_mads,
-    write_pcap,
-)
+from importlib import import_module
 
 __all__ = [
     "DEFAULT_QUERIES", "DEFAULT_TOPOLOGY", "Query", "SessionResult", "UmadHeader",
     "UmadRecord", "WireMad", "compile_shim", "missing_tools", "read_log",
     "record_sa_session", "sa_wire_mads", "write_pcap",
 ]
+
+
+def __getattr__(name: str):
+    """The ibsim recorder's names, from record.umad when first asked (PEP 562): decoding a
+    capture imports record.comment, and should not pay for the ibsim recorder."""
+    if name in __all__:
+        return getattr(import_module(".umad", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

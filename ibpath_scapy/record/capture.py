@@ -25,20 +25,15 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
-from scapy.packet import Raw
-
 from ..encap import exported_pdu
 from ..layers.acm import ACM_DISSECTOR, ACM_MSG_HDR_LENGTH, AcmHdr
-from ..layers.ib import (
-    EXP_PDU_TAG_END, EXP_PDU_TAGS, LINKTYPE_WIRESHARK_UPPER_PDU, ExportedPDU, ExportedPDUTag,
-)
+from ..layers.ib import LINKTYPE_WIRESHARK_UPPER_PDU
 from ..layers.netlink import LINKTYPE_NETLINK, NETLINK_RDMA, PACKET_KERNEL, PACKET_USER
 from ..layers.pathdata import BLOB_DISSECTOR, set_option_comment
 from ..layers.ucma import UCMA_COMMANDS, UCMA_DISSECTOR, UcmaCmdHdr
 from ..layers.umad import UMAD_DISSECTOR
 from ..pcapio import _IDB, PcapNgWriter
-from .comment import NOTE_COLUMN, NOTE_DISSECTOR, errno_name, response_line, result_line, \
-    where_line
+from .comment import errno_name, note_pdu, response_line, result_line, where_line
 from .netlink import Message
 from .spool import (
     KIND_ACM,
@@ -109,18 +104,6 @@ class _Frame:
     linktype: int
     data: bytes
     comment: str
-
-
-_TAG = {name: tag for tag, name in EXP_PDU_TAGS.items()}
-
-
-def note_pdu(text: str) -> bytes:
-    """A note as an exported PDU: its text for Wireshark's "data" dissector, "ibpath note" in
-    the protocol column (exported_pdu_tlvs.h EXP_PDU_TAG_COL_PROT_TEXT; the packet comment
-    holds the text: Wireshark 4.0 leaves the info column of "data" empty whatever its tag)."""
-    tags = [(_TAG["dissector name"], NOTE_DISSECTOR), (_TAG["protocol column text"], NOTE_COLUMN)]
-    return bytes(ExportedPDU(tags=[ExportedPDUTag(tag=t, value=v.encode()) for t, v in tags]
-                             + [ExportedPDUTag(tag=EXP_PDU_TAG_END)]) / Raw(text.encode()))
 
 
 _errno_text = errno_name

@@ -17,6 +17,16 @@ from __future__ import annotations
 import errno as errno_mod
 import re
 
+from scapy.packet import Raw
+
+from ..layers.ib import (
+    EXP_PDU_TAG_COL_PROT_TEXT,
+    EXP_PDU_TAG_DISSECTOR_NAME,
+    EXP_PDU_TAG_END,
+    ExportedPDU,
+    ExportedPDUTag,
+)
+
 _WHERE = re.compile(r"^(?P<source>\S+) (?P<call>.+?) pid (?P<pid>\d+) tid (?P<tid>\d+) "
                     r"fd (?P<fd>-?\d+)(?: optlen \d+)?$")
 _RESULT = re.compile(r"^rc=(?P<rc>-?\d+)(?: errno=(?P<errno>\S+))?$")
@@ -27,6 +37,15 @@ CAP_PREFIXES = ("truncated:", "unreadable:")
 # the note's text.
 NOTE_DISSECTOR = "data"
 NOTE_COLUMN = "ibpath note"
+
+
+def note_pdu(text: str) -> bytes:
+    """A note as an exported PDU: its text for Wireshark's "data" dissector, "ibpath note" in
+    the protocol column (exported_pdu_tlvs.h EXP_PDU_TAG_COL_PROT_TEXT; the packet comment
+    holds the text: Wireshark 4.0 leaves the info column of "data" empty whatever its tag)."""
+    tags = [(EXP_PDU_TAG_DISSECTOR_NAME, NOTE_DISSECTOR), (EXP_PDU_TAG_COL_PROT_TEXT, NOTE_COLUMN)]
+    return bytes(ExportedPDU(tags=[ExportedPDUTag(tag=t, value=v.encode()) for t, v in tags]
+                             + [ExportedPDUTag(tag=EXP_PDU_TAG_END)]) / Raw(text.encode()))
 
 
 def errno_name(err: int) -> str:
