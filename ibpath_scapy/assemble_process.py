@@ -83,9 +83,8 @@ def ucma_frame(number: int, time: float, comment: str | None, cmd: int, body: in
     if cmd == U.CMD["CREATE_ID"] and "id" in r:
         v["id"] = r["id"]
     if cmd == U.CMD["GET_EVENT"] and "event" in r:
-        status = r["status"]
         v.update(id=r["id"], event=U.CM_EVENTS.get(r["event"], f"event {r['event']}"),
-                 status=status - (1 << 32) if status >= 1 << 31 else status)
+                 status=U.signed_status(r["status"]))
     if cmd == U.CMD["SET_OPTION"] and "level" in c:
         v.update(level=U.OPTION_LEVELS.get(c["level"], str(c["level"])),
                  optname=U.OPTION_NAMES.get(c["level"], {}).get(c["optname"], str(c["optname"])),

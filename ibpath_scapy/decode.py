@@ -130,7 +130,7 @@ def _some(pkt: Packet | None, names: Iterable[str]) -> dict | None:
     """The values of those of `names` the layer has (None: no layer)."""
     if pkt is None:
         return None
-    return {n: field_value(pkt, n) for n in names if n in pkt.fields}
+    return layer_dict(pkt, [n for n in names if n in pkt.fields])
 
 
 def path_record_fact(rec: PathRecord) -> Fact:

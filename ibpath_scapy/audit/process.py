@@ -168,9 +168,8 @@ def build(records: list) -> ProcessView:
             view.resolve_addrs.append((rec, x if x is not None and x.response else None))
             if not rec.failed:
                 cm.state = "addr_query"
-        elif rec.command == "GET_EVENT" and rec.event in _EVENT_STATES and not rec.status:
-            cm.state = _EVENT_STATES[rec.event]
-        elif rec.command == "GET_EVENT" and rec.event in ("ADDR_ERROR", "ROUTE_ERROR"):
+        elif rec.command == "GET_EVENT" and rec.event in _EVENT_STATES and (
+                not rec.status or rec.event.endswith("_ERROR")):  # an error event has a status
             cm.state = _EVENT_STATES[rec.event]
         elif rec.command == "SET_OPTION" and rec.level == "IB" and rec.optname == "PATH":
             h = HandOver(rec, cm.state, acm=last_acm.pop(_pid(rec), None))

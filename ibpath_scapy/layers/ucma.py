@@ -386,11 +386,16 @@ class UcmaEventResp(Packet):
 
     def signed_status(self) -> int:
         """status as the kernel meant it (an int: 0, -errno or a reject reason)."""
-        return self.status - (1 << 32) if self.status >= 1 << 31 else self.status
+        return signed_status(self.status)
 
     def mysummary(self):
         return self.sprintf("id %UcmaEventResp.id% %UcmaEventResp.event%") + \
             f" status {self.signed_status()}"
+
+
+def signed_status(status: int) -> int:
+    """rdma_ucm_event_resp.status (__u32) as the kernel meant it: 0, -errno or a reason."""
+    return status - (1 << 32) if status >= 1 << 31 else status
 
 
 class _OptNameField(LEIntField):
