@@ -6,8 +6,10 @@
 
 Times are the best CPU time (user + system) of --runs runs, the three commands interleaved.
 In a chroot tshark runs as nobody (4.4 and later run no Lua as root). With --instructions
-(needs valgrind; in a chroot, valgrind installed there) it also counts the instructions
-tshark executes per frame (callgrind, first 20,000 frames, less a one-frame run).
+(needs valgrind; in a chroot, valgrind installed there: chroot DIR apt-get install -y
+valgrind) it also counts the instructions tshark executes per frame (callgrind, first 20,000
+frames, less a one-frame run); valgrind needs /proc, which is mounted in the chroot for those
+runs (as root) and unmounted after.
 """
 
 from __future__ import annotations
@@ -68,8 +70,17 @@ class Release:
         return ["chroot", "--userspec=65534:65534", str(self.root), "env", "-i", "HOME=/tmp",
                 "PATH=/usr/bin:/bin", *tool, "tshark", "-n", *args]
 
+    def mount_proc(self) -> None:
+        """valgrind reads /proc/self/maps: mount a proc in the chroot unless it has one."""
+        self.mounted = False
+        if self.root is not None and not (self.root / "proc" / "self").exists():
+            subprocess.run(["mount", "-t", "proc", "proc", str(self.root / "proc")], check=True)
+            self.mounted = True
+
     def cleanup(self) -> None:
         if self.root is not None:
+            if getattr(self, "mounted", False):
+                subprocess.run(["umount", str(self.root / "proc")], check=False)
             shutil.rmtree(self.stage, ignore_errors=True)
 
 
@@ -123,6 +134,9 @@ def main() -> None:
             caps.append((c, frames, writer(d / f"capture{c}-{frames}.pcap", frames)))
         rels = [Release(r, d) for r in args.release]
         try:
+            if args.instructions:
+                for rel in rels:
+                    rel.mount_proc()
             print(f"{'capture':<22} {'tshark':>6} {'-r s':>7} {'+empty Lua':>15} {'+plugin':>15}"
                   + ("   instructions/frame (plain, empty, plugin)" if args.instructions else ""))
             for c, frames, cap in caps:

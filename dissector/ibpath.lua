@@ -2319,9 +2319,11 @@ local ROCEV2_SEARCH_BYTES = 128  -- how far into a frame rocev2_locate looks for
 -- ByteArray (ba_uint: at an offset, a length); field_bits narrows a window's value to f's bits.
 local function field_bits(x, f) return ib_band(ib_rshift(x, f.shift), f.mask) end
 
+-- string.byte as an upvalue: a global lookup costs more than the call in Wireshark's Lua
+local byte = string.byte
 local function str_uint(s, base, f)
   local n = 0
-  for i = base + f.off + 1, base + f.off + f.len do n = n * 256 + string.byte(s, i) end
+  for i = base + f.off + 1, base + f.off + f.len do n = n * 256 + byte(s, i) end
   return n
 end
 
@@ -2545,7 +2547,8 @@ local function track_tid(h, pinfo)
   local is_resp = ib_band(str_uint(h, 0, MAD_F.method), METHOD_RESP) ~= 0
   if not pinfo.visited then
     if is_resp then
-      if tid_responses[key] == nil then tid_responses[key] = {frame = pinfo.number, ts = pinfo.abs_ts} end
+      -- a response's time is never read: its frame number is all that is kept
+      if tid_responses[key] == nil then tid_responses[key] = {frame = pinfo.number} end
     elseif tid_requests[key] == nil then
       tid_requests[key] = {frame = pinfo.number, ts = pinfo.abs_ts}
     end
@@ -2659,8 +2662,9 @@ local DETH_AT = HDR_LEN.BTH  -- in a UD SEND, from the BTH on
 local UD_MAD_AT = HDR_LEN.BTH + HDR_LEN.DETH
 local function track_only(tvb, pinfo, bth_off)
   local mad_off = bth_off + UD_MAD_AT
-  if mad_off + HDR_LEN.MAD > tvb:len() then return end
-  local b = tvb:raw(bth_off, math.min(UD_MAD_AT + MAD_HEAD, tvb:len() - bth_off))
+  local n = tvb:len()
+  if mad_off + HDR_LEN.MAD > n then return end
+  local b = tvb:raw(bth_off, math.min(UD_MAD_AT + MAD_HEAD, n - bth_off))
   if str_uint(b, 0, LAYOUT.BTH.dqpn) > MAD_QPN_MAX
       and str_uint(b, DETH_AT, LAYOUT.DETH.src_qp) > MAD_QPN_MAX then return end
   local h = string.sub(b, UD_MAD_AT + 1)
@@ -2693,15 +2697,12 @@ local function has_tree(tree)
   return tree.text ~= nil or string.find(tostring(tree), "has item=true", 1, true) ~= nil
 end
 
-local function new_ctx(limit, encap, tree)
-  return {limit = limit, v = {}, at = {}, encap = encap, show = has_tree(tree)}
-end
-
 -- With a tree, ibpath's layers from `first` (at off) on; without one (tshark -r with no -V or
--- filter), only the state that spans packets (TIDs, RMPP), read from the BTH at bth.
+-- filter), only the state that spans packets (TIDs, RMPP), read from the BTH at bth. The tree
+-- is asked once (tostring costs a few µs on every MAD frame).
 local function dissect_or_track(first, tvb, pinfo, tree, off, bth, limit, encap)
   if has_tree(tree) then
-    D[first](tvb, pinfo, tree, off, new_ctx(limit, encap, tree))
+    D[first](tvb, pinfo, tree, off, {limit = limit, v = {}, at = {}, encap = encap, show = true})
   else
     track_only(tvb, pinfo, bth)
   end
@@ -2749,7 +2750,8 @@ end
 -- tags, cooked headers) needs no parser here.
 local function rocev2_locate(tvb)
   local udp_bth = HDR_LEN.UDP + HDR_LEN.BTH
-  local n = math.min(tvb:len(), ROCEV2_SEARCH_BYTES + udp_bth)
+  local len = tvb:len()
+  local n = math.min(len, ROCEV2_SEARCH_BYTES + udp_bth)
   if n < udp_bth then return nil end
   local s = tvb:raw(0, n)
   local dport = LAYOUT.UDP.dport
@@ -2757,10 +2759,10 @@ local function rocev2_locate(tvb)
   while at ~= nil do
     local udp = at - 1 - dport.off  -- 0-based offset of the UDP header
     local bth = udp + HDR_LEN.UDP
-    if bth + HDR_LEN.BTH <= tvb:len() and string.byte(s, bth + LAYOUT.BTH.opcode.off + 1) == UD_SEND_ONLY
+    if bth + HDR_LEN.BTH <= len and byte(s, bth + LAYOUT.BTH.opcode.off + 1) == UD_SEND_ONLY
         and after_ip_header(s, udp) then
       local ulen = str_uint(s, udp, LAYOUT.UDP.len)
-      local limit = tvb:len()
+      local limit = len
       if ulen >= udp_bth and udp + ulen < limit then limit = udp + ulen end
       return bth, limit
     end
