@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Iterator
 
 from .. import fast
 from ..decode import Decoder, decode_file
+from ..facts import public, public_json
 from ..fast import FastDecoder, decode_file_fast
 from ..pcapio import CaptureError, Input
 from ..render import frame_text
@@ -29,37 +29,60 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def has_error(rec: dict) -> bool:
-    """Whether a decoded record reports a problem (exit status 1): malformed, an error
-    list, a link type not decoded, zero ICRCs among computed ones."""
+def has_error(rec) -> bool:
+    """Whether a decoded record (a fact, or as facts.public shows it) reports a problem
+    (exit status 1): malformed, an error list, a link type not decoded, zero ICRCs among
+    computed ones."""
     return bool(rec.get("errors") or rec.get("error") or rec.get("malformed"))
 
 
-def records(src: Input, as_blob: bool = False) -> tuple[Decoder, Iterator[dict]]:
-    """The decoder and the records of src, read as the audit reads them: through the fast
-    path (ibpath_scapy.fast: the same records, frames it does not take through the Scapy
-    layers) unless IBPATH_FASTPATH=0, then every frame through the Scapy layers."""
+def records(src: Input, as_blob: bool = False) -> tuple[Decoder, Iterator]:
+    """The decoder and the records of src (the decoder's facts; json_line and text_lines
+    show them as facts.public does), read as the audit reads them: through the fast path
+    (ibpath_scapy.fast: the same records, frames it does not take through the Scapy layers)
+    unless IBPATH_FASTPATH=0, then every frame through the Scapy layers."""
     if fast.enabled():
         decoder = FastDecoder()
-        return decoder, decode_file_fast(src, decoder, as_blob=as_blob, render=True)
+        return decoder, decode_file_fast(src, decoder, as_blob=as_blob)
     decoder = Decoder()
-    return decoder, decode_file(src, decoder, as_blob=as_blob, render=True)
+    return decoder, decode_file(src, decoder, as_blob=as_blob)
+
+
+def json_line(rec) -> str:
+    """A record as a line of --format json: json.dumps(public(rec)), made from the facts."""
+    return public_json(rec) + "\n"
+
+
+def text_lines(rec) -> str:
+    """A record as --format text shows it, its lines each ended by a newline."""
+    return "\n".join(frame_text(public(rec))) + "\n"
+
+
+# records written at once (a live capture: each as it comes)
+CHUNK = 256
 
 
 def run(args) -> int:
     out = sys.stdout
     bad = 0
+    show = json_line if args.format == "json" else text_lines
+    chunk: list[str] = []
     try:
         with Input(args.file) as src:
             decoder, recs = records(src, as_blob=args.as_kind == "blob")
-            for rec in recs:
-                bad += has_error(rec)
-                if args.format == "json":
-                    out.write(json.dumps(rec, sort_keys=False) + "\n")
-                else:
-                    out.write("\n".join(frame_text(rec)) + "\n")
-                if src.stream:
-                    out.flush()  # a live capture: each frame as it comes
+            n = 1 if src.stream else CHUNK
+            try:
+                for rec in recs:
+                    bad += has_error(rec)
+                    chunk.append(show(rec))
+                    if len(chunk) >= n:
+                        out.write("".join(chunk))
+                        chunk.clear()
+                        if src.stream:
+                            out.flush()
+            finally:  # what was decoded before an error, written before it is reported
+                if chunk:
+                    out.write("".join(chunk))
     except CaptureError as exc:
         out.flush()
         print(f"ibpath: {exc}", file=sys.stderr)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from ..kernelview import kernel_view_dict
 from .problems import Code, Problem, of_code, problem
-from .records import Fact, plain
+from .records import Fact, dumps, plain
 
-__all__ = ["Code", "Problem", "of_code", "problem", "public"]
+__all__ = ["Code", "Problem", "of_code", "problem", "public", "public_json"]
 
 
 def public(rec) -> dict:
@@ -33,3 +33,11 @@ def _plain_dict(rec: dict) -> dict:
         else:
             out[k] = _plain_dict(v) if type(v) is dict else plain(v)
     return out
+
+
+def public_json(rec) -> str:
+    """json.dumps(public(rec)), the same text (a line of `ibpath decode --format json`), made
+    from the record without the intermediate dicts (Fact.to_json)."""
+    if isinstance(rec, Fact):
+        return rec.to_json()
+    return dumps(_plain_dict(rec))

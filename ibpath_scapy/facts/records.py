@@ -15,6 +15,7 @@ A fact equals a dict with the same keys and values (collections.abc.Mapping's ==
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Any, ClassVar, Iterable
@@ -180,12 +181,112 @@ def plain(v):
     return to_plain() if to_plain is not None else v
 
 
-def _plain_method(cls: type, scalar: bool) -> None:
-    """Give cls plain(): the fact as a JSON-ready dict, in field order (compiled at its first
-    call: `ibpath decode --format json` makes one per frame). A scalar fact (a layer's
-    values) keeps its dict in `_json`, made once: flyweight facts are shared by many
-    records."""
+# -- the JSON form: plain(), and its text ------------------------------------------------------
+# json.dumps of a plain value, without its per-call set-up (the encoder json.dumps makes for
+# each call, made once; no check for circular references: facts are frozen trees)
+_ENCODER = json.JSONEncoder()
+_esc = json.encoder.encode_basestring_ascii
+if json.encoder.c_make_encoder is not None:
+    _c_encoder = json.encoder.c_make_encoder(None, _ENCODER.default, _esc, None, ": ", ", ",
+                                             False, False, True)
+
+    def dumps(v) -> str:
+        """json.dumps(v), the same text."""
+        return "".join(_c_encoder(v, 0))
+else:  # pragma: no cover - CPython has the C encoder
+    dumps = _ENCODER.encode
+
+# a value that plain() keeps as it is
+_LEAF = frozenset({str, int, float, bool})
+_INF = float("inf")
+
+
+def _float_json(v: float) -> str:
+    if -_INF < v < _INF:
+        return float.__repr__(v)
+    return dumps(v)  # NaN, Infinity, -Infinity
+
+
+def _list_json(v) -> str:
+    return "[" + ", ".join([json_text(x) for x in v]) + "]"
+
+
+def _slow_json(v) -> str:
+    """json_text of a value of another type than _JSON's: a fact whose to_json is not made
+    yet, or what plain() keeps as it is (an int subclass such as an IntEnum, ...)."""
+    if isinstance(v, Fact):
+        return v.to_json()
+    return dumps(plain(v))
+
+
+# the JSON text of a value by its type: what dumps(plain(v)) gives, with a fact's text made
+# by its own to_json (fact classes are added as their to_json is made)
+_JSON: dict[type, Any] = {
+    str: _esc, int: int.__repr__, float: _float_json, bool: {True: "true", False: "false"}.get,
+    type(None): lambda v: "null", list: _list_json, tuple: _list_json, dict: dumps,
+    Problem: lambda p: _esc(str(p)),
+}
+_json_get = _JSON.get
+
+
+def json_text(v) -> str:
+    """The JSON text of a fact (or any value): the text json.dumps(plain(v)) gives, made
+    without the intermediate dicts, each distinct layer fact's text once."""
+    return _json_get(type(v), _slow_json)(v)
+
+
+# the JSON texts of layer facts, by identity: the fast path shares one fact between the
+# records that have the same bytes (flyweights), so that a fact's text is made once. An entry
+# keeps its fact alive, so that no other object has its id while it is here; cleared when full.
+_TEXTS: dict[int, tuple] = {}
+TEXT_MEMORY = 4096
+
+
+def _layer_json(self) -> str:
+    """to_json of a layer fact: dumps of its plain() dict, remembered in _TEXTS."""
+    hit = _TEXTS.get(id(self))
+    if hit is not None:
+        return hit[1]
+    text = dumps(self.plain())
+    if len(_TEXTS) >= TEXT_MEMORY:
+        _TEXTS.clear()
+    _TEXTS[id(self)] = (self, text)
+    return text
+
+
+def _render_methods(cls: type, scalar: bool) -> None:
+    """Give cls plain(), the fact as a JSON-ready dict in field order, and to_json(), the
+    JSON text of that dict. A scalar fact (a layer's values) keeps its dict in `_json`, made
+    once, and its text in _TEXTS: flyweight facts are shared by many records. Both of a
+    record class are compiled at their first call from the same list of what it shows
+    (_shown): `ibpath decode` makes one per frame."""
     _on_first_use(cls, "plain", lambda c: _make_plain(c, scalar))
+    if scalar:
+        cls.to_json = _layer_json
+        _JSON[cls] = _layer_json
+    else:
+        _on_first_use(cls, "to_json", _make_json)
+
+
+# a field shown under another key, converted: a kernel-bound path array's kernel_blob is
+# shown as each kernel profile's choice
+_SHOWN_AS = {"kernel_blob": ("kernel_view", "_kv")}
+_RENDER_NS = {"_kv": kernel_view_dict, "_set": _set, "_plain": plain, "_leaf": _LEAF,
+              "_json": _json_get, "_slow": _slow_json, "_dumps": dumps}
+
+
+def _shown(cls: type, scalar: bool) -> list[tuple[str, str, str | None, bool]]:
+    """What a fact shows, in field order: (field, key, converter, nullable); converter, the
+    name of a function of _RENDER_NS that makes the shown value, None for plain()'s own."""
+    return [(k, *_SHOWN_AS.get(k, (k, "" if scalar else None)), k in cls.NULLABLE)
+            for k in cls.KEYS]
+
+
+def _compiled(cls: type, name: str, lines: list[str]):
+    ns = dict(_RENDER_NS)
+    exec(compile("\n".join(lines) + "\n", f"<fact {cls.__name__}.{name}>", "exec"), ns)
+    setattr(cls, name, ns[name])
+    return ns[name]
 
 
 def _make_plain(cls: type, scalar: bool):
@@ -193,21 +294,33 @@ def _make_plain(cls: type, scalar: bool):
     if scalar:
         lines += ["    d = self._json", "    if d is not None:", "        return d"]
     lines.append("    d = {}")
-    for k in cls.KEYS:
-        key = "kernel_view" if k == "kernel_blob" else k
-        conv = "_kv" if k == "kernel_blob" else ("" if scalar else "_plain")
-        if k in cls.NULLABLE:
-            lines.append(f"    d[{key!r}] = {conv}(self.{k})")
+    for k, key, conv, nullable in _shown(cls, scalar):
+        # a value plain() keeps as it is (_leaf) needs no call
+        value = f"{conv}(v)" if conv is not None else "v if type(v) in _leaf else _plain(v)"
+        lines.append(f"    v = self.{k}")
+        if nullable:
+            lines.append(f"    d[{key!r}] = {value}")
         else:
-            lines += [f"    v = self.{k}", "    if v is not None:",
-                      f"        d[{key!r}] = {conv}(v)"]
+            lines += ["    if v is not None:", f"        d[{key!r}] = {value}"]
     if scalar:
         lines.append("    _set(self, '_json', d)")
     lines.append("    return d")
-    ns = {"_plain": plain, "_kv": kernel_view_dict, "_set": _set}
-    exec(compile("\n".join(lines) + "\n", f"<fact {cls.__name__}.plain>", "exec"), ns)
-    cls.plain = ns["plain"]
-    return cls.plain
+    return _compiled(cls, "plain", lines)
+
+
+def _make_json(cls: type):
+    """to_json of a record class: dumps(self.plain()), each value's text as json_text makes it."""
+    lines = ["def to_json(self):", "    out = []", "    add = out.append"]
+    for k, key, conv, nullable in _shown(cls, False):
+        value = f"_dumps({conv}(v))" if conv else "_json(type(v), _slow)(v)"
+        lines.append(f"    v = self.{k}")
+        if not nullable:
+            lines.append("    if v is not None:")
+        lines.append(f"{'    ' * (1 + (not nullable))}add({_esc(key) + ': '!r} + {value})")
+    lines.append("    return '{' + ', '.join(out) + '}'")
+    made = _compiled(cls, "to_json", lines)
+    _JSON[cls] = made
+    return made
 
 
 def _fact(cls=None, /, **kw):
@@ -219,7 +332,7 @@ def _fact(cls=None, /, **kw):
         c = dataclass(frozen=True, slots=True, kw_only=True, eq=False, init=False, repr=False,
                       **kw)(c)
         c._declare()
-        _plain_method(c, scalar=False)
+        _render_methods(c, scalar=False)
         return _fast_init(c)
 
     return wrap if cls is None else wrap(cls)
@@ -243,7 +356,7 @@ def layer_fact(name: str, layer: type, names: Iterable[str] | None = None,
     cls.NULLABLE = frozenset(derived)
     cls.__doc__ = doc or f"The values of one {layer.__name__} layer."
     cls._declare()
-    _plain_method(cls, scalar=True)
+    _render_methods(cls, scalar=True)
     return _fast_init(cls)
 
 
