@@ -29,9 +29,11 @@ from corpus import write_capture2  # noqa: E402
 TARGET_MB = 300
 
 
-def run_on_pty(cmd: list[str], env: dict | None) -> tuple[int, float, float, int, bytes, bytes]:
+def run_on_pty(cmd: list[str], env: dict | None
+               ) -> tuple[int, float, float, int, bytes, bytes, float]:
     """(exit status, peak RSS MB, wall seconds, bytes written, the first and the last 4,000
-    bytes of output) of cmd run with a pseudo-terminal as its stdout and stderr."""
+    bytes of output, CPU seconds) of cmd run with a pseudo-terminal as its stdout and stderr
+    (bench/rss_formats.py runs its terminal case here too)."""
     master, slave = pty.openpty()
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env,
@@ -57,7 +59,7 @@ def run_on_pty(cmd: list[str], env: dict | None) -> tuple[int, float, float, int
     _, status, ru = os.wait4(proc.pid, 0)
     os.close(master)
     return (os.waitstatus_to_exitcode(status), ru.ru_maxrss / 1024,
-            time.perf_counter() - t, total, head, tail)
+            time.perf_counter() - t, total, head, tail, ru.ru_utime + ru.ru_stime)
 
 
 def main() -> None:
@@ -79,7 +81,7 @@ def main() -> None:
                                                if args.ladder else [])
         print(f"capture 2, {args.frames:,} frames, {path.stat().st_size / 2**20:.0f} MiB")
         for name, cmd in runs:
-            rc, rss, wall, nbytes, _, tail = run_on_pty(cmd, env)
+            rc, rss, wall, nbytes, _, tail, _ = run_on_pty(cmd, env)
             if rc not in (0, 1) or b"Traceback" in tail:
                 raise SystemExit(f"{name}: exit {rc}: {tail.decode(errors='replace')}")
             ok = "ok" if rss < TARGET_MB else f"OVER the {TARGET_MB} MB target"

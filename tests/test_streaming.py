@@ -114,6 +114,60 @@ def test_resolution_history_is_bounded_and_says_so(storm, monkeypatch):
     assert res.transactions[0].first_frame > res.dropped_frames[0]
 
 
+def _storm_audit(path: Path, keep: bool):
+    options = AuditOptions(keep_transactions=keep, ladder_arrows=not keep)
+    return audit_records(str(path), decode_file(str(path)), options)
+
+
+def test_long_resolution_ladder_is_bounded_and_says_so(storm, monkeypatch):
+    """A ladder draws what its resolution keeps: the transactions let go (RESOLUTION_HISTORY)
+    leave with their arrows, the replay keeps no arrow of them, and the ladder says how many
+    transactions, messages and frames it does not draw, in the text ladder and the HTML page
+    alike; the same whether closed transactions are kept whole or let go; findings unchanged."""
+    from ibpath_scapy.audit.ladder import ladders, let_go_note
+
+    want = [f.as_dict() for f in _audit(storm, keep=True).findings]
+    monkeypatch.setattr(Replay, "RESOLUTION_HISTORY", 3)
+    kept, drawn = _storm_audit(storm, keep=True), _storm_audit(storm, keep=False)
+    assert [f.as_dict() for f in drawn.findings] == [f.as_dict() for f in kept.findings]
+    assert [f.as_dict() for f in drawn.findings if f.rule != "DECODE-LIMIT"] == \
+        [f for f in want if f["rule"] != "DECODE-LIMIT"]
+    replay = drawn.replay
+    assert replay.unplaced_arrows == []  # every transaction of the storm has its resolution
+    most = max(len(t.frames) for r in replay.resolutions.values() for t in r.transactions)
+    over = 0
+    for lad in ladders(drawn):
+        assert lad.name is not None  # nothing left over for a ladder of no resolution
+        res = lad.resolution
+        assert len(lad.arrows) <= 3 * most
+        assert {a.frame for a in lad.arrows} == {f for t in res.transactions for f in t.frames}
+        if res.dropped:
+            over += 1
+            assert lad.let_go == (res.dropped, res.dropped_messages, res.dropped_first_frame,
+                                  res.dropped_frames[-1])
+            assert res.dropped_first_frame < lad.arrows[0].frame
+            note = let_go_note(lad)
+            assert note.startswith(f"{res.dropped} earlier SA transaction(s) of this resolution"
+                                   f" ({res.dropped_messages} message(s), frames ")
+            assert note.endswith("it keeps its last 3 (DECODE-LIMIT)")
+            # its DECODE-LIMIT is in its ladder, resting on no drawn message
+            limit = [f for f in lad.findings if f.rule == "DECODE-LIMIT"]
+            assert len(limit) == 1 and lad.anchor[lad.findings.index(limit[0])] is None
+        else:
+            assert lad.let_go is None
+    assert over > 300
+    sent = sum(r.dropped_messages + sum(len(t.frames) for t in r.transactions)
+               for r in replay.resolutions.values())
+    assert sent == 6000  # every frame either drawn or counted as not drawn
+    text = report.to_text([drawn], ladder=True)
+    assert text == report.to_text([kept], ladder=True)
+    assert text.count(" earlier SA transaction(s) of this resolution (") == over
+    assert "-- not tied to a resolution" in text  # the DECODE-LIMIT findings are listed there
+    page = to_html([drawn])
+    assert page == to_html([kept])
+    assert page.count('<p class="note let-go" data-transactions=') == over
+
+
 def test_closed_transaction_reads_like_the_transaction(storm):
     """What a resolution keeps of a closed transaction: every value the resolution rules read,
     equal to the transaction's own."""

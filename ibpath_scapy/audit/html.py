@@ -34,7 +34,7 @@ from html import escape
 from .. import __version__
 from ..render import field_text
 from .engine import FileAudit
-from .ladder import LANES, Arrow, Ladder, ladders
+from .ladder import LANES, Arrow, Ladder, ladders, let_go_note
 from .model import Finding
 from .report import kernel_views, summary
 
@@ -225,7 +225,8 @@ _FIELD_OF = {"local_ack_timeout": "primary_local_ack_timeout"}
 
 
 def _records_table(lad: Ladder, max_columns: int = 12) -> str:
-    cols = lad.columns[:max_columns]
+    every = lad.columns()
+    cols = every[:max_columns]
     if not cols:
         return ""
     fields: list[str] = []
@@ -248,8 +249,8 @@ def _records_table(lad: Ladder, max_columns: int = 12) -> str:
             cells.append(f'<td class="{"diff" if diff else ""}" data-field="{_e(k)}" '
                          f'data-value="{"" if v is None else _e(v)}">{_e(text)}</td>')
         body.append(f"<tr><th>{_e(k)}</th>{''.join(cells)}</tr>")
-    cut = (f'<p class="note">{len(lad.columns) - len(cols)} more record(s) not shown</p>'
-           if len(lad.columns) > len(cols) else "")
+    cut = (f'<p class="note">{len(every) - len(cols)} more record(s) not shown</p>'
+           if len(every) > len(cols) else "")
     return ("<details class=records open><summary>Decoded PathRecords side by side (SA answer, "
             "blob or LS response, CM REQ; in red where a record differs from the first one of "
             "its direction)</summary>"
@@ -269,6 +270,9 @@ def _ladder_section(lad_id: str, lad: Ladder, max_arrows: int, budget: list[int]
             f'data-drawn="{drawn}" data-same-as="{same_as[0] if same_as else ""}">'
             f"<h3>{_e(title)}{badge}</h3>")
     body = []
+    if lad.let_go:
+        body.append(f'<p class="note let-go" data-transactions="{lad.let_go[0]}" '
+                    f'data-messages="{lad.let_go[1]}">{_e(let_go_note(lad, "–"))}</p>')
     if draw and lad.arrows:
         svg = _ladder_svg(lad_id, lad, max_arrows)
         body.append(f"<details {'open' if open_ else ''}><summary>{len(lad.arrows)} message(s)"

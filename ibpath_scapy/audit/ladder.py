@@ -7,6 +7,11 @@ the last one carrying the reassembled answer) and the requester's RMPP ACKs, eac
 request and response, each blob handed to the kernel (rdma_set_option optval) and each CM
 message of the connection (REQ, then REP, RTU, REJ... joined by communication ID).
 
+A ladder is bounded like the rest of its resolution's history: it draws the SA transactions
+its resolution keeps (the last Replay.RESOLUTION_HISTORY); the older ones were let go with
+their arrows (a DECODE-LIMIT finding), and the ladder says how many, with their messages and
+frames, in one line (let_go_note), in the HTML report and the text ladder alike.
+
 The SA is always queried from the resolver lane: a capture does not tell whether the kernel or
 a user-space resolver sent a PathRecord query, and in both resolver designs the kernel itself
 reads the answer only through a blob or an LS response.
@@ -63,14 +68,23 @@ class RecordColumn:
 class Ladder:
     """The messages of one resolution (or, with name None, of the messages of a file that
     belong to none) and its findings. `anchor[i]` is the arrow number finding i is attached to
-    (the last message it rests on), or None when none of its frames is a message of the ladder."""
+    (the last message it rests on), or None when none of its frames is a message of the ladder.
+    `let_go`: (transactions, messages, first frame, last frame) of the resolution's oldest SA
+    transactions, let go and not drawn (Replay.RESOLUTION_HISTORY), or None."""
 
     file: str
     name: str | None
     arrows: list[Arrow] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     anchor: list[int | None] = field(default_factory=list)
-    columns: list[RecordColumn] = field(default_factory=list)
+    resolution: Resolution | None = field(default=None, repr=False, compare=False)
+    let_go: tuple[int, int, int, int] | None = None
+
+    def columns(self) -> list[RecordColumn]:
+        """The decoded PathRecords of the resolution side by side, made when asked (up to
+        RESOLUTION_HISTORY answers of a few records each: a page draws the first few of
+        them, and keeps no ladder's whole table)."""
+        return _columns(self.resolution) if self.resolution is not None else []
 
     def worst(self) -> str | None:
         for sev in ("error", "warning", "info"):
@@ -197,6 +211,21 @@ def resolution_messages(res: Resolution, cm: CmIndex, extra: list[tuple] = ()) -
     return out
 
 
+def _let_go(res: Resolution) -> tuple[int, int, int, int] | None:
+    if not res.dropped:
+        return None
+    return (res.dropped, res.dropped_messages, res.dropped_first_frame, res.dropped_frames[-1])
+
+
+def let_go_note(lad: Ladder, dash: str = "-") -> str:
+    """What a ladder whose resolution let transactions go says of them (the HTML report and
+    the text ladder alike)."""
+    n, messages, first, last = lad.let_go
+    return (f"{n} earlier SA transaction(s) of this resolution ({messages} message(s), frames "
+            f"{first}{dash}{last}) not drawn: it keeps its last {Replay.RESOLUTION_HISTORY} "
+            "(DECODE-LIMIT)")
+
+
 def _attach(ladder: Ladder, findings: list[Finding]) -> None:
     by_frame = {a.frame: a for a in ladder.arrows}
     for f in findings:
@@ -218,9 +247,11 @@ def ladders(fa: FileAudit) -> list[Ladder]:
     frame_owner: dict[int, Ladder] = {}
     others = CmIndex(replay)
     for res in (replay.resolutions.values() if replay else []):
-        lad = Ladder(fa.path, res.name, columns=_columns(res))
+        lad = Ladder(fa.path, res.name, resolution=res, let_go=_let_go(res))
         for n, (frame, kind, src, dst, label) in enumerate(resolution_messages(res, others), 1):
             lad.arrows.append(Arrow(n, kind, src, dst, frame, label))
+            frame_owner.setdefault(frame, lad)
+        for frame in res.dropped_frames:  # its DECODE-LIMIT rests on the last one let go
             frame_owner.setdefault(frame, lad)
         by_name[res.name] = lad
         out.append(lad)
@@ -250,7 +281,9 @@ def _unplaced_messages(replay: Replay, placed: set[int], others: CmIndex) -> lis
     """The messages of a file that belong to no resolution (saquery -p, CM between endpoints
     whose paths were not resolved in the capture, blobs of no pair), as one ladder."""
     nobody = Resolution("", "", 0)
-    nobody.transactions = list(replay.done)  # every SA transaction, of any attribute
+    # every SA transaction, of any attribute, but those a resolution let go
+    nobody.transactions = ([t for t in replay.done if id(t) not in replay.let_go]
+                           if replay.let_go else list(replay.done))
     nobody.blobs = list(replay.blobs)
     for e in replay.ls.values():
         nobody.ls_requests += [e["request"]] if e["request"] else []
@@ -283,6 +316,8 @@ def text_ladder(lad: Ladder, max_arrows: int | None = None) -> list[str]:
     the severity and rule ID of each finding attached to it (the report lists them in full)."""
     width = _COL * (len(LANES) - 1) + 1
     lines = ["   " + "".join(n.ljust(_COL) for n in LANES[:-1]) + LANES[-1]]
+    if lad.let_go:
+        lines.append(f"   ... {let_go_note(lad)}")
     shown = lad.arrows if max_arrows is None else lad.arrows[:max_arrows]
     by_anchor: dict[int, list[int]] = {}
     for i, a in enumerate(lad.anchor):
@@ -310,5 +345,5 @@ def text_ladder(lad: Ladder, max_arrows: int | None = None) -> list[str]:
     return lines
 
 
-__all__ = ["Arrow", "Ladder", "LANES", "RecordColumn", "ladders", "resolution_messages",
-           "text_ladder", "COMPARED_FIELDS"]
+__all__ = ["Arrow", "Ladder", "LANES", "RecordColumn", "ladders", "let_go_note",
+           "resolution_messages", "text_ladder", "COMPARED_FIELDS"]

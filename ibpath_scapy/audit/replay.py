@@ -154,9 +154,12 @@ class Resolution:
     # are not frames of the capture and have no place in its time line
     extra_blobs: list[dict] = field(default_factory=list)
     # how many of its oldest transactions were let go (Replay.RESOLUTION_HISTORY), and the
-    # frames of the last one
+    # frames of the last one; their frames (the messages a ladder no longer draws) and the
+    # first of them
     dropped: int = 0
     dropped_frames: list[int] = field(default_factory=list)
+    dropped_messages: int = 0
+    dropped_first_frame: int | None = None
 
     @property
     def name(self) -> str:
@@ -220,6 +223,9 @@ class Replay:
         # its resolution's summary, or in unplaced_arrows): ~0.2 KB a frame for the ladder
         self.arrows = False
         self.unplaced_arrows: list[tuple] = []
+        # with keep_closed: id() of the transactions of self.done that a resolution let go
+        # (RESOLUTION_HISTORY), which no ladder draws
+        self.let_go: set[int] = set()
         self.on_close = None  # called with (transaction, its resolution or None) on closing
         self.sa_count = 0  # PathRecord transactions closed
         # answered transactions in the order they were answered, to close the oldest first
@@ -489,11 +495,16 @@ class Replay:
         if res is not None:
             res.transactions.append(t)
             if len(res.transactions) > self.RESOLUTION_HISTORY:
+                # let go with its ladder arrows: a ladder draws what its resolution keeps
+                # (ladder.let_go_note says how much it no longer draws)
                 res.dropped += 1
                 old = res.transactions.pop(0)
                 res.dropped_frames = old.frames
-                if getattr(old, "arrows", None):  # still drawn, with the file's other messages
-                    self.unplaced_arrows += old.arrows
+                res.dropped_messages += len(res.dropped_frames)
+                if res.dropped_first_frame is None:
+                    res.dropped_first_frame = res.dropped_frames[0]
+                if self.keep_closed:  # self.done keeps it: not drawn with no resolution either
+                    self.let_go.add(id(old))
         return res
 
     def _resolution_for_records(self, records: list[dict], create: bool = True) -> Resolution | None:
