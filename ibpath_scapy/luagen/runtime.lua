@@ -218,14 +218,15 @@ local RMPP_AT = HDR_LEN.MAD  -- the RMPP header follows the MAD header
 local SA_AT = HDR_LEN.MAD + HDR_LEN.RMPP  -- and the SA header the RMPP header
 local RMPP_WHOLE = ib_bor(ib_bor(RMPP_ACTIVE, RMPP_FIRST), RMPP_LAST)  -- a one-MAD transfer
 
--- The MAD and RMPP headers as one Lua string (one call into Wireshark instead of a TvbRange
--- per field: on a capture of SA traffic these reads are most of what the plugin costs); from
--- the class to the TID at least.
-local MAD_HEAD = HDR_LEN.MAD + HDR_LEN.RMPP
+-- The MAD (MAD_SIZE bytes at most) as one Lua string, cut from the frame's bytes s (the tvb's,
+-- taken once per frame) or, without them, read with one call into Wireshark instead of a
+-- TvbRange per field (on a capture of SA traffic these reads are most of what the plugin
+-- costs); from the class to the TID at least.
 local MAD_TID_END = MAD_F.transaction_id.off + MAD_F.transaction_id.len
-local function mad_head(tvb, mad_off)
-  local n = math.min(MAD_HEAD, tvb:len() - mad_off)
+local function mad_head(tvb, mad_off, s)
+  local n = math.min(MAD_SIZE, (s and #s or tvb:len()) - mad_off)
   if n < MAD_TID_END then return nil end
+  if s then return string.sub(s, mad_off + 1, mad_off + n) end
   return tvb:raw(mad_off, n)
 end
 
@@ -234,47 +235,58 @@ local function tid_key(h)
   return str_field(h, 0, MAD_F.mgmt_class) .. str_field(h, 0, MAD_F.transaction_id)
 end
 
-local function track_tid(h, pinfo)
+-- number and visited: pinfo's, read once per frame by the caller
+local function track_tid(h, pinfo, number, visited)
   local key = tid_key(h)
   local is_resp = ib_band(str_uint(h, 0, MAD_F.method), METHOD_RESP) ~= 0
-  if not pinfo.visited then
+  if not visited then
     if is_resp then
       -- a response's time is never read: its frame number is all that is kept
-      if tid_responses[key] == nil then tid_responses[key] = {frame = pinfo.number} end
+      if tid_responses[key] == nil then tid_responses[key] = {frame = number} end
     elseif tid_requests[key] == nil then
-      tid_requests[key] = {frame = pinfo.number, ts = pinfo.abs_ts}
+      tid_requests[key] = {frame = number, ts = pinfo.abs_ts}
     end
   end
   return key, is_resp
 end
 
--- Returns true when this MAD is one segment of a multi-segment RMPP DATA transfer.
-local function track_rmpp(tvb, pinfo, mad_off, h)
-  if mad_off + MAD_SIZE > tvb:len() or #h < MAD_HEAD
-      or str_uint(h, 0, MAD_F.mgmt_class) ~= MGMT_CLASS_SA then return false end
+-- The transfer's addresses: with the frame's bytes s and the offset ip of the IP header (its
+-- LAYOUT ipf) that Wireshark took pinfo.src and pinfo.dst from (RoCEv2), those bytes (NUL in
+-- front: no tostring() of an address starts with one); otherwise (native IB) pinfo's.
+local function transfer_addresses(pinfo, s, ip, ipf)
+  if ip ~= nil then return "\0" .. str_field(s, ip, ipf.src) .. str_field(s, ip, ipf.dst) end
+  return tostring(pinfo.src) .. ">" .. tostring(pinfo.dst)
+end
+
+-- Returns true when this MAD (h, from mad_head) is one segment of a multi-segment RMPP DATA
+-- transfer.
+local function track_rmpp(h, pinfo, number, visited, s, ip, ipf)
+  if #h < MAD_SIZE or str_uint(h, 0, MAD_F.mgmt_class) ~= MGMT_CLASS_SA then return false end
   local rtype = str_uint(h, RMPP_AT, RMPP_F.rmpp_type)
   local flags = field_bits(str_uint(h, RMPP_AT, RMPP_F.rmpp_flags), RMPP_F.rmpp_flags)
   if ib_band(flags, RMPP_ACTIVE) == 0 or rtype ~= RMPP_TYPE_DATA or flags == RMPP_WHOLE then
     return false
   end
-  if pinfo.visited then return true end
-  local key = tostring(pinfo.src) .. ">" .. tostring(pinfo.dst) .. ":" .. tid_key(h)
+  if visited then return true end
+  local key = transfer_addresses(pinfo, s, ip, ipf) .. ":" .. tid_key(h)
   local st = rmpp_open[key]
   if st == nil then st = {segs = {}, frames = {}, last = nil}; rmpp_open[key] = st end
   local n = str_uint(h, RMPP_AT, RMPP_F.segment_number)
   if n >= 1 and n <= MAX_SEGMENTS then
-    st.segs[n] = tvb(mad_off, MAD_SIZE):bytes()
-    st.frames[n] = pinfo.number
+    st.segs[n] = h
+    st.frames[n] = number
     if ib_band(flags, RMPP_LAST) ~= 0 then st.last = n end
   end
   if st.last == nil then return true end
   for k = 1, st.last do if st.segs[k] == nil then return true end end
-  local pad = RMPP_DATA_SIZE - ba_field(st.segs[st.last], RMPP_AT, RMPP_F.payload_length)
+  local pad = RMPP_DATA_SIZE - str_uint(st.segs[st.last], RMPP_AT, RMPP_F.payload_length)
   if pad < 0 or pad > SA_DATA_SIZE then pad = 0 end
   local total = SA_MAD_HDR_SIZE + st.last * SA_DATA_SIZE - pad
-  local ba = st.segs[1]:subset(0, SA_MAD_HDR_SIZE)
-  for k = 1, st.last do ba:append(st.segs[k]:subset(SA_MAD_HDR_SIZE, SA_DATA_SIZE)) end
-  ba = ba:subset(0, total)
+  local parts = {string.sub(st.segs[1], 1, SA_MAD_HDR_SIZE)}
+  for k = 1, st.last do
+    parts[k + 1] = string.sub(st.segs[k], SA_MAD_HDR_SIZE + 1, SA_MAD_HDR_SIZE + SA_DATA_SIZE)
+  end
+  local ba = ByteArray.new(string.sub(table.concat(parts), 1, total), true)
   -- rewritten as one FIRST|LAST transfer so that the generated SA code counts every record
   local fl = RMPP_F.rmpp_flags
   local w = ba_field(ba, RMPP_AT, fl)
@@ -282,15 +294,15 @@ local function track_rmpp(tvb, pinfo, mad_off, h)
   ba_set_field(ba, RMPP_AT, RMPP_F.segment_number, 1)
   ba_set_field(ba, RMPP_AT, RMPP_F.payload_length, SA_HDR_SIZE + total - SA_MAD_HDR_SIZE)
   local stride = SA_RECORD_STRIDE({attribute_offset = ba_field(ba, SA_AT, LAYOUT.SAHeader.attribute_offset)})
-  rmpp_done[pinfo.number] = {bytes = ba, frames = st.frames, last = st.last,
-                             records = math.floor((total - SA_MAD_HDR_SIZE) / stride)}
-  for k = 1, st.last do rmpp_part_of[st.frames[k]] = pinfo.number end
+  rmpp_done[number] = {bytes = ba, frames = st.frames, last = st.last,
+                       records = math.floor((total - SA_MAD_HDR_SIZE) / stride)}
+  for k = 1, st.last do rmpp_part_of[st.frames[k]] = number end
   rmpp_open[key] = nil
   return true
 end
 
-local function note_reassembly(pinfo)
-  local done = rmpp_done[pinfo.number]
+local function note_reassembly(pinfo, number)
+  local done = rmpp_done[number]
   if done ~= nil then
     pinfo.cols.info:append(string.format(" [RMPP reassembled: %d records]", done.records))
   end
@@ -299,12 +311,13 @@ end
 
 HOOKS["MAD"] = function(tvb, pinfo, t, off, o, ctx, v)
   if ctx.reassembled then return end
-  local h = mad_head(tvb, off)
+  local h = mad_head(tvb, off, ctx.s)
   if h == nil then return end
-  local key, is_resp = track_tid(h, pinfo)
+  local number = pinfo.number
+  local key, is_resp = track_tid(h, pinfo, number, pinfo.visited)
   if is_resp then
     local req = tid_requests[key]
-    if req ~= nil and req.frame < pinfo.number then
+    if req ~= nil and req.frame < number then
       t:add(RT.request_in, req.frame):set_generated()
       local d = pinfo.abs_ts - req.ts
       local secs = math.floor(d)
@@ -312,7 +325,7 @@ HOOKS["MAD"] = function(tvb, pinfo, t, off, o, ctx, v)
     end
   else
     local resp = tid_responses[key]
-    if resp ~= nil and resp.frame > pinfo.number then
+    if resp ~= nil and resp.frame > number then
       t:add(RT.response_in, resp.frame):set_generated()
     end
   end
@@ -325,17 +338,18 @@ HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
   end
   local mad_off = ctx.at["MAD"]
   if mad_off == nil then return end
-  local h = mad_head(tvb, mad_off)
-  if h == nil or not track_rmpp(tvb, pinfo, mad_off, h) then
+  local h = mad_head(tvb, mad_off, ctx.s)
+  local number = pinfo.number
+  if h == nil or not track_rmpp(h, pinfo, number, pinfo.visited, ctx.s, ctx.ip, ctx.ipf) then
     if v.records_count ~= nil then
       t:add(RT.record_count, v.records_count):set_generated()
       if v.records_count > 1 then pinfo.cols.info:append(string.format(" [%d records]", v.records_count)) end
     end
     return
   end
-  local done = note_reassembly(pinfo)
+  local done = note_reassembly(pinfo, number)
   if done == nil then
-    local target = rmpp_part_of[pinfo.number]
+    local target = rmpp_part_of[number]
     if target ~= nil then
       t:add(RT.reassembled_in, target):set_generated()
     else
@@ -349,19 +363,19 @@ HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
   D["MAD"](rtvb, pinfo, t, 0, sub)
 end
 
--- Without a tree nothing is shown: only the state above is kept, from a handful of bytes.
+-- Without a tree nothing is shown: only the state above is kept, from the frame's bytes s (the
+-- whole tvb, #s its length), with the IP header at ip (LAYOUT ipf) for RoCEv2.
 local DETH_AT = HDR_LEN.BTH  -- in a UD SEND, from the BTH on
 local UD_MAD_AT = HDR_LEN.BTH + HDR_LEN.DETH
-local function track_only(tvb, pinfo, bth_off)
+local function track_only(s, pinfo, bth_off, ip, ipf)
   local mad_off = bth_off + UD_MAD_AT
-  local n = tvb:len()
-  if mad_off + HDR_LEN.MAD > n then return end
-  local b = tvb:raw(bth_off, math.min(UD_MAD_AT + MAD_HEAD, n - bth_off))
-  if str_uint(b, 0, LAYOUT.BTH.dqpn) > MAD_QPN_MAX
-      and str_uint(b, DETH_AT, LAYOUT.DETH.src_qp) > MAD_QPN_MAX then return end
-  local h = string.sub(b, UD_MAD_AT + 1)
-  track_tid(h, pinfo)
-  if track_rmpp(tvb, pinfo, mad_off, h) then note_reassembly(pinfo) end
+  if mad_off + HDR_LEN.MAD > #s then return end
+  if str_uint(s, bth_off, LAYOUT.BTH.dqpn) > MAD_QPN_MAX
+      and str_uint(s, bth_off + DETH_AT, LAYOUT.DETH.src_qp) > MAD_QPN_MAX then return end
+  local h = string.sub(s, mad_off + 1, mad_off + MAD_SIZE)
+  local number, visited = pinfo.number, pinfo.visited
+  track_tid(h, pinfo, number, visited)
+  if track_rmpp(h, pinfo, number, visited, s, ip, ipf) then note_reassembly(pinfo, number) end
 end
 
 -- Registration ------------------------------------------------------------------------------
@@ -391,22 +405,31 @@ end
 
 -- With a tree, ibpath's layers from `first` (at off) on; without one (tshark -r with no -V or
 -- filter), only the state that spans packets (TIDs, RMPP), read from the BTH at bth. The tree
--- is asked once (tostring costs a few µs on every MAD frame).
-local function dissect_or_track(first, tvb, pinfo, tree, off, bth, limit, encap)
+-- is asked once (tostring costs a few µs on every MAD frame). s: the tvb's bytes (taken once
+-- per frame); ip, ipf: the IP header of a RoCEv2 frame (rocev2_locate).
+local function dissect_or_track(first, tvb, s, pinfo, tree, off, bth, limit, encap, ip, ipf)
   if has_tree(tree) then
-    D[first](tvb, pinfo, tree, off, {limit = limit, v = {}, at = {}, encap = encap, show = true})
+    D[first](tvb, pinfo, tree, off, {limit = limit, v = {}, at = {}, encap = encap, show = true,
+                                     s = s, ip = ip, ipf = ipf})
   else
-    track_only(tvb, pinfo, bth)
+    track_only(s, pinfo, bth, ip, ipf)
   end
 end
 
--- The BTH offset of a native-IB UD SEND (what carries MADs), or nil.
-local function native_wanted(tvb, off, limit)
+-- The tvb's bytes as one Lua string ("" for an empty tvb)
+local function tvb_bytes(tvb)
+  local len = tvb:len()
+  if len == 0 then return "" end
+  return tvb:raw(0, len)
+end
+
+-- The BTH offset of a native-IB UD SEND (what carries MADs) in the bytes s, or nil.
+local function native_wanted(s, off, limit)
   if limit - off < HDR_LEN.LRH + HDR_LEN.BTH then return nil end
-  local lnh = field_bits(tvb_uint(tvb, off, LAYOUT.LRH.lnh), LAYOUT.LRH.lnh)
+  local lnh = field_bits(str_uint(s, off, LAYOUT.LRH.lnh), LAYOUT.LRH.lnh)
   local bth = off + HDR_LEN.LRH
   if lnh == LNH_IBA_GLOBAL then bth = bth + HDR_LEN.GRH elseif lnh ~= LNH_IBA_LOCAL then return nil end
-  if bth + HDR_LEN.BTH <= limit and tvb_uint(tvb, bth, LAYOUT.BTH.opcode) == UD_SEND_ONLY then
+  if bth + HDR_LEN.BTH <= limit and str_uint(s, bth, LAYOUT.BTH.opcode) == UD_SEND_ONLY then
     return bth
   end
   return nil
@@ -419,9 +442,9 @@ end
 -- every data frame away; only QP0/QP1 frames go on to find their UDP header (PT_NONE,
 -- PT_IBQP: Wireshark's port types, above).
 
--- True when an IPv4 header (any IHL) or an IPv6 header without extension headers, protocol
--- UDP, ends at the 0-based offset udp of s. Without it a native-IB packet whose DLID, P_Key
--- or QPN reads 4791 (0x12B7) would be taken for a RoCEv2 one.
+-- The offset and LAYOUT of an IPv4 header (any IHL) or an IPv6 header without extension
+-- headers, protocol UDP, that ends at the 0-based offset udp of s, or nil. Without it a
+-- native-IB packet whose DLID, P_Key or QPN reads 4791 (0x12B7) would be taken for a RoCEv2 one.
 local IP_F, IPV6_F = LAYOUT.IP, LAYOUT.IPv6
 local function after_ip_header(s, udp)
   for ihl = ib_idiv(HDR_LEN.IP, IPV4_IHL_UNIT), IP_F.ihl.mask do
@@ -429,34 +452,39 @@ local function after_ip_header(s, udp)
     if ip < 0 then break end
     local b0 = str_uint(s, ip, IP_F.version)
     if field_bits(b0, IP_F.version) == IPV4_VERSION and field_bits(b0, IP_F.ihl) == ihl
-        and str_uint(s, ip, IP_F.proto) == IPPROTO_UDP then return true end
+        and str_uint(s, ip, IP_F.proto) == IPPROTO_UDP then return ip, IP_F end
   end
   local ip6 = udp - HDR_LEN.IPv6
-  return ip6 >= 0 and field_bits(str_uint(s, ip6, IPV6_F.version), IPV6_F.version) == IPV6_VERSION
-    and str_uint(s, ip6, IPV6_F.nh) == IPPROTO_UDP
+  if ip6 >= 0 and field_bits(str_uint(s, ip6, IPV6_F.version), IPV6_F.version) == IPV6_VERSION
+      and str_uint(s, ip6, IPV6_F.nh) == IPPROTO_UDP then return ip6, IPV6_F end
+  return nil
 end
 
--- The BTH offset and the end of the UDP payload of a RoCEv2 MAD frame, or nil: the first UDP
--- header (within the first ROCEV2_SEARCH_BYTES, right after an IP header) whose destination
+-- In the frame's bytes s, the BTH offset and the end of the UDP payload of a RoCEv2 MAD
+-- frame, and the offset and LAYOUT of its IP header, or nil: the first UDP header (within the
+-- first n = ROCEV2_SEARCH_BYTES + UDP + BTH bytes, right after an IP header) whose destination
 -- port is RoCEv2's and whose next byte is a UD SEND opcode. Whatever lies below IP (VLAN
 -- tags, cooked headers) needs no parser here.
-local function rocev2_locate(tvb)
+local function rocev2_locate(s)
   local udp_bth = HDR_LEN.UDP + HDR_LEN.BTH
-  local len = tvb:len()
+  local len = #s
   local n = math.min(len, ROCEV2_SEARCH_BYTES + udp_bth)
   if n < udp_bth then return nil end
-  local s = tvb:raw(0, n)
   local dport = LAYOUT.UDP.dport
+  local last = n - #ROCEV2_UDP_PORT_BE + 1  -- the port's last place within the first n bytes
   local at = string.find(s, ROCEV2_UDP_PORT_BE, dport.off + 1, true)
-  while at ~= nil do
+  while at ~= nil and at <= last do
     local udp = at - 1 - dport.off  -- 0-based offset of the UDP header
     local bth = udp + HDR_LEN.UDP
-    if bth + HDR_LEN.BTH <= len and byte(s, bth + LAYOUT.BTH.opcode.off + 1) == UD_SEND_ONLY
-        and after_ip_header(s, udp) then
-      local ulen = str_uint(s, udp, LAYOUT.UDP.len)
-      local limit = len
-      if ulen >= udp_bth and udp + ulen < limit then limit = udp + ulen end
-      return bth, limit
+    local op = bth + LAYOUT.BTH.opcode.off + 1
+    if bth + HDR_LEN.BTH <= len and op <= n and byte(s, op) == UD_SEND_ONLY then
+      local ip, ipf = after_ip_header(s, udp)
+      if ip ~= nil then
+        local ulen = str_uint(s, udp, LAYOUT.UDP.len)
+        local limit = len
+        if ulen >= udp_bth and udp + ulen < limit then limit = udp + ulen end
+        return bth, limit, ip, ipf
+      end
     end
     at = string.find(s, ROCEV2_UDP_PORT_BE, at + 1, true)
   end
@@ -469,13 +497,13 @@ end
 -- InfiniBand record is recognised by its LRH PktLen matching the record length (+2 for the
 -- VCRC), which an Ethernet frame never does by accident in practice; ibpath's own layers
 -- then check LNH and the BTH opcode (native_wanted).
-local function native_locate(tvb)
+local function native_locate(s)
   local pkt_len = LAYOUT.LRH.pkt_len
-  if tvb:len() < HDR_LEN.LRH
-      or field_bits(tvb_uint(tvb, 0, pkt_len), pkt_len) * LRH_PKT_LEN_UNIT + VCRC_LEN ~= tvb:len() then
+  if #s < HDR_LEN.LRH
+      or field_bits(str_uint(s, 0, pkt_len), pkt_len) * LRH_PKT_LEN_UNIT + VCRC_LEN ~= #s then
     return nil
   end
-  return 0, tvb:len()
+  return 0, #s
 end
 
 -- The frame a wrapper of a built-in encapsulation handler (below) has dissected: the
@@ -489,15 +517,16 @@ function post.dissector(tvb, pinfo, tree)
   local pt = pinfo.port_type
   if pt == PT_NONE then return header_only_rdma(tvb, pinfo, tree) end
   if pt ~= PT_IBQP then return end
-  local bth, limit = rocev2_locate(tvb)
+  local s = tvb_bytes(tvb)  -- the frame's bytes, taken once: every read below is from them
+  local bth, limit, ip, ipf = rocev2_locate(s)
   if bth ~= nil then
-    return dissect_or_track("BTH", tvb, pinfo, tree, bth, bth, limit, "rocev2")
+    return dissect_or_track("BTH", tvb, s, pinfo, tree, bth, bth, limit, "rocev2", ip, ipf)
   end
   if wrapped_frame == pinfo.number then return end
   local off
-  off, limit = native_locate(tvb)
-  bth = off and native_wanted(tvb, off, limit)
-  if bth ~= nil then dissect_or_track("LRH", tvb, pinfo, tree, off, bth, limit, "ib") end
+  off, limit = native_locate(s)
+  bth = off and native_wanted(s, off, limit)
+  if bth ~= nil then dissect_or_track("LRH", tvb, s, pinfo, tree, off, bth, limit, "ib") end
 end
 register_postdissector(post)
 
@@ -517,9 +546,10 @@ local function wrap_encap(encap, name, locate)
     wrapped_frame = pinfo.number
     local off, limit = locate(tvb)
     if off ~= nil then
-      local bth = native_wanted(tvb, off, limit)
+      local s = tvb_bytes(tvb)
+      local bth = native_wanted(s, off, limit)
       if bth == nil then return tvb:len() end
-      dissect_or_track("LRH", tvb, pinfo, tree, off, bth, limit, "ib")
+      dissect_or_track("LRH", tvb, s, pinfo, tree, off, bth, limit, "ib")
     end
     return tvb:len()
   end
