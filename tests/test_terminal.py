@@ -67,7 +67,7 @@ def big(bench_capture) -> Path:
 
 
 def test_terminal_mode_progress_and_summary_default(big):
-    rc, rss, _, _, head, tail = run_on_pty(IBPATH + [str(big)], None)
+    rc, rss, _, _, head, tail, _ = run_on_pty(IBPATH + [str(big)], None)
     text = tail.decode(errors="replace")
     assert rc == 0 and "Traceback" not in text
     progress = head.decode(errors="replace")  # stderr's line comes before the report
@@ -77,13 +77,13 @@ def test_terminal_mode_progress_and_summary_default(big):
 
 
 def test_quiet_silences_the_progress(big):
-    rc, _, _, _, head, tail = run_on_pty(IBPATH + ["--quiet", str(big)], None)
+    rc, _, _, _, head, tail, _ = run_on_pty(IBPATH + ["--quiet", str(big)], None)
     assert rc == 0 and "frames/s" not in (head + tail).decode(errors="replace")
 
 
 def test_small_input_on_a_terminal_still_draws_the_ladder():
     corpus = ROOT / "captures" / "corpus" / "res-no-followup.pcapng"
-    rc, _, _, _, _, tail = run_on_pty(IBPATH + [str(corpus)], None)
+    rc, _, _, _, _, tail, _ = run_on_pty(IBPATH + [str(corpus)], None)
     text = tail.decode(errors="replace")
     assert rc == 1 and "ladder diagrams not drawn" not in text
     # the ladder: its lanes, and the first arrow (resolver to SA) with its frame
