@@ -105,13 +105,13 @@ def test_resolution_history_is_bounded_and_says_so(storm, monkeypatch):
     for res in fa.replay.resolutions.values():
         assert len(res.transactions) <= 3
     limits = [f for f in fa.findings if f.rule == "DECODE-LIMIT"]
-    over = [r for r in fa.replay.resolutions.values() if r.dropped]
+    over = [r for r in fa.replay.resolutions.values() if r.let_go]
     assert over and len(limits) == len(over)
     res = over[0]
     f = next(f for f in limits if res.name in f.message)
-    assert f"its {res.dropped} oldest SA transactions were let go" in f.message
-    assert list(f.frames) == res.dropped_frames
-    assert res.transactions[0].first_frame > res.dropped_frames[0]
+    assert f"its {res.let_go.transactions} oldest SA transactions were let go" in f.message
+    assert list(f.frames) == res.let_go.last_frames
+    assert res.transactions[0].first_frame > res.let_go.last_frames[0]
 
 
 def _storm_audit(path: Path, keep: bool):
@@ -141,14 +141,15 @@ def test_long_resolution_ladder_is_bounded_and_says_so(storm, monkeypatch):
         res = lad.resolution
         assert len(lad.arrows) <= 3 * most
         assert {a.frame for a in lad.arrows} == {f for t in res.transactions for f in t.frames}
-        if res.dropped:
+        if res.let_go:
             over += 1
-            assert lad.let_go == (res.dropped, res.dropped_messages, res.dropped_first_frame,
-                                  res.dropped_frames[-1])
-            assert res.dropped_first_frame < lad.arrows[0].frame
+            g = lad.let_go
+            assert g is res.let_go and g.transactions > 0
+            assert g.first_frame <= g.last_frames[0] < lad.arrows[0].frame
             note = let_go_note(lad)
-            assert note.startswith(f"{res.dropped} earlier SA transaction(s) of this resolution"
-                                   f" ({res.dropped_messages} message(s), frames ")
+            assert note.startswith(f"{g.transactions} earlier SA transaction(s) of this resolution"
+                                   f" ({g.messages} message(s), frames {g.first_frame}-"
+                                   f"{g.last_frames[-1]}) not drawn")
             assert note.endswith("it keeps its last 3 (DECODE-LIMIT)")
             # its DECODE-LIMIT is in its ladder, resting on no drawn message
             limit = [f for f in lad.findings if f.rule == "DECODE-LIMIT"]
@@ -156,7 +157,7 @@ def test_long_resolution_ladder_is_bounded_and_says_so(storm, monkeypatch):
         else:
             assert lad.let_go is None
     assert over > 300
-    sent = sum(r.dropped_messages + sum(len(t.frames) for t in r.transactions)
+    sent = sum((r.let_go.messages if r.let_go else 0) + sum(len(t.frames) for t in r.transactions)
                for r in replay.resolutions.values())
     assert sent == 6000  # every frame either drawn or counted as not drawn
     text = report.to_text([drawn], ladder=True)

@@ -271,8 +271,8 @@ def _ladder_section(lad_id: str, lad: Ladder, max_arrows: int, budget: list[int]
             f"<h3>{_e(title)}{badge}</h3>")
     body = []
     if lad.let_go:
-        body.append(f'<p class="note let-go" data-transactions="{lad.let_go[0]}" '
-                    f'data-messages="{lad.let_go[1]}">{_e(let_go_note(lad, "–"))}</p>')
+        body.append(f'<p class="note let-go" data-transactions="{lad.let_go.transactions}" '
+                    f'data-messages="{lad.let_go.messages}">{_e(let_go_note(lad, "–"))}</p>')
     if draw and lad.arrows:
         svg = _ladder_svg(lad_id, lad, max_arrows)
         body.append(f"<details {'open' if open_ else ''}><summary>{len(lad.arrows)} message(s)"

@@ -25,7 +25,7 @@ from ..layers.pathdata import flags_text
 from .engine import FileAudit
 from .model import Finding
 from .arrows import sa_arrows
-from .replay import Replay, Resolution
+from .replay import LetGo, Replay, Resolution
 
 LANES = ("kernel", "resolver", "SA", "remote")
 KINDS = ("sa-query", "sa-answer", "rmpp-ack", "ls-request", "ls-response", "blob", "cm")
@@ -69,8 +69,8 @@ class Ladder:
     """The messages of one resolution (or, with name None, of the messages of a file that
     belong to none) and its findings. `anchor[i]` is the arrow number finding i is attached to
     (the last message it rests on), or None when none of its frames is a message of the ladder.
-    `let_go`: (transactions, messages, first frame, last frame) of the resolution's oldest SA
-    transactions, let go and not drawn (Replay.RESOLUTION_HISTORY), or None."""
+    `let_go`: the resolution's oldest SA transactions, let go and not drawn
+    (Replay.RESOLUTION_HISTORY: replay.LetGo), or None."""
 
     file: str
     name: str | None
@@ -78,7 +78,10 @@ class Ladder:
     findings: list[Finding] = field(default_factory=list)
     anchor: list[int | None] = field(default_factory=list)
     resolution: Resolution | None = field(default=None, repr=False, compare=False)
-    let_go: tuple[int, int, int, int] | None = None
+
+    @property
+    def let_go(self) -> LetGo | None:
+        return self.resolution.let_go if self.resolution is not None else None
 
     def columns(self) -> list[RecordColumn]:
         """The decoded PathRecords of the resolution side by side, made when asked (up to
@@ -211,18 +214,12 @@ def resolution_messages(res: Resolution, cm: CmIndex, extra: list[tuple] = ()) -
     return out
 
 
-def _let_go(res: Resolution) -> tuple[int, int, int, int] | None:
-    if not res.dropped:
-        return None
-    return (res.dropped, res.dropped_messages, res.dropped_first_frame, res.dropped_frames[-1])
-
-
 def let_go_note(lad: Ladder, dash: str = "-") -> str:
     """What a ladder whose resolution let transactions go says of them (the HTML report and
     the text ladder alike)."""
-    n, messages, first, last = lad.let_go
-    return (f"{n} earlier SA transaction(s) of this resolution ({messages} message(s), frames "
-            f"{first}{dash}{last}) not drawn: it keeps its last {Replay.RESOLUTION_HISTORY} "
+    g = lad.let_go
+    return (f"{g.transactions} earlier SA transaction(s) of this resolution ({g.messages} "
+            f"message(s), frames {g.first_frame}{dash}{g.last_frames[-1]}) not drawn: it keeps its last {Replay.RESOLUTION_HISTORY} "
             "(DECODE-LIMIT)")
 
 
@@ -247,11 +244,11 @@ def ladders(fa: FileAudit) -> list[Ladder]:
     frame_owner: dict[int, Ladder] = {}
     others = CmIndex(replay)
     for res in (replay.resolutions.values() if replay else []):
-        lad = Ladder(fa.path, res.name, resolution=res, let_go=_let_go(res))
+        lad = Ladder(fa.path, res.name, resolution=res)
         for n, (frame, kind, src, dst, label) in enumerate(resolution_messages(res, others), 1):
             lad.arrows.append(Arrow(n, kind, src, dst, frame, label))
             frame_owner.setdefault(frame, lad)
-        for frame in res.dropped_frames:  # its DECODE-LIMIT rests on the last one let go
+        for frame in (res.let_go.last_frames if res.let_go else ()):  # its DECODE-LIMIT rests on them
             frame_owner.setdefault(frame, lad)
         by_name[res.name] = lad
         out.append(lad)

@@ -139,6 +139,25 @@ def _components(request) -> frozenset:
 
 
 @dataclass
+class LetGo:
+    """The oldest SA transactions a resolution let go (Replay.RESOLUTION_HISTORY): how many,
+    their messages (frames, which a ladder no longer draws), the first of those frames, and
+    the frames of the last transaction let go (its DECODE-LIMIT finding rests on them)."""
+
+    transactions: int = 0
+    messages: int = 0
+    first_frame: int = 0
+    last_frames: list[int] = field(default_factory=list)
+
+    def add(self, frames: list[int]) -> None:
+        if not self.transactions:
+            self.first_frame = frames[0]
+        self.transactions += 1
+        self.messages += len(frames)
+        self.last_frames = frames
+
+
+@dataclass
 class Resolution:
     """Paths between a local and a remote endpoint: (local GID, remote GID, P_Key)."""
 
@@ -153,13 +172,8 @@ class Resolution:
     # blobs given with --blob (ibpath audit --blob FILE) whose records concern this pair; they
     # are not frames of the capture and have no place in its time line
     extra_blobs: list[dict] = field(default_factory=list)
-    # how many of its oldest transactions were let go (Replay.RESOLUTION_HISTORY), and the
-    # frames of the last one; their frames (the messages a ladder no longer draws) and the
-    # first of them
-    dropped: int = 0
-    dropped_frames: list[int] = field(default_factory=list)
-    dropped_messages: int = 0
-    dropped_first_frame: int | None = None
+    # its oldest transactions, let go (Replay.RESOLUTION_HISTORY), or None
+    let_go: LetGo | None = None
 
     @property
     def name(self) -> str:
@@ -408,11 +422,11 @@ class Replay:
         self.transactions.clear()
         self._answered.clear()
         for res in self.resolutions.values():
-            if res.dropped:
+            if res.let_go is not None:
                 self.frame_records.append({
-                    "frame": res.dropped_frames[0], "frames": res.dropped_frames,
+                    "frame": res.let_go.last_frames[0], "frames": res.let_go.last_frames,
                     "kind": "limit",
-                    "limit": f"resolution {res.name}: its {res.dropped} oldest SA transactions "
+                    "limit": f"resolution {res.name}: its {res.let_go.transactions} oldest SA transactions "
                              f"were let go (it keeps its last {self.RESOLUTION_HISTORY}); the "
                              f"resolution rules judged the rest"})
         for b in self.blobs:
@@ -497,12 +511,10 @@ class Replay:
             if len(res.transactions) > self.RESOLUTION_HISTORY:
                 # let go with its ladder arrows: a ladder draws what its resolution keeps
                 # (ladder.let_go_note says how much it no longer draws)
-                res.dropped += 1
                 old = res.transactions.pop(0)
-                res.dropped_frames = old.frames
-                res.dropped_messages += len(res.dropped_frames)
-                if res.dropped_first_frame is None:
-                    res.dropped_first_frame = res.dropped_frames[0]
+                if res.let_go is None:
+                    res.let_go = LetGo()
+                res.let_go.add(old.frames)
                 if self.keep_closed:  # self.done keeps it: not drawn with no resolution either
                     self.let_go.add(id(old))
         return res
