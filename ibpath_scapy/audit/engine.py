@@ -7,7 +7,7 @@ from typing import Callable, Iterable, Iterator
 
 from ..batch import batches
 from ..facts.records import Fact
-from .model import RULES, AuditOptions, Finding
+from .model import FAMILIES, RULES, AuditOptions, Finding
 from .replay import PATH_RECORD_ATTR, Replay
 from .rules.frame import packet_rule_hits
 
@@ -29,10 +29,16 @@ def _finding(rule_id: str, r, hit, path: str, resolution: str | None) -> Finding
                    message, resolution)
 
 
-def _findings(rule_id: str, family: str, subject, path: str, resolution: str | None = None):
-    r = RULES[rule_id]
-    for hit in r.checks[family](subject):
-        yield _finding(rule_id, r, hit, path, resolution)
+def family_checks(family: str) -> list[tuple[str, object, Callable]]:
+    """(rule ID, rule, check) of every rule with a check in `family`, in ID order: looked up
+    once per audit, not once per subject."""
+    return [(rid, r, r.checks[family]) for rid, r in sorted(RULES.items()) if family in r.checks]
+
+
+def _findings(checks: list, subject, path: str, resolution: str | None = None):
+    for rule_id, r, check in checks:
+        for hit in check(subject):
+            yield _finding(rule_id, r, hit, path, resolution)
 
 
 def _frame_finding_test() -> Callable[[dict], bool]:
@@ -68,16 +74,12 @@ def _frame_finding_test() -> Callable[[dict], bool]:
 def transaction_judge(path: str, out: list[Finding]) -> Callable:
     """Replay.on_close: the transaction rules over each SA transaction as it is closed, the
     findings (named by the transaction's resolution) appended to `out`."""
-    tx_checks = [(rid, RULES[rid], RULES[rid].checks["transaction"])
-                 for rid in sorted(RULES) if "transaction" in RULES[rid].checks]
+    tx_checks = family_checks("transaction")
 
     def judge(t, res) -> None:
         if t.attribute_id != PATH_RECORD_ATTR:
             return
-        name = res.name if res is not None else None
-        for rid, r, check in tx_checks:
-            for hit in check(t):
-                out.append(_finding(rid, r, hit, path, name))
+        out.extend(_findings(tx_checks, t, path, res.name if res is not None else None))
 
     return judge
 
@@ -86,20 +88,15 @@ def run_rules(path: str, replay: Replay, options: AuditOptions,
               transaction_findings: Iterable[Finding] = ()) -> Iterator[Finding]:
     """Every registered check over what the replay collected; the transaction rules' findings
     come from transaction_judge, given here."""
-    ordered = sorted(RULES)
+    checks = {family: family_checks(family) for family in FAMILIES}
     # findings are grouped per resolution in reports: name the one each message belongs to
     by_frame: dict[int, str] = {}
     for res in replay.resolutions.values():
         for rec in res.blobs + res.ls_requests + res.ls_responses + res.cm_reqs:
             by_frame[rec["frame"]] = res.name
-    # frame checks run once per kept record: look the checks up once, and build a Finding
-    # only on a hit
-    frame_checks = [(rid, RULES[rid], RULES[rid].checks["frame"])
-                    for rid in ordered if "frame" in RULES[rid].checks]
+    # frame checks run once per kept record, building a Finding only on a hit
     for rec in replay.frame_records:
-        for rid, r, check in frame_checks:
-            for hit in check(rec):
-                yield _finding(rid, r, hit, path, None)
+        yield from _findings(checks["frame"], rec, path)
     # the transaction rules judged each SA transaction as the replay closed it
     yield from transaction_findings
     # Blob rules judge both kinds of blob: rdma_set_option optvals (blob frames) and the
@@ -108,26 +105,16 @@ def run_rules(path: str, replay: Replay, options: AuditOptions,
     ls_blobs = [r for e in replay.ls.values() for r in e["responses"]
                 if "blob_records" in r and not r.get("ls", {}).get("error")]
     for b in sorted(replay.blobs + ls_blobs, key=lambda r: r["frame"]):
-        for rid in ordered:
-            if "blob" in RULES[rid].checks:
-                yield from _findings(rid, "blob", (b, options), path, by_frame.get(b["frame"]))
+        yield from _findings(checks["blob"], (b, options), path, by_frame.get(b["frame"]))
     for res in replay.resolutions.values():
-        for rid in ordered:
-            if "resolution" in RULES[rid].checks:
-                yield from _findings(rid, "resolution", (res, options), path, res.name)
+        yield from _findings(checks["resolution"], (res, options), path, res.name)
     for c in replay.cm_reqs:
-        for rid in ordered:
-            if "cm" in RULES[rid].checks:
-                yield from _findings(rid, "cm", (c, replay, options), path, by_frame.get(c["frame"]))
-    for rid in ordered:
-        if "process" in RULES[rid].checks:
-            yield from _findings(rid, "process", (replay, options), path, None)
+        yield from _findings(checks["cm"], (c, replay, options), path, by_frame.get(c["frame"]))
+    yield from _findings(checks["process"], (replay, options), path)
     for entry in replay.ls.values():
         first = entry["request"] or (entry["responses"][0] if entry["responses"] else None)
         name = by_frame.get(first["frame"]) if first else None
-        for rid in ordered:
-            if "ls" in RULES[rid].checks:
-                yield from _findings(rid, "ls", (entry, options), path, name)
+        yield from _findings(checks["ls"], (entry, options), path, name)
 
 
 # a live stream's transactions are judged once the capture is this far past their answer:
@@ -155,17 +142,15 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     frame_checks = []
     if on_finding is not None:
         replay.linger_seconds = LIVE_LINGER_SECONDS
-        frame_checks = [(rid, RULES[rid], RULES[rid].checks["frame"])
-                        for rid in sorted(RULES) if "frame" in RULES[rid].checks]
+        frame_checks = family_checks("frame")
     for group in batches(records, batch):
         # the frame checks of a whole batch, then its replay (ibpath_scapy.batch)
         keep = [has_finding(rec) for rec in group]
         for rec, k in zip(group, keep):
             replay.feed(rec, k)
             if k and on_finding is not None:
-                for rid, r, check in frame_checks:
-                    for hit in check(rec):
-                        on_finding(_finding(rid, r, hit, path, None))
+                for f in _findings(frame_checks, rec, path):
+                    on_finding(f)
         if on_finding is not None:
             for f in judged[told:]:
                 on_finding(f)
