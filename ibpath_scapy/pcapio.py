@@ -19,6 +19,8 @@ Every error of a damaged file is worded once (_damage, _truncated), whichever pa
 
 from __future__ import annotations
 
+import array
+import functools
 import os
 import stat
 import struct
@@ -103,20 +105,74 @@ class Interface:
     index: int = 0  # the interface ID in its section, from 0 (pcap: 0)
 
 
+@dataclass(frozen=True)
+class Term:
+    """One conjunct of a RunTest: the field of `size` bytes (1, 2 or 4, big-endian) at
+    `offset` from the frame's start, as (value >> shift) & mask (the whole value when mask is
+    None), compared in one way: == `equals`, == the frame's length less `len_minus`, or not
+    in `not_in`."""
+
+    name: str  # the field's name in the Python test
+    offset: int
+    size: int
+    shift: int = 0
+    mask: int | None = None
+    equals: int | None = None
+    len_minus: int | None = None
+    not_in: frozenset | None = None
+
+    @property
+    def set_name(self) -> str:
+        """The global that holds not_in in the Python test."""
+        return f"_in_{self.name}"
+
+    def source(self) -> str:
+        """The term as a Python expression over `name`, `s` and `e` (the frame's bounds)."""
+        v = self.name if self.mask is None else f"({self.name} >> {self.shift}) & {self.mask}"
+        if self.equals is not None:
+            return f"{v} == {self.equals}"
+        if self.len_minus is not None:
+            return f"{v} == e - s - {self.len_minus}"
+        return f"{v} not in {self.set_name}"
+
+
+_CODES = {1: "B", 2: "H", 4: "I"}
+
+
 class RunTest:
     """A classifier's test for the bulk of a capture, for the readers to compile into loops
     that skip runs of frames without a call per frame (a pcap's records, a pcapng's enhanced
     packet blocks of one interface): a frame is skipped when its length is in least..most and
-    `test`, a Python expression over `fields`, holds, where `fields` (names, comma-separated)
-    are bound by namespace["_unpack"](buf, start) (a struct unpack_from). `namespace` holds
-    the globals of test. A skipped frame must be one the classifier would skip (return None)."""
+    every one of `terms` holds. A skipped frame must be one the classifier would skip (return
+    None). The terms are data, so that both loops, the Python one compiled from `test` and the
+    C one (fast/_scan.c), run the same declaration."""
 
-    __slots__ = ("fields", "test", "least", "most", "namespace", "_makers")
+    __slots__ = ("terms", "least", "most", "fields", "test", "namespace", "_makers")
 
-    def __init__(self, fields: str, test: str, least: int, most: int, namespace: dict):
-        self.fields, self.test, self.least, self.most = fields, test, least, most
-        self.namespace = namespace
-        self._makers: dict | None = None
+    def __init__(self, terms: "list[Term] | tuple[Term, ...]", least: int, most: int):
+        terms = tuple(sorted(terms, key=lambda t: t.offset))
+        fmt, pos = ">", 0
+        for t in terms:
+            if t.offset < pos or t.size not in _CODES or sum(
+                    x is not None for x in (t.equals, t.len_minus, t.not_in)) != 1:
+                raise ValueError(f"run test term {t!r}: overlapping, of an odd size, or not "
+                                 "exactly one comparison")
+            fmt += (f"{t.offset - pos}x" if t.offset > pos else "") + _CODES[t.size]
+            pos = t.offset + t.size
+        taken = {"b", "s", "e", "pos", "n", "k", "bt", "bl", "ifc", "incl", "head", "incl_at"}
+        names = [t.name for t in terms]
+        if len(set(names)) < len(names) or not all(x.isidentifier() for x in names) \
+                or taken & set(names):
+            raise ValueError(f"run test field names {names}: repeated, not identifiers, or "
+                             "the loops' own names")
+        if least < pos:
+            raise ValueError(f"run test reads {pos} bytes of frames as short as {least}")
+        self.terms, self.least, self.most = terms, least, most
+        self.fields = ", ".join(t.name for t in terms) + ","  # what namespace["_unpack"] binds
+        self.test = " and ".join(t.source() for t in terms)
+        self.namespace = {"_unpack": struct.Struct(fmt).unpack_from,
+                          **{t.set_name: t.not_in for t in terms if t.not_in is not None}}
+        self._makers: dict[bool, dict] = {}  # the loops' makers, C (True) and Python (False)
 
 
 class FrameClassifier(Protocol):
@@ -638,16 +694,66 @@ def _scanners(test: RunTest | None, kind: str, *args) -> Callable | None:
     """For a pcap ("pcap", byte order) or a pcapng interface ("epb", byte order, interface
     ID): scan(buf, pos, n) → (pos, k), skipping the k records or enhanced packet blocks from
     pos on whose frames `test` skips, stopping at the first other one or at one not wholly in
-    buf[:n]; None without a test."""
+    buf[:n]; None without a test. The C loops (fast/_scan.c) where the package was built
+    with them and IBPATH_NATIVE_SCAN is not 0, else the same loops in Python."""
     if test is None:
         return None
-    if test._makers is None:
-        ns = {**test.namespace, "_Struct": struct.Struct}
-        exec(compile(_SCAN_SOURCE.format(fields=test.fields, test=test.test, least=test.least,
-                                         most=test.most, EPB=_EPB, MAX_BLOCK=MAX_BLOCK),
-                     "<pcapio scan>", "exec"), ns)
-        test._makers = {"pcap": ns["make_pcap_scan"], "epb": ns["make_epb_scan"]}
-    return test._makers[kind](*args)
+    native = _native_scan()
+    makers = test._makers.get(native is not None)
+    if makers is None:
+        if native is not None:
+            prog = _program(test)
+            little = {"<": 1, ">": 0}
+            pcap, epb = native.pcap, native.epb
+            # the loops' fixed arguments first: scan(buf, pos, n) as the Python loops
+            makers = {
+                "pcap": lambda endian: functools.partial(
+                    pcap, little[endian], test.least, test.most, prog),
+                "epb": lambda endian, iface: functools.partial(
+                    epb, little[endian], iface, test.least, test.most, MAX_BLOCK, _EPB, prog)}
+        else:
+            ns = {**test.namespace, "_Struct": struct.Struct}
+            exec(compile(_SCAN_SOURCE.format(fields=test.fields, test=test.test,
+                                             least=test.least, most=test.most, EPB=_EPB,
+                                             MAX_BLOCK=MAX_BLOCK),
+                         "<pcapio scan>", "exec"), ns)
+            makers = {"pcap": ns["make_pcap_scan"], "epb": ns["make_epb_scan"]}
+        test._makers[native is not None] = makers
+    return makers[kind](*args)
+
+
+def _native_scan():
+    """The C loops (ibpath_scapy.fast._scan), or None where the package was built without a
+    compiler or IBPATH_NATIVE_SCAN=0 (or "no"/"off"/"false") asks for the Python ones."""
+    if os.environ.get("IBPATH_NATIVE_SCAN", "1").strip().lower() in ("0", "no", "off", "false"):
+        return None
+    try:
+        from .fast import _scan
+    except ImportError:
+        return None
+    return _scan
+
+
+# a term in the C loops' program: 8 signed 64-bit words, the not_in sets' values after all terms
+_KIND_EQUALS, _KIND_LEN_MINUS, _KIND_NOT_IN = 0, 1, 2
+
+
+def _program(test: RunTest) -> bytes:
+    """test's terms as the program fast/_scan.c runs: per term offset, size, shift, mask (-1:
+    none), kind, value, then where its set's values start and how many there are."""
+    words: list[int] = [len(test.terms)]
+    sets: list[int] = []
+    for t in test.terms:
+        base = 1 + 8 * len(test.terms) + len(sets)
+        if t.not_in is not None:
+            kind, value = _KIND_NOT_IN, 0
+            sets.extend(sorted(t.not_in))
+        else:
+            kind, value = ((_KIND_EQUALS, t.equals) if t.equals is not None
+                           else (_KIND_LEN_MINUS, t.len_minus))
+        words += [t.offset, t.size, t.shift, -1 if t.mask is None else t.mask, kind, value,
+                  base, len(t.not_in or ())]
+    return array.array("q", words + sets).tobytes()
 
 
 # The loops check what _pcap and _pcapng check of a record or block before they classify it,

@@ -82,6 +82,23 @@ def test_runs_from_site_packages_not_the_checkout(installed):
     assert p.returncode == 0 and re.fullmatch(r"ibpath \d+\.\d+\.\d+\n", p.stdout), p
 
 
+def test_the_installed_package_runs_the_c_loops(installed, wheel):
+    """Where the machine has a compiler and Python's headers (tools/install.sh), the wheel
+    carries the capture readers' C loops and the installed package picks them."""
+    import shutil
+    import sysconfig
+    from pathlib import Path
+    if not shutil.which("gcc") or not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        pytest.skip("no gcc or no Python.h: the wheel is the pure-Python build")
+    with zipfile.ZipFile(wheel) as z:
+        assert [n for n in z.namelist() if re.fullmatch(r"ibpath_scapy/fast/_scan\..*\.so", n)]
+    env, bindir, work = installed
+    p = _run([str(bindir / "python"), "-c", "from ibpath_scapy import pcapio; "
+              "m = pcapio._native_scan(); print(m.__name__, m.__file__)"], cwd=work, env=env)
+    name, where = p.stdout.split()
+    assert name == "ibpath_scapy.fast._scan" and "site-packages" in where, p
+
+
 def test_every_verb_has_help(installed):
     for verb in ("decode", "audit", "craft", "record", "dissector", "lab"):
         assert "usage: ibpath" in ibpath(installed, verb, "--help").stdout

@@ -25,6 +25,7 @@ from ibpath_scapy.pcapio import (
     Interface,
     Interfaces,
     RunTest,
+    Term,
     classified_input,
     interfaces,
     read_frames,
@@ -251,7 +252,7 @@ class _OddFirstByte:
     skips the others, runs of them in the readers' compiled loops (RunTest) as the fast
     path's pre-filter does."""
 
-    _test = RunTest("b0,", "not b0 & 1", 1, 1 << 30, {"_unpack": struct.Struct("B").unpack_from})
+    _test = RunTest([Term("b0", 0, 1, mask=1, equals=0)], 1, 1 << 30)
 
     @staticmethod
     def classifier(linktype):

@@ -31,7 +31,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
 from ..decode import _RAW_IP_LINKTYPES, MAX_FRAME_BYTES
-from ..pcapio import RunTest
+from ..pcapio import RunTest, Term
 from ..expr import F
 from ..layers.ib import ERF, LINKTYPE_ERF, LINKTYPE_INFINIBAND, LRH
 from ..layers.mad import MAD, MAD_SIZE
@@ -220,17 +220,19 @@ class Prefilter:
                 return self.ether  # a binding this shortcut cannot rule out
         ip = self.eth_len
         udp = ip + 20  # IHL 5: no options
-        # one struct read of the six fields the test needs, gaps skipped ("x")
-        fmt, least = _struct_format(
-            [(self.eth_type, "H"), (ip, "B"), (ip + self.ip_frag[0], "H"),
-             (ip + self.ip_proto, "B"), (udp + self.udp_sport, "H"),
-             (udp + self.udp_dport, "H"), (udp + self.udp_len + self.bth_opcode, "B")])
         udp_proto = [fv["proto"] for fv in self.ip_next.values_for(UDP)
                      if set(fv) == {"frag", "proto"} and fv["frag"] == 0]
         if not udp_proto:
             return self.ether
-        roce = (f"et == {ip_type[0]} and vi == {(4 << 4) | 5} and pr == {udp_proto[0]} "
-                f"and not fr & {self.frag_mask} and dp == {dport} and sp not in _early")
+        # the header's test: the frame's first bytes read in one struct unpack, gaps skipped
+        header = [Term("et", self.eth_type, 2, equals=ip_type[0]),
+                  Term("vi", ip, 1, equals=(4 << 4) | 5),
+                  Term("fr", ip + self.ip_frag[0], 2, mask=self.frag_mask, equals=0),
+                  Term("pr", ip + self.ip_proto, 1, equals=udp_proto[0]),
+                  Term("sp", udp + self.udp_sport, 2, not_in=frozenset(early)),
+                  Term("dp", udp + self.udp_dport, 2, equals=dport)]
+        op = Term("op", udp + self.udp_len + self.bth_opcode, 1,
+                  not_in=frozenset(self.deth_opcodes))
         total = ip + self.ip_len
         bth = udp + self.udp_len
         # a GSI datagram of the usual shape: every length exact, a source QP bound to MAD
@@ -238,14 +240,14 @@ class Prefilter:
         gsi_fmt, qp_mask = self._gsi_format([(total, "H"), (udp + self.udp_ulen, "H")],
                                             bth + self.bth_len)
         gsi_at = MadAt(ip, 4, udp, bth, bth + self.bth_len, bth + self.bth_len + self.deth_len)
-        fields = "et, vi, fr, pr, sp, dp, op"  # what fmt reads
+        run = RunTest(header + [op], op.offset + op.size, MAX_FRAME_BYTES)
         src = f"""
 def data_first(b, s, e):
-    if {least} <= e - s <= {MAX_FRAME_BYTES}:
-        {fields} = _unpack(b, s)
-        if {roce}:
-            if op not in _deth_opcodes:
-                return None
+    if {run.least} <= e - s <= {MAX_FRAME_BYTES}:
+        {run.fields} = _unpack(b, s)
+        if {run.test}:
+            return None
+        if {RunTest(header, run.least, MAX_FRAME_BYTES).test}:
             if e - s == {gsi_len}:
                 tl, ul, qp = _unpack_gsi(b, s)
                 if tl == {gsi_len - ip} and ul == {gsi_len - udp} and qp & {qp_mask} in _gsi_qps:
@@ -255,9 +257,7 @@ def data_first(b, s, e):
                         (b[s + {total}] << 8 | b[s + {total + 1}]) == e - s - {ip}, s)
     return _full_classifier(b, s, e)
 """
-        run = (fields, f"{roce} and op not in _deth_opcodes", least)
-        return self._compile_data_first(1, "ether_data", src, run, fmt, self.ether,
-                                        _early=frozenset(early), _udp=self.udp,
+        return self._compile_data_first(1, "ether_data", src, run, self.ether, _udp=self.udp,
                                         _unpack_gsi=struct.Struct(gsi_fmt).unpack_from,
                                         _gsi_at=gsi_at)
 
@@ -281,49 +281,44 @@ def data_first(b, s, e):
                 or self.lrh_next.resolve((local[0],)) is not BTH or lnh.nbytes != 1:
             return self.erf
         bth = self.erf_len + self.lrh_len
-        fmt, _ = _struct_format([(self.erf_ext_at, "B"), (self.erf_wlen, "H"),
-                                 (self.erf_len + lnh.offset, "B"), (bth + self.bth_opcode, "B")])
         least = bth + self.bth_len + self.icrc_len + self.vcrc_len  # as lrh() asks for a BTH
-        header = (f"te == {ib_type[0] << self.erf_type_shift} and wl == e - s - {self.erf_len} "
-                  f"and (lb >> {8 - lnh.bit_off - lnh.bits}) & {(1 << lnh.bits) - 1} == {local[0]}")
+        header = [Term("te", self.erf_ext_at, 1, equals=ib_type[0] << self.erf_type_shift),
+                  Term("wl", self.erf_wlen, 2, len_minus=self.erf_len),
+                  Term("lb", self.erf_len + lnh.offset, 1, shift=8 - lnh.bit_off - lnh.bits,
+                       mask=(1 << lnh.bits) - 1, equals=local[0])]
+        op = Term("op", bth + self.bth_opcode, 1, not_in=frozenset(self.deth_opcodes))
+        run = RunTest(header + [op], least, MAX_FRAME_BYTES)
         deth = bth + self.bth_len
         gsi_len = deth + self.deth_len + MAD_SIZE + self.icrc_len + self.vcrc_len
         gsi_fmt, qp_mask = self._gsi_format([], deth)
         gsi_at = IbMadAt(self.erf_len, -1, bth, deth, deth + self.deth_len)
-        fields = "te, wl, lb, op"  # what fmt reads
         src = f"""
 def data_first(b, s, e):
     if {least} <= e - s <= {MAX_FRAME_BYTES}:
-        {fields} = _unpack(b, s)
-        if {header}:
-            if op not in _deth_opcodes:
-                return None
+        {run.fields} = _unpack(b, s)
+        if {run.test}:
+            return None
+        if {RunTest(header, least, MAX_FRAME_BYTES).test}:
             if e - s == {gsi_len} and _unpack_gsi(b, s)[0] & {qp_mask} in _gsi_qps:
                 return _gsi_at  # a GSI datagram of the usual shape
     return _full_classifier(b, s, e)
 """
-        run = (fields, f"{header} and op not in _deth_opcodes", least)
-        return self._compile_data_first(LINKTYPE_ERF, "erf_data", src, run, fmt, self.erf,
+        return self._compile_data_first(LINKTYPE_ERF, "erf_data", src, run, self.erf,
                                         _unpack_gsi=struct.Struct(gsi_fmt).unpack_from,
                                         _gsi_at=gsi_at)
 
     _data_compilers = {1: _compile_ether_data, LINKTYPE_ERF: _compile_erf_data}
 
-    def _compile_data_first(self, linktype: int, name: str, src: str,
-                            run: tuple[str, str, int], fmt: str, full: Callable,
-                            **names) -> Callable:
-        """data_first compiled from src, and the link type's RunTest from run (the names
-        _unpack binds, the test that skips a frame, the least frame length it reads): the
-        same first test, which pcapio's readers compile into their loops over runs of
-        records and blocks."""
+    def _compile_data_first(self, linktype: int, name: str, src: str, run: RunTest,
+                            full: Callable, **names) -> Callable:
+        """data_first compiled from src, whose first test is `run`, the link type's RunTest,
+        which pcapio's readers run in their loops over runs of records and blocks."""
         # source QPs whose binding alone makes Scapy dissect a MAD after the DETH
         gsi_qps = frozenset(fv["src_qp"] for fv in self.deth_next.values_for(MAD)
                             if set(fv) == {"src_qp"} and self.deth_next.resolve((fv["src_qp"],)) is MAD)
-        ns = {"_deth_opcodes": frozenset(self.deth_opcodes), "_full_classifier": full,
-              "_unpack": struct.Struct(fmt).unpack_from, "_gsi_qps": gsi_qps, **names}
+        ns = {"_full_classifier": full, "_gsi_qps": gsi_qps, **run.namespace, **names}
         exec(compile(src, f"<prefilter {name}>", "exec"), ns)
-        fields, test, least = run
-        self._run_tests[linktype] = RunTest(fields, test, least, MAX_FRAME_BYTES, ns)
+        self._run_tests[linktype] = run
         return ns["data_first"]
 
     def run_test(self, linktype: int) -> RunTest | None:

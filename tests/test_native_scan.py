@@ -1,0 +1,235 @@
+"""The readers' loops over runs of skipped frames in C (ibpath_scapy/fast/_scan.c) against the
+same loops in Python (pcapio._SCAN_SOURCE), which remain the reference: the same (pos, k)
+from any buffer, and the same frames, records and findings over the project's captures, the
+fuzz inputs and both bench captures, whichever runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ibpath_scapy import blobsniff, pcapio
+from ibpath_scapy.fast import FastDecoder, decode_file_fast, prefilter
+from ibpath_scapy.fast.reader import classified_frames
+from ibpath_scapy.layers.ib import LINKTYPE_ERF
+from ibpath_scapy.pcapio import CaptureError, RunTest, Term
+
+from conftest import CAPTURES, ROOT
+
+try:
+    from ibpath_scapy.fast import _scan
+except ImportError:  # a build without a compiler: the Python loops run, nothing to compare
+    _scan = None
+
+_can_build = bool(shutil.which("gcc")) and (Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
+needs_c = pytest.mark.skipif(_scan is None, reason="the package was built without its C loops "
+                             "(no compiler or no Python headers): the Python loops run alone")
+
+
+def test_the_c_loops_are_built_where_a_compiler_is():
+    """tools/install.sh installs gcc and the Python headers: the package build must then have
+    compiled the C loops, and the readers must pick them."""
+    if not _can_build:
+        pytest.skip("no gcc or no Python.h on this machine: the pure-Python loops are the build")
+    assert _scan is not None, "ibpath_scapy.fast._scan was not built (pip install -e . again)"
+    assert pcapio._native_scan() is _scan
+
+
+def _both(test: RunTest, kind: str, *args):
+    """The C and the Python scanner of one RunTest."""
+    c = pcapio._scanners(test, kind, *args)
+    saved = pcapio._native_scan
+    pcapio._native_scan = lambda: None
+    try:
+        py = pcapio._scanners(test, kind, *args)
+    finally:
+        pcapio._native_scan = saved
+    return c, py
+
+
+def _tests() -> dict[str, RunTest]:
+    pf = prefilter()
+    tests = {"ether": pf.run_test(1), "erf": pf.run_test(LINKTYPE_ERF),
+             # every kind of term, 4-byte fields and shifts included
+             "synthetic": RunTest([Term("f1", 0, 1, shift=2, mask=3, equals=1),
+                                   Term("f2", 1, 2, len_minus=3),
+                                   Term("f3", 3, 4, not_in=frozenset({0, 7, 0xFFFFFFFF})),
+                                   Term("f4", 9, 4, mask=0xF0F0, equals=0x10)], 13, 60)}
+    assert all(isinstance(t, RunTest) for t in tests.values())
+    return tests
+
+
+def _template(test: RunTest, rnd: random.Random, size: int) -> bytearray:
+    """A frame of `size` bytes that passes `test` (random bytes elsewhere)."""
+    f = bytearray(rnd.randbytes(size))
+    for t in test.terms:
+        if t.not_in is not None:
+            v = next(x for x in range(1 << 8 * t.size) if x not in t.not_in)
+        else:
+            want = t.equals if t.equals is not None else size - t.len_minus
+            if t.mask is None:
+                v = want
+            else:
+                old = int.from_bytes(f[t.offset:t.offset + t.size], "big")
+                v = (old & ~(t.mask << t.shift)) | (want << t.shift)
+        f[t.offset:t.offset + t.size] = (v % (1 << 8 * t.size)).to_bytes(t.size, "big")
+    return f
+
+
+def _stream(test: RunTest, seed: int, kind: str, endian: str) -> bytes:
+    """Records or enhanced packet blocks of frames that mostly pass, some mutated at a term's
+    bytes, some of another length, one perhaps truncated at the end."""
+    rnd = random.Random(seed)
+    out = bytearray()
+    for _ in range(rnd.randint(0, 40)):
+        odd = rnd.random() < 0.06  # a frame too short or too long for the test
+        size = (rnd.choice([max(test.least - 1, 0), test.most + 1 if test.most < 100 else 0])
+                if odd else test.least + rnd.choice([0, rnd.randint(0, 40)]))
+        f = _template(test, rnd, size) if size >= test.least else bytearray(rnd.randbytes(size))
+        if rnd.random() < 0.06 and test.terms and len(f) >= test.least:
+            t = rnd.choice(test.terms)
+            f[t.offset + rnd.randrange(t.size)] ^= 1 << rnd.randrange(8)
+        if kind == "pcap":
+            incl = len(f) if rnd.random() > 0.05 else len(f) + rnd.randint(1, 9)
+            out += struct.pack(endian + "IIII", 0, 0, incl, len(f)) + f
+        else:
+            pad = (-len(f)) % 4
+            bl = 32 + len(f) + pad
+            iface = 0 if rnd.random() > 0.05 else 1
+            btype = 6 if rnd.random() > 0.03 else 3
+            if rnd.random() < 0.03:
+                bl += rnd.choice([1, 2, -4])
+            out += struct.pack(endian + "IIIIIII", btype, bl, iface, 0, 0, len(f), len(f))
+            out += f + b"\0" * pad + struct.pack(endian + "I", bl)
+    if rnd.random() < 0.5 and out:
+        out = out[:rnd.randrange(len(out))]
+    return bytes(out)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32), name=st.sampled_from(["ether", "erf", "synthetic"]),
+       kind=st.sampled_from(["pcap", "epb"]), endian=st.sampled_from(["<", ">"]),
+       start=st.integers(0, 200))
+def test_c_and_python_loops_stop_at_the_same_record(seed, name, kind, endian, start):
+    test = _tests()[name]
+    buf = _stream(test, seed, kind, endian)
+    args = (endian,) if kind == "pcap" else (endian, 0)
+    c, py = _both(test, kind, *args)
+    pos = min(start, len(buf))
+    for n in {len(buf), max(len(buf) - 7, 0)}:
+        assert c(buf, pos, n) == py(buf, pos, n)
+        assert c(bytearray(buf), pos, n) == py(buf, pos, n)  # the readers' buffers may be either
+
+
+@needs_c
+def test_the_c_loops_refuse_a_bad_program_or_bounds():
+    test = _tests()["synthetic"]
+    c, _ = _both(test, "pcap", "<")
+    with pytest.raises(ValueError, match="scan bounds"):
+        c(b"\0" * 8, 0, 9)
+    with pytest.raises(ValueError, match="malformed scan program"):
+        _scan.pcap(1, 13, 60, b"\x01" + b"\0" * 7, b"", 0, 0)
+    with pytest.raises(ValueError, match="reads 13 bytes"):
+        RunTest(test.terms, 12, 60)
+    with pytest.raises(ValueError, match="the loops' own names"):
+        RunTest([Term("b", 0, 1, equals=1)], 1, 60)
+
+
+def _classified(path: Path, native: bool) -> tuple:
+    """(frames with their classification, skipped count, error) of the fast path's reader."""
+    saved = pcapio._native_scan
+    if not native:
+        pcapio._native_scan = lambda: None
+    got, skipped, error = [], [0], None
+    try:
+        for f, cl in classified_frames(str(path), prefilter(), blobsniff.plausible, skipped):
+            got.append((f.number, f.time, f.linktype, f.data, f.wirelen, f.comment, repr(cl)))
+    except CaptureError as exc:
+        error = str(exc)
+    finally:
+        pcapio._native_scan = saved
+    return got, skipped[0], error
+
+
+def _inputs() -> list[Path]:
+    files = sorted(CAPTURES.rglob("*.pcap")) + sorted(CAPTURES.rglob("*.pcapng"))
+    return files + sorted((ROOT / "tests" / "data" / "fuzz").glob("*"))
+
+
+@needs_c
+def test_same_frames_over_the_project_captures_and_the_fuzz_inputs():
+    files = _inputs()
+    assert len(files) > 40
+    for path in files:
+        assert _classified(path, True) == _classified(path, False), path
+
+
+@needs_c
+@pytest.mark.parametrize("kind", ["capture1", "capture2"])
+@pytest.mark.parametrize("encap", ["rocev2", "ib"])
+@pytest.mark.parametrize("pcapng", [False, True], ids=["pcap", "pcapng"])
+def test_same_records_over_the_bench_captures(bench_capture, kind, encap, pcapng):
+    """Both bench captures, both encapsulations and containers: the same frames, the same
+    records (and statistics), whichever loops skipped the data frames."""
+    path = bench_capture(kind, 4000, encap=encap, pcapng=pcapng)
+    c, py = _classified(path, True), _classified(path, False)
+    assert c == py
+    if kind == "capture1":
+        assert c[1] == 3800  # the 95 % of RC data the loops skip
+    records = []
+    for native in (True, False):
+        saved = pcapio._native_scan
+        if not native:
+            pcapio._native_scan = lambda: None
+        try:
+            d = FastDecoder()
+            records.append((list(decode_file_fast(str(path), d)), d.stats.frames, d.skipped))
+        finally:
+            pcapio._native_scan = saved
+    assert records[0] == records[1]
+
+
+@needs_c
+def test_same_report_from_the_command_either_way(bench_capture):
+    """`ibpath audit --format json` with the C loops and with IBPATH_NATIVE_SCAN=0: the same
+    report, of bench capture 1 (native IB, pcapng: 95 % skipped in runs) beside a capture
+    with findings."""
+    paths = [bench_capture("capture1", 4000, encap="ib", pcapng=True),
+             CAPTURES / "corpus" / "res-no-followup.pcapng"]
+    out = []
+    for v in ("1", "0"):
+        p = subprocess.run([sys.executable, "-m", "ibpath_scapy", "audit", "--format", "json",
+                            *map(str, paths)], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "IBPATH_NATIVE_SCAN": v})
+        assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+        out.append(json.loads(p.stdout))
+    assert out[0] == out[1]
+    assert out[0]["findings"] and len(out[0]["files"]) == 2
+
+
+@needs_c
+def test_the_generated_streams_hold_runs_and_every_way_to_stop():
+    """The property test above can fail: its streams hold long runs of skipped frames and
+    stop in every way (a frame that fails a term, a damaged length, a truncated end)."""
+    ks, stops = [], set()
+    for name, test in _tests().items():
+        for kind, args in (("pcap", ("<",)), ("epb", (">", 0))):
+            py = _both(test, kind, *args)[1]
+            for seed in range(60):
+                buf = _stream(test, seed, kind, args[0])
+                pos, k = py(buf, 0, len(buf))
+                ks.append(k)
+                stops.add("end" if pos == len(buf) else "short" if len(buf) - pos < 16 else "frame")
+    assert max(ks) >= 10 and sum(k > 0 for k in ks) > len(ks) // 2
+    assert stops == {"end", "short", "frame"}
