@@ -139,6 +139,18 @@ class Term:
 _CODES = {1: "B", 2: "H", 4: "I"}
 
 
+def struct_format(fields: list[tuple[int, str]]) -> tuple[str, int]:
+    """A big-endian struct format reading the (offset, "B", "H" or "I") fields in one go,
+    gaps skipped ("x"), and the bytes it needs; fields in order, none overlapping."""
+    fmt, pos = ">", 0
+    for off, code in fields:
+        if off < pos:
+            raise ValueError(f"field at byte {off} overlaps the one before (ends at {pos})")
+        fmt += (f"{off - pos}x" if off > pos else "") + code
+        pos = off + struct.calcsize(">" + code)
+    return fmt, pos
+
+
 class RunTest:
     """A classifier's test for the bulk of a capture, for the readers to compile into loops
     that skip runs of frames without a call per frame (a pcap's records, a pcapng's enhanced
@@ -151,14 +163,12 @@ class RunTest:
 
     def __init__(self, terms: "list[Term] | tuple[Term, ...]", least: int, most: int):
         terms = tuple(sorted(terms, key=lambda t: t.offset))
-        fmt, pos = ">", 0
         for t in terms:
-            if t.offset < pos or t.size not in _CODES or sum(
+            if t.size not in _CODES or sum(
                     x is not None for x in (t.equals, t.len_minus, t.not_in)) != 1:
-                raise ValueError(f"run test term {t!r}: overlapping, of an odd size, or not "
-                                 "exactly one comparison")
-            fmt += (f"{t.offset - pos}x" if t.offset > pos else "") + _CODES[t.size]
-            pos = t.offset + t.size
+                raise ValueError(f"run test term {t!r}: of an odd size, or not exactly one "
+                                 "comparison")
+        fmt, pos = struct_format([(t.offset, _CODES[t.size]) for t in terms])
         taken = {"b", "s", "e", "pos", "n", "k", "bt", "bl", "ifc", "incl", "head", "incl_at"}
         names = [t.name for t in terms]
         if len(set(names)) < len(names) or not all(x.isidentifier() for x in names) \

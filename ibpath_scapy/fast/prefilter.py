@@ -31,7 +31,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
 from ..decode import _RAW_IP_LINKTYPES, MAX_FRAME_BYTES
-from ..pcapio import RunTest, Term
+from ..pcapio import RunTest, Term, struct_format
 from ..expr import F
 from ..layers.ib import ERF, LINKTYPE_ERF, LINKTYPE_INFINIBAND, LRH
 from ..layers.mad import MAD, MAD_SIZE
@@ -266,7 +266,7 @@ def data_first(b, s, e):
         source QP (a DETH at offset deth), and the mask that keeps the QP of them."""
         qp = layer_steps(DETH)["src_qp"]
         assert qp.kind == "int" and 1 <= qp.nbytes <= 4 and qp.offset + qp.nbytes >= 4
-        fmt, _ = _struct_format(fields + [(deth + qp.offset + qp.nbytes - 4, "I")])
+        fmt, _ = struct_format(fields + [(deth + qp.offset + qp.nbytes - 4, "I")])
         return fmt, (1 << 8 * qp.nbytes) - 1
 
     def _compile_erf_data(self) -> Callable[[bytes, int, int], object]:
@@ -442,17 +442,6 @@ def data_first(b, s, e):
         if e - mad - self.icrc_len - self.vcrc_len != MAD_SIZE or not self.carries_mad(b, bth, deth):
             return FULL
         return IbMadAt(s - f, grh - f if grh >= 0 else -1, bth - f, deth - f, mad - f)
-
-
-def _struct_format(fields: list[tuple[int, str]]) -> tuple[str, int]:
-    """A big-endian struct format reading the (offset, "B", "H" or "I") fields in one go,
-    gaps skipped ("x"), and the bytes it needs."""
-    fmt, pos = ">", 0
-    for off, code in fields:
-        assert off >= pos, "fields out of order"
-        fmt += (f"{off - pos}x" if off > pos else "") + code
-        pos = off + struct.calcsize(">" + code)
-    return fmt, pos
 
 
 def _fingerprint() -> tuple:
