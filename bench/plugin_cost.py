@@ -10,6 +10,16 @@ In a chroot tshark runs as nobody (4.4 and later run no Lua as root). With --ins
 valgrind) it also counts the instructions tshark executes per frame (callgrind, first 20,000
 frames, less a one-frame run); valgrind needs /proc, which is mounted in the chroot for those
 runs (as root) and unmounted after.
+
+With --floors (capture 2) it also runs two postdissectors that do the least any tracking
+plugin must do on a MAD frame, to show what a target for the plugin can ask:
+  * "bytes": the plugin's two entry tests (pinfo.dst_port, pinfo.port_type) and the frame's
+    bytes taken once (tvb:raw);
+  * "track": that, plus the tree test the plugin makes (a tree or not), the frame number,
+    pinfo.visited, a key of the MAD's class and TID cut from the bytes, and one table store
+    per new TID with the request time (pinfo.abs_ts), which a response's "response time"
+    needs: no RMPP, no locating (the MAD's offset is fixed, from the layers, for capture 2's
+    Ethernet / IPv4 / UDP / BTH / DETH frames), nothing shown.
 """
 
 from __future__ import annotations
@@ -36,6 +46,52 @@ function p.dissector(tvb, pinfo, tree) end
 register_postdissector(p)
 """
 CHROOT_SUITES = {"4.4": "trixie", "4.6": "unstable"}
+
+
+def floor_postdissectors(capture: Path) -> dict[str, str]:
+    """The --floors postdissectors (module docstring), their offsets from the layers and the
+    MAD's offset as the audit's pre-filter finds it in the capture's first frame."""
+    from ibpath_scapy import blobsniff, fast
+    from ibpath_scapy.fast.layout import prefix_offsets
+    from ibpath_scapy.fast.prefilter import MadAt
+    from ibpath_scapy.fast.reader import classified_frames
+    from ibpath_scapy.layers.mad import MAD
+    from ibpath_scapy.luagen.plugin import runtime_constants
+
+    _, at = next(iter(classified_frames(str(capture), fast.prefilter(), blobsniff.plausible)))
+    assert isinstance(at, MadAt), at  # a RoCEv2 MAD (capture 2's frames all are)
+    mad = at.mad
+    f = prefix_offsets(MAD)
+    cls, tid = f["mgmt_class"], f["transaction_id"]
+    assert cls[1] == tid[1] == 0 and cls[2] == 8 and tid[2] == 64, (cls, tid)
+    const = {c.name: c.value for c in runtime_constants()}  # the plugin's, as it tests them
+    entry = f"""  if pinfo.dst_port > {int(const["MAD_QPN_MAX"])} then return end
+  if pinfo.port_type ~= {int(const["PT_IBQP"])} then return end
+  local s = tvb:raw(0, tvb:len())"""
+    key = (f"string.sub(s, {mad + cls[0] + 1}, {mad + cls[0] + 1}) .. "
+           f"string.sub(s, {mad + tid[0] + 1}, {mad + tid[0] + 8})")
+    bytes_only = f"""local p = Proto("ibpath_bench_bytes", "entry tests and bytes")
+function p.dissector(tvb, pinfo, tree)
+{entry}
+end
+register_postdissector(p)
+"""
+    track = f"""local p = Proto("ibpath_bench_track", "least TID tracking")
+local frames, times = {{}}, {{}}
+function p.dissector(tvb, pinfo, tree)
+{entry}
+  if tree.text ~= nil or string.find(tostring(tree), "has item=true", 1, true) ~= nil then
+    return
+  end
+  local number, visited = pinfo.number, pinfo.visited
+  if not visited then
+    local key = {key}
+    if frames[key] == nil then frames[key] = number; times[key] = pinfo.abs_ts end
+  end
+end
+register_postdissector(p)
+"""
+    return {"bytes": bytes_only, "track": track}
 
 
 class Release:
@@ -88,9 +144,17 @@ def cpu(cmd: list[str]) -> float:
     """CPU time (user + system) of the child: on a shared machine wall time measures the
     neighbours too."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    lua_ok(p.stderr, cmd)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def lua_ok(stderr: str, cmd: list[str]) -> None:
+    """tshark exits 0 when a Lua script fails: a failed script would time as a cheap one."""
+    if "Lua Error" in stderr:
+        raise SystemExit(f"{' '.join(cmd)}: {stderr.strip()}")
 
 
 def instructions(rel: Release, cap: str, extra: list[str]) -> int:
@@ -98,18 +162,20 @@ def instructions(rel: Release, cap: str, extra: list[str]) -> int:
     p = subprocess.run(rel.cmd(*extra, "-r", cap, tool=["valgrind", "--tool=callgrind",
                                                         "--callgrind-out-file=/dev/null"]),
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
+    lua_ok(p.stderr, p.args)
     return int(re.search(r"Collected : (\d+)", p.stderr).group(1))
 
 
 def per_frame_instructions(rel: Release, cap: Path, d: Path, luas: dict[str, str]) -> dict:
+    """Instructions per frame of plain tshark and of tshark with each of `luas`."""
     n = 20000
     big, one = d / f"slice-{cap.stem}.pcap", d / f"one-{cap.stem}.pcap"
     subprocess.run(["editcap", "-r", str(cap), str(big), f"1-{n}"], check=True)
     subprocess.run(["editcap", "-r", str(cap), str(one), "1-1"], check=True)
     b, o = rel.put(big), rel.put(one)
+    runs = {"plain": [], **{k: ["-X", f"lua_script:{lua}"] for k, lua in luas.items()}}
     return {k: (instructions(rel, b, x) - instructions(rel, o, x)) / (n - 1)
-            for k, x in (("plain", []), ("floor", ["-X", f"lua_script:{luas['floor']}"]),
-                         ("plugin", ["-X", f"lua_script:{luas['plugin']}"]))}
+            for k, x in runs.items()}
 
 
 def main() -> None:
@@ -123,6 +189,8 @@ def main() -> None:
                     choices=["4.0", "4.4", "4.6"])
     ap.add_argument("--instructions", action="store_true",
                     help="also count instructions per frame with callgrind (valgrind)")
+    ap.add_argument("--floors", action="store_true",
+                    help="capture 2: also the least tracking postdissectors (docstring)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
@@ -137,26 +205,36 @@ def main() -> None:
             if args.instructions:
                 for rel in rels:
                     rel.mount_proc()
-            print(f"{'capture':<22} {'tshark':>6} {'-r s':>7} {'+empty Lua':>15} {'+plugin':>15}"
-                  + ("   instructions/frame (plain, empty, plugin)" if args.instructions else ""))
+            kinds = ["floor", "plugin"]
+            if args.floors:
+                kinds[1:1] = ["bytes", "track"]
+            print(f"{'capture':<22} {'tshark':>6} {'-r s':>7}"
+                  + "".join(f" {'+' + k:>15}" for k in kinds)
+                  + (f"   instructions/frame (plain, {', '.join(kinds)})"
+                     if args.instructions else ""))
             for c, frames, cap in caps:
+                use = kinds if c == 2 else ["floor", "plugin"]
+                files = {"floor": d / "floor.lua", "plugin": LUA}
+                if "track" in use:
+                    for k, text in floor_postdissectors(cap).items():
+                        (d / f"{k}.lua").write_text(text)
+                        files[k] = d / f"{k}.lua"
                 for rel in rels:
-                    luas = {"floor": rel.put(d / "floor.lua"), "plugin": rel.put(LUA)}
+                    luas = {k: rel.put(files[k]) for k in use}
                     path = rel.put(cap)
-                    best = {"plain": float("inf"), "floor": float("inf"), "plugin": float("inf")}
-                    for _ in range(args.runs):  # interleaved: a busy spell hits all three alike
+                    best = {k: float("inf") for k in ["plain", *use]}
+                    for _ in range(args.runs):  # interleaved: a busy spell hits all alike
                         best["plain"] = min(best["plain"], cpu(rel.cmd("-r", path)))
-                        for k in ("floor", "plugin"):
+                        for k in use:
                             best[k] = min(best[k], cpu(rel.cmd("-X", f"lua_script:{luas[k]}",
                                                                "-r", path)))
                     p = best["plain"]
-                    line = (f"{c} ({frames:>9,} frames) {rel.name:>6} {p:7.2f} "
-                            f"{best['floor']:7.2f} {best['floor'] / p:5.2f}x "
-                            f"{best['plugin']:7.2f} {best['plugin'] / p:5.2f}x")
+                    line = f"{c} ({frames:>9,} frames) {rel.name:>6} {p:7.2f}" + "".join(
+                        f" {best[k]:7.2f} {best[k] / p:5.2f}x" for k in use)
                     if args.instructions:
                         ir = per_frame_instructions(rel, cap, d, luas)
-                        line += (f"   {ir['plain']:8.0f} {ir['floor']:8.0f} {ir['plugin']:8.0f}"
-                                 f" ({ir['plugin'] / ir['plain']:.2f}x)")
+                        line += "   " + " ".join(f"{ir[k]:8.0f}" for k in ["plain", *use]) + \
+                            "".join(f" ({k} {ir[k] / ir['plain']:.2f}x)" for k in use[1:])
                     print(line, flush=True)
         finally:
             for rel in rels:

@@ -2322,8 +2322,20 @@ local function field_bits(x, f) return ib_band(ib_rshift(x, f.shift), f.mask) en
 -- string.byte as an upvalue: a global lookup costs more than the call in Wireshark's Lua
 local byte = string.byte
 local function str_uint(s, base, f)
+  local i = base + f.off + 1
+  local j = i + f.len - 1
+  if j > #s then error("ibpath: read past the end of a string (a missing bounds check)") end
+  -- a field of up to four bytes (every header field read here) with one call of
+  -- string.byte: a call into C per byte costs more than the arithmetic
+  local a, b, c, d, e = byte(s, i, j)
+  if e == nil then
+    if b == nil then return a end
+    if c == nil then return a * 256 + b end
+    if d == nil then return (a * 256 + b) * 256 + c end
+    return ((a * 256 + b) * 256 + c) * 256 + d
+  end
   local n = 0
-  for i = base + f.off + 1, base + f.off + f.len do n = n * 256 + byte(s, i) end
+  for k = i, j do n = n * 256 + byte(s, k) end
   return n
 end
 
@@ -2343,15 +2355,19 @@ local function ba_uint(ba, at, len)
   return n
 end
 
-local function ba_set_uint(ba, at, len, value)
-  for i = at + len - 1, at, -1 do
-    ba:set_index(i, value % 256)
+local function ba_field(ba, base, f) return ba_uint(ba, base + f.off, f.len) end
+
+-- s with the LAYOUT field f of the header at base set to value (big-endian): a new string
+-- (a ByteArray's get_index/set_index is a call into Wireshark per byte).
+local function str_set_field(s, base, f, value)
+  local b = {}
+  for i = f.len, 1, -1 do
+    b[i] = value % 256
     value = math.floor(value / 256)
   end
+  local at = base + f.off
+  return string.sub(s, 1, at) .. string.char(table.unpack(b)) .. string.sub(s, at + f.len + 1)
 end
-
-local function ba_field(ba, base, f) return ba_uint(ba, base + f.off, f.len) end
-local function ba_set_field(ba, base, f, value) ba_set_uint(ba, base + f.off, f.len, value) end
 
 local RT = {
   icrc = ProtoField.uint8("ibpath.check.icrc", "ICRC", base.DEC, {[0] = "Bad", [1] = "Good"}),
@@ -2519,7 +2535,9 @@ end
 -- State is gathered on the first pass whether or not a tree is built (tshark -2 and the GUI
 -- dissect the first pass without one), straight from the MAD's bytes: the MAD header's class,
 -- method and TID, the RMPP header's type, flags, segment number and PayloadLength (LAYOUT).
-local tid_requests, tid_responses = {}, {}
+-- by TID key: the first request's frame and time, the first response's frame (numbers in
+-- tables of their own: no table made per transaction)
+local request_frame, request_time, response_frame = {}, {}, {}
 local rmpp_open, rmpp_done, rmpp_part_of = {}, {}, {}
 local MAD_F, RMPP_F = LAYOUT.MAD, LAYOUT.RMPP
 local RMPP_AT = HDR_LEN.MAD  -- the RMPP header follows the MAD header
@@ -2550,9 +2568,9 @@ local function track_tid(h, pinfo, number, visited)
   if not visited then
     if is_resp then
       -- a response's time is never read: its frame number is all that is kept
-      if tid_responses[key] == nil then tid_responses[key] = {frame = number} end
-    elseif tid_requests[key] == nil then
-      tid_requests[key] = {frame = number, ts = pinfo.abs_ts}
+      if response_frame[key] == nil then response_frame[key] = number end
+    elseif request_frame[key] == nil then
+      request_frame[key], request_time[key] = number, pinfo.abs_ts
     end
   end
   return key, is_resp
@@ -2567,8 +2585,8 @@ local function transfer_addresses(pinfo, s, ip, ipf)
 end
 
 -- Returns true when this MAD (h, from mad_head) is one segment of a multi-segment RMPP DATA
--- transfer.
-local function track_rmpp(h, pinfo, number, visited, s, ip, ipf)
+-- transfer; tkey: its tid_key when the caller has it.
+local function track_rmpp(h, pinfo, number, visited, s, ip, ipf, tkey)
   if #h < MAD_SIZE or str_uint(h, 0, MAD_F.mgmt_class) ~= MGMT_CLASS_SA then return false end
   local rtype = str_uint(h, RMPP_AT, RMPP_F.rmpp_type)
   local flags = field_bits(str_uint(h, RMPP_AT, RMPP_F.rmpp_flags), RMPP_F.rmpp_flags)
@@ -2576,7 +2594,7 @@ local function track_rmpp(h, pinfo, number, visited, s, ip, ipf)
     return false
   end
   if visited then return true end
-  local key = transfer_addresses(pinfo, s, ip, ipf) .. ":" .. tid_key(h)
+  local key = transfer_addresses(pinfo, s, ip, ipf) .. ":" .. (tkey or tid_key(h))
   local st = rmpp_open[key]
   if st == nil then st = {segs = {}, frames = {}, last = nil}; rmpp_open[key] = st end
   local n = str_uint(h, RMPP_AT, RMPP_F.segment_number)
@@ -2590,19 +2608,23 @@ local function track_rmpp(h, pinfo, number, visited, s, ip, ipf)
   local pad = RMPP_DATA_SIZE - str_uint(st.segs[st.last], RMPP_AT, RMPP_F.payload_length)
   if pad < 0 or pad > SA_DATA_SIZE then pad = 0 end
   local total = SA_MAD_HDR_SIZE + st.last * SA_DATA_SIZE - pad
-  local parts = {string.sub(st.segs[1], 1, SA_MAD_HDR_SIZE)}
-  for k = 1, st.last do
-    parts[k + 1] = string.sub(st.segs[k], SA_MAD_HDR_SIZE + 1, SA_MAD_HDR_SIZE + SA_DATA_SIZE)
-  end
-  local ba = ByteArray.new(string.sub(table.concat(parts), 1, total), true)
-  -- rewritten as one FIRST|LAST transfer so that the generated SA code counts every record
+  -- the first segment's headers rewritten as one FIRST|LAST transfer, so that the generated
+  -- SA code counts every record, then each segment's data, the last one's cut to its
+  -- PayloadLength: one string made of them (a ByteArray and its tvb only when a tree shows it)
+  local head = string.sub(st.segs[1], 1, SA_MAD_HDR_SIZE)
   local fl = RMPP_F.rmpp_flags
-  local w = ba_field(ba, RMPP_AT, fl)
-  ba_set_field(ba, RMPP_AT, fl, w - ib_lshift(field_bits(w, fl), fl.shift) + ib_lshift(RMPP_WHOLE, fl.shift))
-  ba_set_field(ba, RMPP_AT, RMPP_F.segment_number, 1)
-  ba_set_field(ba, RMPP_AT, RMPP_F.payload_length, SA_HDR_SIZE + total - SA_MAD_HDR_SIZE)
-  local stride = SA_RECORD_STRIDE({attribute_offset = ba_field(ba, SA_AT, LAYOUT.SAHeader.attribute_offset)})
-  rmpp_done[number] = {bytes = ba, frames = st.frames, last = st.last,
+  local w = str_uint(head, RMPP_AT, fl)
+  head = str_set_field(head, RMPP_AT, fl, w - ib_lshift(field_bits(w, fl), fl.shift) + ib_lshift(RMPP_WHOLE, fl.shift))
+  head = str_set_field(head, RMPP_AT, RMPP_F.segment_number, 1)
+  head = str_set_field(head, RMPP_AT, RMPP_F.payload_length, SA_HDR_SIZE + total - SA_MAD_HDR_SIZE)
+  local parts = {head}
+  for k = 1, st.last do
+    local len = k == st.last and SA_DATA_SIZE - pad or SA_DATA_SIZE
+    parts[k + 1] = string.sub(st.segs[k], SA_MAD_HDR_SIZE + 1, SA_MAD_HDR_SIZE + len)
+  end
+  local msg = table.concat(parts)
+  local stride = SA_RECORD_STRIDE({attribute_offset = str_uint(head, SA_AT, LAYOUT.SAHeader.attribute_offset)})
+  rmpp_done[number] = {bytes = msg, frames = st.frames, last = st.last,
                        records = math.floor((total - SA_MAD_HDR_SIZE) / stride)}
   for k = 1, st.last do rmpp_part_of[st.frames[k]] = number end
   rmpp_open[key] = nil
@@ -2624,17 +2646,17 @@ HOOKS["MAD"] = function(tvb, pinfo, t, off, o, ctx, v)
   local number = pinfo.number
   local key, is_resp = track_tid(h, pinfo, number, pinfo.visited)
   if is_resp then
-    local req = tid_requests[key]
-    if req ~= nil and req.frame < number then
-      t:add(RT.request_in, req.frame):set_generated()
-      local d = pinfo.abs_ts - req.ts
+    local req = request_frame[key]
+    if req ~= nil and req < number then
+      t:add(RT.request_in, req):set_generated()
+      local d = pinfo.abs_ts - request_time[key]
       local secs = math.floor(d)
       t:add(RT.response_time, NSTime.new(secs, math.floor((d - secs) * 1e9))):set_generated()
     end
   else
-    local resp = tid_responses[key]
-    if resp ~= nil and resp.frame > number then
-      t:add(RT.response_in, resp.frame):set_generated()
+    local resp = response_frame[key]
+    if resp ~= nil and resp > number then
+      t:add(RT.response_in, resp):set_generated()
     end
   end
 end
@@ -2666,7 +2688,7 @@ HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
     return
   end
   for k = 1, done.last do t:add(RT.segment, done.frames[k]):set_generated() end
-  local rtvb = done.bytes:tvb("Reassembled RMPP")
+  local rtvb = ByteArray.new(done.bytes, true):tvb("Reassembled RMPP")
   local sub = {limit = rtvb:len(), v = {}, at = {}, encap = ctx.encap, reassembled = true, show = true}
   D["MAD"](rtvb, pinfo, t, 0, sub)
 end
@@ -2682,8 +2704,8 @@ local function track_only(s, pinfo, bth_off, ip, ipf)
       and str_uint(s, bth_off + DETH_AT, LAYOUT.DETH.src_qp) > MAD_QPN_MAX then return end
   local h = string.sub(s, mad_off + 1, mad_off + MAD_SIZE)
   local number, visited = pinfo.number, pinfo.visited
-  track_tid(h, pinfo, number, visited)
-  if track_rmpp(h, pinfo, number, visited, s, ip, ipf) then note_reassembly(pinfo, number) end
+  local key = track_tid(h, pinfo, number, visited)
+  if track_rmpp(h, pinfo, number, visited, s, ip, ipf, key) then note_reassembly(pinfo, number) end
 end
 
 -- Registration ------------------------------------------------------------------------------
@@ -2706,9 +2728,11 @@ end
 
 -- tshark -r without -V, a filter or -e passes no tree: then only the state is kept. A tree's
 -- root has text up to 4.4, but a faked one (-T fields, -Y) has none from 4.6 on; tostring()
--- says "has item=true" for both on 4.0 to 4.6 (0.1-0.2 µs a call, measured).
+-- says "has item=true" for both on 4.0 to 4.6 (0.1-0.2 µs a call, measured), so it alone is
+-- asked: reading tree.text first cost a second call into Wireshark on every MAD frame
+-- tshark -r dissects without a tree.
 local function has_tree(tree)
-  return tree.text ~= nil or string.find(tostring(tree), "has item=true", 1, true) ~= nil
+  return string.find(tostring(tree), "has item=true", 1, true) ~= nil
 end
 
 -- With a tree, ibpath's layers from `first` (at off) on; without one (tshark -r with no -V or

@@ -122,19 +122,20 @@ class ClosedTransaction:
     asks_reversible = Transaction.asks_reversible
 
 
-_COMPONENTS: dict[tuple, frozenset] = {}
+_COMPONENTS: dict[int, frozenset] = {}
 
 
 def _components(request) -> frozenset:
-    """A request's ComponentMask names as a frozenset, one per distinct mask."""
+    """A request's ComponentMask names as a frozenset, one per distinct mask (the names are
+    the mask's: assemble.sa_fact makes every SaHeader fact)."""
     # a MadFrame, or what a transaction keeps of it (`is not None`: a fact's truth is a call)
     sa = request.sa if request is not None else None
-    names = tuple(sa.components) if sa is not None else ()
-    s = _COMPONENTS.get(names)
+    mask = sa.component_mask if sa is not None else 0
+    s = _COMPONENTS.get(mask)
     if s is None:
         if len(_COMPONENTS) >= 4096:
             _COMPONENTS.clear()
-        s = _COMPONENTS[names] = frozenset(names)
+        s = _COMPONENTS[mask] = frozenset(sa.components) if sa is not None else frozenset()
     return s
 
 

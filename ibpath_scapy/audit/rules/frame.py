@@ -84,16 +84,8 @@ def _getter(names: tuple):
     return values
 
 
-_GETTERS = tuple((layer, _getter(names)) for layer, names in _HEADER_READS)
-_RECORD_GETTER = _getter(_RECORD_READS)
-
-
-def _reads_key(views: dict, records: list) -> tuple:
-    """The values every audited condition reads of a record (None where a view or a field is
-    missing): records with the same key get the same verdicts."""
-    key = [get(views[layer]) for layer, get in _GETTERS]
-    key.append(tuple([_RECORD_GETTER(r) for r in records]))
-    return tuple(key)
+_MAD_VALUES, _RMPP_VALUES, _SA_VALUES = (_getter(names) for _, names in _HEADER_READS)
+_RECORD_VALUES = _getter(_RECORD_READS)
 
 
 def _rules_holding(views: dict, records: list) -> tuple:
@@ -118,16 +110,19 @@ def packet_rule_hits(rec: dict):
         return ()
     if _last[0] is rec:
         return _last[1]
-    # an SA record is a MadFrame fact: its declared fields are read directly
+    # an SA record is a MadFrame fact: its declared fields are read directly. The key: the
+    # values every audited condition reads (None for a missing view or field); records with
+    # the same key get the same verdicts.
     records = rec.path_records or []
-    # every layer view a condition can name, looked up once
-    views = {"MAD": rec.mad, "RMPP": rec.rmpp, "SAHeader": rec.sa,
-             "PathRecord": records[0] if records else None}
-    key = _reads_key(views, records)
+    key = (_MAD_VALUES(rec.mad), _RMPP_VALUES(rec.rmpp), _SA_VALUES(rec.sa),
+           tuple(map(_RECORD_VALUES, records)))
     holding = _MEMO.get(key)
     if holding is None:
         if len(_MEMO) >= _MEMO_SIZE:
             _MEMO.clear()
+        # every layer view a condition can name
+        views = {"MAD": rec.mad, "RMPP": rec.rmpp, "SAHeader": rec.sa,
+                 "PathRecord": records[0] if records else None}
         holding = _MEMO[key] = _rules_holding(views, records)
     hits = [(pr, [rec.frame], pr.message) for pr in holding] if holding else ()
     _last[0], _last[1] = rec, hits

@@ -10,6 +10,7 @@ import ipaddress
 
 from ...layers.mad import METHOD_RESP, SA_STATUS, status_text
 from ...facts.problems import RMPP_CODES, Code, of_code
+from ...facts.records import Fact
 from ...rmpp import MAX_SEGMENTS, RMPP_DATA_SIZE
 from ... import sources
 from ..model import rule
@@ -85,6 +86,29 @@ def status(t: Transaction):
             return
 
 
+def _contradicted(q, rec, comps: frozenset) -> list[str]:
+    """The masked fields of the query q that the answered record rec contradicts."""
+    # q and rec are PathRecord facts: their declared fields are read directly
+    bad = [n for n in _EXACT if n in comps and not _same(n, getattr(q, n), getattr(rec, n))]
+    if "reversible" in comps and q.reversible == 1 and rec.reversible != 1:
+        bad.append("reversible")
+    for val, sel in _SELECTED:
+        if val in comps and sel in comps:
+            want, got, s = getattr(q, val), getattr(rec, val), getattr(q, sel)
+            ok = {0: got > want, 1: got < want, 2: got == want, 3: True}[s]
+            if not ok:
+                bad.append(val)
+    return bad
+
+
+# _contradicted by (query, record, components): the decoders' PathRecord facts are flyweights
+# (the same bytes, the same object) and an SA storm asks the same few queries, so one entry
+# answers for many transactions. Keyed by identity, the entry holds both facts, so that
+# neither id is reused while it is kept; facts only (they are immutable).
+_VERDICTS: dict[tuple, tuple] = {}
+_VERDICTS_SIZE = 4096
+
+
 @rule("SAR-MISMATCH", "error", "transaction", "OpenSM osm_sa_path_record.c (component matching)")
 def mismatch(t: Transaction):
     """A response record contradicts a masked field of the query (SGID, DGID, SLID, DLID,
@@ -94,17 +118,18 @@ def mismatch(t: Transaction):
         return
     comps = t.components
     frame = [t.request.frame, t.completing_frame]
+    qid = id(q) if isinstance(q, Fact) else None
     for i, rec in enumerate(t.records):
-        # q and rec are PathRecord facts: their declared fields are read directly
-        bad = [n for n in _EXACT if n in comps and not _same(n, getattr(q, n), getattr(rec, n))]
-        if "reversible" in comps and q.reversible == 1 and rec.reversible != 1:
-            bad.append("reversible")
-        for val, sel in _SELECTED:
-            if val in comps and sel in comps:
-                want, got, s = getattr(q, val), getattr(rec, val), getattr(q, sel)
-                ok = {0: got > want, 1: got < want, 2: got == want, 3: True}[s]
-                if not ok:
-                    bad.append(val)
+        if qid is None or not isinstance(rec, Fact):
+            bad = _contradicted(q, rec, comps)
+        else:
+            key = (qid, id(rec), comps)
+            known = _VERDICTS.get(key)
+            if known is None:
+                if len(_VERDICTS) >= _VERDICTS_SIZE:
+                    _VERDICTS.clear()
+                known = _VERDICTS[key] = (q, rec, _contradicted(q, rec, comps))
+            bad = known[2]
         if bad:
             detail = ", ".join(f"{n} {rec[n]} (asked {q[n]})" for n in bad)
             yield frame, f"record {i} contradicts the query: {detail}"
