@@ -48,6 +48,17 @@ register_postdissector(p)
 CHROOT_SUITES = {"4.4": "trixie", "4.6": "unstable"}
 
 
+def plugin_function(name: str) -> str:
+    """A local function of the plugin's runtime (luagen/runtime.lua), as the plugin has it."""
+    from importlib import resources
+
+    runtime = resources.files("ibpath_scapy.luagen").joinpath("runtime.lua").read_text()
+    m = re.search(rf"^local function {name}\(.*?^end$", runtime, re.M | re.S)
+    if m is None:
+        raise SystemExit(f"runtime.lua has no local function {name}")
+    return m.group(0)
+
+
 def floor_postdissectors(capture: Path) -> dict[str, str]:
     """The --floors postdissectors (module docstring), their offsets from the layers and the
     MAD's offset as the audit's pre-filter finds it in the capture's first frame."""
@@ -78,11 +89,10 @@ register_postdissector(p)
 """
     track = f"""local p = Proto("ibpath_bench_track", "least TID tracking")
 local frames, times = {{}}, {{}}
+{plugin_function("has_tree")}
 function p.dissector(tvb, pinfo, tree)
 {entry}
-  if tree.text ~= nil or string.find(tostring(tree), "has item=true", 1, true) ~= nil then
-    return
-  end
+  if has_tree(tree) then return end
   local number, visited = pinfo.number, pinfo.visited
   if not visited then
     local key = {key}

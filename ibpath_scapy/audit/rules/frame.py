@@ -84,7 +84,8 @@ def _getter(names: tuple):
     return values
 
 
-_MAD_VALUES, _RMPP_VALUES, _SA_VALUES = (_getter(names) for _, names in _HEADER_READS)
+_VALUES = {layer: _getter(names) for layer, names in _HEADER_READS}
+_MAD_VALUES, _RMPP_VALUES, _SA_VALUES = _VALUES["MAD"], _VALUES["RMPP"], _VALUES["SAHeader"]
 _RECORD_VALUES = _getter(_RECORD_READS)
 
 

@@ -109,6 +109,19 @@ _VERDICTS: dict[tuple, tuple] = {}
 _VERDICTS_SIZE = 4096
 
 
+def _verdict(q, rec, comps: frozenset) -> list[str]:
+    """_contradicted(q, rec, comps), kept for facts."""
+    if not (isinstance(q, Fact) and isinstance(rec, Fact)):
+        return _contradicted(q, rec, comps)
+    key = (id(q), id(rec), comps)
+    known = _VERDICTS.get(key)
+    if known is None:
+        if len(_VERDICTS) >= _VERDICTS_SIZE:
+            _VERDICTS.clear()
+        known = _VERDICTS[key] = (q, rec, _contradicted(q, rec, comps))
+    return known[2]
+
+
 @rule("SAR-MISMATCH", "error", "transaction", "OpenSM osm_sa_path_record.c (component matching)")
 def mismatch(t: Transaction):
     """A response record contradicts a masked field of the query (SGID, DGID, SLID, DLID,
@@ -118,18 +131,8 @@ def mismatch(t: Transaction):
         return
     comps = t.components
     frame = [t.request.frame, t.completing_frame]
-    qid = id(q) if isinstance(q, Fact) else None
     for i, rec in enumerate(t.records):
-        if qid is None or not isinstance(rec, Fact):
-            bad = _contradicted(q, rec, comps)
-        else:
-            key = (qid, id(rec), comps)
-            known = _VERDICTS.get(key)
-            if known is None:
-                if len(_VERDICTS) >= _VERDICTS_SIZE:
-                    _VERDICTS.clear()
-                known = _VERDICTS[key] = (q, rec, _contradicted(q, rec, comps))
-            bad = known[2]
+        bad = _verdict(q, rec, comps)
         if bad:
             detail = ", ".join(f"{n} {rec[n]} (asked {q[n]})" for n in bad)
             yield frame, f"record {i} contradicts the query: {detail}"
