@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import crcmod
 
-from . import crcspec
+from . import crcspec, native
 from .crcspec import ICRC, VCRC, CrcParams
 
 VCRC_POLY = VCRC.poly
@@ -43,23 +43,25 @@ _ICRC_PACK = "<" + {32: "I", 16: "H"}[ICRC.width]
 
 @dataclass(frozen=True)
 class _Recipe:
-    """crcspec resolved against the headers' layouts, as (byte offset, bits set to one) plans
-    for each shape of packet (resolved on first use: see crcspec)."""
+    """crcspec resolved against the headers' layouts: for each shape of packet, the bits its
+    variant fields set, as a mask of bytes from its first header on, built from (byte offset,
+    bits set to one) plans (resolved on first use: see crcspec)."""
 
-    native_local: tuple  # LRH (VL) and BTH
-    native_global: tuple  # LRH, GRH and BTH
-    native_global_short: tuple  # LRH and BTH, the packet too short for a GRH
     grh_end: int
     lnh: object  # FieldLayout of LRH LNH: LNH_IBA_GLOBAL when a GRH follows
     lnh_global: int
     ipv4: tuple
-    ipv6: tuple
     udp_bth: tuple  # from the UDP header on
-    ipv6_len: int
     version: object  # FieldLayout of the IP version (IPv4's and IPv6's share the nibble)
     ihl: object
     ipv4_version: int
     prefix: bytes
+    native_local_mask: bytes  # LRH (VL) and BTH
+    native_global_mask: bytes  # LRH, GRH and BTH
+    native_global_short_mask: bytes  # LRH and BTH, the packet too short for a GRH
+    ipv6_mask: bytes  # RoCEv2 over IPv6, IP to BTH
+    ipv4_masks: dict  # RoCEv2 over IPv4: IP header length -> the mask, made on first use
+    or_head: object  # fast/_scan.c's or_head, or its Python twin
 
 
 _R: _Recipe | None = None
@@ -72,36 +74,58 @@ def _resolve() -> _Recipe:
     lay, masks = crcspec.layouts(), crcspec.variant_masks()
 
     def plan(*parts):  # (mask name, offset of its header)
-        return tuple((at + off, bits) for name, at in parts for off, bits in masks[name])
+        return sum((_shift(masks[name], at) for name, at in parts), ())
 
     lrh, grh, udp = lay["LRH"].fixed_len, lay["GRH"].fixed_len, lay["UDP"].fixed_len
     ip = lay["IP"].fields
     assert ip["version"] == lay["IPv6"].fields["version"] and ip["version"].nbytes == ip["ihl"].nbytes == 1
+    native_local = plan(("LRH_LOCAL", 0), ("BTH", lrh))
+    native_global = plan(("LRH_GLOBAL", 0), ("GRH", lrh), ("BTH", lrh + grh))
+    native_global_short = plan(("LRH_GLOBAL", 0), ("BTH", lrh + grh))
+    ipv6, ipv6_len, udp_bth = plan(("IPv6", 0)), lay["IPv6"].fixed_len, plan(("UDP", 0), ("BTH", udp))
     _R = _Recipe(
-        native_local=plan(("LRH_LOCAL", 0), ("BTH", lrh)),
-        native_global=plan(("LRH_GLOBAL", 0), ("GRH", lrh), ("BTH", lrh + grh)),
-        native_global_short=plan(("LRH_GLOBAL", 0), ("BTH", lrh + grh)),
         grh_end=lrh + grh, lnh=lay["LRH"].fields["lnh"], lnh_global=LNH_IBA_GLOBAL,
-        ipv4=plan(("IP", 0)), ipv6=plan(("IPv6", 0)), udp_bth=plan(("UDP", 0), ("BTH", udp)),
-        ipv6_len=lay["IPv6"].fixed_len, version=ip["version"], ihl=ip["ihl"],
-        ipv4_version=crcspec.header_classes()["IP"]().version, prefix=crcspec.rocev2_prefix())
+        ipv4=plan(("IP", 0)), udp_bth=udp_bth, version=ip["version"], ihl=ip["ihl"],
+        ipv4_version=crcspec.header_classes()["IP"]().version, prefix=crcspec.rocev2_prefix(),
+        native_local_mask=_mask(native_local), native_global_mask=_mask(native_global),
+        native_global_short_mask=_mask(native_global_short),
+        ipv6_mask=_mask(ipv6 + _shift(udp_bth, ipv6_len)), ipv4_masks={},
+        or_head=getattr(native.extension(), "or_head", _or_head_python))
     return _R
 
 
-def masked_native(body: bytes) -> bytes:
-    """LRH..payload of a native-IB packet with its variant fields set to ones."""
-    r = _R or _resolve()
-    b = bytearray(body)
-    n = len(b)
-    lnh = r.lnh
-    if n > lnh.off and (b[lnh.off] >> lnh.shift) & lnh.mask == r.lnh_global:
-        plan = r.native_global if n >= r.grh_end else r.native_global_short
-    else:
-        plan = r.native_local
+def _shift(plan: tuple, by: int) -> tuple:
+    """plan for its header placed by bytes further on."""
+    return tuple((at + by, bits) for at, bits in plan)
+
+
+def _mask(plan: tuple) -> bytes:
+    """The bits a plan sets, as bytes up to the last one it touches."""
+    m = bytearray(max(at for at, _ in plan) + 1)
     for at, bits in plan:
-        if at < n:  # (bytes past the end are left alone)
-            b[at] |= bits
-    return bytes(b)
+        m[at] |= bits
+    return bytes(m)
+
+
+def _or_head_python(b: bytes, mask: bytes) -> bytes:
+    """fast/_scan.c's or_head: b with mask ORed into its first bytes (as many as both have)."""
+    a = bytearray(b)
+    for at in range(min(len(a), len(mask))):
+        a[at] |= mask[at]
+    return bytes(a)
+
+
+def masked_native(body: bytes) -> bytes:
+    """LRH..payload of a native-IB packet with its variant fields set to ones (bytes past
+    the end are left alone)."""
+    r = _R or _resolve()
+    n = len(body)
+    lnh = r.lnh
+    if n > lnh.off and (body[lnh.off] >> lnh.shift) & lnh.mask == r.lnh_global:
+        mask = r.native_global_mask if n >= r.grh_end else r.native_global_short_mask
+    else:
+        mask = r.native_local_mask
+    return r.or_head(body, mask)
 
 
 def native_icrc(lrh_to_icrc: bytes) -> bytes:
@@ -117,15 +141,15 @@ def vcrc(lrh_to_icrc: bytes) -> int:
 def rocev2_icrc(frame_from_ip: bytes) -> bytes:
     """ICRC of a RoCEv2 packet given IP..ICRC (last 4 bytes ignored); IPv4 or IPv6."""
     r = _R or _resolve()
-    b = bytearray(frame_from_ip[:-4])
+    b = frame_from_ip[:-4]
     v = r.version
     if (b[v.off] >> v.shift) & v.mask == r.ipv4_version:
-        plan = r.ipv4
         udp = ((b[r.ihl.off] >> r.ihl.shift) & r.ihl.mask) * 4  # IHL counts 32-bit words
+        mask = r.ipv4_masks.get(udp)
+        if mask is None:  # one per header length
+            mask = r.ipv4_masks[udp] = _mask(r.ipv4 + _shift(r.udp_bth, udp))
     else:
-        plan, udp = r.ipv6, r.ipv6_len
-    for at, bits in plan:
-        b[at] |= bits
-    for at, bits in r.udp_bth:  # (a packet too short for its UDP and BT headers raises)
-        b[udp + at] |= bits
-    return struct.pack(_ICRC_PACK, _icrc(r.prefix + bytes(b)))
+        mask = r.ipv6_mask
+    if len(b) < len(mask):
+        raise IndexError(f"a RoCEv2 packet of {len(b)} bytes ends before its BTH")
+    return struct.pack(_ICRC_PACK, _icrc(r.prefix + r.or_head(b, mask)))

@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator, Protocol
 
+from .native import extension as _native_scan  # (tests swap it for a lambda: None)
+
 PCAP_MAGICS = {
     b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
     b"\xa1\xb2\xc3\xd4": (">", 1e-6),
@@ -730,18 +732,6 @@ def _scanners(test: RunTest | None, kind: str, *args) -> Callable | None:
             makers = {"pcap": ns["make_pcap_scan"], "epb": ns["make_epb_scan"]}
         test._makers[native is not None] = makers
     return makers[kind](*args)
-
-
-def _native_scan():
-    """The C loops (ibpath_scapy.fast._scan), or None where the package was built without a
-    compiler or IBPATH_NATIVE_SCAN=0 (or "no"/"off"/"false") asks for the Python ones."""
-    if os.environ.get("IBPATH_NATIVE_SCAN", "1").strip().lower() in ("0", "no", "off", "false"):
-        return None
-    try:
-        from .fast import _scan
-    except ImportError:
-        return None
-    return _scan
 
 
 # a term in the C loops' program: 8 signed 64-bit words, the not_in sets' values after all terms

@@ -1,10 +1,12 @@
 """ICRC and VCRC against external vectors: scapy's roce.uts frames and a real ibdump capture."""
 
+import dataclasses
 import struct
 
+import pytest
 from scapy.utils import RawPcapReader
 
-from ibpath_scapy import crc, crcspec
+from ibpath_scapy import crc, crcspec, native
 from ibpath_scapy.layers import ERF, LRH
 
 # scapy test/contrib/roce.uts "RoCE CNP captured on ConnectX-4 Lx" (wire-formats.md §4.1).
@@ -16,7 +18,23 @@ CNP_FRAME = bytes.fromhex(
     "82fd002a")
 
 
-def test_rocev2_icrc_matches_connectx4_cnp():
+@pytest.fixture(params=["c", "python"])
+def or_head(request, monkeypatch):
+    """The variant-field mask ORed by fast/_scan.c's or_head and by its Python twin: each
+    must give the external vectors' CRCs."""
+    r = crc._R or crc._resolve()
+    if request.param == "c":
+        ext = native.extension()
+        if ext is None:
+            pytest.skip("the package was built without its C extension: the Python twin runs")
+        fun = ext.or_head
+    else:
+        fun = crc._or_head_python
+    monkeypatch.setattr(crc, "_R", dataclasses.replace(r, or_head=fun, ipv4_masks={}))
+    return request.param
+
+
+def test_rocev2_icrc_matches_connectx4_cnp(or_head):
     assert crc.rocev2_icrc(CNP_FRAME[14:]) == bytes.fromhex("82fd002a")
 
 
@@ -26,7 +44,7 @@ def test_pseudo_lrh_seed():
     assert ~zlib.crc32(b"\xff" * 8) & 0xFFFFFFFF == 0xDEBB20E3
 
 
-def test_native_icrc_and_vcrc_hold_on_every_frame_of_real_ibdump_capture(external):
+def test_native_icrc_and_vcrc_hold_on_every_frame_of_real_ibdump_capture(external, or_head):
     n = grh = 0
     for data, _ in RawPcapReader(str(external / "ib-erf-sminfo-cm.pcap")):
         pkt = data[16:]  # ERF header
@@ -88,7 +106,7 @@ def test_variant_masks_are_the_iba_and_rxe_ones():
     assert crcspec.rocev2_prefix() == b"\xff" * 8
 
 
-def test_rocev2_icrc_over_ipv6_and_ipv4_options():
+def test_rocev2_icrc_over_ipv6_and_ipv4_options(or_head):
     """The IPv6 and IPv4-with-options paths against scapy's own RoCEv2 ICRC
     (scapy.contrib.roce.BTH.compute_icrc), an implementation of its own."""
     from scapy.layers.inet import IP, UDP

@@ -1,7 +1,8 @@
 """The readers' loops over runs of skipped frames in C (ibpath_scapy/fast/_scan.c) against the
 same loops in Python (pcapio._SCAN_SOURCE), which remain the reference: the same (pos, k)
 from any buffer, and the same frames, records and findings over the project's captures, the
-fuzz inputs and both bench captures, whichever runs."""
+fuzz inputs and both bench captures, whichever runs. Also its or_head, the CRCs'
+variant-field mask, against crc's Python twin (the CRCs themselves: tests/test_crc.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ibpath_scapy import blobsniff, pcapio
+from ibpath_scapy import blobsniff, crc, pcapio
 from ibpath_scapy.fast import FastDecoder, decode_file_fast, prefilter
 from ibpath_scapy.fast.reader import classified_frames
 from ibpath_scapy.layers.ib import LINKTYPE_ERF
@@ -233,3 +234,23 @@ def test_the_generated_streams_hold_runs_and_every_way_to_stop():
                 stops.add("end" if pos == len(buf) else "short" if len(buf) - pos < 16 else "frame")
     assert max(ks) >= 10 and sum(k > 0 for k in ks) > len(ks) // 2
     assert stops == {"end", "short", "frame"}
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=120), st.binary(max_size=80))
+def test_c_or_head_is_the_python_one(data, mask):
+    assert _scan.or_head(data, mask) == crc._or_head_python(data, mask)
+    assert _scan.or_head(bytearray(data), mask) == crc._or_head_python(data, mask)
+
+
+@needs_c
+def test_c_or_head_leaves_its_input_and_shared_bytes_alone():
+    """CPython shares its one-byte bytes objects: or_head must write into a new one."""
+    for i in range(256):
+        one = bytes([i])
+        assert _scan.or_head(one, b"\xff") == b"\xff"
+        assert bytes([i]) == one and one[0] == i
+    data = bytes(range(64))
+    assert _scan.or_head(data, b"\xff" * 8)[:9] == b"\xff" * 8 + b"\x08"
+    assert data == bytes(range(64))

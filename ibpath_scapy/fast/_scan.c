@@ -1,4 +1,5 @@
-/* The pcap and pcapng readers' loops over runs of skipped frames (pcapio._SCAN_SOURCE), in C.
+/* The pcap and pcapng readers' loops over runs of skipped frames (pcapio._SCAN_SOURCE), in C,
+ * and the OR of a byte mask the CRCs' variant fields need (crc.py).
  *
  * Format-agnostic: what a frame is tested for comes in as a program, the terms of the
  * pre-filter's RunTest (pcapio.Term, packed by pcapio._program) that the fast path derives
@@ -163,6 +164,27 @@ static PyObject *scan_epb(PyObject *self, PyObject *args)
     return done(&pb, &bb, prog, pos, k);
 }
 
+/* or_head(data, mask) -> bytes: data with mask ORed into its first bytes (as many as both
+ * have): the CRCs' variant fields set to ones (crc.py's plans, as a mask of bytes). */
+static PyObject *or_head(PyObject *self, PyObject *args)
+{
+    Py_buffer db, mb;
+    if (!PyArg_ParseTuple(args, "y*y*", &db, &mb))
+        return NULL;
+    /* a new object (from a string, one byte would be CPython's shared one-byte bytes) */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, db.len);
+    if (out) {
+        unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+        memcpy(o, db.buf, db.len);
+        const unsigned char *m = mb.buf;
+        for (Py_ssize_t i = 0, n = db.len < mb.len ? db.len : mb.len; i < n; i++)
+            o[i] |= m[i];
+    }
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&mb);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"pcap", scan_pcap, METH_VARARGS,
      "pcap(little, least, most, prog, buf, pos, n) -> (pos, k): skip the k pcap records "
@@ -170,12 +192,15 @@ static PyMethodDef methods[] = {
     {"epb", scan_epb, METH_VARARGS,
      "epb(little, iface, least, most, max_block, block_type, prog, buf, pos, n) -> (pos, k): "
      "skip the k enhanced packet blocks of iface from pos whose frames pass prog."},
+    {"or_head", or_head, METH_VARARGS,
+     "or_head(data, mask) -> bytes: data with mask ORed into its first min(len) bytes."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_scan",
-    "The pcap/pcapng readers' loops over runs of skipped frames, in C (pcapio._scanners).",
+    "The pcap/pcapng readers' loops over runs of skipped frames (pcapio._scanners) and the "
+    "CRCs' variant-field mask (crc.py), in C.",
     -1, methods,
 };
 

@@ -1,0 +1,18 @@
+"""The package's optional C extension (fast/_scan.c), or None: where it was built without a
+compiler, or IBPATH_NATIVE_SCAN=0 (or "no"/"off"/"false") asks for the Python twins of its
+functions (pcapio's skip loops, crc's variant-field mask)."""
+
+from __future__ import annotations
+
+import os
+
+
+def extension():
+    """ibpath_scapy.fast._scan, or None (see the module)."""
+    if os.environ.get("IBPATH_NATIVE_SCAN", "1").strip().lower() in ("0", "no", "off", "false"):
+        return None
+    try:
+        from .fast import _scan
+    except ImportError:
+        return None
+    return _scan
