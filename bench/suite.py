@@ -113,8 +113,8 @@ def installed_env(pycache: Path) -> dict:
 
 
 def bench_capture(n: int, path: Path, frames: int, runs: int, encap: str = "rocev2",
-                  floor_lua: Path | None = None, env: dict | None = None) -> dict:
-    env = env or installed_env(path.parent / "pycache")
+                  floor_lua: Path | None = None, *, env: dict) -> dict:
+    """One row: every command on path, interleaved; env: installed_env's, warmed up."""
     ibpath = [sys.executable, "-m", "ibpath_scapy.cli.main"]
     fields = [x for f in AUDITOR_FIELDS for x in ("-e", f)]
     cmds = {
@@ -219,7 +219,7 @@ def main() -> None:
                     if not ng.exists():
                         subprocess.run(["editcap", "-F", "pcapng", str(path), str(ng)], check=True)
                     path = ng
-                rows.append(bench_capture(n, path, frames, args.runs, encap, floor, env))
+                rows.append(bench_capture(n, path, frames, args.runs, encap, floor, env=env))
                 print(report(rows[-1:]), flush=True)
     print()
     print(f"best CPU of {args.runs} run(s) each; python {sys.version.split()[0]}, "
