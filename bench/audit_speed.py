@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import write_capture1, write_capture2  # noqa: E402
+from suite import IBPATH  # noqa: E402
 
 
 def run(cmd: list[str]) -> tuple[float, float, int]:
@@ -44,8 +45,7 @@ def main() -> None:
         (write_capture1 if args.capture == 1 else write_capture2)(path, args.frames,
                                                                   encap=args.encap)
         tw, tc, _ = run(["tshark", "-n", "-r", str(path)])
-        aw, ac, rss = run([sys.executable, "-m", "ibpath_scapy.cli.main", "audit", "--quiet",
-                           "--format", "json", str(path)])
+        aw, ac, rss = run(IBPATH + ["audit", "--quiet", "--format", "json", str(path)])
     print(f"capture{args.capture} ({args.encap}): {args.frames} frames")
     print(f"tshark -r     : {tw:8.2f} s wall {tc:8.2f} s CPU")
     print(f"ibpath audit  : {aw:8.2f} s wall {ac:8.2f} s CPU  ratio {ac / tc:.2f}x CPU, "

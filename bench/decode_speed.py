@@ -26,10 +26,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from suite import captures, interleaved  # noqa: E402
+from suite import IBPATH, captures, interleaved  # noqa: E402
 
 TARGET = 1.5
-IBPATH = [sys.executable, "-m", "ibpath_scapy.cli.main"]
 
 
 def bench_file(path: Path, runs: int, text: bool, scapy_runs: int) -> dict:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import write_capture1  # noqa: E402
+from suite import IBPATH  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -65,7 +66,7 @@ def main() -> None:
         cap = write_capture1(Path(d) / "capture1.pcap", args.frames)
         html = Path(d) / "capture1.html"
         t = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "ibpath_scapy.cli.main", "audit", "--quiet",
+        p = subprocess.run(IBPATH + ["audit", "--quiet",
                             "--format", "html", "-o", str(html), str(cap)],
                            capture_output=True, text=True)
         audit = time.perf_counter() - t

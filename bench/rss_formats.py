@@ -35,11 +35,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from suite import RSS_TARGET_MB, captures, measure  # noqa: E402
+from suite import IBPATH, RSS_TARGET_MB, captures, measure  # noqa: E402
 from tty_rss import run_on_pty  # noqa: E402
 
-_AUDIT = [sys.executable, "-m", "ibpath_scapy.cli.main", "audit"]
-_DECODE = [sys.executable, "-m", "ibpath_scapy.cli.main", "decode"]
+_AUDIT = IBPATH + ["audit"]
+_DECODE = IBPATH + ["decode"]
 # format name -> (command before the file, run under a pseudo-terminal)
 FORMATS = {
     "text": (_AUDIT + ["--quiet", "--format", "text"], False),

@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from corpus import write_capture2  # noqa: E402
-from suite import measure  # noqa: E402
+from suite import IBPATH, measure  # noqa: E402
 
 
 def main() -> None:
@@ -42,7 +42,7 @@ def main() -> None:
             path = d / f"capture2-{n}.pcap"
             if not path.exists():
                 write_capture2(path, n)
-            cpu, _, rss = measure([sys.executable, "-m", "ibpath_scapy.cli.main", "audit",
+            cpu, _, rss = measure(IBPATH + ["audit",
                                    "--quiet", "--format", "json", str(path)], env)
             growth = ""
             if prev is not None and n != prev[0]:

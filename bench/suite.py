@@ -112,10 +112,14 @@ def installed_env(pycache: Path) -> dict:
     return {**env, "IBPATH_FASTPATH": "1", "PYTHONPYCACHEPREFIX": str(pycache)}
 
 
+# what the `ibpath` console script runs (pyproject.toml's entry point), from this interpreter
+IBPATH = [sys.executable, "-m", "_ibpath_launcher"]
+
+
 def bench_capture(n: int, path: Path, frames: int, runs: int, encap: str = "rocev2",
                   floor_lua: Path | None = None, *, env: dict) -> dict:
     """One row: every command on path, interleaved; env: installed_env's, warmed up."""
-    ibpath = [sys.executable, "-m", "ibpath_scapy.cli.main"]
+    ibpath = IBPATH
     fields = [x for f in AUDITOR_FIELDS for x in ("-e", f)]
     cmds = {
         "plain": (["tshark", "-n", "-r", str(path)], None),
@@ -208,7 +212,7 @@ def main() -> None:
         floor.write_text(EMPTY_POSTDISSECTOR)
         env = installed_env(Path(tmp) / "pycache")
         # one run to write the byte code, so that no measured run compiles
-        subprocess.run([sys.executable, "-m", "ibpath_scapy.cli.main", "--help"], env=env,
+        subprocess.run(IBPATH + ["--help"], env=env,
                        check=True, stdout=subprocess.DEVNULL)
         containers = ("pcap", "pcapng") if args.container == "both" else (args.container,)
         rows = []

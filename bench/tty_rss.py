@@ -25,6 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from corpus import write_capture2  # noqa: E402
+from suite import IBPATH  # noqa: E402
 
 TARGET_MB = 300
 
@@ -76,7 +77,7 @@ def main() -> None:
         if not path.exists():
             write_capture2(path, args.frames)
         env = {**os.environ, "IBPATH_FASTPATH": "1"}
-        base = [sys.executable, "-m", "ibpath_scapy.cli.main", "audit", str(path)]
+        base = IBPATH + ["audit", str(path)]
         runs = [("terminal default", base)] + ([("--ladder", base + ["--ladder"])]
                                                if args.ladder else [])
         print(f"capture 2, {args.frames:,} frames, {path.stat().st_size / 2**20:.0f} MiB")

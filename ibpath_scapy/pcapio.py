@@ -45,6 +45,9 @@ _IDB, _PB, _SPB, _EPB = 0x00000001, 0x00000002, 0x00000003, 0x00000006
 # Shortest block of each type: 12 bytes of type, length and trailing length around its fixed
 # fields (an IDB's link type, reserved, snaplen; a packet block's interface and lengths).
 _MIN_BLOCK = {_IDB: 20, _PB: 32, _SPB: 16, _EPB: 32}
+# An EPB's type, length, interface, timestamp (high, low), captured and original lengths
+_EPB_HEAD = {e: struct.Struct(e + "7I").unpack_from for e in "<>"}
+_EPB_DATA = struct.calcsize("<7I")  # where its packet data starts
 # pcapng interface options: if_name, if_tsresol, if_tsoffset
 _IF_NAME, _IF_TSRESOL, _IF_TSOFFSET = 2, 9, 14
 MAX_BLOCK = 256 * 1024 * 1024  # refuse absurd lengths instead of allocating them
@@ -577,7 +580,36 @@ def _pcapng(path: str, f: Input, classifier: FrameClassifier, skipped: list,
     ifaces: list[tuple[int, float, Callable, Callable | None]] = []
     number = 0
     st = _Stream(f)
+    epb_head, epb_min = _EPB_HEAD[endian], _MIN_BLOCK[_EPB]
     while True:
+        # the bulk: whole EPBs in the buffer, read as pcap's loop reads its records; the
+        # first block that is not one, or fails a check below, goes to the general code after
+        # (which says what is wrong with it)
+        buf, pos = st.buf, st.pos
+        n = len(buf)
+        while pos + _EPB_DATA <= n:
+            btype, blen, iface, ts_hi, ts_lo, incl, orig = epb_head(buf, pos)
+            end = pos + blen
+            if btype != _EPB or end > n or blen < epb_min or blen % 4 or blen > MAX_BLOCK \
+                    or iface >= len(ifaces) or 20 + incl > blen - 12:
+                break
+            number += 1
+            linktype, res, classify, scan = ifaces[iface]
+            d = pos + _EPB_DATA
+            cl = classify(buf, d, d + incl)
+            if cl is not None:
+                opts = d + ((incl + 3) & ~3)  # the options, if any, up to the trailing length
+                comment = _comment(buf[opts:end - 4], endian) if opts < end - 4 else None
+                yield (Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, buf[d:d + incl],
+                             orig, comment), cl)
+            else:
+                skipped[0] += 1
+            pos = end
+            if scan is not None:  # a run of skipped EPBs of the same interface
+                pos, k = scan(buf, pos, n)
+                number += k
+                skipped[0] += k
+        st.pos = pos
         have = st.avail(8)
         if not have:
             return
@@ -591,6 +623,7 @@ def _pcapng(path: str, f: Input, classifier: FrameClassifier, skipped: list,
             endian = "<" if struct.unpack("<I", bom)[0] == _BYTE_ORDER_MAGIC else ">"
             if struct.unpack(endian + "I", bom)[0] != _BYTE_ORDER_MAGIC:
                 raise CaptureError(f"{path}: bad pcapng byte-order magic at byte offset {off + 8}")
+            epb_head = _EPB_HEAD[endian]
             blen = struct.unpack(endian + "I", st.buf[st.pos + 4:st.pos + 8])[0]
             st.need(12, _check_len(path, blen, off, number) - 12, path, "section header", number + 1)
             st.pos += blen
@@ -622,7 +655,9 @@ def _pcapng(path: str, f: Input, classifier: FrameClassifier, skipped: list,
                     number += k
                     skipped[0] += k
                 continue
-            comment = _comment(buf[d + ((incl + 3) & ~3):body + blen - 12], endian)
+            opts = d + ((incl + 3) & ~3)  # the options, if any, up to the trailing length
+            comment = _comment(buf[opts:body + blen - 12], endian) if opts < body + blen - 12 \
+                else None
             yield (Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, buf[d:d + incl], orig,
                          comment), cl)
             continue

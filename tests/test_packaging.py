@@ -41,7 +41,7 @@ def test_wheel_carries_what_runs_and_the_license(wheel):
         assert {"ibpath_scapy/luagen/runtime.lua", "ibpath_scapy/data/ibpath.lua",
                 "ibpath_scapy/data/engine_helper.lua",
                 "ibpath_scapy/record/umadrec.c", "ibpath_scapy/lab/guestinit.sh",
-                "ibpath_scapy/__main__.py"} <= names
+                "ibpath_scapy/__main__.py", "_ibpath_launcher.py"} <= names
         assert z.read("ibpath_scapy/data/ibpath.lua") == COMMITTED_PLUGIN.read_bytes()
         (lic,) = [n for n in names if n.endswith("licenses/LICENSE")]
         assert b"GNU GENERAL PUBLIC LICENSE\n                       Version 2, June 1991" in z.read(lic)
@@ -80,6 +80,28 @@ def test_runs_from_site_packages_not_the_checkout(installed):
     assert str(ROOT) not in path
     p = _run([str(bindir / "python"), "-m", "ibpath_scapy", "--version"], cwd=work, env=env)
     assert p.returncode == 0 and re.fullmatch(r"ibpath \d+\.\d+\.\d+\n", p.stdout), p
+
+
+def test_the_command_leaves_scapys_routes_unread_and_the_library_not(installed):
+    """The console script (_ibpath_launcher) turns Scapy's route loading off before the
+    package imports Scapy; `import ibpath_scapy` and a process that imported Scapy first keep
+    Scapy's own behaviour."""
+    env, bindir, work = installed
+    run_command = ("import sys, _ibpath_launcher\n"
+                   "sys.argv = ['ibpath', '--version']\n"
+                   "try:\n    _ibpath_launcher.main()\nexcept SystemExit:\n    pass\n"
+                   "from scapy.config import conf\n"
+                   "print(conf.route_autoload, conf.route6_autoload, conf.route.routes,\n"
+                   "      'ibpath_scapy.layers' in sys.modules)\n")
+    p = _run([str(bindir / "python"), "-c", run_command], cwd=work, env=env)
+    assert p.stdout.split("\n")[-2] == "False False [] True", p
+    p = _run([str(bindir / "python"), "-c", "import scapy.route\n" + run_command], cwd=work,
+             env=env)
+    assert p.stdout.split("\n")[-2].startswith("True True "), p
+    p = _run([str(bindir / "python"), "-c", "import ibpath_scapy\nfrom scapy.config import conf\n"
+              "from scapy.arch import read_routes\n"
+              "print(conf.route_autoload, conf.route.routes == read_routes())"], cwd=work, env=env)
+    assert p.stdout == "True True\n", p
 
 
 def test_the_installed_package_runs_the_c_loops(installed, wheel):

@@ -1,0 +1,26 @@
+"""The `ibpath` console script's entry point: Scapy's routing tables left unread at start.
+
+Scapy reads the host's IPv4 and IPv6 routes when its layers are imported, 0.1 s of the
+command's 0.5 s start here (more on a host with many routes). The command routes nothing
+(it reads and writes captures, asks kernels through its own sockets, gives every address it
+builds), so it tells Scapy not to, before ibpath_scapy imports Scapy; that has to happen
+outside the package, whose import runs first. `import ibpath_scapy` as a library keeps
+Scapy's behaviour, and so does this when Scapy was imported before.
+"""
+
+import sys
+
+
+def main() -> int:
+    """Run `ibpath` with the arguments of the process."""
+    if "scapy.route" not in sys.modules:
+        from scapy.config import conf
+
+        conf.route_autoload = conf.route6_autoload = False
+    from ibpath_scapy.cli.main import main as ibpath
+
+    return ibpath()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
