@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from xml.sax.saxutils import escape, quoteattr
 
 from .engine import FileAudit
 from .kernel import kernel_view_of
@@ -83,6 +82,7 @@ def junit_classname(path: str) -> str:
 
 
 def _junit_case(classname: str, name: str, body: str = "", time: float = 0.0) -> str:
+    from xml.sax.saxutils import quoteattr  # here: it imports urllib and ssl, 60 ms a start
     return (f"    <testcase classname={quoteattr(classname)} name={quoteattr(name)} "
             f'time="{time:.3f}">{body}</testcase>')
 
@@ -91,6 +91,7 @@ def _junit_suite(a: FileAudit) -> tuple[str, int, int, int]:
     """One input's <testsuite>: a test case per rule, failed for each error finding (the
     others under system-out), and READ_CASE, an error when the input could not be read to its
     end. Returns (xml, tests, failures, errors)."""
+    from xml.sax.saxutils import escape, quoteattr  # (_junit_case)
     cls = junit_classname(a.path)
     by_rule: dict[str, list] = {}
     for f in a.findings:
@@ -125,6 +126,7 @@ def to_junit(audits: list[FileAudit], skipped: list = ()) -> str:
     """JUnit XML as Jenkins and GitLab read it (the schema of tests/data/junit.xsd): a
     <testsuites> root and one <testsuite> per input (tests, failures, errors, time); a file
     of a directory that is neither a capture nor a blob is a suite of one skipped case."""
+    from xml.sax.saxutils import quoteattr  # (_junit_case)
     suites, tests, failures, errors, seconds = [], 0, 0, 0, 0.0
     for a in audits:
         xml, t, f, e = _junit_suite(a)

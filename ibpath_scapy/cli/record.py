@@ -8,7 +8,6 @@ import sys
 
 from ..layers.netlink import NETLINK_RDMA
 from ..record.netlink import RecorderError, parse_protocol, protocol_name, record
-from ..record.process import RecordError, RecordOptions, record_command
 from ..record.spool import DEFAULT_MAX_RECORD, DEFAULT_MAX_TOTAL, MAX_RECORD_LIMIT, SpoolError
 
 
@@ -89,6 +88,10 @@ def run_record(args) -> int:
     if not args.output or not argv:
         print("ibpath record: give -o OUT.pcapng -- CMD [ARGS...]", file=sys.stderr)
         return 2
+    # here, not at the top: the recorder (its shims, umad and capture writers) is 20-30 ms of
+    # every start of the other verbs
+    from ..record.process import RecordError, RecordOptions, record_command
+
     options = RecordOptions(max_record=args.max_record, max_total=args.max_total,
                             acm_sockets=args.acm_socket, acm_port=args.acm_port,
                             spool=args.keep_spool)
