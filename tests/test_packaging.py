@@ -104,6 +104,21 @@ def test_the_command_leaves_scapys_routes_unread_and_the_library_not(installed):
     assert p.stdout == "True True\n", p
 
 
+def test_an_audit_starts_without_what_only_other_verbs_need(installed):
+    """`ibpath audit --format json` (the console script's path, in-process) loads neither the
+    JUnit writer's XML module (urllib, http and ssl behind it) nor the recorder: what keeps
+    its start short (bench/README, "the start")."""
+    env, bindir, work = installed
+    code = ("import sys, _ibpath_launcher\n"
+            f"sys.argv = ['ibpath', 'audit', '--quiet', '--format', 'json', {str(CAPTURE)!r}]\n"
+            "try:\n    _ibpath_launcher.main()\nexcept SystemExit:\n    pass\n"
+            "late = ['xml.sax.saxutils', 'urllib.request', 'ibpath_scapy.record.process']\n"
+            "print('loaded:', [m for m in late if m in sys.modules])\n")
+    p = _run([str(bindir / "python"), "-c", code], cwd=work, env=env)
+    assert p.stdout.splitlines()[-1] == "loaded: []", p
+    assert '"findings"' in p.stdout, p
+
+
 def test_the_installed_package_runs_the_c_loops(installed, wheel):
     """Where the machine has a compiler and Python's headers (tools/install.sh), the wheel
     carries the capture readers' C loops and the installed package picks them."""
