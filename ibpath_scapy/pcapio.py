@@ -638,28 +638,16 @@ def _pcapng(path: str, f: Input, classifier: FrameClassifier, skipped: list,
             raise _damage(path, number + 1, f"pcapng block type {btype} of {blen} bytes "
                           f"is shorter than its fixed fields at byte offset {off}")
         if btype == _EPB:
-            number += 1
-            iface, ts_hi, ts_lo, incl, orig = struct.unpack_from(endian + "IIIII", buf, body)
+            # what the loop above refused in a whole EPB is an error; a block it found cut by
+            # the buffer's end is now whole, and it reads it
+            iface, incl = struct.unpack_from(endian + "IIII", buf, body)[::3]
             if iface >= len(ifaces):
-                raise _damage(path, number, f"interface {iface} not described (byte offset {off})")
+                raise _damage(path, number + 1, f"interface {iface} not described (byte offset "
+                              f"{off})")
             if 20 + incl > blen - 12:  # (the EPB scanner skips only blocks that pass these)
-                raise _damage(path, number, f"packet length {incl} overruns its block at byte "
-                              f"offset {off}")
-            linktype, res, classify, scan = ifaces[iface]
-            d = body + 20
-            cl = classify(buf, d, d + incl)
-            if cl is None:
-                skipped[0] += 1
-                if scan is not None:
-                    st.pos, k = scan(buf, st.pos, len(buf))
-                    number += k
-                    skipped[0] += k
-                continue
-            opts = d + ((incl + 3) & ~3)  # the options, if any, up to the trailing length
-            comment = _comment(buf[opts:body + blen - 12], endian) if opts < body + blen - 12 \
-                else None
-            yield (Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, buf[d:d + incl], orig,
-                         comment), cl)
+                raise _damage(path, number + 1, f"packet length {incl} overruns its block at "
+                              f"byte offset {off}")
+            st.pos = body - 8
             continue
         raw = buf[body:body + blen - 8]  # with the trailing length, as these blocks were read
         frame = None
