@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import struct
 import zlib
+from array import array
 from dataclasses import dataclass
+from functools import partial
 
 import crcmod
 
@@ -22,6 +24,8 @@ from . import crcspec, native
 from .crcspec import ICRC, VCRC, CrcParams
 
 VCRC_POLY = VCRC.poly
+_ICRC_LEN, _VCRC_LEN = ICRC.width // 8, VCRC.width // 8
+_ICRC_PACK = "<" + {32: "I", 16: "H"}[ICRC.width]
 
 
 def crc_function(p: CrcParams, prefer_zlib: bool = True):
@@ -36,9 +40,39 @@ def crc_function(p: CrcParams, prefer_zlib: bool = True):
                            xorOut=p.xorout)
 
 
-_icrc = crc_function(ICRC)
-_vcrc = crc_function(VCRC)
-_ICRC_PACK = "<" + {32: "I", 16: "H"}[ICRC.width]
+def crc_table(p: CrcParams) -> array:
+    """A reflected CRC's slicing-by-8 tables, 8 x 256 words (fast/_scan.c's crc runs them):
+    the byte-at-a-time table, then for k = 1..7 what k more zero bytes make of its entries."""
+    assert p.reflected and p.width <= 32, p
+    t = array("I")
+    assert t.itemsize == 4
+    poly = p.poly_reflected
+    for byte in range(256):
+        reg = byte
+        for _ in range(8):
+            reg = (reg >> 1) ^ poly if reg & 1 else reg >> 1
+        t.append(reg)
+    for k in range(1, 8):
+        t.extend((t[(k - 1) * 256 + i] >> 8) ^ t[t[(k - 1) * 256 + i] & 0xFF] for i in range(256))
+    return t
+
+
+def crc_engine(p: CrcParams, ext=None):
+    """(prefix, mask, data, start, end) -> the CRC p of prefix + data[start:end], mask ORed
+    into the latter's first bytes (the variant fields as ones): fast/_scan.c's crc, one call
+    and no copy of the packet, or with ext None its Python twin (zlib or crcmod over a
+    masked copy)."""
+    if ext is not None:
+        return partial(ext.crc, crc_table(p), p.init, p.xorout)
+    fun = crc_function(p)
+
+    def twin(prefix: bytes, mask: bytes, data: bytes, start: int, end: int) -> int:
+        if not 0 <= start <= end <= len(data):
+            raise ValueError("crc: 0 <= start <= end <= len(data)")  # what the C one checks
+        body = data[start:end]
+        return fun(prefix + (_or_head_python(body, mask) if mask else body))
+
+    return twin
 
 
 @dataclass(frozen=True)
@@ -61,7 +95,8 @@ class _Recipe:
     native_global_short_mask: bytes  # LRH and BTH, the packet too short for a GRH
     ipv6_mask: bytes  # RoCEv2 over IPv6, IP to BTH
     ipv4_masks: dict  # RoCEv2 over IPv4: IP header length -> the mask, made on first use
-    or_head: object  # fast/_scan.c's or_head, or its Python twin
+    icrc: object  # crc_engine(ICRC), C or Python
+    vcrc: object  # crc_engine(VCRC)
 
 
 _R: _Recipe | None = None
@@ -90,7 +125,7 @@ def _resolve() -> _Recipe:
         native_local_mask=_mask(native_local), native_global_mask=_mask(native_global),
         native_global_short_mask=_mask(native_global_short),
         ipv6_mask=_mask(ipv6 + _shift(udp_bth, ipv6_len)), ipv4_masks={},
-        or_head=getattr(native.extension(), "or_head", _or_head_python))
+        icrc=crc_engine(ICRC, native.extension()), vcrc=crc_engine(VCRC, native.extension()))
     return _R
 
 
@@ -108,40 +143,55 @@ def _mask(plan: tuple) -> bytes:
 
 
 def _or_head_python(b: bytes, mask: bytes) -> bytes:
-    """fast/_scan.c's or_head: b with mask ORed into its first bytes (as many as both have).
-    One OR of two integers, not a loop over the bytes (a frame's mask is up to 53 bytes)."""
+    """b with mask ORed into its first bytes (as many as both have): what fast/_scan.c's crc
+    reads. One OR of two integers, not a loop over the bytes (a frame's mask is up to 53
+    bytes)."""
     k = min(len(b), len(mask))
     head = int.from_bytes(b[:k], "big") | int.from_bytes(mask[:k], "big")
     return head.to_bytes(k, "big") + b[k:]
 
 
-def masked_native(body: bytes) -> bytes:
-    """LRH..payload of a native-IB packet with its variant fields set to ones (bytes past
-    the end are left alone)."""
-    r = _R or _resolve()
-    n = len(body)
+def _native_mask(r: _Recipe, b: bytes, start: int, end: int) -> bytes:
+    """The variant-field mask of the native-IB packet whose LRH starts at b[start] and whose
+    CRC'd bytes end at b[end]."""
     lnh = r.lnh
-    if n > lnh.off and (body[lnh.off] >> lnh.shift) & lnh.mask == r.lnh_global:
-        mask = r.native_global_mask if n >= r.grh_end else r.native_global_short_mask
-    else:
-        mask = r.native_local_mask
-    return r.or_head(body, mask)
+    if end - start > lnh.off and (b[start + lnh.off] >> lnh.shift) & lnh.mask == r.lnh_global:
+        return r.native_global_mask if end - start >= r.grh_end else r.native_global_short_mask
+    return r.native_local_mask
 
 
 def native_icrc(lrh_to_icrc: bytes) -> bytes:
     """ICRC bytes of a native-IB packet given LRH..ICRC (its last 4 bytes are ignored)."""
-    return struct.pack(_ICRC_PACK, _icrc(masked_native(lrh_to_icrc[:-4])))
+    r = _R or _resolve()
+    end = len(lrh_to_icrc) - 4
+    return struct.pack(_ICRC_PACK, r.icrc(b"", _native_mask(r, lrh_to_icrc, 0, end),
+                                          lrh_to_icrc, 0, end))
 
 
 def vcrc(lrh_to_icrc: bytes) -> int:
     """VCRC value over LRH..ICRC (store it little-endian)."""
-    return _vcrc(lrh_to_icrc)
+    r = _R or _resolve()
+    return r.vcrc(b"", b"", lrh_to_icrc, 0, len(lrh_to_icrc))
+
+
+def native_crc_check(data: bytes, lrh: int) -> tuple[bytes, bool, bool]:
+    """(ICRC field, whether it is right, whether the VCRC is) of the native-IB packet
+    data[lrh:], which its VCRC ends, the ICRC before it, both little-endian: one pass of
+    each CRC over the frame, no copy of it."""
+    r = _R or _resolve()
+    vcrc_at = len(data) - _VCRC_LEN
+    icrc_at = vcrc_at - _ICRC_LEN
+    icrc = data[icrc_at:vcrc_at]
+    return (icrc,
+            r.icrc(b"", _native_mask(r, data, lrh, icrc_at), data, lrh, icrc_at)
+            == int.from_bytes(icrc, "little"),
+            r.vcrc(b"", b"", data, lrh, vcrc_at) == int.from_bytes(data[vcrc_at:], "little"))
 
 
 def rocev2_icrc(frame_from_ip: bytes) -> bytes:
     """ICRC of a RoCEv2 packet given IP..ICRC (last 4 bytes ignored); IPv4 or IPv6."""
     r = _R or _resolve()
-    b = frame_from_ip[:-4]
+    b = frame_from_ip
     v = r.version
     if (b[v.off] >> v.shift) & v.mask == r.ipv4_version:
         udp = ((b[r.ihl.off] >> r.ihl.shift) & r.ihl.mask) * 4  # IHL counts 32-bit words
@@ -150,6 +200,7 @@ def rocev2_icrc(frame_from_ip: bytes) -> bytes:
             mask = r.ipv4_masks[udp] = _mask(r.ipv4 + _shift(r.udp_bth, udp))
     else:
         mask = r.ipv6_mask
-    if len(b) < len(mask):
-        raise IndexError(f"a RoCEv2 packet of {len(b)} bytes ends before its BTH")
-    return struct.pack(_ICRC_PACK, _icrc(r.prefix + r.or_head(b, mask)))
+    end = len(b) - _ICRC_LEN
+    if end < len(mask):
+        raise IndexError(f"a RoCEv2 packet of {end} bytes ends before its BTH")
+    return struct.pack(_ICRC_PACK, r.icrc(r.prefix, mask, b, 0, end))

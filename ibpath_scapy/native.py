@@ -1,6 +1,6 @@
 """The package's optional C extension (fast/_scan.c), or None: where it was built without a
 compiler, or IBPATH_NATIVE_SCAN=0 (or "no"/"off"/"false") asks for the Python twins of its
-functions (pcapio's skip loops, crc's variant-field mask)."""
+functions (pcapio's skip loops, crc's CRCs)."""
 
 from __future__ import annotations
 

@@ -19,22 +19,23 @@ CNP_FRAME = bytes.fromhex(
 
 
 @pytest.fixture(params=["c", "python"])
-def or_head(request, monkeypatch):
-    """The variant-field mask ORed by fast/_scan.c's or_head and by its Python twin: each
+def engine(request, monkeypatch):
+    """The CRCs computed by fast/_scan.c's crc and by its Python twin (zlib, crcmod): each
     must give the external vectors' CRCs."""
     r = crc._R or crc._resolve()
     if request.param == "c":
         ext = native.extension()
         if ext is None:
             pytest.skip("the package was built without its C extension: the Python twin runs")
-        fun = ext.or_head
     else:
-        fun = crc._or_head_python
-    monkeypatch.setattr(crc, "_R", dataclasses.replace(r, or_head=fun, ipv4_masks={}))
+        ext = None
+    monkeypatch.setattr(crc, "_R", dataclasses.replace(
+        r, icrc=crc.crc_engine(crcspec.ICRC, ext), vcrc=crc.crc_engine(crcspec.VCRC, ext),
+        ipv4_masks={}))
     return request.param
 
 
-def test_rocev2_icrc_matches_connectx4_cnp(or_head):
+def test_rocev2_icrc_matches_connectx4_cnp(engine):
     assert crc.rocev2_icrc(CNP_FRAME[14:]) == bytes.fromhex("82fd002a")
 
 
@@ -44,13 +45,21 @@ def test_pseudo_lrh_seed():
     assert ~zlib.crc32(b"\xff" * 8) & 0xFFFFFFFF == 0xDEBB20E3
 
 
-def test_native_icrc_and_vcrc_hold_on_every_frame_of_real_ibdump_capture(external, or_head):
+def test_native_icrc_and_vcrc_hold_on_every_frame_of_real_ibdump_capture(external, engine):
     n = grh = 0
     for data, _ in RawPcapReader(str(external / "ib-erf-sminfo-cm.pcap")):
         pkt = data[16:]  # ERF header
         body, vcrc = pkt[:-2], struct.unpack("<H", pkt[-2:])[0]
         assert crc.native_icrc(body) == body[-4:]
         assert crc.vcrc(body) == vcrc
+        assert crc.native_crc_check(data, 16) == (body[-4:], True, True)
+        bad = bytearray(data)
+        bad[-1] ^= 0x40  # the VCRC
+        assert crc.native_crc_check(bytes(bad), 16)[1:] == (True, False)
+        bad = bytearray(body)
+        bad[-1] ^= 0x40  # the ICRC, and the VCRC over it made right again
+        bad = data[:16] + bytes(bad) + struct.pack("<H", crc.vcrc(bytes(bad)))
+        assert crc.native_crc_check(bad, 16)[1:] == (False, True)
         n += 1
         grh += pkt[1] & 3 == 3
     assert n == 43 and grh >= 3  # both local and global-route packets are covered
@@ -106,7 +115,7 @@ def test_variant_masks_are_the_iba_and_rxe_ones():
     assert crcspec.rocev2_prefix() == b"\xff" * 8
 
 
-def test_rocev2_icrc_over_ipv6_and_ipv4_options(or_head):
+def test_rocev2_icrc_over_ipv6_and_ipv4_options(engine):
     """The IPv6 and IPv4-with-options paths against scapy's own RoCEv2 ICRC
     (scapy.contrib.roce.BTH.compute_icrc), an implementation of its own."""
     from scapy.layers.inet import IP, UDP

@@ -1,8 +1,9 @@
 """The readers' loops over runs of skipped frames in C (ibpath_scapy/fast/_scan.c) against the
 same loops in Python (pcapio._SCAN_SOURCE), which remain the reference: the same (pos, k)
 from any buffer, and the same frames, records and findings over the project's captures, the
-fuzz inputs and both bench captures, whichever runs. Also its or_head, the CRCs'
-variant-field mask, against crc's Python twin (the CRCs themselves: tests/test_crc.py)."""
+fuzz inputs and both bench captures, whichever runs. Also its crc, the CRCs with their
+variant fields as ones, against crc's Python twin and a textbook CRC (the external vectors
+through both: tests/test_crc.py)."""
 
 from __future__ import annotations
 
@@ -236,21 +237,51 @@ def test_the_generated_streams_hold_runs_and_every_way_to_stop():
     assert stops == {"end", "short", "frame"}
 
 
-@needs_c
-@settings(max_examples=400, deadline=None)
-@given(st.binary(max_size=120), st.binary(max_size=80))
-def test_c_or_head_is_the_python_one(data, mask):
-    assert _scan.or_head(data, mask) == crc._or_head_python(data, mask)
-    assert _scan.or_head(bytearray(data), mask) == crc._or_head_python(data, mask)
+def _textbook(p, data: bytes) -> int:
+    """A bit-at-a-time reflected CRC (the oracle neither engine shares code with)."""
+    reg = p.init
+    for byte in data:
+        reg ^= byte
+        for _ in range(8):
+            reg = (reg >> 1) ^ p.poly_reflected if reg & 1 else reg >> 1
+    return reg ^ p.xorout
 
 
 @needs_c
-def test_c_or_head_leaves_its_input_and_shared_bytes_alone():
-    """CPython shares its one-byte bytes objects: or_head must write into a new one."""
-    for i in range(256):
-        one = bytes([i])
-        assert _scan.or_head(one, b"\xff") == b"\xff"
-        assert bytes([i]) == one and one[0] == i
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=120), st.binary(max_size=60), st.binary(max_size=20),
+       st.integers(0, 130), st.integers(0, 130))
+def test_c_crc_is_the_python_one(data, mask, prefix, a, b):
+    """fast/_scan.c's crc against its Python twin (crc.crc_engine without the extension) and a
+    textbook CRC of the masked bytes, for both CRCs of crcspec, any slice, mask and prefix."""
+    from ibpath_scapy import crcspec
+    start, end = sorted((a, b))
+    for p in (crcspec.ICRC, crcspec.VCRC):
+        c, py = crc.crc_engine(p, _scan), crc.crc_engine(p, None)
+        if end > len(data):
+            for fun in (c, py):
+                with pytest.raises(ValueError):
+                    fun(prefix, mask, data, start, end)
+            continue
+        masked = bytes(x | (mask[i] if i < len(mask) else 0)
+                       for i, x in enumerate(data[start:end]))
+        want = _textbook(p, prefix + masked)
+        assert c(prefix, mask, data, start, end) == py(prefix, mask, data, start, end) == want
+        assert c(prefix, mask, bytearray(data), start, end) == want
+
+
+@needs_c
+def test_c_crc_refuses_a_bad_table_and_leaves_its_input_alone():
+    from array import array
+    from ibpath_scapy import crcspec
+    table = crc.crc_table(crcspec.ICRC)
+    # too short, too short in bytes, the 2048 words off their alignment
+    for bad in (table[:2047], table.tobytes()[1:], memoryview(b"\0" + table.tobytes())[1:]):
+        with pytest.raises(ValueError):
+            _scan.crc(bad, 0, 0, b"", b"", b"abc", 0, 3)
+    with pytest.raises(ValueError):
+        _scan.crc(table, 0, 0, b"", b"", b"abc", 2, 1)
     data = bytes(range(64))
-    assert _scan.or_head(data, b"\xff" * 8)[:9] == b"\xff" * 8 + b"\x08"
+    _scan.crc(table, 0xFFFFFFFF, 0xFFFFFFFF, b"\xff" * 8, b"\xff" * 8, data, 0, 64)
     assert data == bytes(range(64))
+    assert isinstance(table, array)

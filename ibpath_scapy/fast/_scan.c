@@ -1,5 +1,5 @@
 /* The pcap and pcapng readers' loops over runs of skipped frames (pcapio._SCAN_SOURCE), in C,
- * and the OR of a byte mask the CRCs' variant fields need (crc.py).
+ * and the CRCs with their variant fields as ones (crc.py).
  *
  * Format-agnostic: what a frame is tested for comes in as a program, the terms of the
  * pre-filter's RunTest (pcapio.Term, packed by pcapio._program) that the fast path derives
@@ -164,24 +164,64 @@ static PyObject *scan_epb(PyObject *self, PyObject *args)
     return done(&pb, &bb, prog, pos, k);
 }
 
-/* or_head(data, mask) -> bytes: data with mask ORed into its first bytes (as many as both
- * have): the CRCs' variant fields set to ones (crc.py's plans, as a mask of bytes). */
-static PyObject *or_head(PyObject *self, PyObject *args)
+/* crc(tables, init, xorout, prefix, mask, data, start, end) -> int: a reflected CRC of up
+ * to 32 bits over prefix, then data[start:end] with mask ORed into its first bytes (the
+ * variant fields set to ones), without copying the packet. tables: eight 256-word tables
+ * (crc.py builds them from crcspec's parameters), the first the byte-at-a-time one, table k
+ * what k more zero bytes make of its entries, so that eight bytes take one step
+ * (slicing-by-8). */
+enum { CRC_TABLE_WORDS = 8 * 256 };
+
+static inline uint32_t crc_byte(const uint32_t *t, uint32_t reg, unsigned char b)
 {
-    Py_buffer db, mb;
-    if (!PyArg_ParseTuple(args, "y*y*", &db, &mb))
-        return NULL;
-    /* a new object (from a string, one byte would be CPython's shared one-byte bytes) */
-    PyObject *out = PyBytes_FromStringAndSize(NULL, db.len);
-    if (out) {
-        unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
-        memcpy(o, db.buf, db.len);
-        const unsigned char *m = mb.buf;
-        for (Py_ssize_t i = 0, n = db.len < mb.len ? db.len : mb.len; i < n; i++)
-            o[i] |= m[i];
+    return t[(reg ^ b) & 0xFF] ^ (reg >> 8);
+}
+
+static uint32_t crc_run(const uint32_t *t, uint32_t reg, const unsigned char *d, Py_ssize_t n)
+{
+    for (; n >= 8; d += 8, n -= 8) {
+        uint32_t lo = reg ^ ((uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16
+                             | (uint32_t)d[3] << 24);
+        uint32_t hi = (uint32_t)d[4] | (uint32_t)d[5] << 8 | (uint32_t)d[6] << 16
+                      | (uint32_t)d[7] << 24;
+        reg = t[7 * 256 + (lo & 0xFF)] ^ t[6 * 256 + (lo >> 8 & 0xFF)]
+              ^ t[5 * 256 + (lo >> 16 & 0xFF)] ^ t[4 * 256 + (lo >> 24)]
+              ^ t[3 * 256 + (hi & 0xFF)] ^ t[2 * 256 + (hi >> 8 & 0xFF)]
+              ^ t[1 * 256 + (hi >> 16 & 0xFF)] ^ t[hi >> 24];
     }
-    PyBuffer_Release(&db);
+    for (; n > 0; d++, n--)
+        reg = crc_byte(t, reg, *d);
+    return reg;
+}
+
+static PyObject *crc(PyObject *self, PyObject *args)
+{
+    Py_buffer tb, pb, mb, db;
+    unsigned long init, xorout;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "y*kky*y*y*nn", &tb, &init, &xorout, &pb, &mb, &db, &start,
+                          &end))
+        return NULL;
+    PyObject *out = NULL;
+    if (tb.len != CRC_TABLE_WORDS * (Py_ssize_t)sizeof(uint32_t)
+            || (uintptr_t)tb.buf % sizeof(uint32_t) || start < 0 || end < start
+            || end > db.len) {
+        PyErr_SetString(PyExc_ValueError, "crc: eight aligned 256-word tables and "
+                        "0 <= start <= end <= len(data)");
+    } else {
+        const uint32_t *t = tb.buf;
+        const unsigned char *d = (const unsigned char *)db.buf + start, *m = mb.buf;
+        uint32_t reg = crc_run(t, (uint32_t)init, pb.buf, pb.len);
+        Py_ssize_t n = end - start, k = mb.len < n ? mb.len : n;
+        for (Py_ssize_t i = 0; i < k; i++)
+            reg = crc_byte(t, reg, d[i] | m[i]);
+        reg = crc_run(t, reg, d + k, n - k);
+        out = PyLong_FromUnsignedLong(reg ^ (uint32_t)xorout);
+    }
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&pb);
     PyBuffer_Release(&mb);
+    PyBuffer_Release(&db);
     return out;
 }
 
@@ -192,15 +232,17 @@ static PyMethodDef methods[] = {
     {"epb", scan_epb, METH_VARARGS,
      "epb(little, iface, least, most, max_block, block_type, prog, buf, pos, n) -> (pos, k): "
      "skip the k enhanced packet blocks of iface from pos whose frames pass prog."},
-    {"or_head", or_head, METH_VARARGS,
-     "or_head(data, mask) -> bytes: data with mask ORed into its first min(len) bytes."},
+    {"crc", crc, METH_VARARGS,
+     "crc(tables, init, xorout, prefix, mask, data, start, end) -> int: a reflected CRC by "
+     "its slicing-by-8 tables over prefix and data[start:end], mask ORed into the latter's "
+     "first bytes."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_scan",
     "The pcap/pcapng readers' loops over runs of skipped frames (pcapio._scanners) and the "
-    "CRCs' variant-field mask (crc.py), in C.",
+    "CRCs with their variant-field mask (crc.py), in C.",
     -1, methods,
 };
 

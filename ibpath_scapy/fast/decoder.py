@@ -36,7 +36,6 @@ from .layout import (
     compile_reader,
     compile_readers,
     gid_text,
-    layer_steps,
     prefix_offsets,
     static_length,
 )
@@ -65,7 +64,6 @@ class _Compiled:
                      6: (ip6["src"][0], ip6["dst"][0], ip6["src"][2] // 8)}
         self.slid = compile_reader(LRH, "slid")
         self.dlid = compile_reader(LRH, "dlid")
-        self.vcrc_len = layer_steps(LRH)["vcrc"].nbytes
         grh = prefix_offsets(GRH)
         self.gids = (grh["sgid"][0], grh["dgid"][0], grh["sgid"][2] // 8)
         self.mad_next = Bindings(MAD, ("mgmt_class", "attribute_id"))
@@ -197,12 +195,11 @@ class FastDecoder(Decoder):
             dst_gid = gid_text(data[at.grh + dgid:at.grh + dgid + n])
         where = ("ib", f"LID {c.slid(data, at.lrh)}", f"LID {c.dlid(data, at.lrh)}", src_gid,
                  dst_gid, c.dqpn(data, at.bth), c.src_qp(data, at.deth))
-        end = len(data) - c.vcrc_len
-        body = data[at.lrh:end]
-        errors = [] if crc.native_icrc(body) == body[-4:] else [ICRC_MISMATCH]
-        if crc.vcrc(body) != int.from_bytes(data[end:], "little"):
+        icrc, icrc_ok, vcrc_ok = crc.native_crc_check(data, at.lrh)
+        errors = [] if icrc_ok else [ICRC_MISMATCH]
+        if not vcrc_ok:
             errors.append(VCRC_MISMATCH)
-        return where, errors, body[-4:]
+        return where, errors, icrc
 
     def _sa(self, b: bytes, o: int, end: int, m) -> tuple:
         """(RMPP fact, SA header fact, PathRecord facts, reserved) of the SA MAD at b[o:end]:
