@@ -68,21 +68,16 @@ def floor_walk(path: str) -> tuple[int, int, int]:
 def rules_alone(path: str) -> tuple[float, int, int]:
     """(CPU seconds, transactions, findings) of the audit's frame checks, replay and rules
     over the file's records, decoded before the clock starts."""
-    import gc
-
     from ibpath_scapy.audit.engine import audit_records
     from ibpath_scapy.audit.model import AuditOptions
     from ibpath_scapy.fast import decode_file_fast
+    from ibpath_scapy.gcpace import paced
 
-    old = gc.get_threshold()
-    gc.set_threshold(10000, 50, 1_000_000)  # as audit.run does
-    try:
+    with paced():  # as audit.run does
         records = list(decode_file_fast(path))
         t = time.process_time()
         fa = audit_records(path, records, AuditOptions(keep_transactions=False))
         cpu = time.process_time() - t
-    finally:
-        gc.set_threshold(*old)
     return cpu, fa.replay.sa_count, len(fa.findings)
 
 

@@ -46,6 +46,7 @@ from .assemble import (
     sa_fact,
 )
 from .facts import Code, Problem, problem, public
+from .gcpace import scapy_frame
 from .facts import problems as P
 from .facts.records import CM_FACTS, CM_REQ_FIELDS, PATH_RECORD_FIELDS, CmReqPaths, Fact, Rmpp
 from .facts.records import PathRecord as PathRecordFact
@@ -185,6 +186,7 @@ class Decoder(Assembler):
         if rec is not None:
             yield rec
             return
+        scapy_frame()  # its packet's cycles are collected with the next frames' (gcpace)
         try:
             pkt = dissect(frame)
         except Exception as exc:  # scapy raises assorted errors on hostile bytes

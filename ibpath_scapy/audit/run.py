@@ -3,7 +3,6 @@ engine, progress, unreadable inputs, and files audited in several processes."""
 
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 import sys
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 
 from .. import blobsniff, fast
 from ..decode import Decoder, decode_file
+from ..gcpace import paced
 from ..fast import FastDecoder, decode_file_fast
 from ..pcapio import MAX_RAW_BLOB, STDIN, CaptureError, Input, sniff_format
 from .engine import FileAudit, audit_records
@@ -122,20 +122,6 @@ def _decoder(engine: str) -> Decoder:
     """The Scapy engine's decoder: the fast path (pre-filter + compiled decoder, the same
     records) unless IBPATH_FASTPATH=0."""
     return FastDecoder() if fast.enabled() and engine == "scapy" else Decoder()
-
-
-@contextmanager
-def _young_gc_only():
-    """Decoded records and the replay's state hold no reference cycles, yet full collections
-    would walk the growing replay again and again (a fifth of the audit's time on SA-heavy
-    captures). During the audit only the young generations are collected (what Scapy's packet
-    cycles need: they die young); full collections resume afterwards."""
-    old = gc.get_threshold()
-    gc.set_threshold(10000, 50, 1_000_000)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
 
 
 class _Interrupted(BaseException):
@@ -259,7 +245,7 @@ def _portable(fa: FileAudit) -> FileAudit:
 
 
 def _audit_in_worker(args) -> tuple[FileAudit, str | None]:
-    with _young_gc_only():
+    with paced():
         fa, message = audit_one(*args)
     return _portable(fa), message
 
@@ -273,7 +259,7 @@ def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
     the files are audited in that many processes; the audits, their order and the stderr
     lines are those of a serial run. messages, when given, receives the stderr lines instead
     of stderr. live: see audit_one (streams are audited in this process)."""
-    with _young_gc_only():
+    with paced():
         extras = extra_blobs(options.extra_blobs)
     tasks = [(p, options, engine, extras, as_blob, False) for p in paths]
     if jobs > 1 and len(paths) > 1 and STDIN not in paths:
@@ -281,7 +267,7 @@ def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
             results = list(pool.map(_audit_in_worker, tasks))
     else:
         results = []
-        with _young_gc_only():
+        with paced():
             for p, *rest in tasks:
                 results.append(audit_one(p, *rest[:-1], progress=not quiet, live=live))
     audits, unreadable = [], []

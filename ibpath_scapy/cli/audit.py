@@ -9,6 +9,7 @@ from ..audit import catalogue, report
 from ..audit.html import to_html
 from ..audit.model import AuditOptions
 from ..audit.run import audit_paths, expand_inputs
+from ..gcpace import paced
 from ..pcapio import STDIN
 
 # On a terminal the text report draws ladder diagrams by default, which keep every SA
@@ -88,6 +89,7 @@ def _live_printer(out):
     return live
 
 
+@paced()  # the reports too are written without walking the records again (gcpace)
 def run(args) -> int:
     if args.list_rules:
         sys.stdout.write(catalogue.as_json() if args.format == "json" else catalogue.text())

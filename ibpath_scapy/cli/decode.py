@@ -8,6 +8,7 @@ from typing import Iterator
 from .. import fast
 from ..decode import Decoder, decode_file
 from ..facts import public, public_json
+from ..gcpace import paced
 from ..fast import FastDecoder, decode_file_fast
 from ..pcapio import CaptureError, Input
 from ..render import frame_text
@@ -62,6 +63,7 @@ def text_lines(rec) -> str:
 CHUNK = 256
 
 
+@paced()  # the reports too are written without walking the records again (gcpace)
 def run(args) -> int:
     out = sys.stdout
     bad = 0
