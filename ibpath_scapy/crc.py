@@ -57,13 +57,18 @@ def crc_table(p: CrcParams) -> array:
     return t
 
 
+def engine_plan(p: CrcParams) -> tuple[array, int, int]:
+    """(slicing-by-8 tables, init, final XOR): what the C code takes of p."""
+    return crc_table(p), p.init, p.xorout
+
+
 def crc_engine(p: CrcParams, ext=None):
     """(prefix, mask, data, start, end) -> the CRC p of prefix + data[start:end], mask ORed
     into the latter's first bytes (the variant fields as ones): fast/_scan.c's crc, one call
     and no copy of the packet, or with ext None its Python twin (zlib or crcmod over a
     masked copy)."""
     if ext is not None:
-        return partial(ext.crc, crc_table(p), p.init, p.xorout)
+        return partial(ext.crc, *engine_plan(p))
     fun = crc_function(p)
 
     def twin(prefix: bytes, mask: bytes, data: bytes, start: int, end: int) -> int:
@@ -99,7 +104,20 @@ class _Recipe:
     vcrc: object  # crc_engine(VCRC)
 
 
+    def ipv4_mask(self, udp: int) -> bytes:
+        """The mask of RoCEv2 over IPv4 whose UDP header starts `udp` bytes in."""
+        mask = self.ipv4_masks.get(udp)
+        if mask is None:
+            mask = self.ipv4_masks[udp] = _mask(self.ipv4 + _shift(self.udp_bth, udp))
+        return mask
+
+
 _R: _Recipe | None = None
+
+
+def recipe() -> _Recipe:
+    """crcspec resolved against the layers (the masks, the fields that choose one)."""
+    return _R or _resolve()
 
 
 def _resolve() -> _Recipe:
@@ -194,10 +212,8 @@ def rocev2_icrc(frame_from_ip: bytes) -> bytes:
     b = frame_from_ip
     v = r.version
     if (b[v.off] >> v.shift) & v.mask == r.ipv4_version:
-        udp = ((b[r.ihl.off] >> r.ihl.shift) & r.ihl.mask) * 4  # IHL counts 32-bit words
-        mask = r.ipv4_masks.get(udp)
-        if mask is None:  # one per header length
-            mask = r.ipv4_masks[udp] = _mask(r.ipv4 + _shift(r.udp_bth, udp))
+        # IHL counts 32-bit words; one mask per header length
+        mask = r.ipv4_mask(((b[r.ihl.off] >> r.ihl.shift) & r.ihl.mask) * 4)
     else:
         mask = r.ipv6_mask
     end = len(b) - _ICRC_LEN

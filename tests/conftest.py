@@ -15,6 +15,13 @@ SHARED = ROOT.parent / "shared"
 EXTERNAL = SHARED / "captures" / "external"
 CAPTURES = ROOT / "captures"
 
+
+def project_inputs() -> list[Path]:
+    """Every capture of the project and every fuzz input (the C and Python twins' common
+    ground: tests/test_native_scan.py, tests/test_native_decoder.py)."""
+    files = sorted(CAPTURES.rglob("*.pcap")) + sorted(CAPTURES.rglob("*.pcapng"))
+    return files + sorted((ROOT / "tests" / "data" / "fuzz").glob("*"))
+
 sys.path.insert(0, str(ROOT / "bench"))
 try:  # bench/corpus.py, the bench captures' one writer (memoised below)
     import corpus as bench_corpus

@@ -15,7 +15,7 @@ from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.audit.run import audit_paths
 from ibpath_scapy.cli.main import main as ibpath
 
-from conftest import CAPTURES, EXTERNAL
+from conftest import CAPTURES
 
 
 def _captures() -> list[Path]:

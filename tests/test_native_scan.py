@@ -26,7 +26,7 @@ from ibpath_scapy.fast.reader import classified_frames
 from ibpath_scapy.layers.ib import LINKTYPE_ERF
 from ibpath_scapy.pcapio import CaptureError, RunTest, Term
 
-from conftest import CAPTURES, ROOT
+from conftest import CAPTURES, project_inputs
 
 try:
     from ibpath_scapy.fast import _scan
@@ -164,14 +164,10 @@ def _classified(path: Path, native: bool) -> tuple:
     return got, skipped[0], error
 
 
-def _inputs() -> list[Path]:
-    files = sorted(CAPTURES.rglob("*.pcap")) + sorted(CAPTURES.rglob("*.pcapng"))
-    return files + sorted((ROOT / "tests" / "data" / "fuzz").glob("*"))
-
 
 @needs_c
 def test_same_frames_over_the_project_captures_and_the_fuzz_inputs():
-    files = _inputs()
+    files = project_inputs()
     assert len(files) > 40
     for path in files:
         assert _classified(path, True) == _classified(path, False), path

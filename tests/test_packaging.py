@@ -121,7 +121,8 @@ def test_an_audit_starts_without_what_only_other_verbs_need(installed):
 
 def test_the_installed_package_runs_the_c_loops(installed, wheel):
     """Where the machine has a compiler and Python's headers (tools/install.sh), the wheel
-    carries the capture readers' C loops and the installed package picks them."""
+    carries the C extension (built from the sdist, its shared header included) and the
+    installed package picks it: the capture readers' loops and the MAD decoder."""
     import shutil
     import sysconfig
     from pathlib import Path
@@ -134,6 +135,9 @@ def test_the_installed_package_runs_the_c_loops(installed, wheel):
               "m = pcapio._native_scan(); print(m.__name__, m.__file__)"], cwd=work, env=env)
     name, where = p.stdout.split()
     assert name == "ibpath_scapy.fast._scan" and "site-packages" in where, p
+    p = _run([str(bindir / "python"), "-c", "from ibpath_scapy.fast import FastDecoder; "
+              "print(type(FastDecoder()._native).__name__)"], cwd=work, env=env)
+    assert p.stdout == "MadDecoder\n", p
 
 
 def test_every_verb_has_help(installed):

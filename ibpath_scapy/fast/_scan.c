@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_crc.h"
+
 enum { KIND_EQUALS = 0, KIND_LEN_MINUS = 1, KIND_NOT_IN = 2, TERM_WORDS = 8 };
 
 static inline uint32_t u32(const unsigned char *p, int little)
@@ -166,34 +168,7 @@ static PyObject *scan_epb(PyObject *self, PyObject *args)
 
 /* crc(tables, init, xorout, prefix, mask, data, start, end) -> int: a reflected CRC of up
  * to 32 bits over prefix, then data[start:end] with mask ORed into its first bytes (the
- * variant fields set to ones), without copying the packet. tables: eight 256-word tables
- * (crc.py builds them from crcspec's parameters), the first the byte-at-a-time one, table k
- * what k more zero bytes make of its entries, so that eight bytes take one step
- * (slicing-by-8). */
-enum { CRC_TABLE_WORDS = 8 * 256 };
-
-static inline uint32_t crc_byte(const uint32_t *t, uint32_t reg, unsigned char b)
-{
-    return t[(reg ^ b) & 0xFF] ^ (reg >> 8);
-}
-
-static uint32_t crc_run(const uint32_t *t, uint32_t reg, const unsigned char *d, Py_ssize_t n)
-{
-    for (; n >= 8; d += 8, n -= 8) {
-        uint32_t lo = reg ^ ((uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16
-                             | (uint32_t)d[3] << 24);
-        uint32_t hi = (uint32_t)d[4] | (uint32_t)d[5] << 8 | (uint32_t)d[6] << 16
-                      | (uint32_t)d[7] << 24;
-        reg = t[7 * 256 + (lo & 0xFF)] ^ t[6 * 256 + (lo >> 8 & 0xFF)]
-              ^ t[5 * 256 + (lo >> 16 & 0xFF)] ^ t[4 * 256 + (lo >> 24)]
-              ^ t[3 * 256 + (hi & 0xFF)] ^ t[2 * 256 + (hi >> 8 & 0xFF)]
-              ^ t[1 * 256 + (hi >> 16 & 0xFF)] ^ t[hi >> 24];
-    }
-    for (; n > 0; d++, n--)
-        reg = crc_byte(t, reg, *d);
-    return reg;
-}
-
+ * variant fields set to ones), without copying the packet (_crc.h). */
 static PyObject *crc(PyObject *self, PyObject *args)
 {
     Py_buffer tb, pb, mb, db;
@@ -209,14 +184,9 @@ static PyObject *crc(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "crc: eight aligned 256-word tables and "
                         "0 <= start <= end <= len(data)");
     } else {
-        const uint32_t *t = tb.buf;
-        const unsigned char *d = (const unsigned char *)db.buf + start, *m = mb.buf;
-        uint32_t reg = crc_run(t, (uint32_t)init, pb.buf, pb.len);
-        Py_ssize_t n = end - start, k = mb.len < n ? mb.len : n;
-        for (Py_ssize_t i = 0; i < k; i++)
-            reg = crc_byte(t, reg, d[i] | m[i]);
-        reg = crc_run(t, reg, d + k, n - k);
-        out = PyLong_FromUnsignedLong(reg ^ (uint32_t)xorout);
+        out = PyLong_FromUnsignedLong(crc_masked(
+            tb.buf, (uint32_t)init, (uint32_t)xorout, pb.buf, pb.len, mb.buf, mb.len,
+            (const unsigned char *)db.buf + start, end - start));
     }
     PyBuffer_Release(&tb);
     PyBuffer_Release(&pb);
@@ -246,4 +216,12 @@ static struct PyModuleDef module = {
     -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__scan(void) { return PyModule_Create(&module); }
+int add_mad_decoder(PyObject *module); /* _mad.c */
+
+PyMODINIT_FUNC PyInit__scan(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && add_mad_decoder(m) < 0)
+        Py_CLEAR(m);
+    return m;
+}

@@ -11,13 +11,14 @@ corpora).
 from __future__ import annotations
 
 import socket
+from types import SimpleNamespace
 
 from scapy.contrib.roce import BTH, GRH
 from scapy.layers.inet import IP
 from scapy.layers.inet6 import IPv6
 from scapy.pton_ntop import inet_ntop
 
-from .. import crc
+from .. import crc, crcspec, native
 from ..assemble import ICRC_MISMATCH, MAD_VALUE_FIELDS, VCRC_MISMATCH, SaParts, header_expr, \
     mad_fact_of, sa_fact
 from ..decode import Decoder
@@ -36,6 +37,7 @@ from .layout import (
     compile_reader,
     compile_readers,
     gid_text,
+    layer_steps,
     prefix_offsets,
     static_length,
 )
@@ -57,6 +59,7 @@ class _Compiled:
         # extractors that give a fact's values in its field order, for a positional call
         self.mad = compile_extractor(MAD, MAD_VALUE_FIELDS, as_tuple=True)
         self.mad_dispatch = compile_readers(MAD, ("mgmt_class", "attribute_id"))  # mad_next's key
+        self.attribute_id = compile_reader(MAD, "attribute_id")
         self.dqpn = compile_reader(BTH, "dqpn")
         self.src_qp = compile_reader(DETH, "src_qp")
         ip4, ip6 = prefix_offsets(IP), prefix_offsets(IPv6)
@@ -125,6 +128,125 @@ def _remember(cache: dict, key: bytes, value):
     return value
 
 
+# What the C decoder is to do with a MAD header (Tables.route): hand the frame back (a CM
+# message, or a class with a layer it does not read), an SA MAD with PathRecords or another
+# attribute, a MAD with no layer above it. fast/_mad.c's ROUTE_*.
+ROUTE_PYTHON, ROUTE_SA_PATH, ROUTE_SA_OTHER, ROUTE_PLAIN = range(4)
+
+
+class Tables:
+    """A decoder's flyweight tables, and what fills them on a miss: records share the facts
+    of identical header and PathRecord bytes (an SA storm repeats the same few paths and
+    headers), which saves most of the replay's memory; facts are immutable. Bounded: each is
+    emptied when full. Both decode paths, Python and C (fast/_mad.c), read and fill the same
+    tables; they hold nothing that holds the decoder (no reference cycle: gcpace)."""
+
+    def __init__(self, c: _Compiled):
+        self.c = c
+        self.mads: dict[bytes, object] = {}
+        self.rmpps: dict[bytes, object] = {}
+        self.sas: dict[bytes, object] = {}
+        self.prs: dict[bytes, tuple] = {}  # (fact, reserved bits set)
+        self.routes: dict[bytes, tuple] = {}  # the C decoder's: (Mad fact, ROUTE_*)
+        self.wheres: dict[bytes, tuple] = {}  # the C decoder's: address bytes -> where
+
+    def mad(self, b: bytes, o: int):
+        """The Mad fact of the MAD header at b[o:]."""
+        key = b[o:o + _MAD_LEN]
+        m = self.mads.get(key)
+        if m is None:
+            m = _remember(self.mads, key, mad_fact_of(self.c.mad(b, o)))
+        return m
+
+    def make_rmpp(self, b: bytes, s: int):
+        return Rmpp(*self.c.rmpp(b, s))
+
+    def make_sa(self, b: bytes, s: int):
+        return sa_fact(**self.c.sa(b, s))
+
+    def make_pr(self, b: bytes, s: int) -> tuple:
+        c = self.c
+        return PathRecordFact(*c.path_record(b, s)), c.pr_reserved(b, s)
+
+    def route(self, b: bytes, o: int) -> tuple:
+        """(Mad fact, ROUTE_*) of the MAD at b[o:], for the C decoder's table."""
+        c = self.c
+        nxt = c.mad_next.resolve(c.mad_dispatch(b, o))
+        if nxt is RMPP:
+            path = c.record_classes.get(c.attribute_id(b, o)) is PathRecord
+            return self.mad(b, o), ROUTE_SA_PATH if path else ROUTE_SA_OTHER
+        return self.mad(b, o), ROUTE_PLAIN if nxt is None else ROUTE_PYTHON
+
+    def sa(self, b: bytes, o: int, end: int, m) -> tuple:
+        """(RMPP fact, SA header fact, PathRecord facts, reserved) of the SA MAD at b[o:end]:
+        the records None when its attribute is not a PathRecord; reserved, per record whether
+        its reserved bits are set, () when none is. The facts are flyweights; a PathRecord's
+        reserved verdict is kept with its fact (the same bytes, the same verdict). One reader
+        for a frame's MAD and a reassembled message: a call per SA frame."""
+        c = self.c
+        key = b[o + _MAD_LEN:o + _SA_START]
+        r = self.rmpps.get(key)
+        if r is None:
+            r = _remember(self.rmpps, key, self.make_rmpp(b, o + _MAD_LEN))
+        key = b[o + _SA_START:o + _DATA_START]
+        h = self.sas.get(key)
+        if h is None:
+            h = _remember(self.sas, key, self.make_sa(b, o + _SA_START))
+        if c.record_classes.get(m.attribute_id) is not PathRecord:
+            return r, h, None, ()
+        data = o + _DATA_START
+        n = c.count(m, r, h, max(end - data, 0))
+        records, reserved = [], ()
+        if not n:
+            return r, h, records, reserved
+        prs, pr_len = self.prs, c.pr_len
+        stride = c.stride(m, r, h) if n > 1 else 0  # (one record: no stride to compute)
+        for i in range(n):
+            s = data + i * stride
+            key = b[s:s + pr_len]
+            known = prs.get(key)
+            if known is None:
+                known = _remember(prs, key, self.make_pr(b, s))
+            if known[1]:
+                if not reserved:
+                    reserved = [False] * n
+                reserved[len(records)] = True
+            records.append(known[0])
+        return r, h, records, reserved
+
+    def whole(self, message: bytes) -> tuple[list, list]:
+        """The records of a reassembled message (decode.py: MAD(message)[SAHeader].records).
+        rmpp.reassemble() never makes a message shorter than the SA MAD header."""
+        _, _, records, reserved = self.sa(message, 0, len(message), self.mad(message, 0))
+        return (records, reserved) if records is not None else ([], ())
+
+
+def rocev2_where(data: bytes, at: MadAt) -> tuple:
+    """The addresses of a RoCEv2 MAD frame, in assemble.ADDRESS_KEYS order (no GIDs)."""
+    c = compiled()
+    src, dst, n = c.addr[at.ip_version]
+    ip = at.ip
+    return ("rocev2", _ip_text(data[ip + src:ip + src + n]), _ip_text(data[ip + dst:ip + dst + n]),
+            None, None, c.dqpn(data, at.bth), c.src_qp(data, at.deth))
+
+
+def native_where(data: bytes, at: IbMadAt) -> tuple:
+    """The addresses of a native-IB MAD frame (decode._addresses), in ADDRESS_KEYS order."""
+    c = compiled()
+    src_gid = dst_gid = None
+    if at.grh >= 0:
+        sgid, dgid, n = c.gids
+        src_gid = gid_text(data[at.grh + sgid:at.grh + sgid + n])
+        dst_gid = gid_text(data[at.grh + dgid:at.grh + dgid + n])
+    return ("ib", f"LID {c.slid(data, at.lrh)}", f"LID {c.dlid(data, at.lrh)}", src_gid,
+            dst_gid, c.dqpn(data, at.bth), c.src_qp(data, at.deth))
+
+
+def where(data: bytes, at: MadAt | IbMadAt) -> tuple:
+    """The addresses of a fast-path MAD frame (the C decoder's wheres table fills so)."""
+    return rocev2_where(data, at) if at.__class__ is MadAt else native_where(data, at)
+
+
 class FastDecoder(Decoder):
     """decode.Decoder plus decode_at() for the frames the pre-filter hands over."""
 
@@ -132,18 +254,21 @@ class FastDecoder(Decoder):
         super().__init__()
         self.c = compiled()
         self.skipped = 0  # frames the pre-filter dropped (counted in stats.frames too)
-        # Records share the facts of identical header and PathRecord bytes (flyweights: an
-        # SA storm repeats the same few paths and headers), which saves most of the replay's
-        # memory; facts are immutable. Bounded: each is emptied when full.
-        self._mads: dict[bytes, object] = {}
-        self._rmpps: dict[bytes, object] = {}
-        self._sas: dict[bytes, object] = {}
-        self._prs: dict[bytes, object] = {}
+        self.tables = Tables(self.c)
+        self._native = mad_decoder(self.tables)  # fast/_mad.c, or None
 
     def decode_at(self, frame: Frame, at: MadAt | IbMadAt):
         """The one record of a frame the pre-filter classified as a plain RoCEv2 or native-IB
         MAD, or None when the compiled decoder does not know its MAD payload: then the frame
-        goes to feed() (the Scapy path)."""
+        goes to feed() (the Scapy path). The C decoder reads what it can; the rest, here."""
+        if self._native is not None:
+            got = self._native.decode(frame.data, at)
+            if got is not None:
+                self.stats.frames += 1
+                rec = self.mad_frame_at(frame.number, frame.time, *got)
+                by_kind = self.stats.by_kind
+                by_kind[rec.kind] = by_kind.get(rec.kind, 0) + 1
+                return rec
         c = self.c
         data = frame.data
         o = at.mad
@@ -151,18 +276,11 @@ class FastDecoder(Decoder):
         if nxt is not RMPP and nxt is not None and nxt not in c.cm:
             return None
         self.stats.frames += 1
-        key = data[o:o + _MAD_LEN]
-        mad = self._mads.get(key)
-        if mad is None:
-            mad = _remember(self._mads, key, mad_fact_of(c.mad(data, o)))
+        tables = self.tables
+        mad = tables.mad(data, o)
         if at.__class__ is MadAt:
-            src, dst, n = c.addr[at.ip_version]
-            ip = at.ip
-            # the address in assemble.ADDRESS_KEYS order (no GIDs on RoCEv2)
-            where = ("rocev2", _ip_text(data[ip + src:ip + src + n]),
-                     _ip_text(data[ip + dst:ip + dst + n]), None, None,
-                     c.dqpn(data, at.bth), c.src_qp(data, at.deth))
-            ip_bytes = data[ip:]
+            where = rocev2_where(data, at)
+            ip_bytes = data[at.ip:]
             icrc = ip_bytes[-4:]
             errors = [] if crc.rocev2_icrc(ip_bytes) == icrc else [ICRC_MISMATCH]
         else:
@@ -171,8 +289,7 @@ class FastDecoder(Decoder):
         if nxt is RMPP:
             end = o + MAD_SIZE
             # SaParts made by tuple.__new__ (what its _make does): not its Python __new__
-            sa = _new_tuple(SaParts, (*self._sa(data, o, end, mad), data[o:end],
-                                      self._whole_records))
+            sa = _new_tuple(SaParts, (*tables.sa(data, o, end, mad), data[o:end], tables.whole))
         elif nxt is not None:
             name, fact, extract, req = c.cm[nxt]
             cm = fact(name, *extract(data, o + _MAD_LEN))
@@ -187,64 +304,62 @@ class FastDecoder(Decoder):
     def _native_ib(self, data: bytes, at: IbMadAt) -> tuple[tuple, list, bytes]:
         """decode._addresses and decode._crc_errors of a native-IB datagram (its VCRC ends the
         frame): the addresses (assemble.ADDRESS_KEYS), the errors found and the ICRC."""
-        c = self.c
-        src_gid = dst_gid = None
-        if at.grh >= 0:
-            sgid, dgid, n = c.gids
-            src_gid = gid_text(data[at.grh + sgid:at.grh + sgid + n])
-            dst_gid = gid_text(data[at.grh + dgid:at.grh + dgid + n])
-        where = ("ib", f"LID {c.slid(data, at.lrh)}", f"LID {c.dlid(data, at.lrh)}", src_gid,
-                 dst_gid, c.dqpn(data, at.bth), c.src_qp(data, at.deth))
         icrc, icrc_ok, vcrc_ok = crc.native_crc_check(data, at.lrh)
         errors = [] if icrc_ok else [ICRC_MISMATCH]
         if not vcrc_ok:
             errors.append(VCRC_MISMATCH)
-        return where, errors, icrc
+        return native_where(data, at), errors, icrc
 
-    def _sa(self, b: bytes, o: int, end: int, m) -> tuple:
-        """(RMPP fact, SA header fact, PathRecord facts, reserved) of the SA MAD at b[o:end]:
-        the records None when its attribute is not a PathRecord; reserved, per record whether
-        its reserved bits are set, () when none is. The facts are flyweights; a PathRecord's
-        reserved verdict is kept with its fact (the same bytes, the same verdict). One reader
-        for a frame's MAD and a reassembled message: a call per SA frame."""
-        c = self.c
-        key = b[o + _MAD_LEN:o + _SA_START]
-        r = self._rmpps.get(key)
-        if r is None:
-            r = _remember(self._rmpps, key, Rmpp(*c.rmpp(b, o + _MAD_LEN)))
-        key = b[o + _SA_START:o + _DATA_START]
-        h = self._sas.get(key)
-        if h is None:
-            h = _remember(self._sas, key, sa_fact(**c.sa(b, o + _SA_START)))
-        if c.record_classes.get(m.attribute_id) is not PathRecord:
-            return r, h, None, ()
-        data = o + _DATA_START
-        n = c.count(m, r, h, max(end - data, 0))
-        records, reserved = [], ()
-        if not n:
-            return r, h, records, reserved
-        prs, pr_len = self._prs, c.pr_len
-        stride = c.stride(m, r, h) if n > 1 else 0  # (one record: no stride to compute)
-        for i in range(n):
-            s = data + i * stride
-            key = b[s:s + pr_len]
-            known = prs.get(key)
-            if known is None:
-                known = _remember(prs, key, (PathRecordFact(*c.path_record(b, s)),
-                                             c.pr_reserved(b, s)))
-            if known[1]:
-                if not reserved:
-                    reserved = [False] * n
-                reserved[len(records)] = True
-            records.append(known[0])
-        return r, h, records, reserved
 
-    def _whole_records(self, message: bytes) -> tuple[list, list]:
-        """The records of a reassembled message (decode.py: MAD(message)[SAHeader].records).
-        rmpp.reassemble() never makes a message shorter than the SA MAD header."""
-        key = message[:_MAD_LEN]
-        m = self._mads.get(key)
-        if m is None:
-            m = _remember(self._mads, key, mad_fact_of(self.c.mad(message, 0)))
-        _, _, records, reserved = self._sa(message, 0, len(message), m)
-        return (records, reserved) if records is not None else ([], ())
+def _span(byte: int, bit: int, bits: int) -> tuple[int, int]:
+    """(offset, length) of the bytes a field of `bits` bits at byte + bit lies in."""
+    return byte, (bit + bits + 7) // 8
+
+
+def mad_decoder(tables: Tables):
+    """The C decoder (fast/_mad.c's MadDecoder) over `tables`, its plan taken from the layers
+    (offsets, lengths, the CRCs' masks), or None where the package has no C extension (or
+    IBPATH_NATIVE_SCAN=0): then decode_at reads every frame in Python."""
+    ext = native.extension()
+    if ext is None or not hasattr(ext, "MadDecoder"):
+        return None
+    c = tables.c
+    r = crc.recipe()
+    ip4, ip6 = prefix_offsets(IP), prefix_offsets(IPv6)
+    grh, bth, deth, lrh = prefix_offsets(GRH), layer_steps(BTH), layer_steps(DETH), layer_steps(LRH)
+
+    def step(s) -> tuple[int, int]:
+        return _span(s.offset, s.bit_off, s.bits) if s.kind in ("bitint", "flags") \
+            else (s.offset, s.nbytes)
+
+    qps = [(MadAt._fields.index("bth"), *step(bth["dqpn"])),
+           (MadAt._fields.index("deth"), *step(deth["src_qp"]))]
+    ib_qps = [(IbMadAt._fields.index("bth"), *step(bth["dqpn"])),
+              (IbMadAt._fields.index("deth"), *step(deth["src_qp"]))]
+    ip, lrh_at, grh_at = MadAt._fields.index("ip"), IbMadAt._fields.index("lrh"), \
+        IbMadAt._fields.index("grh")
+    local = [(lrh_at, *step(lrh["slid"])), (lrh_at, *step(lrh["dlid"])), *ib_qps]
+    plan = SimpleNamespace(
+        mads=tables.routes, rmpps=tables.rmpps, sas=tables.sas, prs=tables.prs,
+        wheres=tables.wheres, make_mad=tables.route, make_rmpp=tables.make_rmpp,
+        make_sa=tables.make_sa, make_pr=tables.make_pr, make_where=where,
+        count=c.count, stride=c.stride, whole=tables.whole, madat=MadAt, ibmadat=IbMadAt,
+        saparts=SaParts, errors=((), (ICRC_MISMATCH,), (VCRC_MISMATCH,),
+                                 (ICRC_MISMATCH, VCRC_MISMATCH)),
+        cache_max=_FLYWEIGHTS, mad_len=_MAD_LEN, sa_start=_SA_START, data_start=_DATA_START,
+        pr_len=c.pr_len, mad_size=MAD_SIZE,
+        where_v4=[(ip, *_span(*ip4["src"])), (ip, *_span(*ip4["dst"])), *qps],
+        where_v6=[(ip, *_span(*ip6["src"])), (ip, *_span(*ip6["dst"])), *qps],
+        where_local=local,
+        where_global=[*local, (grh_at, *_span(*grh["sgid"])), (grh_at, *_span(*grh["dgid"]))],
+        icrc=crc.engine_plan(crcspec.ICRC), vcrc=crc.engine_plan(crcspec.VCRC),
+        prefix=r.prefix, ipv4_masks=tuple(r.ipv4_mask(ihl * 4) if ihl >= 5 else None
+                                          for ihl in range(16)),
+        ipv6_mask=r.ipv6_mask, local_mask=r.native_local_mask, global_mask=r.native_global_mask,
+        global_short_mask=r.native_global_short_mask,
+        version_off=r.version.off, version_shift=r.version.shift, version_mask=r.version.mask,
+        ipv4_version=r.ipv4_version, ihl_off=r.ihl.off, ihl_shift=r.ihl.shift,
+        ihl_mask=r.ihl.mask, lnh_off=r.lnh.off, lnh_shift=r.lnh.shift, lnh_mask=r.lnh.mask,
+        lnh_global=r.lnh_global, grh_end=r.grh_end, icrc_len=crcspec.ICRC.width // 8,
+        vcrc_len=crcspec.VCRC.width // 8)
+    return ext.MadDecoder(plan)

@@ -1,0 +1,590 @@
+/* The fast path's MAD decoder in C: FastDecoder.decode_at (fast/decoder.py) for the SA and
+ * classless MADs of the frames the pre-filter took as plain GSI datagrams (MadAt, IbMadAt).
+ *
+ * Format-agnostic, as _scan.c is: every offset, length and mask comes in a plan the Python
+ * decoder builds from the layers (fast/decoder.py mad_decoder), and every value is the Python decoder's:
+ * its flyweight tables, and the functions that make an entry on a miss (the compiled
+ * extractors of fast/layout.py). What is left to this code is what the Python loop spent
+ * its time on: cutting the keys, looking them up, checking the CRCs and building the tuples
+ * the assembler takes. A frame it does not take (a CM MAD, a MAD class without a layer
+ * here, a plan entry it lacks) comes back as None, and the Python decoder reads it.
+ * tests/test_native_scan.py checks both give the same records.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_crc.h"
+
+enum { KEY_MAX = 64, MAX_RANGES = 8, MAX_IHL = 16 };
+/* what the MAD table says of a header (its entry's second item): fast/decoder.py ROUTE_* */
+enum { ROUTE_PYTHON = 0, ROUTE_SA_PATH = 1, ROUTE_SA_OTHER = 2, ROUTE_PLAIN = 3 };
+
+typedef struct { Py_ssize_t at, off, len; } Range; /* len bytes at at_tuple[at] + off */
+typedef struct { Py_ssize_t n; Range r[MAX_RANGES]; } KeySpec;
+typedef struct { Py_buffer t; uint32_t init, xorout; } Crc;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *mads, *rmpps, *sas, *prs, *wheres; /* flyweight tables */
+    PyObject *make_mad, *make_rmpp, *make_sa, *make_pr, *make_where;
+    PyObject *count, *stride, *whole;
+    PyObject *madat, *ibmadat, *saparts;
+    PyObject *errors[4]; /* no error, ICRC, VCRC, both */
+    PyObject *mad_size_obj, *prefix, *ipv4_masks, *ipv6_mask;
+    PyObject *local_mask, *global_mask, *global_short_mask;
+    Py_ssize_t cache_max, mad_len, sa_start, data_start, pr_len, mad_size;
+    Py_ssize_t version_off, version_shift, version_mask, ipv4_version;
+    Py_ssize_t ihl_off, ihl_shift, ihl_mask, lnh_off, lnh_shift, lnh_mask, lnh_global;
+    Py_ssize_t grh_end, icrc_len, vcrc_len;
+    KeySpec where_v4, where_v6, where_local, where_global;
+    Crc icrc, vcrc;
+    int crcs_held;
+} MadDecoder;
+
+/* -- the plan ------------------------------------------------------------------------------ */
+static PyObject *plan_get(PyObject *plan, const char *name)
+{
+    return PyObject_GetAttrString(plan, name); /* new reference, or NULL with the error */
+}
+
+static int plan_int(PyObject *plan, const char *name, Py_ssize_t *out)
+{
+    PyObject *v = plan_get(plan, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int plan_obj(PyObject *plan, const char *name, PyObject **out)
+{
+    *out = plan_get(plan, name);
+    return *out == NULL ? -1 : 0;
+}
+
+/* A key's ranges: a sequence of (at index, offset, length). */
+static int plan_key(PyObject *plan, const char *name, KeySpec *spec)
+{
+    PyObject *v = plan_get(plan, name), *seq = NULL;
+    int ok = -1;
+    if (v == NULL || (seq = PySequence_Fast(v, name)) == NULL)
+        goto out;
+    spec->n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t total = 1;
+    if (spec->n > MAX_RANGES) {
+        PyErr_Format(PyExc_ValueError, "%s: more than %d ranges", name, MAX_RANGES);
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < spec->n; i++) {
+        Range *r = &spec->r[i];
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nnn", &r->at, &r->off,
+                              &r->len))
+            goto out;
+        if (r->at < 0 || r->off < 0 || r->len <= 0) {
+            PyErr_Format(PyExc_ValueError, "%s: a range out of bounds", name);
+            goto out;
+        }
+        total += r->len;
+    }
+    if (total > KEY_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: a key over %d bytes", name, KEY_MAX);
+        goto out;
+    }
+    ok = 0;
+out:
+    Py_XDECREF(seq);
+    Py_XDECREF(v);
+    return ok;
+}
+
+static int plan_crc(PyObject *plan, const char *name, Crc *c)
+{
+    PyObject *v = plan_get(plan, name);
+    PyObject *tables;
+    unsigned long init, xorout;
+    int ok = -1;
+    if (v == NULL)
+        return -1;
+    if (PyArg_ParseTuple(v, "Okk", &tables, &init, &xorout)
+            && PyObject_GetBuffer(tables, &c->t, PyBUF_SIMPLE) == 0) {
+        if (c->t.len != CRC_TABLE_WORDS * (Py_ssize_t)sizeof(uint32_t)
+                || (uintptr_t)c->t.buf % sizeof(uint32_t)) {
+            PyBuffer_Release(&c->t);
+            PyErr_Format(PyExc_ValueError, "%s: eight aligned 256-word tables", name);
+        } else {
+            c->init = (uint32_t)init;
+            c->xorout = (uint32_t)xorout;
+            ok = 0;
+        }
+    }
+    Py_DECREF(v);
+    return ok;
+}
+
+static int init(MadDecoder *self, PyObject *args, PyObject *kw)
+{
+    PyObject *plan, *errors = NULL;
+    if (!PyArg_ParseTuple(args, "O", &plan))
+        return -1;
+    if (plan_obj(plan, "mads", &self->mads) || plan_obj(plan, "rmpps", &self->rmpps)
+            || plan_obj(plan, "sas", &self->sas) || plan_obj(plan, "prs", &self->prs)
+            || plan_obj(plan, "wheres", &self->wheres)
+            || plan_obj(plan, "make_mad", &self->make_mad)
+            || plan_obj(plan, "make_rmpp", &self->make_rmpp)
+            || plan_obj(plan, "make_sa", &self->make_sa)
+            || plan_obj(plan, "make_pr", &self->make_pr)
+            || plan_obj(plan, "make_where", &self->make_where)
+            || plan_obj(plan, "count", &self->count) || plan_obj(plan, "stride", &self->stride)
+            || plan_obj(plan, "whole", &self->whole) || plan_obj(plan, "madat", &self->madat)
+            || plan_obj(plan, "ibmadat", &self->ibmadat)
+            || plan_obj(plan, "saparts", &self->saparts)
+            || plan_obj(plan, "prefix", &self->prefix)
+            || plan_obj(plan, "ipv4_masks", &self->ipv4_masks)
+            || plan_obj(plan, "ipv6_mask", &self->ipv6_mask)
+            || plan_obj(plan, "local_mask", &self->local_mask)
+            || plan_obj(plan, "global_mask", &self->global_mask)
+            || plan_obj(plan, "global_short_mask", &self->global_short_mask)
+            || plan_int(plan, "cache_max", &self->cache_max)
+            || plan_int(plan, "mad_len", &self->mad_len)
+            || plan_int(plan, "sa_start", &self->sa_start)
+            || plan_int(plan, "data_start", &self->data_start)
+            || plan_int(plan, "pr_len", &self->pr_len)
+            || plan_int(plan, "mad_size", &self->mad_size)
+            || plan_int(plan, "version_off", &self->version_off)
+            || plan_int(plan, "version_shift", &self->version_shift)
+            || plan_int(plan, "version_mask", &self->version_mask)
+            || plan_int(plan, "ipv4_version", &self->ipv4_version)
+            || plan_int(plan, "ihl_off", &self->ihl_off)
+            || plan_int(plan, "ihl_shift", &self->ihl_shift)
+            || plan_int(plan, "ihl_mask", &self->ihl_mask)
+            || plan_int(plan, "lnh_off", &self->lnh_off)
+            || plan_int(plan, "lnh_shift", &self->lnh_shift)
+            || plan_int(plan, "lnh_mask", &self->lnh_mask)
+            || plan_int(plan, "lnh_global", &self->lnh_global)
+            || plan_int(plan, "grh_end", &self->grh_end)
+            || plan_int(plan, "icrc_len", &self->icrc_len)
+            || plan_int(plan, "vcrc_len", &self->vcrc_len)
+            || plan_key(plan, "where_v4", &self->where_v4)
+            || plan_key(plan, "where_v6", &self->where_v6)
+            || plan_key(plan, "where_local", &self->where_local)
+            || plan_key(plan, "where_global", &self->where_global)
+            || plan_obj(plan, "errors", &errors))
+        goto fail;
+    if (!PyDict_CheckExact(self->mads) || !PyDict_CheckExact(self->rmpps)
+            || !PyDict_CheckExact(self->sas) || !PyDict_CheckExact(self->prs)
+            || !PyDict_CheckExact(self->wheres) || !PyType_Check(self->madat)
+            || !PyType_Check(self->ibmadat) || !PyType_Check(self->saparts)
+            || !PyType_IsSubtype((PyTypeObject *)self->saparts, &PyTuple_Type)
+            || !PyBytes_Check(self->prefix) || !PyTuple_Check(self->ipv4_masks)
+            || PyTuple_GET_SIZE(self->ipv4_masks) != MAX_IHL || !PyBytes_Check(self->ipv6_mask)
+            || !PyBytes_Check(self->local_mask) || !PyBytes_Check(self->global_mask)
+            || !PyBytes_Check(self->global_short_mask) || !PyTuple_Check(errors)
+            || PyTuple_GET_SIZE(errors) != 4 || self->cache_max < 1
+            || (self->icrc_len != 4 && self->icrc_len != 2)
+            || (self->vcrc_len != 4 && self->vcrc_len != 2)) {
+        PyErr_SetString(PyExc_ValueError, "MadDecoder: a plan entry of the wrong kind");
+        goto fail;
+    }
+    for (int i = 0; i < 4; i++) {
+        self->errors[i] = PyTuple_GET_ITEM(errors, i);
+        Py_INCREF(self->errors[i]);
+    }
+    Py_CLEAR(errors);
+    if (plan_crc(plan, "icrc", &self->icrc))
+        goto fail;
+    if (plan_crc(plan, "vcrc", &self->vcrc)) {
+        PyBuffer_Release(&self->icrc.t);
+        goto fail;
+    }
+    self->crcs_held = 1;
+    self->mad_size_obj = PyLong_FromSsize_t(self->mad_size);
+    return self->mad_size_obj == NULL ? -1 : 0;
+fail:
+    Py_XDECREF(errors);
+    return -1;
+}
+
+static void dealloc(MadDecoder *self)
+{
+    PyObject **objs[] = {
+        &self->mads, &self->rmpps, &self->sas, &self->prs, &self->wheres, &self->make_mad,
+        &self->make_rmpp, &self->make_sa, &self->make_pr, &self->make_where, &self->count,
+        &self->stride, &self->whole, &self->madat, &self->ibmadat, &self->saparts,
+        &self->errors[0], &self->errors[1], &self->errors[2], &self->errors[3],
+        &self->mad_size_obj, &self->prefix, &self->ipv4_masks, &self->ipv6_mask,
+        &self->local_mask, &self->global_mask, &self->global_short_mask,
+    };
+    for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
+        Py_CLEAR(*objs[i]);
+    if (self->crcs_held) {
+        PyBuffer_Release(&self->icrc.t);
+        PyBuffer_Release(&self->vcrc.t);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* -- per frame ------------------------------------------------------------------------------- */
+/* table[key], made by make(arg, at) on a miss (the table emptied first when full, as the
+ * Python decoder's _remember does). A new reference, or NULL with an error set. */
+static PyObject *flyweight(MadDecoder *self, PyObject *table, PyObject *key, PyObject *make,
+                           PyObject *arg, PyObject *at)
+{
+    PyObject *v = PyDict_GetItemWithError(table, key);
+    if (v != NULL) {
+        Py_INCREF(v);
+        return v;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    v = PyObject_CallFunctionObjArgs(make, arg, at, NULL);
+    if (v == NULL)
+        return NULL;
+    if (PyDict_GET_SIZE(table) >= self->cache_max)
+        PyDict_Clear(table);
+    if (PyDict_SetItem(table, key, v) < 0) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* table[data[at:at+len]], made by make(data, at) on a miss. */
+static PyObject *flyweight_at(MadDecoder *self, PyObject *table, PyObject *make, PyObject *data,
+                              const char *b, Py_ssize_t at, Py_ssize_t len)
+{
+    PyObject *key = PyBytes_FromStringAndSize(b + at, len);
+    if (key == NULL)
+        return NULL;
+    PyObject *pos = PyLong_FromSsize_t(at);
+    PyObject *v = pos == NULL ? NULL : flyweight(self, table, key, make, data, pos);
+    Py_XDECREF(pos);
+    Py_DECREF(key);
+    return v;
+}
+
+static uint32_t le(const unsigned char *p, Py_ssize_t n)
+{
+    return n == 4 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16
+                        | (uint32_t)p[3] << 24
+                  : (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+
+static uint32_t crc_of(const Crc *c, PyObject *prefix, PyObject *mask, const unsigned char *d,
+                       Py_ssize_t n)
+{
+    return crc_masked(c->t.buf, c->init, c->xorout,
+                      prefix ? (const unsigned char *)PyBytes_AS_STRING(prefix) : NULL,
+                      prefix ? PyBytes_GET_SIZE(prefix) : 0,
+                      mask ? (const unsigned char *)PyBytes_AS_STRING(mask) : NULL,
+                      mask ? PyBytes_GET_SIZE(mask) : 0, d, n);
+}
+
+/* The at-tuple's offsets, as C integers; -1 with no error where an item is not an int. */
+static int offsets(PyObject *at, Py_ssize_t *out, Py_ssize_t n)
+{
+    if (PyTuple_GET_SIZE(at) != n)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(at, i));
+        if (out[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+/* The where tuple (assemble.ADDRESS_KEYS) of the frame: the wheres table by the bytes its
+ * values are read from, made by make_where(data, at) on a miss. */
+static PyObject *where_of(MadDecoder *self, PyObject *data, PyObject *at, const KeySpec *spec,
+                          const Py_ssize_t *offs, Py_ssize_t noffs, int which)
+{
+    unsigned char key[KEY_MAX];
+    const char *b = PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data), k = 1;
+    key[0] = (unsigned char)which; /* the shape: keys of two shapes never meet */
+    for (Py_ssize_t i = 0; i < spec->n; i++) {
+        const Range *r = &spec->r[i];
+        if (r->at >= noffs || offs[r->at] < 0 || offs[r->at] + r->off + r->len > n)
+            return Py_None; /* borrowed sentinel: the Python decoder reads this frame */
+        memcpy(key + k, b + offs[r->at] + r->off, r->len);
+        k += r->len;
+    }
+    PyObject *kb = PyBytes_FromStringAndSize((const char *)key, k);
+    if (kb == NULL)
+        return NULL;
+    PyObject *v = flyweight(self, self->wheres, kb, self->make_where, data, at);
+    Py_DECREF(kb);
+    return v;
+}
+
+/* SaParts of the SA MAD at b[o:o + mad_size]: its RMPP and SA headers, PathRecords (route
+ * ROUTE_SA_PATH) and their reserved flags, its bytes and the reader of a whole message. */
+static PyObject *sa_parts(MadDecoder *self, PyObject *data, Py_ssize_t o, PyObject *m,
+                          int route)
+{
+    const char *b = PyBytes_AS_STRING(data);
+    PyObject *r = NULL, *h = NULL, *records = NULL, *reserved = NULL, *segment = NULL;
+    PyObject *out = NULL;
+    Py_ssize_t end = o + self->mad_size, start = o + self->data_start;
+    r = flyweight_at(self, self->rmpps, self->make_rmpp, data, b, o + self->mad_len,
+                     self->sa_start - self->mad_len);
+    if (r == NULL)
+        goto out;
+    h = flyweight_at(self, self->sas, self->make_sa, data, b, o + self->sa_start,
+                     self->data_start - self->sa_start);
+    if (h == NULL)
+        goto out;
+    reserved = PyTuple_New(0);
+    if (reserved == NULL)
+        goto out;
+    if (route == ROUTE_SA_OTHER) {
+        records = Py_None;
+        Py_INCREF(records);
+    } else {
+        PyObject *rem = PyLong_FromSsize_t(end > start ? end - start : 0);
+        PyObject *cnt = rem ? PyObject_CallFunctionObjArgs(self->count, m, r, h, rem, NULL)
+                            : NULL;
+        Py_XDECREF(rem);
+        if (cnt == NULL)
+            goto out;
+        Py_ssize_t n = PyLong_AsSsize_t(cnt), stride = 0;
+        Py_DECREF(cnt);
+        if (n == -1 && PyErr_Occurred())
+            goto out;
+        if (n > 1) {
+            PyObject *st = PyObject_CallFunctionObjArgs(self->stride, m, r, h, NULL);
+            if (st == NULL)
+                goto out;
+            stride = PyLong_AsSsize_t(st);
+            Py_DECREF(st);
+            if (stride == -1 && PyErr_Occurred())
+                goto out;
+        }
+        if (n < 0 || stride < 0 || (n > 0 && start + (n - 1) * stride + self->pr_len > end)) {
+            out = Py_None; /* not a shape this code takes: the Python decoder reads it */
+            Py_INCREF(out);
+            goto out;
+        }
+        records = PyList_New(n);
+        if (records == NULL)
+            goto out;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *known = flyweight_at(self, self->prs, self->make_pr, data, b,
+                                           start + i * stride, self->pr_len);
+            if (known == NULL)
+                goto out;
+            if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 2) {
+                Py_DECREF(known);
+                PyErr_SetString(PyExc_TypeError, "make_pr: (fact, reserved) expected");
+                goto out;
+            }
+            PyObject *fact = PyTuple_GET_ITEM(known, 0);
+            int bits = PyObject_IsTrue(PyTuple_GET_ITEM(known, 1));
+            Py_INCREF(fact);
+            PyList_SET_ITEM(records, i, fact);
+            Py_DECREF(known);
+            if (bits < 0)
+                goto out;
+            if (bits) {
+                if (!PyList_Check(reserved)) { /* the first record with reserved bits */
+                    Py_DECREF(reserved);
+                    reserved = PyList_New(n);
+                    if (reserved == NULL)
+                        goto out;
+                    for (Py_ssize_t j = 0; j < n; j++) {
+                        Py_INCREF(Py_False);
+                        PyList_SET_ITEM(reserved, j, Py_False);
+                    }
+                }
+                Py_INCREF(Py_True);
+                Py_SETREF(PyList_GET_ITEM(reserved, i), Py_True);
+            }
+        }
+    }
+    segment = PyBytes_FromStringAndSize(b + o, self->mad_size);
+    if (segment == NULL)
+        goto out;
+    PyTypeObject *t = (PyTypeObject *)self->saparts;
+    out = t->tp_alloc(t, 6);
+    if (out == NULL)
+        goto out;
+    PyObject *items[6] = {r, h, records, reserved, segment, self->whole};
+    for (int i = 0; i < 6; i++) {
+        Py_INCREF(items[i]);
+        PyTuple_SET_ITEM(out, i, items[i]);
+    }
+out:
+    Py_XDECREF(r);
+    Py_XDECREF(h);
+    Py_XDECREF(records);
+    Py_XDECREF(reserved);
+    Py_XDECREF(segment);
+    return out;
+}
+
+/* decode(data, at) -> (where, mad, length, crc_errors, icrc, sa) | None */
+static PyObject *decode(MadDecoder *self, PyObject *args)
+{
+    PyObject *data, *at;
+    if (!PyArg_ParseTuple(args, "SO!", &data, &PyTuple_Type, &at))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data), offs[6], o;
+    int native = Py_TYPE(at) == (PyTypeObject *)self->ibmadat;
+    if (!native && Py_TYPE(at) != (PyTypeObject *)self->madat)
+        Py_RETURN_NONE;
+    if (offsets(at, offs, native ? 5 : 6) < 0) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    o = offs[native ? 4 : 5];
+    if (o < 0 || o + self->mad_size > n)
+        Py_RETURN_NONE;
+
+    PyObject *entry = flyweight_at(self, self->mads, self->make_mad, data, (const char *)b, o,
+                                   self->mad_len);
+    if (entry == NULL)
+        return NULL;
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+        Py_DECREF(entry);
+        PyErr_SetString(PyExc_TypeError, "make_mad: (fact, route) expected");
+        return NULL;
+    }
+    PyObject *mad = PyTuple_GET_ITEM(entry, 0);
+    long route = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
+    Py_INCREF(mad);
+    Py_DECREF(entry);
+    if (route == -1 && PyErr_Occurred())
+        goto fail_mad;
+    if (route != ROUTE_SA_PATH && route != ROUTE_SA_OTHER && route != ROUTE_PLAIN) {
+        Py_DECREF(mad);
+        Py_RETURN_NONE;
+    }
+
+    /* the addresses and the CRC verdicts */
+    PyObject *where, *errors, *icrc;
+    if (native) {
+        Py_ssize_t lrh = offs[0], vcrc_at = n - self->vcrc_len, icrc_at = vcrc_at - self->icrc_len;
+        if (lrh < 0 || icrc_at < lrh)
+            goto python;
+        where = where_of(self, data, at, offs[1] >= 0 ? &self->where_global : &self->where_local,
+                         offs, 5, offs[1] >= 0 ? 3 : 2);
+        if (where == NULL)
+            goto fail_mad;
+        if (where == Py_None)
+            goto python;
+        PyObject *mask = self->local_mask;
+        Py_ssize_t len = icrc_at - lrh;
+        if (len > self->lnh_off
+                && ((b[lrh + self->lnh_off] >> self->lnh_shift) & self->lnh_mask) == self->lnh_global)
+            mask = len >= self->grh_end ? self->global_mask : self->global_short_mask;
+        int bad_i = crc_of(&self->icrc, NULL, mask, b + lrh, len) != le(b + icrc_at, self->icrc_len);
+        int bad_v = crc_of(&self->vcrc, NULL, NULL, b + lrh, vcrc_at - lrh)
+                    != le(b + vcrc_at, self->vcrc_len);
+        errors = self->errors[bad_i | bad_v << 1];
+        icrc = PyBytes_FromStringAndSize((const char *)b + icrc_at, self->icrc_len);
+    } else {
+        Py_ssize_t ip = offs[0], version = offs[1], icrc_at = n - self->icrc_len;
+        PyObject *mask;
+        if (ip < 0 || ip + self->ihl_off >= n || ip + self->version_off >= n)
+            goto python;
+        if (((b[ip + self->version_off] >> self->version_shift) & self->version_mask)
+                == self->ipv4_version) {
+            Py_ssize_t ihl = (b[ip + self->ihl_off] >> self->ihl_shift) & self->ihl_mask;
+            mask = PyTuple_GET_ITEM(self->ipv4_masks, ihl & (MAX_IHL - 1));
+        } else {
+            mask = self->ipv6_mask;
+        }
+        if (mask == Py_None || icrc_at - ip < PyBytes_GET_SIZE(mask))
+            goto python;
+        where = where_of(self, data, at, version == 4 ? &self->where_v4 : &self->where_v6,
+                         offs, 6, version == 4 ? 0 : 1);
+        if (where == NULL)
+            goto fail_mad;
+        if (where == Py_None)
+            goto python;
+        int bad = crc_of(&self->icrc, self->prefix, mask, b + ip, icrc_at - ip)
+                  != le(b + icrc_at, self->icrc_len);
+        errors = self->errors[bad];
+        icrc = PyBytes_FromStringAndSize((const char *)b + icrc_at, self->icrc_len);
+    }
+    if (icrc == NULL) {
+        Py_DECREF(where);
+        goto fail_mad;
+    }
+
+    PyObject *sa;
+    if (route == ROUTE_PLAIN) {
+        sa = Py_None;
+        Py_INCREF(sa);
+    } else {
+        sa = sa_parts(self, data, o, mad, (int)route);
+        if (sa == NULL || sa == Py_None) {
+            Py_DECREF(where);
+            Py_DECREF(icrc);
+            Py_DECREF(mad);
+            return sa;
+        }
+    }
+    Py_INCREF(errors);
+    Py_INCREF(self->mad_size_obj);
+    PyObject *out = PyTuple_New(6);
+    if (out == NULL) {
+        Py_DECREF(where);
+        Py_DECREF(mad);
+        Py_DECREF(errors);
+        Py_DECREF(self->mad_size_obj);
+        Py_DECREF(icrc);
+        Py_DECREF(sa);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, where);
+    PyTuple_SET_ITEM(out, 1, mad);
+    PyTuple_SET_ITEM(out, 2, self->mad_size_obj);
+    PyTuple_SET_ITEM(out, 3, errors);
+    PyTuple_SET_ITEM(out, 4, icrc);
+    PyTuple_SET_ITEM(out, 5, sa);
+    return out;
+python:
+    Py_DECREF(mad);
+    Py_RETURN_NONE;
+fail_mad:
+    Py_DECREF(mad);
+    return NULL;
+}
+
+static PyMethodDef decoder_methods[] = {
+    {"decode", (PyCFunction)decode, METH_VARARGS,
+     "decode(data, at) -> (where, mad, length, crc_errors, icrc, sa), what the assembler's "
+     "mad_frame_at takes after the frame number and time, or None: the Python decoder "
+     "reads the frame."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject MadDecoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ibpath_scapy.fast._scan.MadDecoder",
+    .tp_doc = "MadDecoder(plan): FastDecoder.decode_at in C, from a plan of the layers "
+              "(fast/decoder.py mad_decoder).",
+    .tp_basicsize = sizeof(MadDecoder),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)init,
+    .tp_dealloc = (destructor)dealloc,
+    .tp_methods = decoder_methods,
+};
+
+int add_mad_decoder(PyObject *module)
+{
+    if (PyType_Ready(&MadDecoderType) < 0)
+        return -1;
+    Py_INCREF(&MadDecoderType);
+    if (PyModule_AddObject(module, "MadDecoder", (PyObject *)&MadDecoderType) < 0) {
+        Py_DECREF(&MadDecoderType);
+        return -1;
+    }
+    return 0;
+}

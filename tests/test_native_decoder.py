@@ -1,0 +1,200 @@
+"""The fast path's MAD decoder in C (ibpath_scapy/fast/_mad.c) against the same decoder in
+Python (fast/decoder.py FastDecoder.decode_at without it), which remains the reference: the
+same records, statistics and frames handed back over the project's captures, the fuzz inputs,
+both bench captures in both encapsulations and containers, and Hypothesis' mutations of SA
+MADs (fields, lengths, addresses, CRCs right and wrong). The Python decoder is itself held
+to the Scapy layers (tests/test_fastpath.py), and so, through it, is this one."""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ibpath_scapy import crc
+from ibpath_scapy.fast import FastDecoder, decode_file_fast, prefilter
+from ibpath_scapy.fast.decoder import Tables, mad_decoder
+from ibpath_scapy.fast.prefilter import IbMadAt, MadAt
+from ibpath_scapy.gcpace import paced
+from ibpath_scapy.pcapio import CaptureError, Frame, read_frames
+
+from conftest import CAPTURES, project_inputs
+
+needs_c = pytest.mark.skipif(
+    mad_decoder(Tables(FastDecoder().c)) is None,
+    reason="the package was built without its C extension (no compiler or no Python "
+           "headers): the Python decoder runs alone")
+
+
+def _decoder(native: bool) -> FastDecoder:
+    d = FastDecoder()
+    if not native:
+        d._native = None
+    return d
+
+
+def _records(path: Path, native: bool) -> tuple:
+    """(records, statistics, error) of the fast path over path, with or without the C
+    decoder."""
+    d = _decoder(native)
+    out, error = [], None
+    try:
+        out = list(decode_file_fast(str(path), d))
+    except CaptureError as exc:
+        error = str(exc)
+    return out, d.stats, d.skipped, error
+
+
+
+@needs_c
+def test_the_fast_decoder_takes_the_c_one_unless_told_not_to(monkeypatch):
+    assert FastDecoder()._native is not None
+    monkeypatch.setenv("IBPATH_NATIVE_SCAN", "0")
+    assert FastDecoder()._native is None
+
+
+@needs_c
+def test_same_records_over_the_project_captures_and_the_fuzz_inputs():
+    files = project_inputs()
+    assert len(files) > 40
+    for path in files:
+        assert _records(path, True) == _records(path, False), path
+
+
+@needs_c
+@pytest.mark.parametrize("kind", ["capture1", "capture2"])
+@pytest.mark.parametrize("encap", ["rocev2", "ib"])
+@pytest.mark.parametrize("pcapng", [False, True], ids=["pcap", "pcapng"])
+def test_same_records_over_the_bench_captures(bench_capture, kind, encap, pcapng):
+    path = bench_capture(kind, 4000, encap=encap, pcapng=pcapng)
+    c, py = _records(path, True), _records(path, False)
+    assert c == py
+    assert sum(r["kind"] == "sa" for r in c[0]) > (100 if kind == "capture1" else 3000)
+
+
+@needs_c
+def test_the_c_decoder_takes_the_storm_and_shares_its_facts(bench_capture):
+    """Every frame of an SA storm is read in C (none handed back), and repeated headers and
+    PathRecords are the same objects whichever path read them (the replay keeps one body for
+    identical frames: tests/test_fastpath.py)."""
+    path = bench_capture("capture2", 2000, encap="ib")
+    d = _decoder(True)
+    handed_back = []
+    native = d._native
+
+    class Spy:
+        def decode(self, data, at):
+            got = native.decode(data, at)
+            if got is None:
+                handed_back.append(at)
+            return got
+
+    d._native = Spy()
+    recs = [r for r in decode_file_fast(str(path), d) if r["kind"] == "sa"]
+    assert len(recs) == 2000 and not handed_back
+    by_bytes: dict = {}
+    for r in recs:
+        for pr in r.path_records or ():
+            assert by_bytes.setdefault(tuple(pr.items()), pr) is pr
+
+
+# -- Hypothesis: SA MADs with their fields, lengths and CRCs changed ------------------------
+_SEEDS: list[Frame] = []
+
+
+def _seed_frames(bench_capture) -> list[Frame]:
+    """SA frames of both encapsulations: queries, single and multi-segment answers."""
+    if not _SEEDS:
+        for encap in ("rocev2", "ib"):
+            frames = list(read_frames(str(bench_capture("capture2", 60, encap=encap))))
+            _SEEDS.extend(frames[:40])
+    return _SEEDS
+
+
+def _classify(f: Frame):
+    return prefilter().classifier(f.linktype)(f.data, 0, len(f.data))
+
+
+def _fix_crcs(data: bytearray, at) -> None:
+    """Make the frame's ICRC (and VCRC) right again after a change."""
+    if isinstance(at, MadAt):
+        data[-4:] = crc.rocev2_icrc(bytes(data[at.ip:]))
+    else:
+        body = bytes(data[at.lrh:-2])
+        data[-6:-2] = crc.native_icrc(body)
+        data[-2:] = struct.pack("<H", crc.vcrc(bytes(data[at.lrh:-2])))
+
+
+# where in a MAD the decoders branch: the header (class, method, status, attribute), RMPP
+# (flags, type, segment, PayloadLength), the SA header (AttributeOffset, ComponentMask) and
+# the records
+_HOT = [0, 1, 2, 3, 4, 5, 16, 17, 18, 19, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36,
+        37, 38, 39, 44, 45, 46, 47, 48, 49, 50, 51, 56, 57, 60, 100, 120, 200, 250, 255]
+
+
+@needs_c
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_mutated_sa_mads_decode_alike(bench_capture, data):
+    seeds = _seed_frames(bench_capture)
+    # a few frames before it, so that the tables and the RMPP reassembly hold something
+    start = data.draw(st.integers(0, len(seeds) - 2))
+    frames = seeds[start:start + data.draw(st.integers(1, 4))]
+    f = frames[-1]
+    at = _classify(f)
+    assert isinstance(at, (MadAt, IbMadAt))
+    b = bytearray(f.data)
+    for _ in range(data.draw(st.integers(0, 6))):
+        region = data.draw(st.sampled_from(["mad", "addr", "any"]))
+        if region == "mad":
+            pos = at.mad + data.draw(st.sampled_from(_HOT))
+        elif region == "addr":
+            pos = data.draw(st.integers(0, at.mad - 1))
+        else:
+            pos = data.draw(st.integers(0, len(b) - 1))
+        b[pos] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        _fix_crcs(b, at)
+    frames = [*frames[:-1], Frame(f.number, f.time, f.linktype, bytes(b), f.wirelen)]
+    got = []
+    for native in (True, False):
+        d = _decoder(native)
+        out = []
+        with paced():
+            for fr in frames:
+                cl = _classify(fr)
+                rec = d.decode_at(fr, cl) if isinstance(cl, (MadAt, IbMadAt)) else "other"
+                out.append(rec)
+        got.append((out, d.stats))
+    assert got[0] == got[1]
+
+
+@needs_c
+def test_a_frame_the_c_decoder_hands_back_is_read_in_python(bench_capture):
+    """A CM MAD (a layer the C decoder leaves to Python) among SA ones: the same records."""
+    path = CAPTURES / "corpus" / "cm-req-path-mismatch.pcapng"
+    c, py = _records(path, True), _records(path, False)
+    assert c == py and any(r["kind"] == "cm" for r in c[0])
+
+
+@needs_c
+def test_the_c_decoder_refuses_a_bad_plan():
+    from types import SimpleNamespace
+
+    from ibpath_scapy.fast import _scan
+    with pytest.raises(AttributeError):
+        _scan.MadDecoder(SimpleNamespace())
+    d = FastDecoder()
+    rnd = random.Random(1)
+    # any bytes and any offsets: never a crash, None where the frame is not one it reads
+    for _ in range(2000):
+        data = bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 400)))
+        offs = [rnd.randrange(-2, 420) for _ in range(6)]
+        at = MadAt(*offs) if rnd.random() < 0.5 else IbMadAt(*offs[:5])
+        try:
+            d._native.decode(data, at)
+        except (ValueError, TypeError, KeyError, IndexError, struct.error):
+            pass  # a Python extractor's complaint about impossible offsets, never a crash
