@@ -48,10 +48,15 @@ def _frame_finding_test() -> Callable[[dict], bool]:
     # the packet rules' checks all read packet_rule_hits(rec): one call answers for them all
     checks = [c for c in frame_checks if not getattr(c, "packet_rule", False)]
     packet_rules = len(checks) < len(frame_checks)
-    # a check with `only_if` keys (rules/capture.py) is asked only about records with one
-    always = [c for c in checks if not hasattr(c, "only_if")]
-    guarded = [c for c in checks if hasattr(c, "only_if")]
-    guard_keys = tuple(sorted({k for c in guarded for k in c.only_if}))
+    # a check with `only_if` keys or `only_kinds` (rules/capture.py, rules/frame.py) is asked
+    # only about records with one of those keys or of one of those kinds
+    always = [c for c in checks if not hasattr(c, "only_if") and not hasattr(c, "only_kinds")]
+    guarded = [c for c in checks if c not in always]
+    guard_keys = tuple(sorted({k for c in guarded for k in getattr(c, "only_if", ())}))
+    guard_kinds = frozenset(k for c in guarded for k in getattr(c, "only_kinds", ()))
+    # per fact class and kind: (whether the kind asks for the guarded checks, the guard keys
+    # the class declares): a MadFrame of an SA storm is asked about two keys, not all
+    plans: dict[tuple, tuple] = {}
 
     def has_finding(rec) -> bool:
         if packet_rules and packet_rule_hits(rec):
@@ -59,13 +64,18 @@ def _frame_finding_test() -> Callable[[dict], bool]:
         for check in always:
             for _ in check(rec):
                 return True
-        fact = isinstance(rec, Fact)  # a decoder's record: its fields are attributes
-        for k in guard_keys:
-            if (getattr(rec, k, None) is not None) if fact else k in rec:
-                for check in guarded:
-                    for _ in check(rec):
-                        return True
-                return False
+        if isinstance(rec, Fact):  # a decoder's record: its fields are attributes
+            plan = plans.get((rec.__class__, rec.kind))
+            if plan is None:
+                plan = plans[(rec.__class__, rec.kind)] = (
+                    rec.kind in guard_kinds, tuple(k for k in guard_keys if k in rec.KEYSET))
+            ask = plan[0] or any(getattr(rec, k) is not None for k in plan[1])
+        else:
+            ask = rec.get("kind") in guard_kinds or any(k in rec for k in guard_keys)
+        if ask:
+            for check in guarded:
+                for _ in check(rec):
+                    return True
         return False
 
     return has_finding

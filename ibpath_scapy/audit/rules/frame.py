@@ -31,6 +31,11 @@ def decode_malformed(rec: dict):
         yield [rec["frame"]], "; ".join(map(str, rec.get("errors", []))) or "malformed"
 
 
+# engine.py asks these two only about records that can have a finding (see decode_unsupported)
+decode_malformed.only_kinds = ("malformed",)
+decode_malformed.only_if = ("malformed",)
+
+
 @rule("DECODE-LIMIT", "warning", "frame",
       sources.CATALOGUE + ": bounded memory and time per frame, every cap reported")
 def decode_limit(rec: dict):
@@ -42,6 +47,9 @@ def decode_limit(rec: dict):
     if getattr(rec, "limit", None) if isinstance(rec, Fact) else rec.get("limit"):
         error = rec.get("error")
         yield rec.get("frames", [rec["frame"]]), str(error) if error else rec["limit"]
+
+
+decode_limit.only_if = ("limit",)
 
 
 # the fields each layer's view is read for, by any audited condition (filled by compiling)

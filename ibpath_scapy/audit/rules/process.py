@@ -332,3 +332,6 @@ def record_incomplete(rec):
     """
     if rec.get("kind") == "note":  # a fact, or a record the audit wrote as a dict
         yield [rec["frame"]], str(rec["errors"][0])
+
+
+record_incomplete.only_kinds = ("note",)  # engine.py asks it about notes only
