@@ -87,8 +87,9 @@ def mad_fact(values: dict) -> Mad:
 
 # the MAD header's own fields, in Mad's order (then the three names): mad_fact_of's values
 MAD_VALUE_FIELDS = Mad._INIT[:-3]
-_WHICH = tuple(MAD_VALUE_FIELDS.index(k) for k in ("method", "mgmt_class", "attribute_id",
-                                                   "status"))
+# where among them the fields are that a MAD's names are told by (mad_names' arguments)
+MAD_NAMED_BY = _WHICH = tuple(MAD_VALUE_FIELDS.index(k) for k in (
+    "method", "mgmt_class", "attribute_id", "status"))
 
 
 def mad_fact_of(values: tuple) -> Mad:
@@ -96,6 +97,13 @@ def mad_fact_of(values: tuple) -> Mad:
     the fact made positionally, no keyword to bind per field."""
     which = (values[_WHICH[0]], values[_WHICH[1]], values[_WHICH[2]], values[_WHICH[3]])
     return Mad(*values, *(_MAD_NAMES.get(which) or _mad_names(which)))
+
+
+def mad_names(method: int, mgmt_class: int, attribute_id: int, status: int) -> tuple:
+    """(method name, attribute name, status text) of a MAD: the last three fields of its Mad
+    fact after MAD_VALUE_FIELDS (what fast/_mad.c makes the fact with)."""
+    which = (method, mgmt_class, attribute_id, status)
+    return _MAD_NAMES.get(which) or _mad_names(which)
 
 
 def _mad_names(which: tuple) -> tuple:

@@ -17,18 +17,27 @@
 
 #include "_crc.h"
 
-enum { KEY_MAX = 64, MAX_RANGES = 8, MAX_IHL = 16 };
-/* what the MAD table says of a header (its entry's second item): fast/decoder.py ROUTE_* */
+enum { KEY_MAX = 64, MAX_RANGES = 8, MAX_IHL = 16, MAX_STEPS = 16 };
+/* what the routes table says of a MAD class and attribute: fast/decoder.py ROUTE_* */
 enum { ROUTE_PYTHON = 0, ROUTE_SA_PATH = 1, ROUTE_SA_OTHER = 2, ROUTE_PLAIN = 3 };
+/* the MAD header fields the route and the names are told by (Tables.mad_plan's which) */
+enum { WHICH_METHOD, WHICH_CLASS, WHICH_ATTRIBUTE, WHICH_STATUS, WHICH_N };
 
 typedef struct { Py_ssize_t at, off, len; } Range; /* len bytes at at_tuple[at] + off */
+/* one field of a fixed layout (layout_model's step): nbytes at off, then shifted and masked */
+typedef struct { Py_ssize_t off, nbytes, shift; uint64_t mask; int little; } Step;
 typedef struct { Py_ssize_t n; Range r[MAX_RANGES]; } KeySpec;
 typedef struct { Py_buffer t; uint32_t init, xorout; } Crc;
 
 typedef struct {
     PyObject_HEAD
     PyObject *mads, *rmpps, *sas, *prs, *wheres; /* flyweight tables */
-    PyObject *make_mad, *make_rmpp, *make_sa, *make_pr, *make_where;
+    PyObject *make_rmpp, *make_sa, *make_pr, *make_where;
+    /* the Mad fact: its class, its fields' steps, its names (made by make_names on a miss),
+     * and where the frame goes by its class and attribute (made by route_of on a miss) */
+    PyObject *mad_class, *names, *make_names, *routes, *route_of;
+    Step mad_steps[MAX_STEPS];
+    Py_ssize_t n_mad_steps, which[WHICH_N];
     PyObject *count, *stride, *whole;
     PyObject *madat, *ibmadat, *saparts;
     PyObject *errors[4]; /* no error, ICRC, VCRC, both */
@@ -100,6 +109,54 @@ out:
     return ok;
 }
 
+/* A fixed layout's steps: a sequence of (offset, nbytes, shift, mask, little-endian). */
+static int plan_steps(PyObject *plan, const char *name, Step *steps, Py_ssize_t *n)
+{
+    PyObject *v = plan_get(plan, name), *seq = NULL;
+    int ok = -1;
+    if (v == NULL || (seq = PySequence_Fast(v, name)) == NULL)
+        goto out;
+    *n = PySequence_Fast_GET_SIZE(seq);
+    if (*n > MAX_STEPS) {
+        PyErr_Format(PyExc_ValueError, "%s: more than %d steps", name, MAX_STEPS);
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        Step *st = &steps[i];
+        unsigned long long mask;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nnnKi", &st->off, &st->nbytes,
+                              &st->shift, &mask, &st->little))
+            goto out;
+        st->mask = mask;
+        if (st->off < 0 || st->nbytes < 1 || st->nbytes > 8 || st->shift < 0
+                || st->shift >= 64) {
+            PyErr_Format(PyExc_ValueError, "%s: a step out of bounds", name);
+            goto out;
+        }
+    }
+    ok = 0;
+out:
+    Py_XDECREF(seq);
+    Py_XDECREF(v);
+    return ok;
+}
+
+/* The positions, among the steps, of the fields WHICH_* names. */
+static int plan_which(PyObject *plan, const char *name, Py_ssize_t *which, Py_ssize_t n)
+{
+    PyObject *v = plan_get(plan, name);
+    if (v == NULL)
+        return -1;
+    int ok = PyArg_ParseTuple(v, "nnnn", &which[0], &which[1], &which[2], &which[3]) ? 0 : -1;
+    Py_DECREF(v);
+    for (int i = 0; ok == 0 && i < WHICH_N; i++)
+        if (which[i] < 0 || which[i] >= n) {
+            PyErr_Format(PyExc_ValueError, "%s: a field beyond the steps", name);
+            ok = -1;
+        }
+    return ok;
+}
+
 static int plan_crc(PyObject *plan, const char *name, Crc *c)
 {
     PyObject *v = plan_get(plan, name);
@@ -132,7 +189,13 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
     if (plan_obj(plan, "mads", &self->mads) || plan_obj(plan, "rmpps", &self->rmpps)
             || plan_obj(plan, "sas", &self->sas) || plan_obj(plan, "prs", &self->prs)
             || plan_obj(plan, "wheres", &self->wheres)
-            || plan_obj(plan, "make_mad", &self->make_mad)
+            || plan_obj(plan, "mad_class", &self->mad_class)
+            || plan_obj(plan, "names", &self->names)
+            || plan_obj(plan, "make_names", &self->make_names)
+            || plan_obj(plan, "routes", &self->routes)
+            || plan_obj(plan, "route_of", &self->route_of)
+            || plan_steps(plan, "mad_steps", self->mad_steps, &self->n_mad_steps)
+            || plan_which(plan, "mad_which", self->which, self->n_mad_steps)
             || plan_obj(plan, "make_rmpp", &self->make_rmpp)
             || plan_obj(plan, "make_sa", &self->make_sa)
             || plan_obj(plan, "make_pr", &self->make_pr)
@@ -175,7 +238,9 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
         goto fail;
     if (!PyDict_CheckExact(self->mads) || !PyDict_CheckExact(self->rmpps)
             || !PyDict_CheckExact(self->sas) || !PyDict_CheckExact(self->prs)
-            || !PyDict_CheckExact(self->wheres) || !PyType_Check(self->madat)
+            || !PyDict_CheckExact(self->wheres) || !PyDict_CheckExact(self->names)
+            || !PyDict_CheckExact(self->routes) || !PyType_Check(self->mad_class)
+            || !PyType_Check(self->madat)
             || !PyType_Check(self->ibmadat) || !PyType_Check(self->saparts)
             || !PyType_IsSubtype((PyTypeObject *)self->saparts, &PyTuple_Type)
             || !PyBytes_Check(self->prefix) || !PyTuple_Check(self->ipv4_masks)
@@ -210,8 +275,8 @@ fail:
 static void dealloc(MadDecoder *self)
 {
     PyObject **objs[] = {
-        &self->mads, &self->rmpps, &self->sas, &self->prs, &self->wheres, &self->make_mad,
-        &self->make_rmpp, &self->make_sa, &self->make_pr, &self->make_where, &self->count,
+        &self->mads, &self->rmpps, &self->sas, &self->prs, &self->wheres, &self->mad_class,
+        &self->names, &self->make_names, &self->routes, &self->route_of, &self->make_rmpp, &self->make_sa, &self->make_pr, &self->make_where, &self->count,
         &self->stride, &self->whole, &self->madat, &self->ibmadat, &self->saparts,
         &self->errors[0], &self->errors[1], &self->errors[2], &self->errors[3],
         &self->mad_size_obj, &self->prefix, &self->ipv4_masks, &self->ipv6_mask,
@@ -317,6 +382,72 @@ static PyObject *where_of(MadDecoder *self, PyObject *data, PyObject *at, const 
     PyObject *v = flyweight(self, self->wheres, kb, self->make_where, data, at);
     Py_DECREF(kb);
     return v;
+}
+
+static uint64_t step_value(const Step *st, const unsigned char *p)
+{
+    uint64_t v = 0;
+    p += st->off;
+    for (Py_ssize_t i = 0; i < st->nbytes; i++)
+        v |= (uint64_t)p[i] << (8 * (st->little ? i : st->nbytes - 1 - i));
+    return (v >> st->shift) & st->mask;
+}
+
+/* table[key] for an integer key, made by make(*args) on a miss. */
+static PyObject *by_int(MadDecoder *self, PyObject *table, uint64_t k, PyObject *make,
+                        PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *key = PyLong_FromUnsignedLongLong(k);
+    if (key == NULL)
+        return NULL;
+    PyObject *v = PyDict_GetItemWithError(table, key);
+    if (v != NULL) {
+        Py_INCREF(v);
+    } else if (!PyErr_Occurred() && (v = PyObject_Vectorcall(make, args, nargs, NULL))) {
+        if (PyDict_GET_SIZE(table) >= self->cache_max)
+            PyDict_Clear(table);
+        if (PyDict_SetItem(table, key, v) < 0)
+            Py_CLEAR(v);
+    }
+    Py_DECREF(key);
+    return v;
+}
+
+/* The Mad fact of the MAD header at p: its fields by the steps, then its names (the names
+ * table by method, class, attribute and status), made as assemble.mad_fact_of makes it. */
+static PyObject *make_mad(MadDecoder *self, const unsigned char *p)
+{
+    PyObject *args[MAX_STEPS + 3] = {NULL};
+    PyObject *out = NULL, *names = NULL;
+    uint64_t which[WHICH_N];
+    Py_ssize_t n = self->n_mad_steps;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((args[i] = PyLong_FromUnsignedLongLong(step_value(&self->mad_steps[i], p))) == NULL)
+            goto out;
+    for (int i = 0; i < WHICH_N; i++)
+        which[i] = step_value(&self->mad_steps[self->which[i]], p);
+    PyObject *named[WHICH_N] = {args[self->which[0]], args[self->which[1]],
+                                args[self->which[2]], args[self->which[3]]};
+    /* method 8 bits, class 8, attribute 16, status 16: one 48-bit key */
+    names = by_int(self, self->names, which[WHICH_METHOD] << 40 | which[WHICH_CLASS] << 32
+                   | which[WHICH_ATTRIBUTE] << 16 | which[WHICH_STATUS], self->make_names,
+                   named, WHICH_N);
+    if (names == NULL)
+        goto out;
+    if (!PyTuple_Check(names) || PyTuple_GET_SIZE(names) != 3) {
+        PyErr_SetString(PyExc_TypeError, "make_names: three names expected");
+        goto out;
+    }
+    for (int i = 0; i < 3; i++) {
+        args[n + i] = PyTuple_GET_ITEM(names, i);
+        Py_INCREF(args[n + i]);
+    }
+    out = PyObject_Vectorcall(self->mad_class, args, n + 3, NULL);
+out:
+    for (Py_ssize_t i = 0; i < n + 3; i++)
+        Py_XDECREF(args[i]);
+    Py_XDECREF(names);
+    return out;
 }
 
 /* SaParts of the SA MAD at b[o:o + mad_size]: its RMPP and SA headers, PathRecords (route
@@ -444,25 +575,41 @@ static PyObject *decode(MadDecoder *self, PyObject *args)
     if (o < 0 || o + self->mad_size > n)
         Py_RETURN_NONE;
 
-    PyObject *entry = flyweight_at(self, self->mads, self->make_mad, data, (const char *)b, o,
-                                   self->mad_len);
-    if (entry == NULL)
+    /* where the frame goes, by its class and attribute: the MAD's own to read, or Python's */
+    uint64_t mgmt_class = step_value(&self->mad_steps[self->which[WHICH_CLASS]], b + o);
+    uint64_t attribute = step_value(&self->mad_steps[self->which[WHICH_ATTRIBUTE]], b + o);
+    PyObject *dispatch[2] = {PyLong_FromUnsignedLongLong(mgmt_class),
+                             PyLong_FromUnsignedLongLong(attribute)};
+    PyObject *r = NULL;
+    if (dispatch[0] && dispatch[1])
+        r = by_int(self, self->routes, mgmt_class << 16 | attribute, self->route_of,
+                   dispatch, 2);
+    Py_XDECREF(dispatch[0]);
+    Py_XDECREF(dispatch[1]);
+    if (r == NULL)
         return NULL;
-    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
-        Py_DECREF(entry);
-        PyErr_SetString(PyExc_TypeError, "make_mad: (fact, route) expected");
-        return NULL;
-    }
-    PyObject *mad = PyTuple_GET_ITEM(entry, 0);
-    long route = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
-    Py_INCREF(mad);
-    Py_DECREF(entry);
+    long route = PyLong_AsLong(r);
+    Py_DECREF(r);
     if (route == -1 && PyErr_Occurred())
-        goto fail_mad;
-    if (route != ROUTE_SA_PATH && route != ROUTE_SA_OTHER && route != ROUTE_PLAIN) {
-        Py_DECREF(mad);
+        return NULL;
+    if (route != ROUTE_SA_PATH && route != ROUTE_SA_OTHER && route != ROUTE_PLAIN)
         Py_RETURN_NONE;
+    /* the Mad fact, shared by the frames of one header (the segments of an answer) */
+    PyObject *key = PyBytes_FromStringAndSize((const char *)b + o, self->mad_len);
+    if (key == NULL)
+        return NULL;
+    PyObject *mad = PyDict_GetItemWithError(self->mads, key);
+    if (mad != NULL) {
+        Py_INCREF(mad);
+    } else if (!PyErr_Occurred() && (mad = make_mad(self, b + o)) != NULL) {
+        if (PyDict_GET_SIZE(self->mads) >= self->cache_max)
+            PyDict_Clear(self->mads);
+        if (PyDict_SetItem(self->mads, key, mad) < 0)
+            Py_CLEAR(mad);
     }
+    Py_DECREF(key);
+    if (mad == NULL)
+        return NULL;
 
     /* the addresses and the CRC verdicts */
     PyObject *where, *errors, *icrc;

@@ -19,10 +19,10 @@ from scapy.layers.inet6 import IPv6
 from scapy.pton_ntop import inet_ntop
 
 from .. import crc, crcspec, native
-from ..assemble import ICRC_MISMATCH, MAD_VALUE_FIELDS, VCRC_MISMATCH, SaParts, header_expr, \
-    mad_fact_of, sa_fact
+from ..assemble import ICRC_MISMATCH, MAD_NAMED_BY, MAD_VALUE_FIELDS, VCRC_MISMATCH, SaParts, \
+    header_expr, mad_fact_of, mad_names, sa_fact
 from ..decode import Decoder
-from ..facts.records import CM_FACTS, CmReqPaths, Rmpp
+from ..facts.records import CM_FACTS, CmReqPaths, Mad, Rmpp
 from ..facts.records import PathRecord as PathRecordFact
 from ..layers import cm as cm_layers
 from ..layers.ib import LRH
@@ -36,6 +36,7 @@ from .layout import (
     compile_nonzero,
     compile_reader,
     compile_readers,
+    NotCompilable,
     gid_text,
     layer_steps,
     prefix_offsets,
@@ -147,8 +148,11 @@ class Tables:
         self.rmpps: dict[bytes, object] = {}
         self.sas: dict[bytes, object] = {}
         self.prs: dict[bytes, tuple] = {}  # (fact, reserved bits set)
-        self.routes: dict[bytes, tuple] = {}  # the C decoder's: (Mad fact, ROUTE_*)
-        self.wheres: dict[bytes, tuple] = {}  # the C decoder's: address bytes -> where
+        # the C decoder's: (class << 16 | attribute) -> ROUTE_*, a MAD's names by method,
+        # class, attribute and status, address bytes -> where
+        self.routes: dict[int, int] = {}
+        self.names: dict[int, tuple] = {}
+        self.wheres: dict[bytes, tuple] = {}
 
     def mad(self, b: bytes, o: int):
         """The Mad fact of the MAD header at b[o:]."""
@@ -168,14 +172,14 @@ class Tables:
         c = self.c
         return PathRecordFact(*c.path_record(b, s)), c.pr_reserved(b, s)
 
-    def route(self, b: bytes, o: int) -> tuple:
-        """(Mad fact, ROUTE_*) of the MAD at b[o:], for the C decoder's table."""
+    def route_of(self, mgmt_class: int, attribute_id: int) -> int:
+        """ROUTE_* of a MAD of this class and attribute, for the C decoder's table."""
         c = self.c
-        nxt = c.mad_next.resolve(c.mad_dispatch(b, o))
+        nxt = c.mad_next.resolve((mgmt_class, attribute_id))
         if nxt is RMPP:
-            path = c.record_classes.get(c.attribute_id(b, o)) is PathRecord
-            return self.mad(b, o), ROUTE_SA_PATH if path else ROUTE_SA_OTHER
-        return self.mad(b, o), ROUTE_PLAIN if nxt is None else ROUTE_PYTHON
+            path = c.record_classes.get(attribute_id) is PathRecord
+            return ROUTE_SA_PATH if path else ROUTE_SA_OTHER
+        return ROUTE_PLAIN if nxt is None else ROUTE_PYTHON
 
     def sa(self, b: bytes, o: int, end: int, m) -> tuple:
         """(RMPP fact, SA header fact, PathRecord facts, reserved) of the SA MAD at b[o:end]:
@@ -311,6 +315,15 @@ class FastDecoder(Decoder):
         return native_where(data, at), errors, icrc
 
 
+def _step(s) -> tuple[int, int, int, int, int]:
+    """(offset, bytes, shift, mask, little-endian) of an integer field's layout step: what
+    fast/_mad.c reads a fixed layout's fields by."""
+    if s.kind not in ("int", "bitint", "flags") or s.when is not None or s.offset is None:
+        raise NotCompilable(f"{s.name}: not a fixed integer field")
+    return (s.offset, s.nbytes, s.nbytes * 8 - s.bit_off - s.bits, (1 << s.bits) - 1,
+            int(s.little_endian))
+
+
 def _span(byte: int, bit: int, bits: int) -> tuple[int, int]:
     """(offset, length) of the bytes a field of `bits` bits at byte + bit lies in."""
     return byte, (bit + bits + 7) // 8
@@ -339,9 +352,13 @@ def mad_decoder(tables: Tables):
     ip, lrh_at, grh_at = MadAt._fields.index("ip"), IbMadAt._fields.index("lrh"), \
         IbMadAt._fields.index("grh")
     local = [(lrh_at, *step(lrh["slid"])), (lrh_at, *step(lrh["dlid"])), *ib_qps]
+    mad = layer_steps(MAD)
+    assert c.mad_next.fields == ("mgmt_class", "attribute_id"), c.mad_next.fields
     plan = SimpleNamespace(
-        mads=tables.routes, rmpps=tables.rmpps, sas=tables.sas, prs=tables.prs,
-        wheres=tables.wheres, make_mad=tables.route, make_rmpp=tables.make_rmpp,
+        mads=tables.mads, rmpps=tables.rmpps, sas=tables.sas, prs=tables.prs,
+        wheres=tables.wheres, mad_class=Mad, names=tables.names, make_names=mad_names,
+        mad_steps=[_step(mad[f]) for f in MAD_VALUE_FIELDS], mad_which=MAD_NAMED_BY,
+        routes=tables.routes, route_of=tables.route_of, make_rmpp=tables.make_rmpp,
         make_sa=tables.make_sa, make_pr=tables.make_pr, make_where=where,
         count=c.count, stride=c.stride, whole=tables.whole, madat=MadAt, ibmadat=IbMadAt,
         saparts=SaParts, errors=((), (ICRC_MISMATCH,), (VCRC_MISMATCH,),
