@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ibpath_scapy import crc
 from ibpath_scapy.fast import FastDecoder, decode_file_fast, prefilter
-from ibpath_scapy.fast.decoder import Tables, mad_decoder
+from ibpath_scapy.fast.decoder import Tables, mad_decoder, mad_plan
 from ibpath_scapy.fast.prefilter import IbMadAt, MadAt
 from ibpath_scapy.gcpace import paced
 from ibpath_scapy.pcapio import CaptureError, Frame, read_frames
@@ -188,6 +188,15 @@ def test_the_c_decoder_refuses_a_bad_plan():
     with pytest.raises(AttributeError):
         _scan.MadDecoder(SimpleNamespace())
     d = FastDecoder()
+    good = vars(mad_plan(d.tables))
+    _scan.MadDecoder(SimpleNamespace(**good))
+    for change in ({"mad_steps": [(0, 9, 0, 1, 0)]}, {"mad_steps": [(0, 1, 0, 1, 0)] * 17},
+                   {"mad_which": (0, 1, 2, 99)}, {"where_v4": [(0, 0, 40), (0, 0, 40)]},
+                   {"where_local": [(-1, 0, 2)]}, {"ipv4_masks": ()}, {"icrc_len": 3},
+                   {"icrc": (b"short", 0, 0)}, {"errors": ((), ())}, {"mads": []},
+                   {"cache_max": 0}):
+        with pytest.raises(ValueError):
+            _scan.MadDecoder(SimpleNamespace(**{**good, **change}))
     rnd = random.Random(1)
     # any bytes and any offsets: never a crash, None where the frame is not one it reads
     for _ in range(2000):

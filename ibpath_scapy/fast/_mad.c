@@ -74,71 +74,73 @@ static int plan_obj(PyObject *plan, const char *name, PyObject **out)
     return *out == NULL ? -1 : 0;
 }
 
+/* The plan's sequence `name` as a fast sequence (a new reference) of at most `most` items,
+ * their count in *n; NULL with the error set. */
+static PyObject *plan_seq(PyObject *plan, const char *name, Py_ssize_t most, Py_ssize_t *n)
+{
+    PyObject *v = plan_get(plan, name);
+    PyObject *seq = v ? PySequence_Fast(v, name) : NULL;
+    Py_XDECREF(v);
+    if (seq != NULL && (*n = PySequence_Fast_GET_SIZE(seq)) > most) {
+        PyErr_Format(PyExc_ValueError, "%s: more than %zd items", name, most);
+        Py_CLEAR(seq);
+    }
+    return seq;
+}
+
 /* A key's ranges: a sequence of (at index, offset, length). */
 static int plan_key(PyObject *plan, const char *name, KeySpec *spec)
 {
-    PyObject *v = plan_get(plan, name), *seq = NULL;
-    int ok = -1;
-    if (v == NULL || (seq = PySequence_Fast(v, name)) == NULL)
-        goto out;
-    spec->n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *seq = plan_seq(plan, name, MAX_RANGES, &spec->n);
+    if (seq == NULL)
+        return -1;
     Py_ssize_t total = 1;
-    if (spec->n > MAX_RANGES) {
-        PyErr_Format(PyExc_ValueError, "%s: more than %d ranges", name, MAX_RANGES);
-        goto out;
-    }
     for (Py_ssize_t i = 0; i < spec->n; i++) {
         Range *r = &spec->r[i];
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nnn", &r->at, &r->off,
                               &r->len))
-            goto out;
+            goto fail;
         if (r->at < 0 || r->off < 0 || r->len <= 0) {
             PyErr_Format(PyExc_ValueError, "%s: a range out of bounds", name);
-            goto out;
+            goto fail;
         }
         total += r->len;
     }
     if (total > KEY_MAX) {
         PyErr_Format(PyExc_ValueError, "%s: a key over %d bytes", name, KEY_MAX);
-        goto out;
+        goto fail;
     }
-    ok = 0;
-out:
-    Py_XDECREF(seq);
-    Py_XDECREF(v);
-    return ok;
+    Py_DECREF(seq);
+    return 0;
+fail:
+    Py_DECREF(seq);
+    return -1;
 }
 
 /* A fixed layout's steps: a sequence of (offset, nbytes, shift, mask, little-endian). */
 static int plan_steps(PyObject *plan, const char *name, Step *steps, Py_ssize_t *n)
 {
-    PyObject *v = plan_get(plan, name), *seq = NULL;
-    int ok = -1;
-    if (v == NULL || (seq = PySequence_Fast(v, name)) == NULL)
-        goto out;
-    *n = PySequence_Fast_GET_SIZE(seq);
-    if (*n > MAX_STEPS) {
-        PyErr_Format(PyExc_ValueError, "%s: more than %d steps", name, MAX_STEPS);
-        goto out;
-    }
+    PyObject *seq = plan_seq(plan, name, MAX_STEPS, n);
+    if (seq == NULL)
+        return -1;
     for (Py_ssize_t i = 0; i < *n; i++) {
         Step *st = &steps[i];
         unsigned long long mask;
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nnnKi", &st->off, &st->nbytes,
                               &st->shift, &mask, &st->little))
-            goto out;
+            goto fail;
         st->mask = mask;
         if (st->off < 0 || st->nbytes < 1 || st->nbytes > 8 || st->shift < 0
                 || st->shift >= 64) {
             PyErr_Format(PyExc_ValueError, "%s: a step out of bounds", name);
-            goto out;
+            goto fail;
         }
     }
-    ok = 0;
-out:
-    Py_XDECREF(seq);
-    Py_XDECREF(v);
-    return ok;
+    Py_DECREF(seq);
+    return 0;
+fail:
+    Py_DECREF(seq);
+    return -1;
 }
 
 /* The positions, among the steps, of the fields WHICH_* names. */

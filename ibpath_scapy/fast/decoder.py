@@ -330,12 +330,17 @@ def _span(byte: int, bit: int, bits: int) -> tuple[int, int]:
 
 
 def mad_decoder(tables: Tables):
-    """The C decoder (fast/_mad.c's MadDecoder) over `tables`, its plan taken from the layers
-    (offsets, lengths, the CRCs' masks), or None where the package has no C extension (or
-    IBPATH_NATIVE_SCAN=0): then decode_at reads every frame in Python."""
+    """The C decoder (fast/_mad.c's MadDecoder) over `tables`, or None where the package has
+    no C extension (or IBPATH_NATIVE_SCAN=0): then decode_at reads every frame in Python."""
     ext = native.extension()
     if ext is None or not hasattr(ext, "MadDecoder"):
         return None
+    return ext.MadDecoder(mad_plan(tables))
+
+
+def mad_plan(tables: Tables) -> SimpleNamespace:
+    """What the C decoder reads frames by, from the layers (offsets, lengths, the MAD header's
+    steps, the CRCs' masks), and the tables and functions of the Python decoder it shares."""
     c = tables.c
     r = crc.recipe()
     ip4, ip6 = prefix_offsets(IP), prefix_offsets(IPv6)
@@ -354,7 +359,7 @@ def mad_decoder(tables: Tables):
     local = [(lrh_at, *step(lrh["slid"])), (lrh_at, *step(lrh["dlid"])), *ib_qps]
     mad = layer_steps(MAD)
     assert c.mad_next.fields == ("mgmt_class", "attribute_id"), c.mad_next.fields
-    plan = SimpleNamespace(
+    return SimpleNamespace(
         mads=tables.mads, rmpps=tables.rmpps, sas=tables.sas, prs=tables.prs,
         wheres=tables.wheres, mad_class=Mad, names=tables.names, make_names=mad_names,
         mad_steps=[_step(mad[f]) for f in MAD_VALUE_FIELDS], mad_which=MAD_NAMED_BY,
@@ -379,4 +384,3 @@ def mad_decoder(tables: Tables):
         ihl_mask=r.ihl.mask, lnh_off=r.lnh.off, lnh_shift=r.lnh.shift, lnh_mask=r.lnh.mask,
         lnh_global=r.lnh_global, grh_end=r.grh_end, icrc_len=crcspec.ICRC.width // 8,
         vcrc_len=crcspec.VCRC.width // 8)
-    return ext.MadDecoder(plan)
