@@ -191,10 +191,10 @@ def test_the_c_decoder_refuses_a_bad_plan():
     good = vars(mad_plan(d.tables))
     _scan.MadDecoder(SimpleNamespace(**good))
     for change in ({"mad_steps": [(0, 9, 0, 1, 0)]}, {"mad_steps": [(0, 1, 0, 1, 0)] * 17},
-                   {"mad_which": (0, 1, 2, 99)}, {"where_v4": [(0, 0, 40), (0, 0, 40)]},
+                   {"mad_which": (0, 1, 2, 99)}, {"where_v4": [(0, 0, 40)] * 3},
                    {"where_local": [(-1, 0, 2)]}, {"ipv4_masks": ()}, {"icrc_len": 3},
                    {"icrc": (b"short", 0, 0)}, {"errors": ((), ())}, {"mads": []},
-                   {"cache_max": 0}):
+                   {"cache_max": 0}, {"count_reads": [(0, 1, 0, 1, 0)] * 9}):
         with pytest.raises(ValueError):
             _scan.MadDecoder(SimpleNamespace(**{**good, **change}))
     rnd = random.Random(1)

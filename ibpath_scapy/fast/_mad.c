@@ -17,7 +17,7 @@
 
 #include "_crc.h"
 
-enum { KEY_MAX = 64, MAX_RANGES = 8, MAX_IHL = 16, MAX_STEPS = 16 };
+enum { KEY_MAX = 96, MAX_RANGES = 8, MAX_IHL = 16, MAX_STEPS = 16 };
 /* what the routes table says of a MAD class and attribute: fast/decoder.py ROUTE_* */
 enum { ROUTE_PYTHON = 0, ROUTE_SA_PATH = 1, ROUTE_SA_OTHER = 2, ROUTE_PLAIN = 3 };
 /* the MAD header fields the route and the names are told by (Tables.mad_plan's which) */
@@ -38,7 +38,12 @@ typedef struct {
     PyObject *mad_class, *names, *make_names, *routes, *route_of;
     Step mad_steps[MAX_STEPS];
     Py_ssize_t n_mad_steps, which[WHICH_N];
-    PyObject *count, *stride, *whole;
+    /* an SA MAD's RMPP and SA header facts, its record count and stride (made by count and
+     * stride on a miss), by its header bytes, route, remaining bytes and the MAD fields
+     * count and stride read (count_reads) */
+    PyObject *shapes, *count, *stride, *whole;
+    Step count_reads[MAX_STEPS];
+    Py_ssize_t n_count_reads;
     PyObject *madat, *ibmadat, *saparts;
     PyObject *errors[4]; /* no error, ICRC, VCRC, both */
     PyObject *mad_size_obj, *prefix, *ipv4_masks, *ipv6_mask;
@@ -202,6 +207,8 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
             || plan_obj(plan, "make_sa", &self->make_sa)
             || plan_obj(plan, "make_pr", &self->make_pr)
             || plan_obj(plan, "make_where", &self->make_where)
+            || plan_obj(plan, "shapes", &self->shapes)
+            || plan_steps(plan, "count_reads", self->count_reads, &self->n_count_reads)
             || plan_obj(plan, "count", &self->count) || plan_obj(plan, "stride", &self->stride)
             || plan_obj(plan, "whole", &self->whole) || plan_obj(plan, "madat", &self->madat)
             || plan_obj(plan, "ibmadat", &self->ibmadat)
@@ -242,6 +249,8 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
             || !PyDict_CheckExact(self->sas) || !PyDict_CheckExact(self->prs)
             || !PyDict_CheckExact(self->wheres) || !PyDict_CheckExact(self->names)
             || !PyDict_CheckExact(self->routes) || !PyType_Check(self->mad_class)
+            || !PyDict_CheckExact(self->shapes)
+            || self->data_start - self->mad_len + 1 + 8 * (1 + self->n_count_reads) > KEY_MAX
             || !PyType_Check(self->madat)
             || !PyType_Check(self->ibmadat) || !PyType_Check(self->saparts)
             || !PyType_IsSubtype((PyTypeObject *)self->saparts, &PyTuple_Type)
@@ -278,7 +287,7 @@ static void dealloc(MadDecoder *self)
 {
     PyObject **objs[] = {
         &self->mads, &self->rmpps, &self->sas, &self->prs, &self->wheres, &self->mad_class,
-        &self->names, &self->make_names, &self->routes, &self->route_of, &self->make_rmpp, &self->make_sa, &self->make_pr, &self->make_where, &self->count,
+        &self->names, &self->make_names, &self->routes, &self->route_of, &self->make_rmpp, &self->make_sa, &self->make_pr, &self->make_where, &self->shapes, &self->count,
         &self->stride, &self->whole, &self->madat, &self->ibmadat, &self->saparts,
         &self->errors[0], &self->errors[1], &self->errors[2], &self->errors[3],
         &self->mad_size_obj, &self->prefix, &self->ipv4_masks, &self->ipv6_mask,
@@ -452,22 +461,90 @@ out:
     return out;
 }
 
+/* (RMPP fact, SA header fact, record count, stride) of the SA MAD at b[o:], from the shapes
+ * table: what the Python decoder's Tables.sa makes of the same bytes, its header_expr
+ * functions called only on a miss (an SA storm repeats a few header shapes). */
+static PyObject *shape_of(MadDecoder *self, PyObject *data, Py_ssize_t o, PyObject *m,
+                          int route, Py_ssize_t remaining)
+{
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(data);
+    unsigned char key[KEY_MAX];
+    Py_ssize_t k = self->data_start - self->mad_len;
+    memcpy(key, b + o + self->mad_len, k);
+    key[k++] = (unsigned char)route;
+    uint64_t vals[1 + MAX_STEPS];
+    vals[0] = (uint64_t)remaining;
+    for (Py_ssize_t i = 0; i < self->n_count_reads; i++)
+        vals[1 + i] = step_value(&self->count_reads[i], b + o);
+    memcpy(key + k, vals, 8 * (1 + self->n_count_reads));
+    k += 8 * (1 + self->n_count_reads);
+    PyObject *kb = PyBytes_FromStringAndSize((const char *)key, k);
+    if (kb == NULL)
+        return NULL;
+    PyObject *shape = PyDict_GetItemWithError(self->shapes, kb);
+    if (shape != NULL || PyErr_Occurred()) {
+        Py_XINCREF(shape);
+        Py_DECREF(kb);
+        return shape;
+    }
+    const char *c = (const char *)b;
+    PyObject *r = NULL, *h = NULL, *n = NULL, *stride = NULL, *rem = NULL;
+    r = flyweight_at(self, self->rmpps, self->make_rmpp, data, c, o + self->mad_len,
+                     self->sa_start - self->mad_len);
+    if (r == NULL)
+        goto out;
+    h = flyweight_at(self, self->sas, self->make_sa, data, c, o + self->sa_start,
+                     self->data_start - self->sa_start);
+    if (h == NULL)
+        goto out;
+    if (route == ROUTE_SA_OTHER) {
+        n = PyLong_FromLong(0); /* no records to read (Tables.sa: None) */
+    } else if ((rem = PyLong_FromSsize_t(remaining)) != NULL) {
+        n = PyObject_CallFunctionObjArgs(self->count, m, r, h, rem, NULL);
+    }
+    if (n == NULL)
+        goto out;
+    Py_ssize_t count = PyLong_AsSsize_t(n);
+    if (count == -1 && PyErr_Occurred())
+        goto out;
+    /* (one record: no stride to compute, as Tables.sa) */
+    stride = count > 1 ? PyObject_CallFunctionObjArgs(self->stride, m, r, h, NULL)
+                       : PyLong_FromLong(0);
+    if (stride == NULL)
+        goto out;
+    shape = PyTuple_Pack(4, r, h, n, stride);
+    if (shape == NULL)
+        goto out;
+    if (PyDict_GET_SIZE(self->shapes) >= self->cache_max)
+        PyDict_Clear(self->shapes);
+    if (PyDict_SetItem(self->shapes, kb, shape) < 0)
+        Py_CLEAR(shape);
+out:
+    Py_XDECREF(r);
+    Py_XDECREF(h);
+    Py_XDECREF(n);
+    Py_XDECREF(stride);
+    Py_XDECREF(rem);
+    Py_DECREF(kb);
+    return shape;
+}
+
 /* SaParts of the SA MAD at b[o:o + mad_size]: its RMPP and SA headers, PathRecords (route
  * ROUTE_SA_PATH) and their reserved flags, its bytes and the reader of a whole message. */
 static PyObject *sa_parts(MadDecoder *self, PyObject *data, Py_ssize_t o, PyObject *m,
                           int route)
 {
     const char *b = PyBytes_AS_STRING(data);
-    PyObject *r = NULL, *h = NULL, *records = NULL, *reserved = NULL, *segment = NULL;
-    PyObject *out = NULL;
-    Py_ssize_t end = o + self->mad_size, start = o + self->data_start;
-    r = flyweight_at(self, self->rmpps, self->make_rmpp, data, b, o + self->mad_len,
-                     self->sa_start - self->mad_len);
-    if (r == NULL)
-        goto out;
-    h = flyweight_at(self, self->sas, self->make_sa, data, b, o + self->sa_start,
-                     self->data_start - self->sa_start);
-    if (h == NULL)
+    PyObject *r, *h, *shape, *records = NULL, *reserved = NULL, *segment = NULL, *out = NULL;
+    Py_ssize_t end = o + self->mad_size, start = o + self->data_start, n, stride;
+    shape = shape_of(self, data, o, m, route, end > start ? end - start : 0);
+    if (shape == NULL)
+        return NULL;
+    r = PyTuple_GET_ITEM(shape, 0);
+    h = PyTuple_GET_ITEM(shape, 1);
+    n = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 2));
+    stride = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 3));
+    if ((n == -1 || stride == -1) && PyErr_Occurred())
         goto out;
     reserved = PyTuple_New(0);
     if (reserved == NULL)
@@ -476,25 +553,6 @@ static PyObject *sa_parts(MadDecoder *self, PyObject *data, Py_ssize_t o, PyObje
         records = Py_None;
         Py_INCREF(records);
     } else {
-        PyObject *rem = PyLong_FromSsize_t(end > start ? end - start : 0);
-        PyObject *cnt = rem ? PyObject_CallFunctionObjArgs(self->count, m, r, h, rem, NULL)
-                            : NULL;
-        Py_XDECREF(rem);
-        if (cnt == NULL)
-            goto out;
-        Py_ssize_t n = PyLong_AsSsize_t(cnt), stride = 0;
-        Py_DECREF(cnt);
-        if (n == -1 && PyErr_Occurred())
-            goto out;
-        if (n > 1) {
-            PyObject *st = PyObject_CallFunctionObjArgs(self->stride, m, r, h, NULL);
-            if (st == NULL)
-                goto out;
-            stride = PyLong_AsSsize_t(st);
-            Py_DECREF(st);
-            if (stride == -1 && PyErr_Occurred())
-                goto out;
-        }
         if (n < 0 || stride < 0 || (n > 0 && start + (n - 1) * stride + self->pr_len > end)) {
             out = Py_None; /* not a shape this code takes: the Python decoder reads it */
             Py_INCREF(out);
@@ -549,8 +607,7 @@ static PyObject *sa_parts(MadDecoder *self, PyObject *data, Py_ssize_t o, PyObje
         PyTuple_SET_ITEM(out, i, items[i]);
     }
 out:
-    Py_XDECREF(r);
-    Py_XDECREF(h);
+    Py_DECREF(shape);
     Py_XDECREF(records);
     Py_XDECREF(reserved);
     Py_XDECREF(segment);

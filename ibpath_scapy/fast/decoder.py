@@ -22,6 +22,7 @@ from .. import crc, crcspec, native
 from ..assemble import ICRC_MISMATCH, MAD_NAMED_BY, MAD_VALUE_FIELDS, VCRC_MISMATCH, SaParts, \
     header_expr, mad_fact_of, mad_names, sa_fact
 from ..decode import Decoder
+from ..exprc import split_name
 from ..facts.records import CM_FACTS, CmReqPaths, Mad, Rmpp
 from ..facts.records import PathRecord as PathRecordFact
 from ..layers import cm as cm_layers
@@ -49,6 +50,7 @@ _new_tuple = tuple.__new__
 _MAD_LEN = static_length(MAD)
 _RMPP_LEN = static_length(RMPP)
 _SA_FIXED = build_layer(SAHeader, "fast").fixed_len  # SAHeader's bytes before its records
+_SA_FIELDS = {f.name for f in SAHeader.fields_desc if f.name != "records"}
 _SA_START = _MAD_LEN + _RMPP_LEN  # SAHeader's offset in a MAD
 _DATA_START = _SA_START + _SA_FIXED
 
@@ -152,6 +154,8 @@ class Tables:
         # class, attribute and status, address bytes -> where
         self.routes: dict[int, int] = {}
         self.names: dict[int, tuple] = {}
+        # an SA MAD's (RMPP fact, SA header fact, record count, stride) by its header shape
+        self.shapes: dict[bytes, tuple] = {}
         self.wheres: dict[bytes, tuple] = {}
 
     def mad(self, b: bytes, o: int):
@@ -324,6 +328,16 @@ def _step(s) -> tuple[int, int, int, int, int]:
             int(s.little_endian))
 
 
+def _count_reads() -> list[str]:
+    """The MAD header fields SAHeader's record count and stride read (its other reads are the
+    RMPP and SA headers' own fields, all in the C decoder's shape key)."""
+    hint = SAHeader.field_hints["records"]
+    refs = hint.count.refs() + hint.stride.refs()
+    assert {f.layer for f in refs} <= {"MAD", "RMPP", "SAHeader", None}, refs
+    assert all(split_name(f.name)[0] in _SA_FIELDS for f in refs if f.layer in ("SAHeader", None))
+    return sorted({split_name(f.name)[0] for f in refs if f.layer == "MAD"})
+
+
 def _span(byte: int, bit: int, bits: int) -> tuple[int, int]:
     """(offset, length) of the bytes a field of `bits` bits at byte + bit lies in."""
     return byte, (bit + bits + 7) // 8
@@ -365,6 +379,7 @@ def mad_plan(tables: Tables) -> SimpleNamespace:
         mad_steps=[_step(mad[f]) for f in MAD_VALUE_FIELDS], mad_which=MAD_NAMED_BY,
         routes=tables.routes, route_of=tables.route_of, make_rmpp=tables.make_rmpp,
         make_sa=tables.make_sa, make_pr=tables.make_pr, make_where=where,
+        shapes=tables.shapes, count_reads=[_step(mad[f]) for f in _count_reads()],
         count=c.count, stride=c.stride, whole=tables.whole, madat=MadAt, ibmadat=IbMadAt,
         saparts=SaParts, errors=((), (ICRC_MISMATCH,), (VCRC_MISMATCH,),
                                  (ICRC_MISMATCH, VCRC_MISMATCH)),
