@@ -89,7 +89,10 @@ def transaction_judge(path: str, out: list[Finding]) -> Callable:
     def judge(t, res) -> None:
         if t.attribute_id != PATH_RECORD_ATTR:
             return
-        out.extend(_findings(tx_checks, t, path, res.name if res is not None else None))
+        # _findings, without a generator around the checks' (one per transaction of a storm)
+        for rule_id, r, check in tx_checks:
+            for hit in check(t):
+                out.append(_finding(rule_id, r, hit, path, res.name if res is not None else None))
 
     return judge
 

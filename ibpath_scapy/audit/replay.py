@@ -197,6 +197,9 @@ def _slim(rec):
     return {k: rec[k] for k in keep if k in rec}
 
 
+_ENDPOINTS = frozenset(("sgid", "dgid"))  # the components of a point-to-point path query
+
+
 def _gid(x: str | None) -> str | None:
     return None if x in (None, "::") else x
 
@@ -500,9 +503,10 @@ class Replay:
 
     def _place_transaction(self, t: Transaction) -> Resolution | None:
         q = t.query
-        if q is None or not {"sgid", "dgid"} <= t.components:
+        components = t.components
+        if q is None or not _ENDPOINTS <= components:
             return None  # not a point-to-point path query (e.g. saquery -p: every path)
-        if "pkey" in t.components:
+        if "pkey" in components:
             pkey = q.pkey
         else:  # the P_Key the SA chose, which is what a blob built from the answer carries
             pkey = t.records[0].pkey if t.records else 0xFFFF

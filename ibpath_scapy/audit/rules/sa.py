@@ -158,12 +158,14 @@ def rmpp_rules(t: Transaction):
             and r.rmpp.rmpp_type == 1 and not r.rmpp_dropped]
     if not segs:
         return
-    frames = [r.frame for r in segs]
     for r in segs:
         for p in r.errors or ():
             if p.code in RMPP_CODES:
                 yield [r.frame], str(p)
     by_num = {r.rmpp.segment_number: r for r in segs}
+    if len(by_num) == 1 and 1 in by_num and t.answered:
+        return  # one whole segment, numbered 1, answered: the common case, nothing below holds
+    frames = [r.frame for r in segs]
     n = max(by_num)
     below = sorted(k for k in by_num if k < 1)
     if below:  # segment numbers count from 1 (a lone FIRST|LAST DATA segment numbered 0, ...)
