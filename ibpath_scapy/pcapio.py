@@ -114,8 +114,8 @@ class Interface:
 class Term:
     """One conjunct of a RunTest: the field of `size` bytes (1, 2 or 4, big-endian) at
     `offset` from the frame's start, as (value >> shift) & mask (the whole value when mask is
-    None), compared in one way: == `equals`, == the frame's length less `len_minus`, or not
-    in `not_in`."""
+    None), compared in one way: == `equals`, == the frame's length less `len_minus`, not in
+    `not_in`, or in `is_in`."""
 
     name: str  # the field's name in the Python test
     offset: int
@@ -125,11 +125,17 @@ class Term:
     equals: int | None = None
     len_minus: int | None = None
     not_in: frozenset | None = None
+    is_in: frozenset | None = None
 
     @property
     def set_name(self) -> str:
-        """The global that holds not_in in the Python test."""
+        """The global that holds not_in or is_in in the Python test."""
         return f"_in_{self.name}"
+
+    @property
+    def values(self) -> frozenset | None:
+        """The set of not_in or is_in."""
+        return self.not_in if self.not_in is not None else self.is_in
 
     def source(self) -> str:
         """The term as a Python expression over `name`, `s` and `e` (the frame's bounds)."""
@@ -138,7 +144,7 @@ class Term:
             return f"{v} == {self.equals}"
         if self.len_minus is not None:
             return f"{v} == e - s - {self.len_minus}"
-        return f"{v} not in {self.set_name}"
+        return f"{v} {'not in' if self.not_in is not None else 'in'} {self.set_name}"
 
 
 _CODES = {1: "B", 2: "H", 4: "I"}
@@ -162,7 +168,8 @@ class RunTest:
     packet blocks of one interface): a frame is skipped when its length is in least..most and
     every one of `terms` holds. A skipped frame must be one the classifier would skip (return
     None). The terms are data, so that both loops, the Python one compiled from `test` and the
-    C one (fast/_scan.c), run the same declaration."""
+    C one (fast/_scan.c), run the same declaration. A TakeTest is one too: the frames it holds
+    of the loops hand over with its classification, the classifier not asked."""
 
     __slots__ = ("terms", "least", "most", "fields", "test", "namespace", "_makers")
 
@@ -170,7 +177,7 @@ class RunTest:
         terms = tuple(sorted(terms, key=lambda t: t.offset))
         for t in terms:
             if t.size not in _CODES or sum(
-                    x is not None for x in (t.equals, t.len_minus, t.not_in)) != 1:
+                    x is not None for x in (t.equals, t.len_minus, t.not_in, t.is_in)) != 1:
                 raise ValueError(f"run test term {t!r}: of an odd size, or not exactly one "
                                  "comparison")
         fmt, pos = struct_format([(t.offset, _CODES[t.size]) for t in terms])
@@ -186,8 +193,21 @@ class RunTest:
         self.fields = ", ".join(t.name for t in terms) + ","  # what namespace["_unpack"] binds
         self.test = " and ".join(t.source() for t in terms)
         self.namespace = {"_unpack": struct.Struct(fmt).unpack_from,
-                          **{t.set_name: t.not_in for t in terms if t.not_in is not None}}
-        self._makers: dict[bool, dict] = {}  # the loops' makers, C (True) and Python (False)
+                          **{t.set_name: t.values for t in terms if t.values is not None}}
+        self._makers: dict[tuple, dict] = {}  # the loops' makers, by (C, take test)
+
+
+class TakeTest(RunTest):
+    """A classifier's test for the frames it would classify `value` (the same object every
+    time), which the readers' loops over runs hand over without asking it: a frame is taken
+    when it is not skipped (the RunTest), its length is in least..most and every one of
+    `terms` holds."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, terms: "list[Term] | tuple[Term, ...]", least: int, most: int, value):
+        super().__init__(terms, least, most)
+        self.value = value
 
 
 class FrameClassifier(Protocol):
@@ -201,6 +221,10 @@ class FrameClassifier(Protocol):
     def run_test(self, linktype: int) -> RunTest | None:
         """The test the readers may skip runs of frames of a link type by, or None."""
 
+    def take_test(self, linktype: int) -> "TakeTest | None":
+        """The test of the frames of a link type the readers' loops may hand over classified
+        without asking (only with a run_test), or None."""
+
 
 class _KeepAll:
     """The classifier of read_frames: every frame, classified True."""
@@ -211,6 +235,10 @@ class _KeepAll:
 
     @staticmethod
     def run_test(linktype: int) -> None:
+        return None
+
+    @staticmethod
+    def take_test(linktype: int) -> None:
         return None
 
 
@@ -512,7 +540,10 @@ def _pcap(path: str, f: Input, classifier: FrameClassifier, skipped: list,
     linktype, tsres = iface.linktype, iface.resolution
     limit = max(iface.snaplen, 262144)  # lengths up to this (or MAX_BLOCK) are plausible
     classify = classifier.classifier(linktype)
-    scan = _scanners(classifier.run_test(linktype), "pcap", endian)  # runs of skipped records
+    take = _take_test(classifier, linktype)
+    took = take.value if take else None
+    # runs of skipped records, and of records taken without asking the classifier
+    scan = _scanners(classifier.run_test(linktype), "pcap", endian, take=take)
     rec_hdr = struct.Struct(endian + "IIII").unpack_from
     incl_at = struct.Struct(endian + "I").unpack_from
     st = _Stream(f)
@@ -525,7 +556,15 @@ def _pcap(path: str, f: Input, classifier: FrameClassifier, skipped: list,
         first = number
         while pos + 16 <= n:
             if scan is not None:
-                pos, k = scan(buf, pos, n)
+                pos, k, taken = scan(buf, pos, n)
+                for i in range(0, len(taken), 2):
+                    at = taken[i + 1]
+                    sec, frac, incl, orig = rec_hdr(buf, at)
+                    num = number + taken[i] + 1
+                    skipped[0] += num - first - 1
+                    first = num
+                    yield Frame(num, sec + frac * tsres, linktype, buf[at + 16:at + 16 + incl],
+                                orig), took
                 number += k
                 if pos + 16 > n:
                     break
@@ -594,21 +633,24 @@ def _pcapng(path: str, f: Input, classifier: FrameClassifier, skipped: list,
                     or iface >= len(ifaces) or 20 + incl > blen - 12:
                 break
             number += 1
-            linktype, res, classify, scan = ifaces[iface]
+            linktype, res, classify, scan, took = ifaces[iface]
             d = pos + _EPB_DATA
             cl = classify(buf, d, d + incl)
             if cl is not None:
-                opts = d + ((incl + 3) & ~3)  # the options, if any, up to the trailing length
-                comment = _comment(buf[opts:end - 4], endian) if opts < end - 4 else None
-                yield (Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, buf[d:d + incl],
-                             orig, comment), cl)
+                yield _epb_frame(buf, d, end, number, res, linktype, incl, orig, ts_hi, ts_lo,
+                                 endian), cl
             else:
                 skipped[0] += 1
             pos = end
-            if scan is not None:  # a run of skipped EPBs of the same interface
-                pos, k = scan(buf, pos, n)
+            if scan is not None:  # a run of skipped (or taken) EPBs of the same interface
+                pos, k, taken = scan(buf, pos, n)
+                for i in range(0, len(taken), 2):
+                    at = taken[i + 1]
+                    _, blen, _, ts_hi, ts_lo, incl, orig = epb_head(buf, at)
+                    yield _epb_frame(buf, at + _EPB_DATA, at + blen, number + taken[i] + 1,
+                                     res, linktype, incl, orig, ts_hi, ts_lo, endian), took
                 number += k
-                skipped[0] += k
+                skipped[0] += k - len(taken) // 2
         st.pos = pos
         have = st.avail(8)
         if not have:
@@ -653,9 +695,11 @@ def _pcapng(path: str, f: Input, classifier: FrameClassifier, skipped: list,
         frame = None
         if btype == _IDB:
             desc = _interface(raw, endian, section, len(ifaces))
+            take = _take_test(classifier, desc.linktype)
             ifaces.append((desc.linktype, desc.resolution, classifier.classifier(desc.linktype),
                            _scanners(classifier.run_test(desc.linktype), "epb", endian,
-                                     len(ifaces))))
+                                     len(ifaces), take=take),
+                           take.value if take else None))
             if describe:
                 yield desc, None
         elif btype == _SPB:
@@ -677,6 +721,14 @@ def _pcapng(path: str, f: Input, classifier: FrameClassifier, skipped: list,
                 skipped[0] += 1
                 continue
             yield frame, cl
+
+
+def _epb_frame(buf: bytes, d: int, end: int, number: int, res: float, linktype: int,
+               incl: int, orig: int, ts_hi: int, ts_lo: int, endian: str) -> Frame:
+    """The frame of the EPB whose packet starts at buf[d] and whose block ends at end."""
+    opts = d + ((incl + 3) & ~3)  # the options, if any, up to the trailing length
+    comment = _comment(buf[opts:end - 4], endian) if opts < end - 4 else None
+    return Frame(number, ((ts_hi << 32) | ts_lo) * res, linktype, buf[d:d + incl], orig, comment)
 
 
 def _check_len(path: str, blen: int, off: int, number: int) -> int:
@@ -725,40 +777,64 @@ def _comment(opts: bytes, endian: str) -> str | None:
 # Runs of skipped frames: the classifier's RunTest compiled into loops over records and blocks
 # --------------------------------------------------------------------------------------------
 
-def _scanners(test: RunTest | None, kind: str, *args) -> Callable | None:
+def _scanners(test: RunTest | None, kind: str, *args, take: TakeTest | None = None
+              ) -> Callable | None:
     """For a pcap ("pcap", byte order) or a pcapng interface ("epb", byte order, interface
-    ID): scan(buf, pos, n) → (pos, k), skipping the k records or enhanced packet blocks from
-    pos on whose frames `test` skips, stopping at the first other one or at one not wholly in
-    buf[:n]; None without a test. The C loops (fast/_scan.c) where the package was built
-    with them and IBPATH_NATIVE_SCAN is not 0, else the same loops in Python."""
+    ID): scan(buf, pos, n) → (pos, k, taken), passing the k records or enhanced packet blocks
+    from pos on whose frames `test` skips or `take` takes, stopping at the first other one,
+    at one not wholly in buf[:n] or after TAKE_MOST taken; taken: (index among the k,
+    position of its record or block) of each taken one, flat. None without a test. The C
+    loops (fast/_scan.c) where the package was built with them and IBPATH_NATIVE_SCAN is not
+    0, else the same loops in Python."""
     if test is None:
         return None
     native = _native_scan()
-    makers = test._makers.get(native is not None)
+    makers = test._makers.get((native is not None, take))
     if makers is None:
         if native is not None:
             prog = _program(test)
+            tprog = _program(take) if take is not None else b""
+            tleast, tmost = (take.least, take.most) if take is not None else (0, -1)
             little = {"<": 1, ">": 0}
             pcap, epb = native.pcap, native.epb
             # the loops' fixed arguments first: scan(buf, pos, n) as the Python loops
             makers = {
                 "pcap": lambda endian: functools.partial(
-                    pcap, little[endian], test.least, test.most, prog),
+                    pcap, little[endian], test.least, test.most, prog, tleast, tmost, tprog,
+                    TAKE_MOST),
                 "epb": lambda endian, iface: functools.partial(
-                    epb, little[endian], iface, test.least, test.most, MAX_BLOCK, _EPB, prog)}
+                    epb, little[endian], iface, test.least, test.most, MAX_BLOCK, _EPB, prog,
+                    tleast, tmost, tprog, TAKE_MOST)}
         else:
-            ns = {**test.namespace, "_Struct": struct.Struct}
+            ns = {**test.namespace, "_Struct": struct.Struct, "_take": None}
+            if take is not None:  # its own names: its fields may be named as the test's
+                tns = dict(take.namespace)
+                exec(compile(_TAKE_SOURCE.format(fields=take.fields, test=take.test,
+                                                 least=take.least, most=take.most),
+                             "<pcapio take>", "exec"), tns)
+                ns["_take"] = tns["take"]
             exec(compile(_SCAN_SOURCE.format(fields=test.fields, test=test.test,
                                              least=test.least, most=test.most, EPB=_EPB,
-                                             MAX_BLOCK=MAX_BLOCK),
+                                             MAX_BLOCK=MAX_BLOCK, TAKEN=2 * TAKE_MOST),
                          "<pcapio scan>", "exec"), ns)
             makers = {"pcap": ns["make_pcap_scan"], "epb": ns["make_epb_scan"]}
-        test._makers[native is not None] = makers
+        test._makers[(native is not None, take)] = makers
     return makers[kind](*args)
 
 
-# a term in the C loops' program: 8 signed 64-bit words, the not_in sets' values after all terms
-_KIND_EQUALS, _KIND_LEN_MINUS, _KIND_NOT_IN = 0, 1, 2
+def _take_test(classifier: FrameClassifier, linktype: int) -> TakeTest | None:
+    """The classifier's take test of a link type, where it has a run test too."""
+    if classifier.run_test(linktype) is None:
+        return None
+    take = getattr(classifier, "take_test", None)
+    return take(linktype) if take is not None else None
+
+
+# frames a loop takes at most before it returns (their list is the handover)
+TAKE_MOST = 1024
+
+# a term in the C loops' program: 8 signed 64-bit words, the sets' values after all terms
+_KIND_EQUALS, _KIND_LEN_MINUS, _KIND_NOT_IN, _KIND_IN = 0, 1, 2, 3
 
 
 def _program(test: RunTest) -> bytes:
@@ -768,36 +844,47 @@ def _program(test: RunTest) -> bytes:
     sets: list[int] = []
     for t in test.terms:
         base = 1 + 8 * len(test.terms) + len(sets)
-        if t.not_in is not None:
-            kind, value = _KIND_NOT_IN, 0
-            sets.extend(sorted(t.not_in))
+        if t.values is not None:
+            kind, value = (_KIND_NOT_IN if t.not_in is not None else _KIND_IN), 0
+            sets.extend(sorted(t.values))
         else:
             kind, value = ((_KIND_EQUALS, t.equals) if t.equals is not None
                            else (_KIND_LEN_MINUS, t.len_minus))
         words += [t.offset, t.size, t.shift, -1 if t.mask is None else t.mask, kind, value,
-                  base, len(t.not_in or ())]
+                  base, len(t.values or ())]
     return array.array("q", words + sets).tobytes()
 
 
 # The loops check what _pcap and _pcapng check of a record or block before they classify it,
 # and stop at anything else: those readers then read it (and name what is wrong with it).
+# A frame the test does not skip is taken if _take holds of it (the TakeTest compiled from
+# _TAKE_SOURCE, in a namespace of its own).
 _SCAN_SOURCE = """
 def make_pcap_scan(endian):
     # a record: seconds, fraction, captured length, original length, then the packet
     incl_at = _Struct(endian + "I").unpack_from
     def scan(b, pos, n):
         k = 0
+        taken = []
         while pos + 16 <= n:
             s = pos + 16
             e = s + incl_at(b, pos + 8)[0]
-            if e > n or not {least} <= e - s <= {most}:
+            if e > n:
                 break
-            {fields} = _unpack(b, s)
-            if not ({test}):
+            if {least} <= e - s <= {most}:
+                {fields} = _unpack(b, s)
+                if {test}:
+                    pos = e
+                    k += 1
+                    continue
+            if _take is None or not _take(b, s, e):
                 break
+            taken += (k, pos)
             pos = e
             k += 1
-        return pos, k
+            if len(taken) >= {TAKEN}:
+                break
+        return pos, k, taken
     return scan
 
 def make_epb_scan(endian, iface):
@@ -806,6 +893,7 @@ def make_epb_scan(endian, iface):
     head = _Struct(endian + "IIIIII").unpack_from
     def scan(b, pos, n):
         k = 0
+        taken = []
         while pos + 28 <= n:
             bt, bl, ifc, _, _, incl = head(b, pos)
             if (bt != {EPB} or ifc != iface or bl & 3 or not 32 <= bl <= {MAX_BLOCK}
@@ -813,15 +901,29 @@ def make_epb_scan(endian, iface):
                 break
             s = pos + 28
             e = s + incl
-            if not {least} <= e - s <= {most}:
+            if {least} <= e - s <= {most}:
+                {fields} = _unpack(b, s)
+                if {test}:
+                    pos += bl
+                    k += 1
+                    continue
+            if _take is None or not _take(b, s, e):
                 break
-            {fields} = _unpack(b, s)
-            if not ({test}):
-                break
+            taken += (k, pos)
             pos += bl
             k += 1
-        return pos, k
+            if len(taken) >= {TAKEN}:
+                break
+        return pos, k, taken
     return scan
+"""
+
+_TAKE_SOURCE = """
+def take(b, s, e):
+    if {least} <= e - s <= {most}:
+        {fields} = _unpack(b, s)
+        return {test}
+    return False
 """
 
 

@@ -22,9 +22,10 @@ from hypothesis import given, settings, strategies as st
 
 from ibpath_scapy import blobsniff, crc, pcapio
 from ibpath_scapy.fast import FastDecoder, decode_file_fast, prefilter
+from ibpath_scapy.fast.prefilter import IbMadAt, MadAt
 from ibpath_scapy.fast.reader import classified_frames
 from ibpath_scapy.layers.ib import LINKTYPE_ERF
-from ibpath_scapy.pcapio import CaptureError, RunTest, Term
+from ibpath_scapy.pcapio import CaptureError, RunTest, TakeTest, Term
 
 from conftest import CAPTURES, project_inputs
 
@@ -47,27 +48,38 @@ def test_the_c_loops_are_built_where_a_compiler_is():
     assert pcapio._native_scan() is _scan
 
 
-def _both(test: RunTest, kind: str, *args):
-    """The C and the Python scanner of one RunTest."""
-    c = pcapio._scanners(test, kind, *args)
+def _both(test: RunTest, kind: str, *args, take: TakeTest | None = None):
+    """The C and the Python scanner of one RunTest (and TakeTest)."""
+    c = pcapio._scanners(test, kind, *args, take=take)
     saved = pcapio._native_scan
     pcapio._native_scan = lambda: None
     try:
-        py = pcapio._scanners(test, kind, *args)
+        py = pcapio._scanners(test, kind, *args, take=take)
     finally:
         pcapio._native_scan = saved
     return c, py
 
 
-def _tests() -> dict[str, RunTest]:
+def _synthetic() -> tuple[RunTest, TakeTest]:
+    """Every kind of term, 4-byte fields and shifts included; a take test that shares field
+    names with the run test (each runs in its own names) and reads one of another length."""
+    run = RunTest([Term("f1", 0, 1, shift=2, mask=3, equals=1),
+                   Term("f2", 1, 2, len_minus=3),
+                   Term("f3", 3, 4, not_in=frozenset({0, 7, 0xFFFFFFFF})),
+                   Term("f4", 9, 4, mask=0xF0F0, equals=0x10)], 13, 60)
+    take = TakeTest([Term("f1", 0, 1, shift=2, mask=3, equals=2),
+                     Term("g2", 1, 2, len_minus=5),
+                     Term("g3", 3, 4, mask=0xFFFFFF, is_in=frozenset({1, 0x10000, 0xFFFFFF}))],
+                    16, 70, "taken")
+    return run, take
+
+
+def _tests() -> dict[str, tuple[RunTest, TakeTest | None]]:
     pf = prefilter()
-    tests = {"ether": pf.run_test(1), "erf": pf.run_test(LINKTYPE_ERF),
-             # every kind of term, 4-byte fields and shifts included
-             "synthetic": RunTest([Term("f1", 0, 1, shift=2, mask=3, equals=1),
-                                   Term("f2", 1, 2, len_minus=3),
-                                   Term("f3", 3, 4, not_in=frozenset({0, 7, 0xFFFFFFFF})),
-                                   Term("f4", 9, 4, mask=0xF0F0, equals=0x10)], 13, 60)}
-    assert all(isinstance(t, RunTest) for t in tests.values())
+    tests = {"ether": (pf.run_test(1), pf.take_test(1)),
+             "erf": (pf.run_test(LINKTYPE_ERF), pf.take_test(LINKTYPE_ERF)),
+             "synthetic": _synthetic()}
+    assert all(isinstance(r, RunTest) and isinstance(t, TakeTest) for r, t in tests.values())
     return tests
 
 
@@ -78,7 +90,8 @@ def _template(test: RunTest, rnd: random.Random, size: int) -> bytearray:
         if t.not_in is not None:
             v = next(x for x in range(1 << 8 * t.size) if x not in t.not_in)
         else:
-            want = t.equals if t.equals is not None else size - t.len_minus
+            want = (t.equals if t.equals is not None else rnd.choice(sorted(t.is_in))
+                    if t.is_in is not None else size - t.len_minus)
             if t.mask is None:
                 v = want
             else:
@@ -88,15 +101,17 @@ def _template(test: RunTest, rnd: random.Random, size: int) -> bytearray:
     return f
 
 
-def _stream(test: RunTest, seed: int, kind: str, endian: str) -> bytes:
-    """Records or enhanced packet blocks of frames that mostly pass, some mutated at a term's
-    bytes, some of another length, one perhaps truncated at the end."""
+def _stream(tests: tuple[RunTest, TakeTest | None], seed: int, kind: str, endian: str) -> bytes:
+    """Records or enhanced packet blocks of frames that mostly pass the run or the take test,
+    some mutated at a term's bytes, some of another length, one perhaps truncated at the end."""
     rnd = random.Random(seed)
     out = bytearray()
     for _ in range(rnd.randint(0, 40)):
+        test = tests[1] if tests[1] is not None and rnd.random() < 0.4 else tests[0]
         odd = rnd.random() < 0.06  # a frame too short or too long for the test
         size = (rnd.choice([max(test.least - 1, 0), test.most + 1 if test.most < 100 else 0])
-                if odd else test.least + rnd.choice([0, rnd.randint(0, 40)]))
+                if odd else test.least + rnd.choice([0, rnd.randint(0, test.most - test.least)
+                                                     if test.most < 100 else 40]))
         f = _template(test, rnd, size) if size >= test.least else bytearray(rnd.randbytes(size))
         if rnd.random() < 0.06 and test.terms and len(f) >= test.least:
             t = rnd.choice(test.terms)
@@ -122,26 +137,87 @@ def _stream(test: RunTest, seed: int, kind: str, endian: str) -> bytes:
 @settings(max_examples=300, deadline=None)
 @given(seed=st.integers(0, 2**32), name=st.sampled_from(["ether", "erf", "synthetic"]),
        kind=st.sampled_from(["pcap", "epb"]), endian=st.sampled_from(["<", ">"]),
-       start=st.integers(0, 200))
-def test_c_and_python_loops_stop_at_the_same_record(seed, name, kind, endian, start):
-    test = _tests()[name]
-    buf = _stream(test, seed, kind, endian)
+       start=st.integers(0, 200), take=st.booleans())
+def test_c_and_python_loops_stop_at_the_same_record(seed, name, kind, endian, start, take):
+    tests = _tests()[name]
+    buf = _stream(tests, seed, kind, endian)
     args = (endian,) if kind == "pcap" else (endian, 0)
-    c, py = _both(test, kind, *args)
+    c, py = _both(tests[0], kind, *args, take=tests[1] if take else None)
     pos = min(start, len(buf))
     for n in {len(buf), max(len(buf) - 7, 0)}:
-        assert c(buf, pos, n) == py(buf, pos, n)
-        assert c(bytearray(buf), pos, n) == py(buf, pos, n)  # the readers' buffers may be either
+        got = c(buf, pos, n)
+        assert got == py(buf, pos, n)
+        assert c(bytearray(buf), pos, n) == got  # the readers' buffers may be either
+        assert take or not got[2]
+
+
+@needs_c
+def test_the_loops_take_at_most_take_most(monkeypatch):
+    """Both loops return after TAKE_MOST taken frames (the readers then call them again)."""
+    monkeypatch.setattr(pcapio, "TAKE_MOST", 3)
+    run, take = _synthetic()  # new tests: no loops made with another TAKE_MOST
+    rnd = random.Random(5)
+    frames = [_template(take, rnd, 20) for _ in range(8)]
+    buf = b"".join(struct.pack("<IIII", 0, 0, len(f), len(f)) + f for f in frames)
+    c, py = _both(run, "pcap", "<", take=take)
+    assert c(buf, 0, len(buf)) == py(buf, 0, len(buf)) == (3 * 36, 3, [0, 0, 1, 36, 2, 72])
+
+
+class _NoTake:
+    """The pre-filter without its take tests: every frame not skipped is classified."""
+
+    def __init__(self, pf):
+        self.pf = pf
+
+    def classifier(self, linktype):
+        return self.pf.classifier(linktype)
+
+    def run_test(self, linktype):
+        return self.pf.run_test(linktype)
+
+
+def _frames_of(path: Path, classifier) -> tuple:
+    skipped, got, error = [0], [], None
+    try:
+        for f, cl in pcapio.classified_input(str(path), classifier, skipped, blobsniff.plausible):
+            got.append((f.number, f.time, f.linktype, f.data, f.wirelen, f.comment, cl))
+    except CaptureError as exc:
+        error = str(exc)
+    return got, skipped[0], error
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_a_taken_frame_is_what_the_classifier_makes_of_it(bench_capture, native, monkeypatch):
+    """The readers hand a frame the take test holds of over with its value, without asking
+    the classifier: over every capture of the project, the fuzz inputs and both bench captures
+    (both encapsulations and containers), the same frames, classifications, numbers and
+    skipped counts as asking it about every frame, C loops or Python."""
+    if not native:
+        monkeypatch.setattr(pcapio, "_native_scan", lambda: None)
+    pf = prefilter()
+    paths = project_inputs() + [bench_capture(k, 3000, encap=e, pcapng=n)
+                                for k in ("capture1", "capture2") for e in ("rocev2", "ib")
+                                for n in (False, True)]
+    took = 0
+    for path in paths:
+        with_take, without = _frames_of(path, pf), _frames_of(path, _NoTake(pf))
+        assert with_take == without, path
+        took += sum(isinstance(x[-1], (MadAt, IbMadAt)) for x in with_take[0])
+    assert took > 12000
 
 
 @needs_c
 def test_the_c_loops_refuse_a_bad_program_or_bounds():
-    test = _tests()["synthetic"]
+    test = _tests()["synthetic"][0]
     c, _ = _both(test, "pcap", "<")
     with pytest.raises(ValueError, match="scan bounds"):
         c(b"\0" * 8, 0, 9)
     with pytest.raises(ValueError, match="malformed scan program"):
-        _scan.pcap(1, 13, 60, b"\x01" + b"\0" * 7, b"", 0, 0)
+        _scan.pcap(1, 13, 60, b"\x01" + b"\0" * 7, 0, -1, b"", 9, b"", 0, 0)
+    with pytest.raises(ValueError, match="malformed scan program"):  # the take program's
+        _scan.pcap(1, 13, 60, pcapio._program(test), 0, 9, b"\x01" + b"\0" * 7, 9, b"", 0, 0)
+    with pytest.raises(ValueError, match="scan bounds"):  # a take test reaching past its least
+        _scan.pcap(1, 13, 60, pcapio._program(test), 3, 9, pcapio._program(test), 9, b"", 0, 0)
     with pytest.raises(ValueError, match="reads 13 bytes"):
         RunTest(test.terms, 12, 60)
     with pytest.raises(ValueError, match="the loops' own names"):
@@ -218,18 +294,21 @@ def test_same_report_from_the_command_either_way(bench_capture):
 
 @needs_c
 def test_the_generated_streams_hold_runs_and_every_way_to_stop():
-    """The property test above can fail: its streams hold long runs of skipped frames and
-    stop in every way (a frame that fails a term, a damaged length, a truncated end)."""
-    ks, stops = [], set()
-    for name, test in _tests().items():
+    """The property test above can fail: its streams hold long runs of skipped and taken
+    frames and stop in every way (a frame that fails a term, a damaged length, a truncated
+    end)."""
+    ks, taken, stops = [], [], set()
+    for name, tests in _tests().items():
         for kind, args in (("pcap", ("<",)), ("epb", (">", 0))):
-            py = _both(test, kind, *args)[1]
+            py = _both(tests[0], kind, *args, take=tests[1])[1]
             for seed in range(60):
-                buf = _stream(test, seed, kind, args[0])
-                pos, k = py(buf, 0, len(buf))
+                buf = _stream(tests, seed, kind, args[0])
+                pos, k, got = py(buf, 0, len(buf))
                 ks.append(k)
+                taken.append(len(got) // 2)
                 stops.add("end" if pos == len(buf) else "short" if len(buf) - pos < 16 else "frame")
     assert max(ks) >= 10 and sum(k > 0 for k in ks) > len(ks) // 2
+    assert max(taken) >= 5 and sum(t > 0 for t in taken) > len(taken) // 8  # and taken ones
     assert stops == {"end", "short", "frame"}
 
 

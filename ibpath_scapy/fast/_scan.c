@@ -1,11 +1,11 @@
-/* The pcap and pcapng readers' loops over runs of skipped frames (pcapio._SCAN_SOURCE), in C,
- * and the CRCs with their variant fields as ones (crc.py).
+/* The pcap and pcapng readers' loops over runs of skipped and taken frames
+ * (pcapio._SCAN_SOURCE), in C, and the CRCs with their variant fields as ones (crc.py).
  *
- * Format-agnostic: what a frame is tested for comes in as a program, the terms of the
- * pre-filter's RunTest (pcapio.Term, packed by pcapio._program) that the fast path derives
- * from the Scapy layers; the Python loops run the same terms. Each loop checks what its
- * Python twin checks, in the same order, and stops where that one stops, so the readers
- * see the same (pos, k) whichever ran (tests/test_native_scan.py).
+ * Format-agnostic: what a frame is tested for comes in as programs, the terms of the
+ * pre-filter's RunTest and TakeTest (pcapio.Term, packed by pcapio._program) that the fast
+ * path derives from the Scapy layers; the Python loops run the same terms. Each loop checks
+ * what its Python twin checks, in the same order, and stops where that one stops, so the
+ * readers see the same (pos, k, taken) whichever ran (tests/test_native_scan.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -14,7 +14,7 @@
 
 #include "_crc.h"
 
-enum { KIND_EQUALS = 0, KIND_LEN_MINUS = 1, KIND_NOT_IN = 2, TERM_WORDS = 8 };
+enum { KIND_EQUALS = 0, KIND_LEN_MINUS = 1, KIND_NOT_IN = 2, KIND_IN = 3, TERM_WORDS = 8 };
 
 static inline uint32_t u32(const unsigned char *p, int little)
 {
@@ -48,9 +48,16 @@ static int passes(const unsigned char *f, int64_t len, const int64_t *prog)
         case KIND_LEN_MINUS:
             if (v != len - t[5]) return 0;
             break;
-        default:
+        case KIND_NOT_IN:
             for (int64_t j = 0; j < t[7]; j++)
                 if (prog[t[6] + j] == v) return 0;
+            break;
+        default: { /* KIND_IN */
+            int64_t j = 0;
+            while (j < t[7] && prog[t[6] + j] != v)
+                j++;
+            if (j == t[7]) return 0;
+        }
         }
     }
     return 1;
@@ -67,7 +74,7 @@ static const int64_t *program(Py_buffer *pb)
     for (int64_t i = 0; i < prog[0]; i++) {
         const int64_t *t = prog + 1 + TERM_WORDS * i;
         if (t[0] < 0 || (t[1] != 1 && t[1] != 2 && t[1] != 4) || t[2] < 0 || t[2] > 31
-                || t[4] < KIND_EQUALS || t[4] > KIND_NOT_IN || t[6] < 0 || t[7] < 0
+                || t[4] < KIND_EQUALS || t[4] > KIND_IN || t[6] < 0 || t[7] < 0
                 || t[6] + t[7] > words)
             goto bad;
     }
@@ -88,82 +95,140 @@ static int64_t reach(const int64_t *prog)
     return most;
 }
 
-/* The program, or NULL with the error set when it is malformed, its terms reach past the
- * least frame length, or pos..n is not within the buffer. */
-static const int64_t *checked(Py_buffer *pb, Py_buffer *bb, long long least, Py_ssize_t pos,
-                              Py_ssize_t n)
+/* What a loop runs: the skip test's program and frame lengths, and the take test's (tprog
+ * NULL when there is none), with the most frames it takes before it returns. */
+typedef struct {
+    Py_buffer pb, tb, bb;
+    const int64_t *prog, *tprog;
+    long long least, most, tleast, tmost;
+    Py_ssize_t take_most;
+} Loop;
+
+/* Check the programs, their reach (the frames' least lengths must cover it) and pos..n
+ * within the buffer: 0, or -1 with the error set. */
+static int checked(Loop *L, Py_ssize_t pos, Py_ssize_t n)
 {
-    const int64_t *prog = program(pb);
-    if (prog && (least < reach(prog) || n > bb->len || pos < 0)) {
-        PyErr_SetString(PyExc_ValueError, "scan bounds outside the buffer or the frames");
-        return NULL;
+    L->prog = program(&L->pb);
+    if (L->prog == NULL)
+        return -1;
+    L->tprog = NULL;
+    if (L->tb.len) {
+        L->tprog = program(&L->tb);
+        if (L->tprog == NULL)
+            return -1;
     }
-    return prog;
+    if (L->least < reach(L->prog) || (L->tprog && L->tleast < reach(L->tprog))
+            || n > L->bb.len || pos < 0 || L->take_most < 0) {
+        PyErr_SetString(PyExc_ValueError, "scan bounds outside the buffer or the frames");
+        return -1;
+    }
+    return 0;
 }
 
-/* (pos, k), or NULL when the program was refused; the buffers released either way. */
-static PyObject *done(Py_buffer *pb, Py_buffer *bb, const int64_t *prog, Py_ssize_t pos,
-                      Py_ssize_t k)
+/* 1: the frame of len bytes at f is skipped; 2: taken; 0: neither. */
+static int judge(const Loop *L, const unsigned char *f, int64_t len)
 {
-    PyBuffer_Release(pb);
-    PyBuffer_Release(bb);
-    return prog ? Py_BuildValue("(nn)", pos, k) : NULL;
+    if (len >= L->least && len <= L->most && passes(f, len, L->prog))
+        return 1;
+    if (L->tprog && len >= L->tleast && len <= L->tmost && passes(f, len, L->tprog))
+        return 2;
+    return 0;
 }
 
-/* pcap(little, least, most, prog, buf, pos, n) -> (pos, k): records of 16-byte headers
- * (seconds, fraction, captured length, original length) and their packets. */
+/* (pos, k, taken), or NULL when a program was refused; the buffers released either way. */
+static PyObject *done(Loop *L, int ok, Py_ssize_t pos, Py_ssize_t k, PyObject *taken)
+{
+    PyBuffer_Release(&L->pb);
+    PyBuffer_Release(&L->tb);
+    PyBuffer_Release(&L->bb);
+    PyObject *out = ok ? Py_BuildValue("(nnO)", pos, k, taken) : NULL;
+    Py_XDECREF(taken);
+    return out;
+}
+
+/* Append (k, pos) to taken: 0, or -1 with the error set. */
+static int take(PyObject *taken, Py_ssize_t k, Py_ssize_t pos)
+{
+    PyObject *a = PyLong_FromSsize_t(k), *b = PyLong_FromSsize_t(pos);
+    int ok = a && b && PyList_Append(taken, a) == 0 && PyList_Append(taken, b) == 0;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return ok ? 0 : -1;
+}
+
+/* pcap(little, least, most, prog, tleast, tmost, tprog, take_most, buf, pos, n)
+ * -> (pos, k, taken): records of 16-byte headers (seconds, fraction, captured length,
+ * original length) and their packets. */
 static PyObject *scan_pcap(PyObject *self, PyObject *args)
 {
     int little;
-    long long least, most;
-    Py_buffer pb, bb;
-    Py_ssize_t pos, n;
-    if (!PyArg_ParseTuple(args, "pLLy*y*nn", &little, &least, &most, &pb, &bb, &pos, &n))
+    Loop L;
+    Py_ssize_t pos, n, k = 0;
+    if (!PyArg_ParseTuple(args, "pLLy*LLy*ny*nn", &little, &L.least, &L.most, &L.pb, &L.tleast,
+                          &L.tmost, &L.tb, &L.take_most, &L.bb, &pos, &n))
         return NULL;
-    const int64_t *prog = checked(&pb, &bb, least, pos, n);
-    Py_ssize_t k = 0;
-    if (prog) {
-        const unsigned char *b = bb.buf;
+    PyObject *taken = PyList_New(0);
+    int ok = taken != NULL && checked(&L, pos, n) == 0;
+    if (ok) {
+        const unsigned char *b = L.bb.buf;
         while (pos + 16 <= n) {
             int64_t s = pos + 16, len = u32(b + pos + 8, little), e = s + len;
-            if (e > n || len < least || len > most || !passes(b + s, len, prog))
+            if (e > n)
                 break;
+            int j = judge(&L, b + s, len);
+            if (j == 0)
+                break;
+            if (j == 2 && take(taken, k, pos) < 0) {
+                ok = 0;
+                break;
+            }
             pos = e;
             k++;
+            if (j == 2 && PyList_GET_SIZE(taken) >= 2 * L.take_most)
+                break;
         }
     }
-    return done(&pb, &bb, prog, pos, k);
+    return done(&L, ok, pos, k, taken);
 }
 
-/* epb(little, iface, least, most, max_block, block_type, prog, buf, pos, n) -> (pos, k):
- * enhanced packet blocks of one interface (type, total length, interface, timestamp in two
- * words, captured length, original length, then the packet). */
+/* epb(little, iface, least, most, max_block, block_type, prog, tleast, tmost, tprog,
+ * take_most, buf, pos, n) -> (pos, k, taken): enhanced packet blocks of one interface (type,
+ * total length, interface, timestamp in two words, captured length, original length, then
+ * the packet). */
 static PyObject *scan_epb(PyObject *self, PyObject *args)
 {
     int little;
-    long long iface, least, most, max_block, block_type;
-    Py_buffer pb, bb;
-    Py_ssize_t pos, n;
-    if (!PyArg_ParseTuple(args, "pLLLLLy*y*nn", &little, &iface, &least, &most, &max_block,
-                          &block_type, &pb, &bb, &pos, &n))
+    long long iface, max_block, block_type;
+    Loop L;
+    Py_ssize_t pos, n, k = 0;
+    if (!PyArg_ParseTuple(args, "pLLLLLy*LLy*ny*nn", &little, &iface, &L.least, &L.most,
+                          &max_block, &block_type, &L.pb, &L.tleast, &L.tmost, &L.tb,
+                          &L.take_most, &L.bb, &pos, &n))
         return NULL;
-    const int64_t *prog = checked(&pb, &bb, least, pos, n);
-    Py_ssize_t k = 0;
-    if (prog) {
-        const unsigned char *b = bb.buf;
+    PyObject *taken = PyList_New(0);
+    int ok = taken != NULL && checked(&L, pos, n) == 0;
+    if (ok) {
+        const unsigned char *b = L.bb.buf;
         while (pos + 28 <= n) {
             int64_t bt = u32(b + pos, little), bl = u32(b + pos + 4, little);
             int64_t ifc = u32(b + pos + 8, little), incl = u32(b + pos + 20, little);
             if (bt != block_type || ifc != iface || (bl & 3) || bl < 32 || bl > max_block
                     || pos + bl > n || 20 + incl > bl - 12)
                 break;
-            if (incl < least || incl > most || !passes(b + pos + 28, incl, prog))
+            int j = judge(&L, b + pos + 28, incl);
+            if (j == 0)
                 break;
+            if (j == 2 && take(taken, k, pos) < 0) {
+                ok = 0;
+                break;
+            }
             pos += bl;
             k++;
+            if (j == 2 && PyList_GET_SIZE(taken) >= 2 * L.take_most)
+                break;
         }
     }
-    return done(&pb, &bb, prog, pos, k);
+    return done(&L, ok, pos, k, taken);
 }
 
 /* crc(tables, init, xorout, prefix, mask, data, start, end) -> int: a reflected CRC of up
@@ -197,11 +262,13 @@ static PyObject *crc(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"pcap", scan_pcap, METH_VARARGS,
-     "pcap(little, least, most, prog, buf, pos, n) -> (pos, k): skip the k pcap records "
-     "from pos whose frames pass prog."},
+     "pcap(little, least, most, prog, tleast, tmost, tprog, take_most, buf, pos, n) -> "
+     "(pos, k, taken): pass the k pcap records from pos whose frames pass prog (skipped) or "
+     "tprog (taken: (index, position) of each in taken, flat), at most take_most taken."},
     {"epb", scan_epb, METH_VARARGS,
-     "epb(little, iface, least, most, max_block, block_type, prog, buf, pos, n) -> (pos, k): "
-     "skip the k enhanced packet blocks of iface from pos whose frames pass prog."},
+     "epb(little, iface, least, most, max_block, block_type, prog, tleast, tmost, tprog, "
+     "take_most, buf, pos, n) -> (pos, k, taken): the same over the enhanced packet blocks of "
+     "iface."},
     {"crc", crc, METH_VARARGS,
      "crc(tables, init, xorout, prefix, mask, data, start, end) -> int: a reflected CRC by "
      "its slicing-by-8 tables over prefix and data[start:end], mask ORed into the latter's "

@@ -31,7 +31,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
 from ..decode import _RAW_IP_LINKTYPES, MAX_FRAME_BYTES
-from ..pcapio import RunTest, Term, struct_format
+from ..pcapio import RunTest, TakeTest, Term, struct_format
 from ..expr import F
 from ..layers.ib import ERF, LINKTYPE_ERF, LINKTYPE_INFINIBAND, LRH
 from ..layers.mad import MAD, MAD_SIZE
@@ -173,6 +173,7 @@ class Prefilter:
         self.fingerprint = _fingerprint()
         self._data_first: dict[int, Callable] = {}  # compiled on first use (classifier())
         self._run_tests: dict[int, RunTest] = {}
+        self._take_tests: dict[int, TakeTest] = {}
         self.by_linktype: dict[int, Callable] = {1: self.ether, LINKTYPE_ERF: self.erf,
                                                  LINKTYPE_INFINIBAND: self.lrh}
         for lt in _RAW_IP_LINKTYPES:  # the IP datagram alone, as decode.dissect reads it
@@ -241,6 +242,13 @@ class Prefilter:
                                             bth + self.bth_len)
         gsi_at = MadAt(ip, 4, udp, bth, bth + self.bth_len, bth + self.bth_len + self.deth_len)
         run = RunTest(header + [op], op.offset + op.size, MAX_FRAME_BYTES)
+        qp_at, qp_mask = self._qp_term(bth + self.bth_len)
+        # what data_first below returns _gsi_at for, as the readers' loops take it
+        self._take_tests[1] = TakeTest(
+            header + [Term("tl", total, 2, equals=gsi_len - ip),
+                      Term("ul", udp + self.udp_ulen, 2, equals=gsi_len - udp),
+                      Term("qp", qp_at, 4, mask=qp_mask, is_in=self._gsi_qps())],
+            gsi_len, gsi_len, gsi_at)
         src = f"""
 def data_first(b, s, e):
     if {run.least} <= e - s <= {MAX_FRAME_BYTES}:
@@ -264,10 +272,22 @@ def data_first(b, s, e):
     def _gsi_format(self, fields: list[tuple[int, str]], deth: int) -> tuple[str, int]:
         """The struct format reading `fields` and then the 4 bytes that end with the DETH's
         source QP (a DETH at offset deth), and the mask that keeps the QP of them."""
+        at, mask = self._qp_term(deth)
+        fmt, _ = struct_format(fields + [(at, "I")])
+        return fmt, mask
+
+    @staticmethod
+    def _qp_term(deth: int) -> tuple[int, int]:
+        """(offset of the 4 bytes that end with the source QP of a DETH at deth, the mask that
+        keeps the QP of them)."""
         qp = layer_steps(DETH)["src_qp"]
         assert qp.kind == "int" and 1 <= qp.nbytes <= 4 and qp.offset + qp.nbytes >= 4
-        fmt, _ = struct_format(fields + [(deth + qp.offset + qp.nbytes - 4, "I")])
-        return fmt, (1 << 8 * qp.nbytes) - 1
+        return deth + qp.offset + qp.nbytes - 4, (1 << 8 * qp.nbytes) - 1
+
+    def _gsi_qps(self) -> frozenset:
+        """Source QPs whose binding alone makes Scapy dissect a MAD after the DETH."""
+        return frozenset(fv["src_qp"] for fv in self.deth_next.values_for(MAD)
+                         if set(fv) == {"src_qp"} and self.deth_next.resolve((fv["src_qp"],)) is MAD)
 
     def _compile_erf_data(self) -> Callable[[bytes, int, int], object]:
         """ERF's classifier with a first test for the bulk of an ibdump capture: RC/UC data
@@ -292,6 +312,10 @@ def data_first(b, s, e):
         gsi_len = deth + self.deth_len + MAD_SIZE + self.icrc_len + self.vcrc_len
         gsi_fmt, qp_mask = self._gsi_format([], deth)
         gsi_at = IbMadAt(self.erf_len, -1, bth, deth, deth + self.deth_len)
+        qp_at, qp_mask = self._qp_term(deth)
+        self._take_tests[LINKTYPE_ERF] = TakeTest(
+            header + [Term("qp", qp_at, 4, mask=qp_mask, is_in=self._gsi_qps())],
+            gsi_len, gsi_len, gsi_at)
         src = f"""
 def data_first(b, s, e):
     if {least} <= e - s <= {MAX_FRAME_BYTES}:
@@ -313,10 +337,7 @@ def data_first(b, s, e):
                             full: Callable, **names) -> Callable:
         """data_first compiled from src, whose first test is `run`, the link type's RunTest,
         which pcapio's readers run in their loops over runs of records and blocks."""
-        # source QPs whose binding alone makes Scapy dissect a MAD after the DETH
-        gsi_qps = frozenset(fv["src_qp"] for fv in self.deth_next.values_for(MAD)
-                            if set(fv) == {"src_qp"} and self.deth_next.resolve((fv["src_qp"],)) is MAD)
-        ns = {"_full_classifier": full, "_gsi_qps": gsi_qps, **run.namespace, **names}
+        ns = {"_full_classifier": full, "_gsi_qps": self._gsi_qps(), **run.namespace, **names}
         exec(compile(src, f"<prefilter {name}>", "exec"), ns)
         self._run_tests[linktype] = run
         return ns["data_first"]
@@ -327,6 +348,13 @@ def data_first(b, s, e):
         has none."""
         self.classifier(linktype)
         return self._run_tests.get(linktype)
+
+    def take_test(self, linktype: int) -> TakeTest | None:
+        """The test of the GSI datagrams of the usual shape the link type's classifier gives
+        its one MadAt or IbMadAt (its data_first's second test), for pcapio's readers to hand
+        over in runs without asking it; None when the link type has none."""
+        self.classifier(linktype)
+        return self._take_tests.get(linktype)
 
     def ether(self, b: bytes, s: int, e: int):
         if e - s < self.eth_len or e - s > MAX_FRAME_BYTES:
