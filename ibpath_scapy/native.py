@@ -1,6 +1,7 @@
-"""The package's optional C extension (fast/_scan.c), or None: where it was built without a
-compiler, or IBPATH_NATIVE_SCAN=0 (or "no"/"off"/"false") asks for the Python twins of its
-functions (pcapio's skip loops, crc's CRCs)."""
+"""The package's optional C extension (fast/_scan.c, _mad.c), or None: where it was built
+without a compiler, or IBPATH_NATIVE_SCAN=0 (or "no"/"off"/"false") asks for the Python twins
+of its functions (pcapio's loops over skipped and taken frames, crc's CRCs, the fast path's
+MAD decoder)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,9 @@ statistics) whose decode_at() takes the frames the pre-filter recognised as plai
 native-IB MADs and reads their layer facts without Scapy; every other frame goes through
 Decoder.feed unchanged. The assembler builds the records of both, so they are the same
 (tests/test_fastpath.py compares both over every capture of the project and the bench
-corpora).
+corpora). Where the package has its C extension, fast/_mad.c does decode_at's work for SA
+and classless MADs from a plan of the same layers (mad_plan), over the same flyweight tables
+(Tables); the Python code here remains the reference (tests/test_native_decoder.py).
 """
 
 from __future__ import annotations
