@@ -58,10 +58,15 @@ def test_no_progress_unless_a_terminal():
     assert out.getvalue() == ""
 
 
+# capture 2 of this many frames: over the terminal's ladder limit, and long enough for the
+# audit to draw its progress line (at most every 0.5 s) a few times (about 2 s of audit)
+BIG = 160_000
+
+
 @pytest.fixture(scope="module")
 def big(bench_capture) -> Path:
-    """Capture 2 just over the terminal's ladder limit."""
-    path = bench_capture("capture2", 40_000)
+    """Capture 2 over the terminal's ladder limit."""
+    path = bench_capture("capture2", BIG)
     assert path.stat().st_size > TTY_LADDER_LIMIT
     return path
 
@@ -73,7 +78,7 @@ def test_terminal_mode_progress_and_summary_default(big):
     progress = head.decode(errors="replace")  # stderr's line comes before the report
     assert "frames/s" in progress and " %  " in progress and "left" in progress
     assert "(ladder diagrams not drawn on a terminal for" in text and "--ladder draws them" in text
-    assert "== 1 file(s), 40000 frames" in text
+    assert f"== 1 file(s), {BIG} frames" in text
 
 
 def test_quiet_silences_the_progress(big):
@@ -107,4 +112,4 @@ def test_progress_goes_to_stderr_only(big, tmp_path):
         assert p.wait(120) == 0
     assert b"frames/s" in seen
     text = report.read_text()
-    assert "frames/s" not in text and "== 1 file(s), 40000 frames" in text
+    assert "frames/s" not in text and f"== 1 file(s), {BIG} frames" in text
