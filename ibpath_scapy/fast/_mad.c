@@ -38,6 +38,8 @@ typedef struct {
     PyObject *mad_class, *names, *make_names, *routes, *route_of;
     Step mad_steps[MAX_STEPS];
     Py_ssize_t n_mad_steps, which[WHICH_N];
+    /* the names key and the route key pack those fields' values by their widths */
+    int names_shift[WHICH_N], route_shift;
     /* an SA MAD's RMPP and SA header facts, its record count and stride (made by count and
      * stride on a miss), by its header bytes, route, remaining bytes and the MAD fields
      * count and stride read (count_reads) */
@@ -148,6 +150,34 @@ fail:
     return -1;
 }
 
+static int bits_of(uint64_t mask)
+{
+    int n = 0;
+    while (mask) {
+        n++;
+        mask >>= 1;
+    }
+    return n;
+}
+
+/* Where each WHICH_* field goes in the names key (method, class, attribute, status, from
+ * the top) and the class in the route key (above the attribute): 0, or -1 with the error
+ * set when they do not fit 64 bits. */
+static int key_shifts(MadDecoder *self)
+{
+    int at = 0;
+    for (int i = WHICH_N - 1; i >= 0; i--) {
+        self->names_shift[i] = at;
+        at += bits_of(self->mad_steps[self->which[i]].mask);
+    }
+    self->route_shift = bits_of(self->mad_steps[self->which[WHICH_ATTRIBUTE]].mask);
+    if (at > 64 || self->route_shift + bits_of(self->mad_steps[self->which[WHICH_CLASS]].mask) > 64) {
+        PyErr_SetString(PyExc_ValueError, "mad_which: the fields do not fit a 64-bit key");
+        return -1;
+    }
+    return 0;
+}
+
 /* The positions, among the steps, of the fields WHICH_* names. */
 static int plan_which(PyObject *plan, const char *name, Py_ssize_t *which, Py_ssize_t n)
 {
@@ -203,6 +233,7 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
             || plan_obj(plan, "route_of", &self->route_of)
             || plan_steps(plan, "mad_steps", self->mad_steps, &self->n_mad_steps)
             || plan_which(plan, "mad_which", self->which, self->n_mad_steps)
+            || key_shifts(self)
             || plan_obj(plan, "make_rmpp", &self->make_rmpp)
             || plan_obj(plan, "make_sa", &self->make_sa)
             || plan_obj(plan, "make_pr", &self->make_pr)
@@ -439,10 +470,10 @@ static PyObject *make_mad(MadDecoder *self, const unsigned char *p)
         which[i] = step_value(&self->mad_steps[self->which[i]], p);
     PyObject *named[WHICH_N] = {args[self->which[0]], args[self->which[1]],
                                 args[self->which[2]], args[self->which[3]]};
-    /* method 8 bits, class 8, attribute 16, status 16: one 48-bit key */
-    names = by_int(self, self->names, which[WHICH_METHOD] << 40 | which[WHICH_CLASS] << 32
-                   | which[WHICH_ATTRIBUTE] << 16 | which[WHICH_STATUS], self->make_names,
-                   named, WHICH_N);
+    uint64_t key = 0;
+    for (int i = 0; i < WHICH_N; i++)
+        key |= which[i] << self->names_shift[i];
+    names = by_int(self, self->names, key, self->make_names, named, WHICH_N);
     if (names == NULL)
         goto out;
     if (!PyTuple_Check(names) || PyTuple_GET_SIZE(names) != 3) {
@@ -641,8 +672,8 @@ static PyObject *decode(MadDecoder *self, PyObject *args)
                              PyLong_FromUnsignedLongLong(attribute)};
     PyObject *r = NULL;
     if (dispatch[0] && dispatch[1])
-        r = by_int(self, self->routes, mgmt_class << 16 | attribute, self->route_of,
-                   dispatch, 2);
+        r = by_int(self, self->routes, mgmt_class << self->route_shift | attribute,
+                   self->route_of, dispatch, 2);
     Py_XDECREF(dispatch[0]);
     Py_XDECREF(dispatch[1]);
     if (r == NULL)

@@ -152,8 +152,8 @@ class Tables:
         self.rmpps: dict[bytes, object] = {}
         self.sas: dict[bytes, object] = {}
         self.prs: dict[bytes, tuple] = {}  # (fact, reserved bits set)
-        # the C decoder's: (class << 16 | attribute) -> ROUTE_*, a MAD's names by method,
-        # class, attribute and status, address bytes -> where
+        # the C decoder's: ROUTE_* by class and attribute, a MAD's names by method, class,
+        # attribute and status (packed into integers), where tuples by address bytes
         self.routes: dict[int, int] = {}
         self.names: dict[int, tuple] = {}
         # an SA MAD's (RMPP fact, SA header fact, record count, stride) by its header shape

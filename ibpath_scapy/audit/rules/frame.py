@@ -5,7 +5,7 @@ from __future__ import annotations
 from operator import attrgetter, itemgetter
 
 from ...facts.problems import Code
-from ...facts.records import Fact
+from ...facts.records import Fact, MadFrame
 from ...packet_rules import PACKET_RULES
 from ... import sources
 from ..conditions import compile_condition
@@ -97,6 +97,16 @@ _MAD_VALUES, _RMPP_VALUES, _SA_VALUES = _VALUES["MAD"], _VALUES["RMPP"], _VALUES
 _RECORD_VALUES = _getter(_RECORD_READS)
 
 
+# A decoder's record (a MadFrame fact) keys the memo in one C call: the header fields the
+# conditions read, by dotted attrgetter (a view without a field read keyed by its class: there
+# or None); its records by theirs. A view that is None where a field is read raises
+# AttributeError, and the record is keyed as any other.
+_VIEW = {"MAD": "mad", "RMPP": "rmpp", "SAHeader": "sa"}
+_FACT_HEADERS = attrgetter(*(f"{_VIEW[layer]}.{n}" for layer, names in _HEADER_READS
+                             for n in (names or ("__class__",))))
+_FACT_RECORD = attrgetter(*_RECORD_READS) if _RECORD_READS else type
+
+
 def _rules_holding(views: dict, records: list) -> tuple:
     out = []
     for pr, cond in _AUDITED:
@@ -123,8 +133,13 @@ def packet_rule_hits(rec: dict):
     # values every audited condition reads (None for a missing view or field); records with
     # the same key get the same verdicts.
     records = rec.path_records or []
-    key = (_MAD_VALUES(rec.mad), _RMPP_VALUES(rec.rmpp), _SA_VALUES(rec.sa),
-           tuple(map(_RECORD_VALUES, records)))
+    try:
+        if rec.__class__ is not MadFrame:
+            raise AttributeError
+        key = (_FACT_HEADERS(rec), tuple(map(_FACT_RECORD, records)))
+    except AttributeError:  # a record written as a dict, or a view missing
+        key = (_MAD_VALUES(rec.mad), _RMPP_VALUES(rec.rmpp), _SA_VALUES(rec.sa),
+               tuple(map(_RECORD_VALUES, records)))
     holding = _MEMO.get(key)
     if holding is None:
         if len(_MEMO) >= _MEMO_SIZE:
