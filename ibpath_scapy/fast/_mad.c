@@ -43,7 +43,7 @@ typedef struct {
     /* an SA MAD's RMPP and SA header facts, its record count and stride (made by count and
      * stride on a miss), by its header bytes, route, remaining bytes and the MAD fields
      * count and stride read (count_reads) */
-    PyObject *shapes, *count, *stride, *whole;
+    PyObject *shapes, *count, *stride, *whole_python;
     Step count_reads[MAX_STEPS];
     Py_ssize_t n_count_reads;
     PyObject *madat, *ibmadat, *saparts;
@@ -241,7 +241,8 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
             || plan_obj(plan, "shapes", &self->shapes)
             || plan_steps(plan, "count_reads", self->count_reads, &self->n_count_reads)
             || plan_obj(plan, "count", &self->count) || plan_obj(plan, "stride", &self->stride)
-            || plan_obj(plan, "whole", &self->whole) || plan_obj(plan, "madat", &self->madat)
+            || plan_obj(plan, "whole_python", &self->whole_python)
+            || plan_obj(plan, "madat", &self->madat)
             || plan_obj(plan, "ibmadat", &self->ibmadat)
             || plan_obj(plan, "saparts", &self->saparts)
             || plan_obj(plan, "prefix", &self->prefix)
@@ -319,7 +320,7 @@ static void dealloc(MadDecoder *self)
     PyObject **objs[] = {
         &self->mads, &self->rmpps, &self->sas, &self->prs, &self->wheres, &self->mad_class,
         &self->names, &self->make_names, &self->routes, &self->route_of, &self->make_rmpp, &self->make_sa, &self->make_pr, &self->make_where, &self->shapes, &self->count,
-        &self->stride, &self->whole, &self->madat, &self->ibmadat, &self->saparts,
+        &self->stride, &self->whole_python, &self->madat, &self->ibmadat, &self->saparts,
         &self->errors[0], &self->errors[1], &self->errors[2], &self->errors[3],
         &self->mad_size_obj, &self->prefix, &self->ipv4_masks, &self->ipv6_mask,
         &self->local_mask, &self->global_mask, &self->global_short_mask,
@@ -560,79 +561,95 @@ out:
     return shape;
 }
 
+/* The PathRecord facts of `shape` (shape_of's) in b[start:end] and whether each has reserved
+ * bits set (an empty tuple when none has), from the prs table: 1, 0 when the records do not
+ * fit (the Python decoder reads them), -1 with the error set. */
+static int records_of(MadDecoder *self, PyObject *data, PyObject *shape, Py_ssize_t start,
+                      Py_ssize_t end, PyObject **records, PyObject **reserved)
+{
+    const char *b = PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 2));
+    Py_ssize_t stride = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 3));
+    *records = *reserved = NULL;
+    if ((n == -1 || stride == -1) && PyErr_Occurred())
+        return -1;
+    if (n < 0 || stride < 0 || (n > 0 && start + (n - 1) * stride + self->pr_len > end))
+        return 0;
+    if ((*reserved = PyTuple_New(0)) == NULL || (*records = PyList_New(n)) == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *known = flyweight_at(self, self->prs, self->make_pr, data, b,
+                                       start + i * stride, self->pr_len);
+        if (known == NULL)
+            goto fail;
+        if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 2) {
+            Py_DECREF(known);
+            PyErr_SetString(PyExc_TypeError, "make_pr: (fact, reserved) expected");
+            goto fail;
+        }
+        PyObject *fact = PyTuple_GET_ITEM(known, 0);
+        int bits = PyObject_IsTrue(PyTuple_GET_ITEM(known, 1));
+        Py_INCREF(fact);
+        PyList_SET_ITEM(*records, i, fact);
+        Py_DECREF(known);
+        if (bits < 0)
+            goto fail;
+        if (bits) {
+            if (!PyList_Check(*reserved)) { /* the first record with reserved bits */
+                Py_DECREF(*reserved);
+                if ((*reserved = PyList_New(n)) == NULL)
+                    goto fail;
+                for (Py_ssize_t j = 0; j < n; j++) {
+                    Py_INCREF(Py_False);
+                    PyList_SET_ITEM(*reserved, j, Py_False);
+                }
+            }
+            Py_INCREF(Py_True);
+            Py_SETREF(PyList_GET_ITEM(*reserved, i), Py_True);
+        }
+    }
+    return 1;
+fail:
+    Py_CLEAR(*records);
+    Py_CLEAR(*reserved);
+    return -1;
+}
+
 /* SaParts of the SA MAD at b[o:o + mad_size]: its RMPP and SA headers, PathRecords (route
- * ROUTE_SA_PATH) and their reserved flags, its bytes and the reader of a whole message. */
+ * ROUTE_SA_PATH) and their reserved flags, its bytes and the reader of a whole message (this
+ * decoder: see whole). */
 static PyObject *sa_parts(MadDecoder *self, PyObject *data, Py_ssize_t o, PyObject *m,
                           int route)
 {
-    const char *b = PyBytes_AS_STRING(data);
-    PyObject *r, *h, *shape, *records = NULL, *reserved = NULL, *segment = NULL, *out = NULL;
-    Py_ssize_t end = o + self->mad_size, start = o + self->data_start, n, stride;
+    PyObject *shape, *records = NULL, *reserved = NULL, *segment = NULL, *out = NULL;
+    Py_ssize_t end = o + self->mad_size, start = o + self->data_start;
     shape = shape_of(self, data, o, m, route, end > start ? end - start : 0);
     if (shape == NULL)
         return NULL;
-    r = PyTuple_GET_ITEM(shape, 0);
-    h = PyTuple_GET_ITEM(shape, 1);
-    n = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 2));
-    stride = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 3));
-    if ((n == -1 || stride == -1) && PyErr_Occurred())
-        goto out;
-    reserved = PyTuple_New(0);
-    if (reserved == NULL)
-        goto out;
     if (route == ROUTE_SA_OTHER) {
         records = Py_None;
         Py_INCREF(records);
+        if ((reserved = PyTuple_New(0)) == NULL)
+            goto out;
     } else {
-        if (n < 0 || stride < 0 || (n > 0 && start + (n - 1) * stride + self->pr_len > end)) {
-            out = Py_None; /* not a shape this code takes: the Python decoder reads it */
-            Py_INCREF(out);
-            goto out;
-        }
-        records = PyList_New(n);
-        if (records == NULL)
-            goto out;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *known = flyweight_at(self, self->prs, self->make_pr, data, b,
-                                           start + i * stride, self->pr_len);
-            if (known == NULL)
-                goto out;
-            if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 2) {
-                Py_DECREF(known);
-                PyErr_SetString(PyExc_TypeError, "make_pr: (fact, reserved) expected");
-                goto out;
+        int got = records_of(self, data, shape, start, end, &records, &reserved);
+        if (got <= 0) {
+            if (got == 0) { /* not a shape this code takes: the Python decoder reads it */
+                out = Py_None;
+                Py_INCREF(out);
             }
-            PyObject *fact = PyTuple_GET_ITEM(known, 0);
-            int bits = PyObject_IsTrue(PyTuple_GET_ITEM(known, 1));
-            Py_INCREF(fact);
-            PyList_SET_ITEM(records, i, fact);
-            Py_DECREF(known);
-            if (bits < 0)
-                goto out;
-            if (bits) {
-                if (!PyList_Check(reserved)) { /* the first record with reserved bits */
-                    Py_DECREF(reserved);
-                    reserved = PyList_New(n);
-                    if (reserved == NULL)
-                        goto out;
-                    for (Py_ssize_t j = 0; j < n; j++) {
-                        Py_INCREF(Py_False);
-                        PyList_SET_ITEM(reserved, j, Py_False);
-                    }
-                }
-                Py_INCREF(Py_True);
-                Py_SETREF(PyList_GET_ITEM(reserved, i), Py_True);
-            }
+            goto out;
         }
     }
-    segment = PyBytes_FromStringAndSize(b + o, self->mad_size);
+    segment = PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + o, self->mad_size);
     if (segment == NULL)
         goto out;
     PyTypeObject *t = (PyTypeObject *)self->saparts;
     out = t->tp_alloc(t, 6);
     if (out == NULL)
         goto out;
-    PyObject *items[6] = {r, h, records, reserved, segment, self->whole};
+    PyObject *items[6] = {PyTuple_GET_ITEM(shape, 0), PyTuple_GET_ITEM(shape, 1), records,
+                          reserved, segment, (PyObject *)self};
     for (int i = 0; i < 6; i++) {
         Py_INCREF(items[i]);
         PyTuple_SET_ITEM(out, i, items[i]);
@@ -642,6 +659,83 @@ out:
     Py_XDECREF(records);
     Py_XDECREF(reserved);
     Py_XDECREF(segment);
+    return out;
+}
+
+/* The Mad fact of the header at b[o:], from the mads table (made in C on a miss). */
+static PyObject *mad_of(MadDecoder *self, const unsigned char *b, Py_ssize_t o)
+{
+    PyObject *key = PyBytes_FromStringAndSize((const char *)b + o, self->mad_len);
+    if (key == NULL)
+        return NULL;
+    PyObject *mad = PyDict_GetItemWithError(self->mads, key);
+    if (mad != NULL) {
+        Py_INCREF(mad);
+    } else if (!PyErr_Occurred() && (mad = make_mad(self, b + o)) != NULL) {
+        if (PyDict_GET_SIZE(self->mads) >= self->cache_max)
+            PyDict_Clear(self->mads);
+        if (PyDict_SetItem(self->mads, key, mad) < 0)
+            Py_CLEAR(mad);
+    }
+    Py_DECREF(key);
+    return mad;
+}
+
+/* ROUTE_* of the MAD at b[o:], by its class and attribute; -1 with the error set. */
+static long route_at(MadDecoder *self, const unsigned char *b, Py_ssize_t o)
+{
+    uint64_t mgmt_class = step_value(&self->mad_steps[self->which[WHICH_CLASS]], b + o);
+    uint64_t attribute = step_value(&self->mad_steps[self->which[WHICH_ATTRIBUTE]], b + o);
+    PyObject *dispatch[2] = {PyLong_FromUnsignedLongLong(mgmt_class),
+                             PyLong_FromUnsignedLongLong(attribute)};
+    PyObject *r = NULL;
+    if (dispatch[0] && dispatch[1])
+        r = by_int(self, self->routes, mgmt_class << self->route_shift | attribute,
+                   self->route_of, dispatch, 2);
+    Py_XDECREF(dispatch[0]);
+    Py_XDECREF(dispatch[1]);
+    if (r == NULL)
+        return -1;
+    long route = PyLong_AsLong(r);
+    Py_DECREF(r);
+    return route;
+}
+
+/* decoder(message) -> (records, reserved): the PathRecords of a reassembled SA answer, as
+ * Tables.whole reads them (SaParts.whole); where this code does not take the message, what
+ * the plan's whole_python makes of it. */
+static PyObject *whole(MadDecoder *self, PyObject *args, PyObject *kw)
+{
+    PyObject *msg;
+    if (!PyArg_ParseTuple(args, "S", &msg))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(msg);
+    Py_ssize_t n = PyBytes_GET_SIZE(msg);
+    if (n < self->data_start)
+        return PyObject_CallOneArg(self->whole_python, msg);
+    long route = route_at(self, b, 0);
+    if (route == -1 && PyErr_Occurred())
+        return NULL;
+    if (route != ROUTE_SA_PATH && route != ROUTE_SA_OTHER)
+        return PyObject_CallOneArg(self->whole_python, msg);
+    if (route == ROUTE_SA_OTHER)
+        return Py_BuildValue("([]())");  /* Tables.whole: no PathRecords */
+    PyObject *m = mad_of(self, b, 0), *shape = NULL, *records, *reserved, *out = NULL;
+    if (m == NULL)
+        return NULL;
+    shape = shape_of(self, msg, 0, m, (int)route, n - self->data_start);
+    if (shape != NULL) {
+        int got = records_of(self, msg, shape, self->data_start, n, &records, &reserved);
+        if (got > 0) {
+            out = PyTuple_Pack(2, records, reserved);
+            Py_DECREF(records);
+            Py_DECREF(reserved);
+        } else if (got == 0) {
+            out = PyObject_CallOneArg(self->whole_python, msg);
+        }
+    }
+    Py_XDECREF(shape);
+    Py_DECREF(m);
     return out;
 }
 
@@ -666,38 +760,13 @@ static PyObject *decode(MadDecoder *self, PyObject *args)
         Py_RETURN_NONE;
 
     /* where the frame goes, by its class and attribute: the MAD's own to read, or Python's */
-    uint64_t mgmt_class = step_value(&self->mad_steps[self->which[WHICH_CLASS]], b + o);
-    uint64_t attribute = step_value(&self->mad_steps[self->which[WHICH_ATTRIBUTE]], b + o);
-    PyObject *dispatch[2] = {PyLong_FromUnsignedLongLong(mgmt_class),
-                             PyLong_FromUnsignedLongLong(attribute)};
-    PyObject *r = NULL;
-    if (dispatch[0] && dispatch[1])
-        r = by_int(self, self->routes, mgmt_class << self->route_shift | attribute,
-                   self->route_of, dispatch, 2);
-    Py_XDECREF(dispatch[0]);
-    Py_XDECREF(dispatch[1]);
-    if (r == NULL)
-        return NULL;
-    long route = PyLong_AsLong(r);
-    Py_DECREF(r);
+    long route = route_at(self, b, o);
     if (route == -1 && PyErr_Occurred())
         return NULL;
     if (route != ROUTE_SA_PATH && route != ROUTE_SA_OTHER && route != ROUTE_PLAIN)
         Py_RETURN_NONE;
     /* the Mad fact, shared by the frames of one header (the segments of an answer) */
-    PyObject *key = PyBytes_FromStringAndSize((const char *)b + o, self->mad_len);
-    if (key == NULL)
-        return NULL;
-    PyObject *mad = PyDict_GetItemWithError(self->mads, key);
-    if (mad != NULL) {
-        Py_INCREF(mad);
-    } else if (!PyErr_Occurred() && (mad = make_mad(self, b + o)) != NULL) {
-        if (PyDict_GET_SIZE(self->mads) >= self->cache_max)
-            PyDict_Clear(self->mads);
-        if (PyDict_SetItem(self->mads, key, mad) < 0)
-            Py_CLEAR(mad);
-    }
-    Py_DECREF(key);
+    PyObject *mad = mad_of(self, b, o);
     if (mad == NULL)
         return NULL;
 
@@ -812,6 +881,7 @@ static PyTypeObject MadDecoderType = {
     .tp_init = (initproc)init,
     .tp_dealloc = (destructor)dealloc,
     .tp_methods = decoder_methods,
+    .tp_call = (ternaryfunc)whole,
 };
 
 int add_mad_decoder(PyObject *module)

@@ -382,7 +382,7 @@ def mad_plan(tables: Tables) -> SimpleNamespace:
         routes=tables.routes, route_of=tables.route_of, make_rmpp=tables.make_rmpp,
         make_sa=tables.make_sa, make_pr=tables.make_pr, make_where=where,
         shapes=tables.shapes, count_reads=[_step(mad[f]) for f in _count_reads()],
-        count=c.count, stride=c.stride, whole=tables.whole, madat=MadAt, ibmadat=IbMadAt,
+        count=c.count, stride=c.stride, whole_python=tables.whole, madat=MadAt, ibmadat=IbMadAt,
         saparts=SaParts, errors=((), (ICRC_MISMATCH,), (VCRC_MISMATCH,),
                                  (ICRC_MISMATCH, VCRC_MISMATCH)),
         cache_max=_FLYWEIGHTS, mad_len=_MAD_LEN, sa_start=_SA_START, data_start=_DATA_START,
