@@ -11,8 +11,11 @@ valgrind) it also counts the instructions tshark executes per frame (callgrind, 
 frames, less a one-frame run); valgrind needs /proc, which is mounted in the chroot for those
 runs (as root) and unmounted after.
 
-With --floors (capture 2) it also runs two postdissectors that do the least any tracking
-plugin must do on a MAD frame, to show what a target for the plugin can ask:
+With --floors it also runs postdissectors that do the least any plugin must do, to show what
+a target for the plugin can ask: on both captures
+  * "entry": the plugin's first test alone (pinfo.dst_port), which sends a data frame away:
+    what any MAD plugin pays on capture 1's RC data;
+and on capture 2 two that do the least any tracking plugin must do on a MAD frame:
   * "bytes": the plugin's two entry tests (pinfo.dst_port, pinfo.port_type) and the frame's
     bytes taken once (tvb:raw);
   * "track": that, plus the tree test the plugin makes (a tree or not), the frame number,
@@ -48,15 +51,41 @@ register_postdissector(p)
 CHROOT_SUITES = {"4.4": "trixie", "4.6": "unstable"}
 
 
-def plugin_function(name: str) -> str:
-    """A local function of the plugin's runtime (luagen/runtime.lua), as the plugin has it."""
+def runtime_lua() -> str:
+    """The plugin's hand-written runtime (luagen/runtime.lua)."""
     from importlib import resources
 
-    runtime = resources.files("ibpath_scapy.luagen").joinpath("runtime.lua").read_text()
-    m = re.search(rf"^local function {name}\(.*?^end$", runtime, re.M | re.S)
+    return resources.files("ibpath_scapy.luagen").joinpath("runtime.lua").read_text()
+
+
+def plugin_function(name: str) -> str:
+    """A local function of the plugin's runtime (luagen/runtime.lua), as the plugin has it."""
+    m = re.search(rf"^local function {name}\(.*?^end$", runtime_lua(), re.M | re.S)
     if m is None:
         raise SystemExit(f"runtime.lua has no local function {name}")
     return m.group(0)
+
+
+def entry_postdissector() -> str:
+    """The --floors "entry" postdissector: the plugin's first test, nothing more."""
+    return f"""local p = Proto("ibpath_bench_entry", "the plugin's first test")
+function p.dissector(tvb, pinfo, tree)
+{entry_test()}
+end
+register_postdissector(p)
+"""
+
+
+def entry_test() -> str:
+    """The first line of the plugin's postdissector (runtime.lua), its test of the port, with
+    the value of the constant it names."""
+    from ibpath_scapy.luagen.plugin import runtime_constants
+
+    m = re.search(r"^function post\.dissector\(tvb, pinfo, tree\)\n(.*)$", runtime_lua(), re.M)
+    if m is None or "pinfo.dst_port > MAD_QPN_MAX" not in m.group(1):
+        raise SystemExit("runtime.lua's postdissector does not start with its port test")
+    const = {c.name: c.value for c in runtime_constants()}
+    return m.group(1).replace("MAD_QPN_MAX", str(int(const["MAD_QPN_MAX"])))
 
 
 def floor_postdissectors(capture: Path) -> dict[str, str]:
@@ -76,7 +105,7 @@ def floor_postdissectors(capture: Path) -> dict[str, str]:
     cls, tid = f["mgmt_class"], f["transaction_id"]
     assert cls[1] == tid[1] == 0 and cls[2] == 8 and tid[2] == 64, (cls, tid)
     const = {c.name: c.value for c in runtime_constants()}  # the plugin's, as it tests them
-    entry = f"""  if pinfo.dst_port > {int(const["MAD_QPN_MAX"])} then return end
+    entry = f"""{entry_test()}
   if pinfo.port_type ~= {int(const["PT_IBQP"])} then return end
   local s = tvb:raw(0, tvb:len())"""
     key = (f"string.sub(s, {mad + cls[0] + 1}, {mad + cls[0] + 1}) .. "
@@ -200,7 +229,7 @@ def main() -> None:
     ap.add_argument("--instructions", action="store_true",
                     help="also count instructions per frame with callgrind (valgrind)")
     ap.add_argument("--floors", action="store_true",
-                    help="capture 2: also the least tracking postdissectors (docstring)")
+                    help="also the least postdissectors any plugin must run (docstring)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
@@ -217,14 +246,15 @@ def main() -> None:
                     rel.mount_proc()
             kinds = ["floor", "plugin"]
             if args.floors:
-                kinds[1:1] = ["bytes", "track"]
+                kinds[1:1] = ["entry", "bytes", "track"]
             print(f"{'capture':<22} {'tshark':>6} {'-r s':>7}"
                   + "".join(f" {'+' + k:>15}" for k in kinds)
                   + (f"   instructions/frame (plain, {', '.join(kinds)})"
                      if args.instructions else ""))
             for c, frames, cap in caps:
-                use = kinds if c == 2 else ["floor", "plugin"]
-                files = {"floor": d / "floor.lua", "plugin": LUA}
+                use = kinds if c == 2 else [k for k in kinds if k in ("floor", "entry", "plugin")]
+                (d / "entry.lua").write_text(entry_postdissector())
+                files = {"floor": d / "floor.lua", "entry": d / "entry.lua", "plugin": LUA}
                 if "track" in use:
                     for k, text in floor_postdissectors(cap).items():
                         (d / f"{k}.lua").write_text(text)
