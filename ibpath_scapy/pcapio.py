@@ -203,11 +203,17 @@ class TakeTest(RunTest):
     when it is not skipped (the RunTest), its length is in least..most and every one of
     `terms` holds."""
 
-    __slots__ = ("value",)
+    __slots__ = ("value", "holds")
 
     def __init__(self, terms: "list[Term] | tuple[Term, ...]", least: int, most: int, value):
         super().__init__(terms, least, most)
         self.value = value
+        # holds(b, s, e): the test in Python, over the frame at b[s:e] (its own names: its
+        # fields may be named as a run test's); the Python loops and a classifier ask it
+        ns = dict(self.namespace)
+        exec(compile(_TAKE_SOURCE.format(fields=self.fields, test=self.test, least=least,
+                                         most=most), "<pcapio take>", "exec"), ns)
+        self.holds = ns["take"]
 
 
 class FrameClassifier(Protocol):
@@ -806,13 +812,8 @@ def _scanners(test: RunTest | None, kind: str, *args, take: TakeTest | None = No
                     epb, little[endian], iface, test.least, test.most, MAX_BLOCK, _EPB, prog,
                     tleast, tmost, tprog, TAKE_MOST)}
         else:
-            ns = {**test.namespace, "_Struct": struct.Struct, "_take": None}
-            if take is not None:  # its own names: its fields may be named as the test's
-                tns = dict(take.namespace)
-                exec(compile(_TAKE_SOURCE.format(fields=take.fields, test=take.test,
-                                                 least=take.least, most=take.most),
-                             "<pcapio take>", "exec"), tns)
-                ns["_take"] = tns["take"]
+            ns = {**test.namespace, "_Struct": struct.Struct,
+                  "_take": take.holds if take is not None else None}
             exec(compile(_SCAN_SOURCE.format(fields=test.fields, test=test.test,
                                              least=test.least, most=test.most, EPB=_EPB,
                                              MAX_BLOCK=MAX_BLOCK, TAKEN=2 * TAKE_MOST),
@@ -857,8 +858,7 @@ def _program(test: RunTest) -> bytes:
 
 # The loops check what _pcap and _pcapng check of a record or block before they classify it,
 # and stop at anything else: those readers then read it (and name what is wrong with it).
-# A frame the test does not skip is taken if _take holds of it (the TakeTest compiled from
-# _TAKE_SOURCE, in a namespace of its own).
+# A frame the test does not skip is taken if _take holds of it (TakeTest.holds).
 _SCAN_SOURCE = """
 def make_pcap_scan(endian):
     # a record: seconds, fraction, captured length, original length, then the packet

@@ -21,7 +21,6 @@ FULL: the pre-filter may only be conservative.
 
 from __future__ import annotations
 
-import struct
 from typing import Callable, NamedTuple
 
 from scapy.contrib.roce import BTH, GRH
@@ -31,7 +30,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
 from ..decode import _RAW_IP_LINKTYPES, MAX_FRAME_BYTES
-from ..pcapio import RunTest, TakeTest, Term, struct_format
+from ..pcapio import RunTest, TakeTest, Term
 from ..expr import F
 from ..layers.ib import ERF, LINKTYPE_ERF, LINKTYPE_INFINIBAND, LRH
 from ..layers.mad import MAD, MAD_SIZE
@@ -238,17 +237,12 @@ class Prefilter:
         bth = udp + self.udp_len
         # a GSI datagram of the usual shape: every length exact, a source QP bound to MAD
         gsi_len = bth + self.bth_len + self.deth_len + MAD_SIZE + self.icrc_len
-        gsi_fmt, qp_mask = self._gsi_format([(total, "H"), (udp + self.udp_ulen, "H")],
-                                            bth + self.bth_len)
         gsi_at = MadAt(ip, 4, udp, bth, bth + self.bth_len, bth + self.bth_len + self.deth_len)
         run = RunTest(header + [op], op.offset + op.size, MAX_FRAME_BYTES)
-        qp_at, qp_mask = self._qp_term(bth + self.bth_len)
-        # what data_first below returns _gsi_at for, as the readers' loops take it
-        self._take_tests[1] = TakeTest(
+        take = TakeTest(
             header + [Term("tl", total, 2, equals=gsi_len - ip),
                       Term("ul", udp + self.udp_ulen, 2, equals=gsi_len - udp),
-                      Term("qp", qp_at, 4, mask=qp_mask, is_in=self._gsi_qps())],
-            gsi_len, gsi_len, gsi_at)
+                      self._qp_term(bth + self.bth_len)], gsi_len, gsi_len, gsi_at)
         src = f"""
 def data_first(b, s, e):
     if {run.least} <= e - s <= {MAX_FRAME_BYTES}:
@@ -256,38 +250,26 @@ def data_first(b, s, e):
         if {run.test}:
             return None
         if {RunTest(header, run.least, MAX_FRAME_BYTES).test}:
-            if e - s == {gsi_len}:
-                tl, ul, qp = _unpack_gsi(b, s)
-                if tl == {gsi_len - ip} and ul == {gsi_len - udp} and qp & {qp_mask} in _gsi_qps:
-                    return _gsi_at
+            if _takes(b, s, e):
+                return _gsi_at
             # another GSI datagram: straight to the UDP step of the full classifier
             return _udp(b, s + {ip}, 4, s + {udp}, e,
                         (b[s + {total}] << 8 | b[s + {total + 1}]) == e - s - {ip}, s)
     return _full_classifier(b, s, e)
 """
-        return self._compile_data_first(1, "ether_data", src, run, self.ether, _udp=self.udp,
-                                        _unpack_gsi=struct.Struct(gsi_fmt).unpack_from,
-                                        _gsi_at=gsi_at)
+        return self._compile_data_first(1, "ether_data", src, run, self.ether, take,
+                                        _udp=self.udp)
 
-    def _gsi_format(self, fields: list[tuple[int, str]], deth: int) -> tuple[str, int]:
-        """The struct format reading `fields` and then the 4 bytes that end with the DETH's
-        source QP (a DETH at offset deth), and the mask that keeps the QP of them."""
-        at, mask = self._qp_term(deth)
-        fmt, _ = struct_format(fields + [(at, "I")])
-        return fmt, mask
-
-    @staticmethod
-    def _qp_term(deth: int) -> tuple[int, int]:
-        """(offset of the 4 bytes that end with the source QP of a DETH at deth, the mask that
-        keeps the QP of them)."""
+    def _qp_term(self, deth: int) -> Term:
+        """The term of a GSI datagram's source QP (a DETH at offset deth): one bound to MAD,
+        read as the 4 bytes that end with it, masked."""
         qp = layer_steps(DETH)["src_qp"]
         assert qp.kind == "int" and 1 <= qp.nbytes <= 4 and qp.offset + qp.nbytes >= 4
-        return deth + qp.offset + qp.nbytes - 4, (1 << 8 * qp.nbytes) - 1
-
-    def _gsi_qps(self) -> frozenset:
-        """Source QPs whose binding alone makes Scapy dissect a MAD after the DETH."""
-        return frozenset(fv["src_qp"] for fv in self.deth_next.values_for(MAD)
-                         if set(fv) == {"src_qp"} and self.deth_next.resolve((fv["src_qp"],)) is MAD)
+        # source QPs whose binding alone makes Scapy dissect a MAD after the DETH
+        bound = frozenset(fv["src_qp"] for fv in self.deth_next.values_for(MAD)
+                          if set(fv) == {"src_qp"} and self.deth_next.resolve((fv["src_qp"],)) is MAD)
+        return Term("qp", deth + qp.offset + qp.nbytes - 4, 4, mask=(1 << 8 * qp.nbytes) - 1,
+                    is_in=bound)
 
     def _compile_erf_data(self) -> Callable[[bytes, int, int], object]:
         """ERF's classifier with a first test for the bulk of an ibdump capture: RC/UC data
@@ -310,36 +292,34 @@ def data_first(b, s, e):
         run = RunTest(header + [op], least, MAX_FRAME_BYTES)
         deth = bth + self.bth_len
         gsi_len = deth + self.deth_len + MAD_SIZE + self.icrc_len + self.vcrc_len
-        gsi_fmt, qp_mask = self._gsi_format([], deth)
         gsi_at = IbMadAt(self.erf_len, -1, bth, deth, deth + self.deth_len)
-        qp_at, qp_mask = self._qp_term(deth)
-        self._take_tests[LINKTYPE_ERF] = TakeTest(
-            header + [Term("qp", qp_at, 4, mask=qp_mask, is_in=self._gsi_qps())],
-            gsi_len, gsi_len, gsi_at)
+        take = TakeTest(
+            header + [self._qp_term(deth)], gsi_len, gsi_len, gsi_at)
         src = f"""
 def data_first(b, s, e):
     if {least} <= e - s <= {MAX_FRAME_BYTES}:
         {run.fields} = _unpack(b, s)
         if {run.test}:
             return None
-        if {RunTest(header, least, MAX_FRAME_BYTES).test}:
-            if e - s == {gsi_len} and _unpack_gsi(b, s)[0] & {qp_mask} in _gsi_qps:
-                return _gsi_at  # a GSI datagram of the usual shape
+        if _takes(b, s, e):
+            return _gsi_at  # a GSI datagram of the usual shape
     return _full_classifier(b, s, e)
 """
-        return self._compile_data_first(LINKTYPE_ERF, "erf_data", src, run, self.erf,
-                                        _unpack_gsi=struct.Struct(gsi_fmt).unpack_from,
-                                        _gsi_at=gsi_at)
+        return self._compile_data_first(LINKTYPE_ERF, "erf_data", src, run, self.erf, take)
 
     _data_compilers = {1: _compile_ether_data, LINKTYPE_ERF: _compile_erf_data}
 
     def _compile_data_first(self, linktype: int, name: str, src: str, run: RunTest,
-                            full: Callable, **names) -> Callable:
+                            full: Callable, take: TakeTest, **names) -> Callable:
         """data_first compiled from src, whose first test is `run`, the link type's RunTest,
-        which pcapio's readers run in their loops over runs of records and blocks."""
-        ns = {"_full_classifier": full, "_gsi_qps": self._gsi_qps(), **run.namespace, **names}
+        which pcapio's readers run in their loops over runs of records and blocks; `take`,
+        its test of the GSI datagrams it gives `_gsi_at` (_takes in src), which the readers'
+        loops take by (the one declaration of it)."""
+        ns = {"_full_classifier": full, "_takes": take.holds, "_gsi_at": take.value,
+              **run.namespace, **names}
         exec(compile(src, f"<prefilter {name}>", "exec"), ns)
         self._run_tests[linktype] = run
+        self._take_tests[linktype] = take
         return ns["data_first"]
 
     def run_test(self, linktype: int) -> RunTest | None:
