@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from .facts import Code, Problem, problem
@@ -88,14 +89,15 @@ def mad_fact(values: dict) -> Mad:
 # the MAD header's own fields, in Mad's order (then the three names): mad_fact_of's values
 MAD_VALUE_FIELDS = Mad._INIT[:-3]
 # where among them the fields are that a MAD's names are told by (mad_names' arguments)
-MAD_NAMED_BY = _WHICH = tuple(MAD_VALUE_FIELDS.index(k) for k in (
+MAD_NAMED_BY = tuple(MAD_VALUE_FIELDS.index(k) for k in (
     "method", "mgmt_class", "attribute_id", "status"))
+_named_by = itemgetter(*MAD_NAMED_BY)
 
 
 def mad_fact_of(values: tuple) -> Mad:
     """mad_fact of the values of MAD_VALUE_FIELDS, in that order (the fast path's extractor):
     the fact made positionally, no keyword to bind per field."""
-    which = (values[_WHICH[0]], values[_WHICH[1]], values[_WHICH[2]], values[_WHICH[3]])
+    which = _named_by(values)
     return Mad(*values, *(_MAD_NAMES.get(which) or _mad_names(which)))
 
 

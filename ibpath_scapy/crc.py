@@ -16,7 +16,7 @@ import struct
 import zlib
 from array import array
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 
 import crcmod
 
@@ -57,8 +57,10 @@ def crc_table(p: CrcParams) -> array:
     return t
 
 
+@cache
 def engine_plan(p: CrcParams) -> tuple[array, int, int]:
-    """(slicing-by-8 tables, init, final XOR): what the C code takes of p."""
+    """(slicing-by-8 tables, init, final XOR): what the C code takes of p (made once: crc's
+    engines and every fast decoder's plan share them, read-only)."""
     return crc_table(p), p.init, p.xorout
 
 
@@ -102,7 +104,6 @@ class _Recipe:
     ipv4_masks: dict  # RoCEv2 over IPv4: IP header length -> the mask, made on first use
     icrc: object  # crc_engine(ICRC), C or Python
     vcrc: object  # crc_engine(VCRC)
-
 
     def ipv4_mask(self, udp: int) -> bytes:
         """The mask of RoCEv2 over IPv4 whose UDP header starts `udp` bytes in."""

@@ -99,55 +99,43 @@ static PyObject *plan_seq(PyObject *plan, const char *name, Py_ssize_t most, Py_
 static int plan_key(PyObject *plan, const char *name, KeySpec *spec)
 {
     PyObject *seq = plan_seq(plan, name, MAX_RANGES, &spec->n);
-    if (seq == NULL)
-        return -1;
-    Py_ssize_t total = 1;
-    for (Py_ssize_t i = 0; i < spec->n; i++) {
+    Py_ssize_t total = 1, i = 0;
+    for (; seq != NULL && i < spec->n; i++) {
         Range *r = &spec->r[i];
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nnn", &r->at, &r->off,
                               &r->len))
-            goto fail;
+            break;
         if (r->at < 0 || r->off < 0 || r->len <= 0) {
             PyErr_Format(PyExc_ValueError, "%s: a range out of bounds", name);
-            goto fail;
+            break;
         }
         total += r->len;
     }
-    if (total > KEY_MAX) {
+    if (seq != NULL && i == spec->n && total > KEY_MAX)
         PyErr_Format(PyExc_ValueError, "%s: a key over %d bytes", name, KEY_MAX);
-        goto fail;
-    }
-    Py_DECREF(seq);
-    return 0;
-fail:
-    Py_DECREF(seq);
-    return -1;
+    Py_XDECREF(seq);
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 /* A fixed layout's steps: a sequence of (offset, nbytes, shift, mask, little-endian). */
 static int plan_steps(PyObject *plan, const char *name, Step *steps, Py_ssize_t *n)
 {
     PyObject *seq = plan_seq(plan, name, MAX_STEPS, n);
-    if (seq == NULL)
-        return -1;
-    for (Py_ssize_t i = 0; i < *n; i++) {
+    for (Py_ssize_t i = 0; seq != NULL && i < *n; i++) {
         Step *st = &steps[i];
         unsigned long long mask;
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nnnKi", &st->off, &st->nbytes,
                               &st->shift, &mask, &st->little))
-            goto fail;
+            break;
         st->mask = mask;
         if (st->off < 0 || st->nbytes < 1 || st->nbytes > 8 || st->shift < 0
                 || st->shift >= 64) {
             PyErr_Format(PyExc_ValueError, "%s: a step out of bounds", name);
-            goto fail;
+            break;
         }
     }
-    Py_DECREF(seq);
-    return 0;
-fail:
-    Py_DECREF(seq);
-    return -1;
+    Py_XDECREF(seq);
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 static int bits_of(uint64_t mask)

@@ -64,7 +64,6 @@ class _Compiled:
         # extractors that give a fact's values in its field order, for a positional call
         self.mad = compile_extractor(MAD, MAD_VALUE_FIELDS, as_tuple=True)
         self.mad_dispatch = compile_readers(MAD, ("mgmt_class", "attribute_id"))  # mad_next's key
-        self.attribute_id = compile_reader(MAD, "attribute_id")
         self.dqpn = compile_reader(BTH, "dqpn")
         self.src_qp = compile_reader(DETH, "src_qp")
         ip4, ip6 = prefix_offsets(IP), prefix_offsets(IPv6)
@@ -362,17 +361,17 @@ def mad_plan(tables: Tables) -> SimpleNamespace:
     ip4, ip6 = prefix_offsets(IP), prefix_offsets(IPv6)
     grh, bth, deth, lrh = prefix_offsets(GRH), layer_steps(BTH), layer_steps(DETH), layer_steps(LRH)
 
-    def step(s) -> tuple[int, int]:
+    def span(s) -> tuple[int, int]:  # a layout step's bytes
         return _span(s.offset, s.bit_off, s.bits) if s.kind in ("bitint", "flags") \
             else (s.offset, s.nbytes)
 
-    qps = [(MadAt._fields.index("bth"), *step(bth["dqpn"])),
-           (MadAt._fields.index("deth"), *step(deth["src_qp"]))]
-    ib_qps = [(IbMadAt._fields.index("bth"), *step(bth["dqpn"])),
-              (IbMadAt._fields.index("deth"), *step(deth["src_qp"]))]
+    qps = [(MadAt._fields.index("bth"), *span(bth["dqpn"])),
+           (MadAt._fields.index("deth"), *span(deth["src_qp"]))]
+    ib_qps = [(IbMadAt._fields.index("bth"), *span(bth["dqpn"])),
+              (IbMadAt._fields.index("deth"), *span(deth["src_qp"]))]
     ip, lrh_at, grh_at = MadAt._fields.index("ip"), IbMadAt._fields.index("lrh"), \
         IbMadAt._fields.index("grh")
-    local = [(lrh_at, *step(lrh["slid"])), (lrh_at, *step(lrh["dlid"])), *ib_qps]
+    local = [(lrh_at, *span(lrh["slid"])), (lrh_at, *span(lrh["dlid"])), *ib_qps]
     mad = layer_steps(MAD)
     assert c.mad_next.fields == ("mgmt_class", "attribute_id"), c.mad_next.fields
     return SimpleNamespace(

@@ -133,11 +133,13 @@ def packet_rule_hits(rec: dict):
     # values every audited condition reads (None for a missing view or field); records with
     # the same key get the same verdicts.
     records = rec.path_records or []
-    try:
-        if rec.__class__ is not MadFrame:
-            raise AttributeError
-        key = (_FACT_HEADERS(rec), tuple(map(_FACT_RECORD, records)))
-    except AttributeError:  # a record written as a dict, or a view missing
+    key = None
+    if rec.__class__ is MadFrame:
+        try:
+            key = (_FACT_HEADERS(rec), tuple(map(_FACT_RECORD, records)))
+        except AttributeError:  # a view missing where a field is read
+            pass
+    if key is None:  # a record written as a dict, or such a fact
         key = (_MAD_VALUES(rec.mad), _RMPP_VALUES(rec.rmpp), _SA_VALUES(rec.sa),
                tuple(map(_RECORD_VALUES, records)))
     holding = _MEMO.get(key)
