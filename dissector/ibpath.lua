@@ -798,13 +798,16 @@ D["UserMad"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["UserMad"], tvb(off, 64)) end
   local o = off + 64
+  v["agent_id"] = tvb(off + 0, 4):le_uint()
   if show then t:add_le(PF[53], tvb(off + 0, 4)) end
   if show then t:add_le(PF[54], tvb(off + 4, 4)) end
   if show then t:add_le(PF[55], tvb(off + 8, 4)) end
   if show then t:add_le(PF[56], tvb(off + 12, 4)) end
   if show then t:add_le(PF[57], tvb(off + 16, 4)) end
+  v["qpn"] = tvb(off + 20, 4):uint()
   if show then t:add(PF[58], tvb(off + 20, 4)) end
   if show then t:add(PF[59], tvb(off + 24, 4)) end
+  v["lid"] = tvb(off + 28, 2):uint()
   if show then t:add(PF[60], tvb(off + 28, 2)) end
   if show then t:add(PF[61], tvb(off + 30, 1)) end
   if show then t:add(PF[62], tvb(off + 31, 1)) end
@@ -2076,7 +2079,7 @@ D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
     ft:add(PF[347], tvb(off + 12 + 4, 4))
   end
   do
-    local count = math.floor((ib_truthy(ib_and(ib_band(ib_under(ctx, "MAD", "method"), 128), ib_bool((ib_under(ctx, "MAD", "status") ~= 0)))) and 0 or (ib_truthy(ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 1)) and (ib_truthy(ib_and(ib_bool((ib_under(ctx, "RMPP", "rmpp_type") == 1)), ib_bool((ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 6) == 6)))) and ib_idiv(math.min(math.max((ib_under(ctx, "RMPP", "payload_length") - 20), 0), (limit - o)), math.max((ib_val(v, "attribute_offset") * 8), 64)) or 0) or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "method") == 146))) and (ib_truthy(ib_and(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), 64))), ib_bool((ib_val(v, "attribute_offset") ~= 0)))) and 1 or 0) or (ib_truthy(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), 64)))) and 1 or 0)))))
+    local count = math.floor((ib_truthy(ib_and(ib_band(ib_under(ctx, "MAD", "method"), 128), ib_bool((ib_under(ctx, "MAD", "status") ~= 0)))) and 0 or (ib_truthy(ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 1)) and (ib_truthy(((ctx.v["UserMad"] ~= nil) and 1 or 0)) and ib_idiv((limit - o), math.max((ib_val(v, "attribute_offset") * 8), 64)) or (ib_truthy(ib_and(ib_bool((ib_under(ctx, "RMPP", "rmpp_type") == 1)), ib_bool((ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 6) == 6)))) and ib_idiv(math.min(math.max((ib_under(ctx, "RMPP", "payload_length") - 20), 0), (limit - o)), math.max((ib_val(v, "attribute_offset") * 8), 64)) or 0)) or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "method") == 146))) and (ib_truthy(ib_and(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), 64))), ib_bool((ib_val(v, "attribute_offset") ~= 0)))) and 1 or 0) or (ib_truthy(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), 64)))) and 1 or 0)))))
     local stride = math.floor(math.max((ib_val(v, "attribute_offset") * 8), 64))
     local sel = ib_under(ctx, "MAD", "attribute_id")
     if stride < 1 then count = 0 end
@@ -2248,6 +2251,32 @@ local HDR_LEN = {
 }
 -- layers/mad.py
 local MAD_SIZE = 256
+local MAD_METHODS = {
+  [1] = "Get",
+  [2] = "Set",
+  [3] = "Send",
+  [5] = "Trap",
+  [6] = "Report",
+  [7] = "TrapRepress",
+  [18] = "GetTable",
+  [19] = "GetTraceTable",
+  [20] = "GetMulti",
+  [21] = "Delete",
+  [129] = "GetResp",
+  [134] = "ReportResp",
+  [146] = "GetTableResp",
+  [148] = "GetMultiResp",
+  [149] = "DeleteResp",
+}
+local MAD_ATTRIBUTES = {
+  [1] = {[2] = "Notice", [16] = "NodeDescription", [17] = "NodeInfo", [18] = "SwitchInfo", [20] = "GUIDInfo", [21] = "PortInfo", [22] = "P_KeyTable", [23] = "SLtoVLMappingTable", [24] = "VLArbitrationTable", [25] = "LinearForwardingTable", [26] = "RandomForwardingTable", [27] = "MulticastForwardingTable", [32] = "SMInfo", [65424] = "VendorDiag"},
+  [129] = {[2] = "Notice", [16] = "NodeDescription", [17] = "NodeInfo", [18] = "SwitchInfo", [20] = "GUIDInfo", [21] = "PortInfo", [22] = "P_KeyTable", [23] = "SLtoVLMappingTable", [24] = "VLArbitrationTable", [25] = "LinearForwardingTable", [26] = "RandomForwardingTable", [27] = "MulticastForwardingTable", [32] = "SMInfo", [65424] = "VendorDiag"},
+  [3] = {[1] = "ClassPortInfo", [2] = "Notice", [3] = "InformInfo", [17] = "NodeRecord", [18] = "PortInfoRecord", [19] = "SLtoVLMappingTableRecord", [20] = "SwitchInfoRecord", [21] = "LinearForwardingTableRecord", [22] = "RandomForwardingTableRecord", [23] = "MulticastForwardingTableRecord", [24] = "SMInfoRecord", [25] = "LinkSpeedWidthPairsTableRecord", [32] = "LinkRecord", [48] = "GuidInfoRecord", [49] = "ServiceRecord", [51] = "P_KeyTableRecord", [53] = "PathRecord", [54] = "VLArbitrationTableRecord", [56] = "MCMemberRecord", [57] = "TraceRecord", [58] = "MultiPathRecord", [59] = "ServiceAssociationRecord", [243] = "InformInfoRecord"},
+  [7] = {[1] = "ClassPortInfo", [16] = "REQ", [17] = "MRA", [18] = "REJ", [19] = "REP", [20] = "RTU", [21] = "DREQ", [22] = "DREP", [23] = "SIDR_REQ", [24] = "SIDR_REP", [25] = "LAP", [26] = "APR"},
+}
+-- layers/umad.py
+local UMAD_LAYER = "UserMad"
+local UMAD_TID_OWN_BYTES = 4  -- the TID bytes a process owns on umad: the kernel sets the others
 local RMPP_DATA_SIZE = 220
 local MGMT_CLASS_SA = 0x3
 local METHOD_RESP = 0x80
@@ -2561,9 +2590,19 @@ local function tid_key(h)
   return str_field(h, 0, MAD_F.mgmt_class) .. str_field(h, 0, MAD_F.transaction_id)
 end
 
--- number and visited: pinfo's, read once per frame by the caller
-local function track_tid(h, pinfo, number, visited)
-  local key = tid_key(h)
+-- A MAD under struct ib_user_mad_hdr (ibpath record's umad source) is a message a process
+-- wrote or read: the kernel owns its TID's upper 32 bits (ib_umad_write puts the agent's
+-- hi_tid there), so a request and the answer read back pair on the agent and the low 32.
+local function umad_tid_key(h, umad)
+  local tid = str_field(h, 0, MAD_F.transaction_id)
+  return "umad" .. tostring(umad.agent_id) .. ":" .. str_field(h, 0, MAD_F.mgmt_class)
+    .. string.sub(tid, #tid - UMAD_TID_OWN_BYTES + 1)
+end
+
+-- number and visited: pinfo's, read once per frame by the caller; umad: the UserMad values
+-- of a umad frame (nil on the wire)
+local function track_tid(h, pinfo, number, visited, umad)
+  local key = umad and umad_tid_key(h, umad) or tid_key(h)
   local is_resp = ib_band(str_uint(h, 0, MAD_F.method), METHOD_RESP) ~= 0
   if not visited then
     if is_resp then
@@ -2644,7 +2683,7 @@ HOOKS["MAD"] = function(tvb, pinfo, t, off, o, ctx, v)
   local h = mad_head(tvb, off, ctx.s)
   if h == nil then return end
   local number = pinfo.number
-  local key, is_resp = track_tid(h, pinfo, number, pinfo.visited)
+  local key, is_resp = track_tid(h, pinfo, number, pinfo.visited, ctx.v[UMAD_LAYER])
   if is_resp then
     local req = request_frame[key]
     if req ~= nil and req < number then
@@ -2661,21 +2700,26 @@ HOOKS["MAD"] = function(tvb, pinfo, t, off, o, ctx, v)
   end
 end
 
+local function show_record_count(t, pinfo, v)
+  if v.records_count ~= nil then
+    t:add(RT.record_count, v.records_count):set_generated()
+    if v.records_count > 1 then pinfo.cols.info:append(string.format(" [%d records]", v.records_count)) end
+  end
+end
+
 HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
   if ctx.reassembled then
     t:add(RT.record_count, v.records_count or 0):set_generated()
     return
   end
+  -- a umad message is whole: the kernel reassembled what a process reads (no segment here)
+  if ctx.v[UMAD_LAYER] ~= nil then return show_record_count(t, pinfo, v) end
   local mad_off = ctx.at["MAD"]
   if mad_off == nil then return end
   local h = mad_head(tvb, mad_off, ctx.s)
   local number = pinfo.number
   if h == nil or not track_rmpp(h, pinfo, number, pinfo.visited, ctx.s, ctx.ip, ctx.ipf) then
-    if v.records_count ~= nil then
-      t:add(RT.record_count, v.records_count):set_generated()
-      if v.records_count > 1 then pinfo.cols.info:append(string.format(" [%d records]", v.records_count)) end
-    end
-    return
+    return show_record_count(t, pinfo, v)
   end
   local done = note_reassembly(pinfo, number)
   if done == nil then
@@ -2706,6 +2750,27 @@ local function track_only(s, pinfo, bth_off, ip, ipf)
   local number, visited = pinfo.number, pinfo.visited
   local key = track_tid(h, pinfo, number, visited)
   if track_rmpp(h, pinfo, number, visited, s, ip, ipf, key) then note_reassembly(pinfo, number) end
+end
+
+-- The columns of a umad frame: the peer (the LID and QP of struct ib_user_mad_hdr, the
+-- destination of a write and the source of a read: the call in the packet comment says which)
+-- and the MAD by its method, attribute and TID, before what the hooks appended.
+local comment_field = Field.new("frame.comment")
+local function umad_columns(tvb, pinfo, ctx)
+  local u, m, mad_off = ctx.v[UMAD_LAYER], ctx.v["MAD"], ctx.at["MAD"]
+  if u == nil or m == nil or m.method == nil or mad_off + HDR_LEN.MAD > tvb:len() then return end
+  local peer = string.format("LID %d QP %d", u.lid or 0, u.qpn or 0)
+  local c = comment_field()
+  local call, pid, fd = string.match(c and tostring(c.value) or "", "^umad (%a+) pid (%d+) tid %d+ fd (%d+)")
+  local me = call and string.format("pid %s fd %s", pid, fd) or "process"
+  if call == "read" then pinfo.cols.src:set(peer); pinfo.cols.dst:set(me)
+  else pinfo.cols.src:set(me); pinfo.cols.dst:set(peer) end
+  local attrs = MAD_ATTRIBUTES[m.mgmt_class] or {}
+  local attr = attrs[m.attribute_id] or string.format("0x%04x", m.attribute_id or 0)
+  local tid = tvb(mad_off + MAD_F.transaction_id.off, MAD_F.transaction_id.len):bytes():tohex(true)
+  local method = MAD_METHODS[m.method] or string.format("0x%02x", m.method)
+  pinfo.cols.info:prepend(string.format("%s%s(%s) tid 0x%s", call and (call .. " ") or "",
+                                        method, attr, tid))
 end
 
 -- Registration ------------------------------------------------------------------------------
@@ -2975,7 +3040,7 @@ P["PathArray"].dissector = function(tvb, pinfo, tree)
 end
 
 -- ibpath record: exported PDUs reach the generated layers by their Proto's name
-local function recorded_source(key, column, field, names)
+local function recorded_source(key, column, field, names, columns)
   P[key].dissector = function(tvb, pinfo, tree)
     pinfo.cols.protocol:set(column)
     local ctx = {limit = tvb:len(), v = {}, at = {}, encap = "record", show = true}
@@ -2984,12 +3049,13 @@ local function recorded_source(key, column, field, names)
     if field and v[field] ~= nil then
       pinfo.cols.info:set(names[v[field]] or tostring(v[field]))
     end
+    if columns then columns(tvb, pinfo, ctx) end
     return tvb:len()
   end
 end
-recorded_source("UcmaCmdHdr", "ibpath ucma", "cmd", {[0] = "CREATE_ID", [1] = "DESTROY_ID", [2] = "BIND_IP", [3] = "RESOLVE_IP", [4] = "RESOLVE_ROUTE", [5] = "QUERY_ROUTE", [6] = "CONNECT", [7] = "LISTEN", [8] = "ACCEPT", [9] = "REJECT", [10] = "DISCONNECT", [11] = "INIT_QP_ATTR", [12] = "GET_EVENT", [13] = "GET_OPTION", [14] = "SET_OPTION", [15] = "NOTIFY", [16] = "JOIN_IP_MCAST", [17] = "LEAVE_MCAST", [18] = "MIGRATE_ID", [19] = "QUERY", [20] = "BIND", [21] = "RESOLVE_ADDR", [22] = "JOIN_MCAST"})
-recorded_source("AcmHdr", "ibpath acm", "opcode", {[1] = "RESOLVE", [2] = "PERF_QUERY", [3] = "EP_QUERY", [129] = "RESOLVE|ACK", [130] = "PERF_QUERY|ACK", [131] = "EP_QUERY|ACK"})
-recorded_source("UserMad", "ibpath umad", nil, nil)
+recorded_source("UcmaCmdHdr", "ibpath ucma", "cmd", {[0] = "CREATE_ID", [1] = "DESTROY_ID", [2] = "BIND_IP", [3] = "RESOLVE_IP", [4] = "RESOLVE_ROUTE", [5] = "QUERY_ROUTE", [6] = "CONNECT", [7] = "LISTEN", [8] = "ACCEPT", [9] = "REJECT", [10] = "DISCONNECT", [11] = "INIT_QP_ATTR", [12] = "GET_EVENT", [13] = "GET_OPTION", [14] = "SET_OPTION", [15] = "NOTIFY", [16] = "JOIN_IP_MCAST", [17] = "LEAVE_MCAST", [18] = "MIGRATE_ID", [19] = "QUERY", [20] = "BIND", [21] = "RESOLVE_ADDR", [22] = "JOIN_MCAST"}, nil)
+recorded_source("AcmHdr", "ibpath acm", "opcode", {[1] = "RESOLVE", [2] = "PERF_QUERY", [3] = "EP_QUERY", [129] = "RESOLVE|ACK", [130] = "PERF_QUERY|ACK", [131] = "EP_QUERY|ACK"}, nil)
+recorded_source("UserMad", "ibpath umad", nil, nil, umad_columns)
 
 -- experts are registered once, after the runtime added its own
 ib_main.experts = EXPERT_LIST

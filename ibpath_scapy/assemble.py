@@ -34,6 +34,7 @@ from .facts.records import (
     NlClientHeader,
     NlHeader,
     SaHeader,
+    Umad,
     Unfinished,
     Unsupported,
 )
@@ -42,6 +43,7 @@ from .layers.mad import ATTRIBUTES_BY_CLASS, MAD_SIZE, METHODS, MGMT_CLASSES, ME
     RMPP_TYPE_DATA, status_text
 from .layers.pathdata import RECORD_SIZE, flag_names, parse_set_option_comment
 from .layers.sa import COMPONENT_MASK_NAMES, IS_SEGMENT
+from .layers.umad import UMAD_TID_LOW, UserMad, umad_headers_size
 from .rmpp import Reassembler
 
 ICRC_MISMATCH, VCRC_MISMATCH = P.ICRC_MISMATCH, P.VCRC_MISMATCH
@@ -144,15 +146,17 @@ def kind_of(mgmt_class: int) -> str:
 
 def header_expr(e):
     """Compile an Expr over the MAD (m), RMPP (r) and SA (h) facts of a frame, as
-    SAHeader's hints name them (Under("MAD"), Under("RMPP"), its own fields); a value an
-    engine did not see reads 0."""
+    SAHeader's hints name them (Under("MAD"), Under("RMPP"), its own fields), and the umad
+    header (u: Within("UserMad"), None for a MAD off the wire); a value an engine did not
+    see reads 0."""
     spell = {"MAD": "m", "RMPP": "r", None: "h", "SAHeader": "h"}
+    below = {UserMad.__name__: "int(u is not None)"}
 
     def ref(f):
         name, part = split_name(f.name)
         return part_src(f"({spell[f.layer]}.{name} or 0)", part)
 
-    return compile_expr(e, ref, "m, r, h, remaining=0")
+    return compile_expr(e, ref, "m, r, h, remaining=0, u=None", below.__getitem__)
 
 
 is_segment = header_expr(IS_SEGMENT)
@@ -176,9 +180,34 @@ class SaParts(NamedTuple):
 assert MadFrame.KEYS == (
     "frame", "time", "kind", "encap", "src", "dst", "src_gid", "dst_gid", "dst_qp", "src_qp",
     "mad", "error", "rmpp", "sa", "rmpp_dropped", "rmpp_control", "reassembled_from",
-    "path_records", "cm", "cm_req", "errors"), MadFrame.KEYS
+    "path_records", "cm", "cm_req", "errors", "umad"), MadFrame.KEYS
 # where a MAD came from, in MadFrame's order: the tuple mad_frame_at takes
 ADDRESS_KEYS = MadFrame.KEYS[MadFrame.KEYS.index("encap"):MadFrame.KEYS.index("mad")]
+
+
+# -- umad: a MAD as a process wrote or read it ----------------------------------------------------
+
+
+def umad_direction(umad: Umad, mad: Mad) -> str:
+    """"write" or "read": the call's, or where no comment says, a request is taken as written
+    and a response as read (a client's view, as saquery's or a resolver's)."""
+    if umad.direction is not None:
+        return umad.direction
+    return "read" if mad.method & METHOD_RESP else "write"
+
+
+def umad_where(umad: Umad, mad: Mad) -> tuple:
+    """The ADDRESS_KEYS values of a umad MAD: the process's side named by its pid, fd and
+    agent, the peer by the LID (and GID, with a GRH) and QP of struct ib_user_mad_hdr, which
+    is the destination of a write and the source of a read (user_mad.c)."""
+    h, call = umad.header, umad.call
+    local = f"pid {call.pid} fd {call.fd} agent {h.agent_id}" if call is not None \
+        else f"agent {h.agent_id}"
+    remote = f"LID {h.lid}"
+    gid = h.gid if h.grh_present else None
+    if umad_direction(umad, mad) == "write":
+        return ("umad", local, remote, None, gid, h.qpn, None)
+    return ("umad", remote, local, gid, None, None, h.qpn)
 
 
 # -- the assembler -------------------------------------------------------------------------
@@ -190,10 +219,14 @@ class Assembler:
     # long capture of unanswered requests cannot grow without limit.
     LS_REQUEST_MEMORY = 65536
 
+    # umad requests remembered for the answers read on the same fd and agent; bounded alike
+    UMAD_REQUEST_MEMORY = 65536
+
     def __init__(self):
         self.rmpp = Reassembler()
         self.stats = DecodeStats()
         self.ls_requests: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self.umad_requests: OrderedDict[tuple, tuple[int, int]] = OrderedDict()
 
     # -- MADs ---------------------------------------------------------------------------------
     def mad_frame(self, number: int, time: float, addr: dict, mad: Mad, length: int | None,
@@ -205,34 +238,53 @@ class Assembler:
         return self.mad_frame_at(number, time, tuple(map(addr.get, ADDRESS_KEYS)), mad, length,
                                  crc_errors, icrc, sa, cm, cm_req)
 
+    def umad_frame(self, number: int, time: float, umad: Umad, mad: Mad, length: int | None,
+                   sa: SaParts | None = None, cm: Fact | None = None,
+                   cm_req: Fact | None = None) -> MadFrame:
+        """The record of a MAD a process wrote to or read from a umad fd (umad: its umad
+        side, the engine's; length: the message's bytes after struct ib_user_mad_hdr)."""
+        return self.mad_frame_at(number, time, umad_where(umad, mad), mad, length, [], None,
+                                 sa, cm, cm_req, umad)
+
     def mad_frame_at(self, number: int, time: float, where: tuple, mad: Mad, length: int | None,
                      crc_errors: list, icrc: bytes | None, sa: SaParts | None = None,
-                     cm: Fact | None = None, cm_req: Fact | None = None) -> MadFrame:
+                     cm: Fact | None = None, cm_req: Fact | None = None,
+                     umad: Umad | None = None) -> MadFrame:
         """mad_frame with the addresses as a tuple, the values of ADDRESS_KEYS in order (None
         where absent): what the fast path hands over, with no dict made per frame."""
         stats = self.stats
         stats.mad_frames += 1
         errors = list(crc_errors)
-        if length != MAD_SIZE and length is not None:
-            errors.insert(0, problem(Code.MAD_LENGTH, length))
-        # the zero-ICRC census counts whole MADs only (a cut frame's "ICRC" is any 4 bytes)
-        if errors or length != MAD_SIZE:
-            note_crc(stats, number, errors, icrc if length == MAD_SIZE else None)
-        elif icrc is not None:  # note_crc's common case, without the call (one per frame)
-            stats.icrc_frames += 1
+        if umad is not None:
+            # a umad message is no wire MAD: whole, of any length past its headers
+            umad = self._umad_paired(mad, umad, number)
+            need = umad_headers_size(mad.mgmt_class)
+            short = length is not None and length < need
+            if short:
+                errors.insert(0, problem(Code.UMAD_SHORT, length, need))
+        else:
+            if length != MAD_SIZE and length is not None:
+                errors.insert(0, problem(Code.MAD_LENGTH, length))
+            # the zero-ICRC census counts whole MADs only (a cut frame's "ICRC" is any 4 bytes)
+            if errors or length != MAD_SIZE:
+                note_crc(stats, number, errors, icrc if length == MAD_SIZE else None)
+            elif icrc is not None:  # note_crc's common case, without the call (one per frame)
+                stats.icrc_frames += 1
+            short = length is not None and length < MAD_SIZE
         time = round(time, 9)
         encap, src, dst, src_gid, dst_gid, dst_qp, src_qp = where
-        if length is not None and length < MAD_SIZE:
+        if short:
             stats.malformed += 1
             return MadFrame(number, time, "malformed", encap, src, dst, src_gid, dst_gid,
-                            dst_qp, src_qp, mad, errors[0])
+                            dst_qp, src_qp, mad, errors[0], umad=umad)
         kind = _KINDS.get(mad.mgmt_class) or kind_of(mad.mgmt_class)
         if sa is None:
             return MadFrame(number, time, kind, encap, src, dst, src_gid, dst_gid, dst_qp,
-                            src_qp, mad, cm=cm, cm_req=cm_req, errors=errors or None)
+                            src_qp, mad, cm=cm, cm_req=cm_req, errors=errors or None,
+                            umad=umad)
         rmpp, hdr, records, reserved, segment, whole = sa
         dropped = control = reassembled = None
-        if is_segment(mad, rmpp, hdr):
+        if is_segment(mad, rmpp, hdr, 0, umad):
             done = self.rmpp.add((src, dst, mad.transaction_id, mad.attribute_id, mad.method),
                                  rmpp.segment_number or 0, rmpp.rmpp_flags or 0, segment,
                                  number, time)
@@ -256,7 +308,30 @@ class Assembler:
         # positional, in MadFrame's field order (an SA storm makes one per frame)
         return MadFrame(number, time, kind, encap, src, dst, src_gid, dst_gid, dst_qp, src_qp,
                         mad, None, rmpp, hdr, dropped, control, reassembled, records, None,
-                        None, errors or None)
+                        None, errors or None, umad)
+
+    def _umad_paired(self, mad: Mad, umad: Umad, number: int) -> Umad:
+        """The umad side of a MAD with the pairing the kernel makes: a request a process
+        writes leaves with the agent's hi_tid in the TID's upper 32 bits (user_mad.c
+        ib_umad_write), and the answer the process reads carries that TID; so an answer
+        read is tied to the request written on the same fd and agent with the same low 32
+        bits, and says the TID it was written with where the kernel changed it."""
+        call, direction = umad.call, umad_direction(umad, mad)
+        key = (call.pid if call else None, call.fd if call else None, umad.header.agent_id,
+               mad.mgmt_class, mad.transaction_id & UMAD_TID_LOW)
+        if not mad.method & METHOD_RESP:
+            if direction == "write":
+                self.umad_requests[key] = (number, mad.transaction_id)
+                if len(self.umad_requests) > self.UMAD_REQUEST_MEMORY:
+                    self.umad_requests.popitem(last=False)
+            return umad
+        request = self.umad_requests.get(key) if direction == "read" else None
+        if request is None:
+            return umad
+        frame, tid = request
+        return Umad(direction=umad.direction, header=umad.header, call=umad.call,
+                    request_frame=frame,
+                    written_tid=tid if tid != mad.transaction_id else None)
 
     def malformed(self, number: int, reason: Problem) -> Malformed:
         """A frame that should carry a MAD or a path array but cannot be read."""

@@ -10,6 +10,7 @@ import functools
 
 from .facts import Code, problem
 from .facts.process import AcmEntry, AcmFrame, AcmHeader, Call, RecorderNote, UcmaFrame
+from .facts.records import Umad, UmadHeader
 from .layers.acm import (
     _EP_FLAG_NAMES,
     ACM_EP_INFO_TYPES,
@@ -50,6 +51,15 @@ def call_fact(comment: str | None) -> Call | None:
     """The system call a frame's packet comment describes, or None (a crafted frame)."""
     c = parse_call_comment(comment)
     return Call(**c) if c is not None else None
+
+
+def umad_fact(header: dict, comment: str | None) -> Umad:
+    """The umad side of a MAD ibpath record took from a umad fd: struct ib_user_mad_hdr's
+    public values, and the call the frame's comment names ("umad write ..."/"umad read ..."),
+    which gives the direction; Assembler.umad_frame pairs it with its request."""
+    call = call_fact(comment)
+    direction = call.call if call is not None and call.call in ("write", "read") else None
+    return Umad(direction=direction, header=UmadHeader(**header), call=call)
 
 
 def _raw(v) -> bytes:

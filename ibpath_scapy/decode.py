@@ -67,6 +67,7 @@ from .layers.pathdata import (
 from .layers.acm import ACM_DISSECTOR, AcmHdr, AcmResolve
 from .layers.roce import DETH
 from .layers.ucma import UCMA_DISSECTOR, UcmaCmdHdr, UcmaQueryPathResp
+from .layers.umad import UMAD_DISSECTOR, UMAD_HDR_SIZE, UserMad, umad_headers_size
 from .layers.sa import PathRecord, SAHeader, gid_text
 from .assemble_process import (
     COMMAND_FIELDS,
@@ -78,6 +79,7 @@ from .assemble_process import (
     recorder_note,
     struct_size,
     ucma_frame,
+    umad_fact,
 )
 from .record.comment import NOTE_COLUMN, NOTE_DISSECTOR
 from .pcapio import RAW_BLOB_LINKTYPE, Frame, Input, read_input
@@ -219,6 +221,9 @@ class Decoder(Assembler):
         if array is not None:
             yield self._blob(frame, array)
             return
+        if isinstance(pkt, ExportedPDU) and pkt.dissector_name() == UMAD_DISSECTOR:
+            yield self._umad(frame, pkt.payload)
+            return
         mad = pkt.getlayer(MAD)
         deth = pkt.getlayer(DETH)
         bth = pkt.getlayer(BTH)
@@ -232,27 +237,22 @@ class Decoder(Assembler):
         mad_bytes = bytes(mad)
         mad_bytes = mad_bytes[:len(mad_bytes) - padding_len(mad)]
         crc_errs, icrc = _crc_errors(frame.data, pkt)
-        sa = cm = cm_req = None
-        if len(mad_bytes) >= MAD_SIZE:
-            if mad.haslayer(SAHeader):
-                hdr = mad[SAHeader]
-                records, reserved = (_sa_records(hdr) if hdr.record_class() is PathRecord
-                                     else (None, ()))
-                sa = SaParts(Rmpp(**layer_dict(mad[RMPP])),
-                             sa_fact(hdr.sm_key, hdr.attribute_offset, int(hdr.component_mask)),
-                             records, reserved, mad_bytes, _whole_records)
-            else:
-                msg = next((mad.getlayer(c) for c in cm_layers.CM_MESSAGE_CLASSES.values()
-                            if mad.haslayer(c)), None)
-                if msg is not None:
-                    values = layer_dict(msg)
-                    values.pop("private_data", None)
-                    cm = CM_FACTS[type(msg)](message=msg.name.split()[-1], **values)
-                    if isinstance(msg, cm_layers.CMReq):
-                        cm_req = CmReqPaths(**layer_dict(msg, CM_REQ_FIELDS))
+        sa, cm, cm_req = _mad_parts(mad, mad_bytes, MAD_SIZE)
         yield self.mad_frame(frame.number, frame.time, _addresses(pkt),
                              mad_fact(layer_dict(mad)), len(mad_bytes), crc_errs, icrc,
                              sa=sa, cm=cm, cm_req=cm_req)
+
+    def _umad(self, frame: Frame, hdr: Packet) -> Fact:
+        """A MAD ibpath record took from a umad fd: struct ib_user_mad_hdr, then the message
+        as the process wrote or read it (assemble.Assembler.umad_frame)."""
+        mad = hdr.getlayer(MAD) if isinstance(hdr, UserMad) else None
+        if mad is None:
+            return self.malformed(frame.number, umad_unreadable(len(bytes(hdr))))
+        mad_bytes = bytes(mad)
+        side = umad_fact(layer_dict(hdr), frame.comment)
+        sa, cm, cm_req = _mad_parts(mad, mad_bytes, umad_headers_size(mad.mgmt_class))
+        return self.umad_frame(frame.number, frame.time, side, mad_fact(layer_dict(mad)),
+                               len(mad_bytes), sa, cm, cm_req)
 
     # -- what a process did (ibpath record) ----------------------------------------------------
     def _process(self, frame: Frame, pkt: ExportedPDU) -> Fact:
@@ -423,6 +423,38 @@ def _attr_problem(i: int, attr, request: bool) -> Problem | None:
     if attr.nested or attr.net_byteorder:
         problems.append(problem(Code.ATTR_FLAGS, attr.raw_type()))
     return problem(Code.ATTR_BAD, label, tuple(problems)) if problems else None
+
+
+def umad_unreadable(size: int) -> Problem:
+    """The problem of a umad frame of `size` bytes with no whole MAD header after struct
+    ib_user_mad_hdr."""
+    return problem(Code.CANNOT_DISSECT, f"{UMAD_DISSECTOR}: {size} bytes, no MAD header after "
+                   f"struct ib_user_mad_hdr ({UMAD_HDR_SIZE} bytes)")
+
+
+def _mad_parts(mad: Packet, mad_bytes: bytes, whole: int) -> tuple:
+    """(SaParts, CM message fact, CM REQ paths) of a MAD layer of `whole` bytes or more
+    (None where it is not of that kind or is shorter)."""
+    sa = cm = cm_req = None
+    if len(mad_bytes) < whole:
+        return sa, cm, cm_req
+    if mad.haslayer(SAHeader):
+        hdr = mad[SAHeader]
+        records, reserved = (_sa_records(hdr) if hdr.record_class() is PathRecord
+                             else (None, ()))
+        sa = SaParts(Rmpp(**layer_dict(mad[RMPP])),
+                     sa_fact(hdr.sm_key, hdr.attribute_offset, int(hdr.component_mask)),
+                     records, reserved, mad_bytes, _whole_records)
+        return sa, cm, cm_req
+    msg = next((mad.getlayer(c) for c in cm_layers.CM_MESSAGE_CLASSES.values()
+                if mad.haslayer(c)), None)
+    if msg is not None:
+        values = layer_dict(msg)
+        values.pop("private_data", None)
+        cm = CM_FACTS[type(msg)](message=msg.name.split()[-1], **values)
+        if isinstance(msg, cm_layers.CMReq):
+            cm_req = CmReqPaths(**layer_dict(msg, CM_REQ_FIELDS))
+    return sa, cm, cm_req
 
 
 def _addresses(pkt: Packet) -> dict:

@@ -8,6 +8,7 @@ Python semantics (``//`` floors, comparisons give booleans).
     F("attribute_offset") * 8          a field of the layer being decoded
     Under("RMPP").payload_length       a field of a layer below it (by class name)
     Remaining()                        bytes left in the layer's data
+    Within("UserMad")                  1 when a layer of that class is below, else 0
 """
 
 from __future__ import annotations
@@ -81,17 +82,21 @@ def lift(x) -> Expr:
 class Env:
     """Python evaluation context: resolves field references."""
 
-    def __init__(self, field: Callable[[str | None, str], int], remaining: int = 0):
+    def __init__(self, field: Callable[[str | None, str], int], remaining: int = 0,
+                 within: Callable[[str], bool] = lambda layer: False):
         self.field = field
         self.remaining = remaining
+        self.within = within
 
 
 class LuaEnv:
     """Lua emission context: how a reference to a field is spelt in the generated code."""
 
-    def __init__(self, field: Callable[[str | None, str], str], remaining: str = "remaining"):
+    def __init__(self, field: Callable[[str | None, str], str], remaining: str = "remaining",
+                 within: Callable[[str], str] = lambda layer: "false"):
         self.field = field
         self.remaining = remaining
+        self.within = within
 
 
 class Const(Expr):
@@ -153,6 +158,23 @@ class Remaining(Expr):
 
     def __repr__(self):
         return "Remaining()"
+
+
+class Within(Expr):
+    """1 when a layer of that class lies below the one being decoded, else 0: the context a
+    header is read in (a MAD under struct ib_user_mad is a umad message, not a wire MAD)."""
+
+    def __init__(self, layer: str):
+        self.layer = layer
+
+    def evaluate(self, env):
+        return int(bool(env.within(self.layer)))
+
+    def lua(self, env):
+        return f"({env.within(self.layer)} and 1 or 0)"
+
+    def __repr__(self):
+        return f"Within({self.layer!r})"
 
 
 _PY_OPS: dict[str, Callable[[int, int], int]] = {
@@ -295,7 +317,13 @@ def evaluate_on(expr: Expr, pkt: Any, remaining: int = 0) -> int:
             return v >> 32
         return v & 0xFFFFFFFF if part == "lo" else v
 
-    return expr.evaluate(Env(field, remaining))
+    def within(layer):
+        p = pkt.underlayer
+        while p is not None and type(p).__name__ != layer:
+            p = p.underlayer
+        return p is not None
+
+    return expr.evaluate(Env(field, remaining, within))
 
 
 # Runtime helpers the Lua side of Expr needs; luagen emits them once at the top of the file.

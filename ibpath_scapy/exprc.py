@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .expr import And, BinOp, Const, Expr, F, If, Max, Min, Not, Or, Remaining
+from .expr import And, BinOp, Const, Expr, F, If, Max, Min, Not, Or, Remaining, Within
 
 _INFIX = {"+", "-", "*", "&", "|", "^", ">>", "<<"}
 _COMPARE = {"==", "!=", "<", "<=", ">", ">="}
@@ -20,7 +20,13 @@ class NotCompilable(Exception):
     """An Expr node this compiler does not know (the caller keeps Expr.evaluate)."""
 
 
-def _src(e: Expr, field: Callable[[F], str]) -> str:
+def _no_layer_below(layer: str) -> str:
+    return "0"
+
+
+def _src(e: Expr, field: Callable[[F], str], within: Callable[[str], str] = _no_layer_below) -> str:
+    if isinstance(e, Within):
+        return within(e.layer)
     if isinstance(e, Const):
         return repr(e.value)
     if isinstance(e, F):
@@ -28,7 +34,7 @@ def _src(e: Expr, field: Callable[[F], str]) -> str:
     if isinstance(e, Remaining):
         return "remaining"
     if isinstance(e, BinOp):
-        a, b = _src(e.a, field), _src(e.b, field)
+        a, b = _src(e.a, field, within), _src(e.b, field, within)
         if e.op in _INFIX:
             return f"({a} {e.op} {b})"
         if e.op in _COMPARE:
@@ -37,17 +43,17 @@ def _src(e: Expr, field: Callable[[F], str]) -> str:
             return f"_div({a}, {b}, {e.op == '%'})"
         raise NotCompilable(e.op)
     if isinstance(e, And):
-        return "int(" + " and ".join(f"bool({_src(a, field)})" for a in e.args) + ")"
+        return "int(" + " and ".join(f"bool({_src(a, field, within)})" for a in e.args) + ")"
     if isinstance(e, Or):
-        return "int(" + " or ".join(f"bool({_src(a, field)})" for a in e.args) + ")"
+        return "int(" + " or ".join(f"bool({_src(a, field, within)})" for a in e.args) + ")"
     if isinstance(e, Not):
-        return f"int(not {_src(e.args[0], field)})"
+        return f"int(not {_src(e.args[0], field, within)})"
     if isinstance(e, (Min, Max)):
         fn = "min" if isinstance(e, Min) else "max"
-        return f"{fn}({', '.join(_src(a, field) for a in e.args)})"
+        return f"{fn}({', '.join(_src(a, field, within) for a in e.args)})"
     if isinstance(e, If):
-        return (f"({_src(e.then, field)} if {_src(e.cond, field)} "
-                f"else {_src(e.otherwise, field)})")
+        return (f"({_src(e.then, field, within)} if {_src(e.cond, field, within)} "
+                f"else {_src(e.otherwise, field, within)})")
     raise NotCompilable(type(e).__name__)
 
 
@@ -57,10 +63,12 @@ def _div(a: int, b: int, mod: bool) -> int:
     return a % b if mod else a // b
 
 
-def compile_expr(e: Expr, field: Callable[[F], str], args: str = "v, remaining=0") -> Callable:
+def compile_expr(e: Expr, field: Callable[[F], str], args: str = "v, remaining=0",
+                 within: Callable[[str], str] = _no_layer_below) -> Callable:
     """A function of `args` computing e; `field(F)` spells a field reference as Python source
-    over those arguments (e.g. 'v["MAD"]["method"]')."""
-    src = f"def _f({args}):\n    return {_src(e, field)}\n"
+    over those arguments (e.g. 'v["MAD"]["method"]'), `within(layer)` a Within test (by
+    default 0: no layer of that class lies below the values a caller hands over)."""
+    src = f"def _f({args}):\n    return {_src(e, field, within)}\n"
     ns: dict = {"_div": _div}
     exec(compile(src, f"<expr {e!r:.60}>", "exec"), ns)
     fn = ns["_f"]

@@ -83,6 +83,8 @@ def frame_text(d: dict) -> list[str]:
                      f"tid 0x{mad['transaction_id']:016x}{status}")
     if d["kind"] == "malformed":
         lines.append("        MALFORMED: " + d["error"])
+    if "umad" in d:
+        lines += _umad_lines(d["umad"])
     rmpp = d.get("rmpp")
     if rmpp and rmpp["rmpp_flags"]:
         names = [n for b, n in ((1, "ACTIVE"), (2, "FIRST"), (4, "LAST")) if rmpp["rmpp_flags"] & b]
@@ -120,6 +122,24 @@ def frame_text(d: dict) -> list[str]:
                      + (f" remote_comm_id 0x{cm['remote_comm_id']:08x}" if "remote_comm_id" in cm else ""))
     for e in d.get("errors", []):
         lines.append(f"        ! {e}")
+    return lines
+
+
+def _umad_lines(u: dict) -> list[str]:
+    """How a process wrote or read a MAD on a umad fd: its header's addressing, the answer's
+    request and the TID the kernel rewrote."""
+    h = u["header"]
+    grh = f" gid {h['gid']} (index {h['gid_index']})" if h["grh_present"] else ""
+    where = (f"        umad {u.get('direction') or '?'} agent {h['agent_id']} lid {h['lid']} "
+             f"qpn {h['qpn']} sl {h['sl']} pkey_index {h['pkey_index']}{grh}"
+             f"{_call_text(u)}")
+    lines = [where]
+    if "request_frame" in u:
+        written = ""
+        if "written_tid" in u:
+            written = (f"; written with tid 0x{u['written_tid']:016x}: the kernel put its "
+                       f"agent's hi_tid in the upper 32 bits")
+        lines.append(f"        answers the request of frame {u['request_frame']}{written}")
     return lines
 
 

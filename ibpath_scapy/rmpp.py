@@ -57,11 +57,13 @@ MAX_REJECTED = 1000
 
 def carries_whole_message(rec) -> bool:
     """Whether a decoded MAD record (a facts.records.MadFrame, or what a transaction keeps
-    of one) holds its whole message: RMPP inactive, a single FIRST|LAST segment, or the
-    segment that completed a reassembly ("reassembled_from")."""
+    of one) holds its whole message: a umad message (the kernel reassembles what a process
+    reads), RMPP inactive, a single FIRST|LAST segment, or the segment that completed a
+    reassembly ("reassembled_from")."""
     rmpp = rec.rmpp
     flags = (rmpp.rmpp_flags or 0) if rmpp is not None else 0
-    return rec.reassembled_from is not None or not flags & 1 or flags & 6 == 6
+    return (rec.reassembled_from is not None or not flags & 1 or flags & 6 == 6
+            or getattr(rec, "umad", None) is not None)
 
 
 def pad_size(data_len: int) -> int:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..facts.records import Fact, MadFrame
 from ..layers.mad import METHOD_RESP
+from ..layers.umad import UMAD_TID_LOW
 from ..rmpp import carries_whole_message
 from .arrows import sa_arrows
 from .storage import FrameList, KeptFrames, KeptRecord
@@ -319,7 +320,10 @@ class Replay:
         mad = rec.mad
         is_resp = bool(mad.method & METHOD_RESP)
         requester = rec.dst if is_resp else rec.src
-        key = (requester, mad.transaction_id, mad.mgmt_class)
+        # on umad the kernel owns the TID's upper 32 bits (the agent's hi_tid): a process's
+        # request and the answer it reads share the low 32 (assemble.Assembler._umad_paired)
+        tid = mad.transaction_id if rec.umad is None else mad.transaction_id & UMAD_TID_LOW
+        key = (requester, tid, mad.mgmt_class)
         t = self.transactions.get(key)
         if t is None:
             if is_resp and rec.rmpp_control:

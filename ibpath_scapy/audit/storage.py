@@ -15,7 +15,7 @@ from ..facts.records import Fact, MadFrame
 _ABSENT = None  # a fact's absent field; a dict's missing key reads so too
 # the keys of an SA frame's record that the transaction rules (rules/sa.py, rules/resolver.py)
 # and the ladder (ladder.py) may read, besides "frame"
-KEPT_KEYS = ("mad", *MadFrame.SA_FIELDS, "errors")
+KEPT_KEYS = ("mad", *MadFrame.SA_FIELDS, "errors", "umad")
 _SLOT = {k: i for i, k in enumerate(KEPT_KEYS)}
 _ALL_ABSENT = (_ABSENT,) * len(KEPT_KEYS)
 _PRS, _RA = _SLOT["path_records"], _SLOT["reassembled_from"]

@@ -29,6 +29,7 @@ class Code(Enum):
     GSI_SHORT = "GSI_SHORT"                  # (bytes after DETH,)
     UD_NO_DETH = "UD_NO_DETH"                # ()
     MAD_LENGTH = "MAD_LENGTH"                # (length,)
+    UMAD_SHORT = "UMAD_SHORT"                # (length, bytes its class's headers take)
     ICRC_MISMATCH = "ICRC_MISMATCH"          # ()
     VCRC_MISMATCH = "VCRC_MISMATCH"          # ()
     # records inside a frame
@@ -74,6 +75,8 @@ _TEXT: dict[Code, Callable[..., str]] = {
     Code.GSI_SHORT: lambda n: f"GSI datagram without a complete MAD header ({n} bytes after DETH)",
     Code.UD_NO_DETH: lambda: "UD SEND without a complete DETH",
     Code.MAD_LENGTH: lambda n: f"MAD is {n} bytes; IB MADs are {MAD_SIZE}",
+    Code.UMAD_SHORT: lambda n, need: (
+        f"umad message of {n} bytes, shorter than its class's headers ({need} bytes)"),
     Code.ICRC_MISMATCH: lambda: "ICRC mismatch",
     Code.VCRC_MISMATCH: lambda: "VCRC mismatch",
     Code.PR_RESERVED: lambda idx: f"reserved PathRecord bits set in record(s) {list(idx)}",

@@ -25,6 +25,7 @@ from ..layers import cm as cm_layers
 from ..layers.mad import MAD, RMPP
 from ..layers.sa import PathRecord as PathRecordLayer
 from ..layers.sa import SAHeader
+from ..layers.umad import UserMad
 from .problems import Problem
 
 # frozen dataclasses set their fields through object.__setattr__; caches on a fact do too
@@ -478,6 +479,27 @@ class LsMessage(Fact):
     request_path_use: Any = None
 
 
+# -- umad ------------------------------------------------------------------------------------
+UmadHeader = layer_fact("UmadHeader", UserMad,
+                        doc="struct ib_user_mad_hdr: how a process addressed a MAD to the "
+                            "kernel, or how the kernel handed one over.")
+
+
+@_fact
+class Umad(Fact):
+    """A MAD as a process wrote it to a umad fd or read it from one (ibpath record): the
+    direction ("write", "read"; None where no comment says), the umad header, the call; for
+    an answer read, the request frame written with the same low 32 TID bits on the same fd
+    and agent, and the TID it was written with when the kernel gave it other upper bits
+    (user_mad.c ib_umad_write puts the agent's hi_tid there)."""
+
+    direction: Any = None
+    header: Any = None
+    call: Any = None
+    request_frame: Any = None
+    written_tid: Any = None
+
+
 # -- the records of a frame ------------------------------------------------------------------
 class Record(Fact):
     """A decoded record: one per MAD, netlink message or blob, or one problem; each has
@@ -512,6 +534,7 @@ class MadFrame(Record):
     cm: Any = None
     cm_req: Any = None
     errors: Any = None
+    umad: Any = None  # a MAD of ibpath record's umad source: the umad side (Umad)
     # the fields an SA MAD adds (the rest are the frame's place, its MAD header, its problems)
     SA_FIELDS: ClassVar[tuple] = ("rmpp", "sa", "rmpp_dropped", "rmpp_control",
                                   "reassembled_from", "path_records")

@@ -22,7 +22,7 @@ from scapy.fields import (
 )
 from scapy.packet import Packet, Raw, bind_layers
 
-from ..expr import And, F, If, Max, Min, Remaining, Under, evaluate_on
+from ..expr import And, F, If, Max, Min, Not, Remaining, Under, Within, evaluate_on
 from ..hints import ListHint
 from .coded import (  # noqa: F401  (MTU_*/RATE_* re-exported: sa.py was their home)
     MTU_BYTES,
@@ -260,18 +260,26 @@ class SARecordListField(Field):
 
 _mad, _rmpp = Under("MAD"), Under("RMPP")
 _FIRST_LAST = RMPP_FIRST | RMPP_LAST
-IS_SEGMENT = And(_rmpp.rmpp_flags & RMPP_ACTIVE, _rmpp.rmpp_type == RMPP_TYPE_DATA,
+# A MAD under struct ib_user_mad (layers/umad.py) is a umad message, not a wire MAD: the
+# kernel's RMPP layer segments what a process writes and hands a process each answer whole,
+# the first segment's headers followed by all the data, unpadded (user_mad.c copy_recv_mad;
+# mad_rmpp.c get_mad_len). Its RMPP header is never one segment of many.
+IN_UMAD = Within("UserMad")
+IS_SEGMENT = And(Not(IN_UMAD), _rmpp.rmpp_flags & RMPP_ACTIVE, _rmpp.rmpp_type == RMPP_TYPE_DATA,
                  (_rmpp.rmpp_flags & _FIRST_LAST) != _FIRST_LAST)
 _STRIDE = Max(F("attribute_offset") * 8, PATH_RECORD_SIZE)
-# How many records an SA MAD carries (wire-formats.md §2): none on an error response; with
-# RMPP active, what PayloadLength covers of a whole (FIRST|LAST) DATA transfer, none on a lone
+# How many records an SA MAD carries (wire-formats.md §2): none on an error response; a umad
+# message with RMPP active is whole: every record its data holds; on the wire, with RMPP
+# active, what PayloadLength covers of a whole (FIRST|LAST) DATA transfer, none on a lone
 # segment; a non-RMPP GetTableResp is not IBA-conformant: its first record is shown when
 # AttributeOffset is set; otherwise one record (a query template or GetResp).
 RECORD_COUNT = If(
     And(_mad.method & METHOD_RESP, _mad.status != 0), 0,
     If(_rmpp.rmpp_flags & RMPP_ACTIVE,
-       If(And(_rmpp.rmpp_type == RMPP_TYPE_DATA, (_rmpp.rmpp_flags & _FIRST_LAST) == _FIRST_LAST),
-          Min(Max(_rmpp.payload_length - SA_HDR_SIZE, 0), Remaining()) // _STRIDE, 0),
+       If(IN_UMAD, Remaining() // _STRIDE,
+          If(And(_rmpp.rmpp_type == RMPP_TYPE_DATA,
+                 (_rmpp.rmpp_flags & _FIRST_LAST) == _FIRST_LAST),
+             Min(Max(_rmpp.payload_length - SA_HDR_SIZE, 0), Remaining()) // _STRIDE, 0)),
        If(_mad.method == METHOD_GET_TABLE_RESP,
           If(And(Remaining() >= _STRIDE, F("attribute_offset") != 0), 1, 0),
           If(Remaining() >= _STRIDE, 1, 0))))

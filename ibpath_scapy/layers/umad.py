@@ -30,11 +30,25 @@ from scapy.packet import Packet, bind_layers
 
 from .coded import LIDField
 from .ib import EXPORTED_PDU_DISSECTORS
-from .mad import MAD
-from .sa import GIDField
+from .mad import MAD, MAD_HDR_SIZE, MGMT_CLASS_SA, RMPP_HDR_SIZE
+from .sa import SA_MAD_HDR_SIZE, GIDField
 
 UMAD_DISSECTOR = "ibpath.umad"
 UMAD_HDR_SIZE = 64  # sizeof(struct ib_user_mad_hdr), ABI 5 with pkey_index
+# ib_umad_write refuses (EINVAL) a write of fewer MAD bytes than the MAD and RMPP headers
+# (user_mad.c: count < hdr_size(file) + IB_MGMT_RMPP_HDR)
+UMAD_WRITE_MIN = MAD_HDR_SIZE + RMPP_HDR_SIZE
+# The TID bits a process owns on umad: ib_umad_write puts the agent's hi_tid in the upper 32
+# bits of a request's TID, and the answer the process reads carries it
+UMAD_TID_LOW = 0xFFFFFFFF
+
+
+def umad_headers_size(mgmt_class: int) -> int:
+    """The bytes a umad message of a class holds at least: the SA's three headers (what
+    ib_get_mad_data_offset gives the SA class: the data starts after them), else what
+    ib_umad_write takes at least. A umad message has no other length rule: the kernel hands
+    a process an RMPP answer whole and unpadded, and segments what it writes."""
+    return SA_MAD_HDR_SIZE if mgmt_class == MGMT_CLASS_SA else UMAD_WRITE_MIN
 
 
 class UserMad(Packet):

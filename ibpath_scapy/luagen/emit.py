@@ -124,7 +124,10 @@ def _lua_env(remaining: str) -> LuaEnv:
             ref = f"ib_under(ctx, {lua_str(layer)}, {lua_str(name)})"
         return f"ib_{part}({ref})" if part else ref
 
-    return LuaEnv(field, remaining)
+    def within(layer):
+        return f"(ctx.v[{lua_str(layer)}] ~= nil)"
+
+    return LuaEnv(field, remaining, within)
 
 
 class Emitter:

@@ -18,7 +18,7 @@ from ..layers.acm import ACM_OPCODES, AcmHdr
 from ..layers.netlink import NetlinkCooked, RdmaNLMsgHdr
 from ..layers.pathdata import PathArray
 from ..layers.ucma import UCMA_COMMANDS, UcmaCmdHdr
-from ..layers.umad import UserMad
+from ..layers.umad import UMAD_TID_LOW, UserMad
 from ..packet_rules import PACKET_RULES
 from ..rmpp import MAX_SEGMENTS
 from .emit import Const, Spec, constants_lua, generate
@@ -58,6 +58,8 @@ Fields: ibpath.<layer>.<field>. Install: ibpath dissector install"""
 RECORDED_SOURCES = [(UcmaCmdHdr, "ibpath ucma", "cmd", UCMA_COMMANDS),
                     (AcmHdr, "ibpath acm", "opcode", ACM_OPCODES),
                     (UserMad, "ibpath umad", None, None)]
+# the runtime's function that fills the columns of a recorded source's frame (runtime.lua)
+RECORDED_COLUMNS = {UserMad: "umad_columns"}
 
 
 def recorded_sources_lua() -> str:
@@ -72,12 +74,15 @@ def recorded_sources_lua() -> str:
              "    if field and v[field] ~= nil then",
              "      pinfo.cols.info:set(names[v[field]] or tostring(v[field]))",
              "    end",
+             "    if columns then columns(tvb, pinfo, ctx) end",
              "    return tvb:len()",
              "  end",
              "end"]
+    lines[1] = "local function recorded_source(key, column, field, names, columns)"
     for cls, column, field, names in RECORDED_SOURCES:
         args = [lua_str(cls.__name__), lua_str(column),
-                lua_str(field) if field else "nil", lua_table(names) if names else "nil"]
+                lua_str(field) if field else "nil", lua_table(names) if names else "nil",
+                RECORDED_COLUMNS.get(cls, "nil")]
         lines.append(f"recorded_source({', '.join(args)})")
     return "\n".join(lines) + "\n"
 
@@ -108,6 +113,11 @@ def runtime_constants() -> list[Const]:
     port = roce.ROCEV2_UDP_PORT.to_bytes(UDP.fields_desc[1].sz, "big")
     return [
         Const("MAD_SIZE", mad.MAD_SIZE, "layers/mad.py"),
+        Const("MAD_METHODS", dict(mad.METHODS)),
+        Const("MAD_ATTRIBUTES", {c: dict(a) for c, a in mad.ATTRIBUTES_BY_CLASS.items()}),
+        Const("UMAD_LAYER", UserMad.__name__, "layers/umad.py"),
+        Const("UMAD_TID_OWN_BYTES", UMAD_TID_LOW.bit_length() // 8,
+              note="the TID bytes a process owns on umad: the kernel sets the others"),
         Const("RMPP_DATA_SIZE", mad.RMPP_DATA_SIZE),
         Const("MGMT_CLASS_SA", Hex(mad.MGMT_CLASS_SA)),
         Const("METHOD_RESP", Hex(mad.METHOD_RESP)),
@@ -167,6 +177,7 @@ def plugin_spec() -> Spec:
             "BTH": {"opcode"},
             "LRH": {"lnh"},
             "RdmaNLMsgHdr": {"rdma_client", "rdma_op", "nlmsg_flags", "nlmsg_seq"},
+            "UserMad": {"agent_id", "lid", "qpn"},
         },
         extra_lua=resources.files(__package__).joinpath("runtime.lua").read_text()
         + "\n" + recorded_sources_lua(),

@@ -253,9 +253,19 @@ local function tid_key(h)
   return str_field(h, 0, MAD_F.mgmt_class) .. str_field(h, 0, MAD_F.transaction_id)
 end
 
--- number and visited: pinfo's, read once per frame by the caller
-local function track_tid(h, pinfo, number, visited)
-  local key = tid_key(h)
+-- A MAD under struct ib_user_mad_hdr (ibpath record's umad source) is a message a process
+-- wrote or read: the kernel owns its TID's upper 32 bits (ib_umad_write puts the agent's
+-- hi_tid there), so a request and the answer read back pair on the agent and the low 32.
+local function umad_tid_key(h, umad)
+  local tid = str_field(h, 0, MAD_F.transaction_id)
+  return "umad" .. tostring(umad.agent_id) .. ":" .. str_field(h, 0, MAD_F.mgmt_class)
+    .. string.sub(tid, #tid - UMAD_TID_OWN_BYTES + 1)
+end
+
+-- number and visited: pinfo's, read once per frame by the caller; umad: the UserMad values
+-- of a umad frame (nil on the wire)
+local function track_tid(h, pinfo, number, visited, umad)
+  local key = umad and umad_tid_key(h, umad) or tid_key(h)
   local is_resp = ib_band(str_uint(h, 0, MAD_F.method), METHOD_RESP) ~= 0
   if not visited then
     if is_resp then
@@ -336,7 +346,7 @@ HOOKS["MAD"] = function(tvb, pinfo, t, off, o, ctx, v)
   local h = mad_head(tvb, off, ctx.s)
   if h == nil then return end
   local number = pinfo.number
-  local key, is_resp = track_tid(h, pinfo, number, pinfo.visited)
+  local key, is_resp = track_tid(h, pinfo, number, pinfo.visited, ctx.v[UMAD_LAYER])
   if is_resp then
     local req = request_frame[key]
     if req ~= nil and req < number then
@@ -353,21 +363,26 @@ HOOKS["MAD"] = function(tvb, pinfo, t, off, o, ctx, v)
   end
 end
 
+local function show_record_count(t, pinfo, v)
+  if v.records_count ~= nil then
+    t:add(RT.record_count, v.records_count):set_generated()
+    if v.records_count > 1 then pinfo.cols.info:append(string.format(" [%d records]", v.records_count)) end
+  end
+end
+
 HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
   if ctx.reassembled then
     t:add(RT.record_count, v.records_count or 0):set_generated()
     return
   end
+  -- a umad message is whole: the kernel reassembled what a process reads (no segment here)
+  if ctx.v[UMAD_LAYER] ~= nil then return show_record_count(t, pinfo, v) end
   local mad_off = ctx.at["MAD"]
   if mad_off == nil then return end
   local h = mad_head(tvb, mad_off, ctx.s)
   local number = pinfo.number
   if h == nil or not track_rmpp(h, pinfo, number, pinfo.visited, ctx.s, ctx.ip, ctx.ipf) then
-    if v.records_count ~= nil then
-      t:add(RT.record_count, v.records_count):set_generated()
-      if v.records_count > 1 then pinfo.cols.info:append(string.format(" [%d records]", v.records_count)) end
-    end
-    return
+    return show_record_count(t, pinfo, v)
   end
   local done = note_reassembly(pinfo, number)
   if done == nil then
@@ -398,6 +413,27 @@ local function track_only(s, pinfo, bth_off, ip, ipf)
   local number, visited = pinfo.number, pinfo.visited
   local key = track_tid(h, pinfo, number, visited)
   if track_rmpp(h, pinfo, number, visited, s, ip, ipf, key) then note_reassembly(pinfo, number) end
+end
+
+-- The columns of a umad frame: the peer (the LID and QP of struct ib_user_mad_hdr, the
+-- destination of a write and the source of a read: the call in the packet comment says which)
+-- and the MAD by its method, attribute and TID, before what the hooks appended.
+local comment_field = Field.new("frame.comment")
+local function umad_columns(tvb, pinfo, ctx)
+  local u, m, mad_off = ctx.v[UMAD_LAYER], ctx.v["MAD"], ctx.at["MAD"]
+  if u == nil or m == nil or m.method == nil or mad_off + HDR_LEN.MAD > tvb:len() then return end
+  local peer = string.format("LID %d QP %d", u.lid or 0, u.qpn or 0)
+  local c = comment_field()
+  local call, pid, fd = string.match(c and tostring(c.value) or "", "^umad (%a+) pid (%d+) tid %d+ fd (%d+)")
+  local me = call and string.format("pid %s fd %s", pid, fd) or "process"
+  if call == "read" then pinfo.cols.src:set(peer); pinfo.cols.dst:set(me)
+  else pinfo.cols.src:set(me); pinfo.cols.dst:set(peer) end
+  local attrs = MAD_ATTRIBUTES[m.mgmt_class] or {}
+  local attr = attrs[m.attribute_id] or string.format("0x%04x", m.attribute_id or 0)
+  local tid = tvb(mad_off + MAD_F.transaction_id.off, MAD_F.transaction_id.len):bytes():tohex(true)
+  local method = MAD_METHODS[m.method] or string.format("0x%02x", m.method)
+  pinfo.cols.info:prepend(string.format("%s%s(%s) tid 0x%s", call and (call .. " ") or "",
+                                        method, attr, tid))
 end
 
 -- Registration ------------------------------------------------------------------------------

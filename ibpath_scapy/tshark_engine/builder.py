@@ -18,7 +18,7 @@ from ..facts.records import PathRecord as PathRecordFact
 from ..kernelview import Blob, LsContext, ls_parse_error
 from ..layers import cm as cm_layers, netlink as nl
 from ..layers.ib import LRH
-from ..layers.mad import MAD, MAD_SIZE, RMPP
+from ..layers.mad import MAD, MAD_SIZE, MGMT_CLASS_SA, RMPP
 from ..layers.pathdata import PathArray, PathRecData, RECORD_SIZE
 from ..layers.roce import DETH
 from ..layers.sa import ATTR_PATH_RECORD, PathRecord, SAHeader
@@ -32,10 +32,12 @@ from ..assemble_process import (
     recorder_note,
     struct_size,
     ucma_frame,
+    umad_fact,
 )
 from ..record.comment import NOTE_COLUMN, NOTE_DISSECTOR
 from ..layers.acm import AcmEpAddrData, AcmResolve
 from ..layers.ucma import UcmaCmdHdr, UcmaQueryPathResp
+from ..layers.umad import UMAD_DISSECTOR, UMAD_HDR_SIZE, UserMad, umad_headers_size
 from ..layout_model import build_layer
 from .tree import _Frame, _all, _fields_of, _first, _int, _pairs, _public, _reserved_set, _values
 
@@ -195,6 +197,9 @@ class _Builder(Assembler):
             if name in _decode._PROCESS_DISSECTORS:
                 yield self._process(fr, name, _hex_len(payload))
                 return
+            if name == UMAD_DISSECTOR:
+                yield self._umad(fr, _hex_len(payload))
+                return
             if name == NOTE_DISSECTOR and column == NOTE_COLUMN:
                 yield recorder_note(fr.number, fr.time,
                                     bytes.fromhex(payload.replace(":", "")) if payload else b"")
@@ -258,25 +263,45 @@ class _Builder(Assembler):
             return
         length = self._mad_length(fr)
         crc_errs, icrc = self._crc_errors(fr)
-        sa = cm = cm_req = None
-        if length is None or length >= MAD_SIZE:
-            if mad["mgmt_class"] == 0x03:
-                sa = self._sa(fr, mad)
-            else:
-                for name, cls in _CM_BY_NODE.items():
-                    node = _first(top, name)
-                    if node is None:
-                        continue
-                    values = _public(_values(node, cls), cls)
-                    values.pop("private_data", None)
-                    cm = CM_FACTS[cls](message=cls._name.split()[-1], **values)
-                    if cls is cm_layers.CMReq:
-                        cm_req = CmReqPaths(**{n: values[n] for n in CM_REQ_FIELDS
-                                               if n in values})
-                    break
+        sa, cm, cm_req = self._mad_parts(fr, mad, length is None or length >= MAD_SIZE)
         yield self.mad_frame(fr.number, fr.time, self._addresses(fr, bth, deth),
                              mad_fact(_public(mad, MAD)), length, crc_errs, icrc,
                              sa=sa, cm=cm, cm_req=cm_req)
+
+    def _mad_parts(self, fr: _Frame, mad: dict, whole: bool) -> tuple:
+        """(SaParts, CM message fact, CM REQ paths) of a MAD the plugin read (decode's
+        _mad_parts); whole: the MAD holds what its kind needs (else all None)."""
+        sa = cm = cm_req = None
+        if not whole:
+            return sa, cm, cm_req
+        if mad["mgmt_class"] == MGMT_CLASS_SA:
+            return self._sa(fr, mad), cm, cm_req
+        for name, cls in _CM_BY_NODE.items():
+            node = _first(fr.layers, name)
+            if node is None:
+                continue
+            values = _public(_values(node, cls), cls)
+            values.pop("private_data", None)
+            cm = CM_FACTS[cls](message=cls._name.split()[-1], **values)
+            if cls is cm_layers.CMReq:
+                cm_req = CmReqPaths(**{n: values[n] for n in CM_REQ_FIELDS if n in values})
+            break
+        return sa, cm, cm_req
+
+    def _umad(self, fr: _Frame, size: int):
+        """decode.Decoder._umad over the plugin's nodes: size, the bytes of the exported
+        PDU's payload (struct ib_user_mad_hdr and the message)."""
+        top = fr.layers
+        node = _first(top, _fields_of(UserMad).node)
+        head = _values(node, UserMad) if node is not None else {}
+        mad_node = _first(top, _MAD_NODE)
+        mad = _values(mad_node, MAD) if mad_node is not None else {}
+        if len(head) < len(_fields_of(UserMad).fields) or "transaction_id" not in mad:
+            return self.malformed(fr.number, _decode.umad_unreadable(size))
+        length = size - UMAD_HDR_SIZE
+        sa, cm, cm_req = self._mad_parts(fr, mad, length >= umad_headers_size(mad["mgmt_class"]))
+        return self.umad_frame(fr.number, fr.time, umad_fact(_public(head, UserMad), fr.comment),
+                               mad_fact(_public(mad, MAD)), length, sa, cm, cm_req)
 
     def _addresses(self, fr: _Frame, bth: dict, deth: dict) -> dict:
         top = fr.layers
