@@ -40,9 +40,9 @@ from .facts.records import (
 )
 from .exprc import compile_expr, part_src, split_name
 from .layers.mad import ATTRIBUTES_BY_CLASS, MAD_SIZE, METHODS, MGMT_CLASSES, METHOD_RESP, \
-    RMPP_TYPE_DATA, status_text
+    RMPP_ACTIVE, RMPP_TYPE_DATA, status_text
 from .layers.pathdata import RECORD_SIZE, flag_names, parse_set_option_comment
-from .layers.sa import COMPONENT_MASK_NAMES, IS_SEGMENT
+from .layers.sa import COMPONENT_MASK_NAMES, IS_SEGMENT, SA_MAD_HDR_SIZE
 from .layers.umad import UMAD_TID_LOW, UserMad, umad_headers_size
 from .rmpp import Reassembler
 
@@ -210,6 +210,18 @@ def umad_where(umad: Umad, mad: Mad) -> tuple:
     return ("umad", remote, local, gid, None, None, h.qpn)
 
 
+def umad_cut(length: int | None, attribute_offset: int | None) -> list[Problem]:
+    """The problem of an RMPP umad message whose data is not whole records: a kernel hands
+    a process an RMPP answer whole and unpadded (user_mad.c copy_recv_mad, mad_rmpp.c
+    get_mad_len), so bytes past the last whole record mean the message was cut on its way
+    (umad2sim forwards 256 bytes of any MAD)."""
+    stride = (attribute_offset or 0) * 8
+    if length is None or not stride:
+        return []
+    whole, extra = divmod(length - SA_MAD_HDR_SIZE, stride)
+    return [problem(Code.UMAD_CUT, length, whole, stride, extra)] if extra else []
+
+
 # -- the assembler -------------------------------------------------------------------------
 class Assembler:
     """Builds the records of a file from the facts engines read; owns the state across
@@ -303,6 +315,8 @@ class Assembler:
             control = True
             self.rmpp.control(rmpp_control_key(src, dst, mad.transaction_id, mad.attribute_id,
                                                mad.method), rmpp.rmpp_type, number)
+        if umad is not None and rmpp.rmpp_flags & RMPP_ACTIVE and not mad.status:
+            errors += umad_cut(length, hdr.attribute_offset)
         if records is not None and reserved and any(reserved):
             errors += reserved_errors(Code.PR_RESERVED, reserved)
         # positional, in MadFrame's field order (an SA storm makes one per frame)

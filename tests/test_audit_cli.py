@@ -237,7 +237,7 @@ def test_real_traffic_has_no_error():
     rc, doc, err = run_json(OPENSM, *external)
     assert rc == 0, err
     assert [f for f in doc["findings"] if f["severity"] == "error"] == []
-    assert doc["summary"]["packets"] == 42 + 43 + 123 + 16
+    assert doc["summary"]["packets"] == 36 + 43 + 123 + 16
 
 
 def test_unreadable_blob_option_exit_2(tmp_path, good):

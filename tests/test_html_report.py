@@ -407,15 +407,20 @@ def test_text_ladder_on_a_terminal(conversation):
 
 def test_single_segment_rmpp_answer_is_drawn_as_the_answer():
     """OpenSM answers a one-record GetTable with one RMPP DATA segment flagged FIRST|LAST
-    (captures/opensm frames 19 and 29, rmpp_flags 7): that frame is the whole answer, drawn
-    with its status and records, not as "RMPP segment 1" of an answer never completed."""
+    (captures/opensm, the frames session.json lists with one segment of 20 + 64 bytes):
+    that frame is the whole answer, drawn with its status and records, not as "RMPP
+    segment 1" of an answer never completed."""
     from ibpath_scapy.audit.ladder import ladders
 
     path = CAPTURES / "opensm" / "opensm-saquery.pcap"
+    table = json.loads((CAPTURES / "opensm" / "session.json").read_text())["frame_table"]
+    single = [f["frame"] for f in table if f.get("rmpp_segments") == 1
+              and f.get("rmpp_paylen") == 20 + 64]
+    assert single
     recs = {r["frame"]: r for r in decode_file(str(path), Decoder())}
     (fa,), _ = audit_paths([str(path)], AuditOptions(), quiet=True)
     arrows = {a.frame: a for lad in ladders(fa) for a in lad.arrows}
-    for frame in (19, 29):
+    for frame in single:
         assert recs[frame]["rmpp"]["rmpp_flags"] == 7
         assert len(recs[frame]["path_records"]) == 1
         assert arrows[frame].label.endswith("status 0x0000: 1 record(s) Reversible=1")

@@ -40,7 +40,7 @@ def test_wheel_carries_what_runs_and_the_license(wheel):
         names = set(z.namelist())
         assert {"ibpath_scapy/luagen/runtime.lua", "ibpath_scapy/data/ibpath.lua",
                 "ibpath_scapy/data/engine_helper.lua",
-                "ibpath_scapy/record/umadrec.c", "ibpath_scapy/lab/guestinit.sh",
+                "ibpath_scapy/record/ibpathrec.c", "ibpath_scapy/lab/guestinit.sh",
                 "ibpath_scapy/__main__.py", "_ibpath_launcher.py"} <= names
         assert z.read("ibpath_scapy/data/ibpath.lua") == COMMITTED_PLUGIN.read_bytes()
         (lic,) = [n for n in names if n.endswith("licenses/LICENSE")]

@@ -4,16 +4,16 @@
   compiler lays out the kernel's own uapi headers (<rdma/rdma_user_cm.h>,
   <rdma/ib_user_mad.h>, installed by linux-libc-dev) and a transcription of rdma-core's
   librdmacm/acm.h; every Scapy field must sit where its C member does.
-- Values: a RESOLVE response built with those C structs (layout.c's SAMPLE line); every MAD
-  of the committed OpenSM recording (captures/opensm/*.umadrec) read by the existing
-  record/umad.py UmadHeader parser.
+- Values: a RESOLVE response built with those C structs (layout.c's SAMPLE line); every umad
+  frame of the committed OpenSM and saquery recordings (captures/opensm/*.pcapng) read by
+  plain struct as ib_user_mad.h lays struct ib_user_mad_hdr out.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import fields as dc_fields
+from struct import Struct
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ from scapy.packet import Padding, Raw, raw
 from ibpath_scapy.layers.acm import (
     ACM_DISSECTOR, AcmEpAddrData, AcmHdr, AcmResolve,
 )
-from ibpath_scapy.layers.ib import EXPORTED_PDU_DISSECTORS
+from ibpath_scapy.layers.ib import EXPORTED_PDU_DISSECTORS, ExportedPDU
 from ibpath_scapy.layers.mad import MAD
 from ibpath_scapy.layers.pathdata import PathArray, PathRecData
 from ibpath_scapy.layers.sa import PathRecord
@@ -34,7 +34,7 @@ from ibpath_scapy.layers.ucma import (
     sockaddr_text,
 )
 from ibpath_scapy.layers.umad import UMAD_DISSECTOR, UserMad
-from ibpath_scapy.record.umad import UmadHeader, read_log
+from ibpath_scapy.pcapio import read_frames
 
 from layer_checks import assert_bit_runs_close
 
@@ -189,24 +189,38 @@ def test_acm_message_built_in_c_dissects_field_for_field(oracle):
         (5).to_bytes(8, "little") + b"\0\0\0\0\x10\0\0\0" + msg[16 + 72 + 8:]
 
 
-def _umad_logs():
-    return sorted(OPENSM.glob("*.umadrec"))
+def _recordings():
+    return sorted(OPENSM.glob("*.pcapng"))
 
 
-@pytest.mark.parametrize("log", _umad_logs(), ids=lambda p: p.name)
-def test_user_mad_equals_the_opensm_recorders_parser(log):
-    records = read_log(log)
-    assert records
-    names = [f.name for f in dc_fields(UmadHeader)]
-    for rec in records:
-        pkt = UserMad(rec.buf)
-        ours = {n: pkt.getfieldval(n) for n in names}
+# struct ib_user_mad_hdr (ib_user_mad.h): the first five u32 host order, then qpn, qkey (be32),
+# lid (be16), sl, path_bits, grh_present, gid_index, hop_limit, traffic_class, gid[16],
+# flow_label (be32), pkey_index (u16), reserved[6]
+_UMAD_HDR = Struct("<5I")
+_UMAD_ADDR = Struct("!IIH6B16sI")
+_UMAD_PKEY_INDEX = Struct("<H")  # at byte 56
+_UMAD_NAMES = ("agent_id", "status", "timeout_ms", "retries", "length", "qpn", "qkey", "lid",
+               "sl", "path_bits", "grh_present", "gid_index", "hop_limit", "traffic_class",
+               "gid", "flow_label")
+
+
+@pytest.mark.parametrize("capture", _recordings(), ids=lambda p: p.name)
+def test_user_mad_equals_the_header_packed_from_ib_user_mad_h(capture):
+    """Every umad frame ibpath record took of OpenSM and saquery, read by the UserMad layer
+    and by plain struct from the C header."""
+    frames = [f for f in read_frames(str(capture)) if f.linktype == 252]
+    assert frames
+    for f in frames:
+        pdu = ExportedPDU(f.data)
+        buf = bytes(pdu.payload)
+        pkt = UserMad(buf)
+        theirs = dict(zip(_UMAD_NAMES, _UMAD_HDR.unpack_from(buf) + _UMAD_ADDR.unpack_from(buf, 20)))
+        theirs["pkey_index"] = _UMAD_PKEY_INDEX.unpack_from(buf, 56)[0]
+        ours = {n: pkt.getfieldval(n) for n in theirs}
         ours["gid"] = bytes(pkt.fields_desc[14].addfield(pkt, b"", pkt.gid))
-        theirs = {n: getattr(rec.hdr, n) for n in names}
-        assert ours == theirs, f"{log.name} record {rec.index}"
-        assert isinstance(pkt.payload, MAD) and raw(pkt.payload) == rec.mad[:len(raw(pkt.payload))]
-        assert raw(pkt) == rec.buf[:len(raw(pkt))]
-        assert raw(pkt.payload)[:24] == rec.mad[:24]
+        assert ours == theirs, f"{capture.name} frame {f.number}"
+        assert isinstance(pkt.payload, MAD) and raw(pkt) == buf[:len(raw(pkt))]
+        assert raw(pkt.payload)[:24] == buf[64:88]
 
 
 def test_exported_pdu_names_reach_the_layers():

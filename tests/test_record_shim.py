@@ -10,8 +10,8 @@
   what it finds in that blob alone.
 - ACM: tests/data/record/acm_peers.py (a stand-in ibacm and a client, messages packed with
   plain struct from acm.h) on a unix socket.
-- umad: saquery on ibsim under the new shim and the existing umadrec.c recorder at once
-  (record/umad.py record_sa_session): the same MADs.
+- umad: saquery and OpenSM on ibsim under `ibpath record` are tested against saquery's own
+  printout in tests/test_real_clients.py and tests/test_opensm_capture.py.
 """
 
 from __future__ import annotations
@@ -34,12 +34,10 @@ from ibpath_scapy.layers.ucma import (
     UcmaCmdHdr, UcmaCreateIdResp, UcmaEventResp, UcmaQueryPathResp, UcmaResolveAddr,
     UcmaSetOption,
 )
-from ibpath_scapy.layers.umad import UMAD_HDR_SIZE, UserMad
 from ibpath_scapy.pcapio import read_frames
-from ibpath_scapy.record import umad as umad_rec
 from ibpath_scapy.record.process import build_shim
 from ibpath_scapy.record.spool import (
-    HEADER, KIND_UMAD, MAGIC, PART_CALL, PART_READ, SpoolError, parse_spool, read_spool,
+    HEADER, KIND_UMAD, MAGIC, PART_CALL, PART_READ, SpoolError, parse_spool,
 )
 
 DATA = Path(__file__).with_name("data") / "record"
@@ -369,59 +367,6 @@ def test_spool_errors_name_the_file_the_record_and_the_reason():
         frames_of(parse_spool(lone, "s"), "s")
 
 
-def _ibsim_missing() -> str | None:
-    missing = umad_rec.missing_tools()
-    return "missing: " + ", ".join(missing) if missing else None
-
-
-@pytest.mark.skipif(_ibsim_missing() is not None, reason=_ibsim_missing() or "")
-def test_saquery_and_opensm_on_ibsim_give_the_same_mads_as_the_umadrec_recorder(tmp_path,
-                                                                               monkeypatch):
-    spool = tmp_path / "spool"
-    monkeypatch.setenv("IBPATHREC_SPOOL", str(spool))
-    queries = [q for q in umad_rec.DEFAULT_QUERIES if q.name in ("all-paths", "sgid-to-dgid",
-                                                                 "invalid-rate")]
-    # both recorders in OpenSM and in every saquery at once, the new one first (outermost)
-    umad_rec.record_sa_session(tmp_path / "osm", queries, also_preload=[build_shim()],
-                               write_readme=False)
-    ours: dict[int, list] = {}
-    for r in read_spool(spool):
-        # umadrec logs the calls that moved bytes (writes and reads that returned > 0)
-        if r.kind == KIND_UMAD and r.rc > 0:
-            ours.setdefault(r.pid, []).append(("W" if r.part == PART_CALL else "R", r.data))
-    theirs: dict[int, list] = {}
-    for log in ("opensm.umadrec", "saquery.umadrec"):
-        for r in umad_rec.read_log(tmp_path / "osm" / log):
-            # "replaced" reads are what umad2sim delivered before umadrec served the
-            # reassembled message instead: the program never saw them
-            if not r.flags & umad_rec.FLAG_SAR_REPLACED:
-                theirs.setdefault(r.pid, []).append((r.direction, r.buf))
-    osm_pid = umad_rec.read_log(tmp_path / "osm" / "opensm.umadrec")[0].pid
-    assert len(theirs) == 1 + len(queries)  # OpenSM and one process per query
-    for pid in theirs:
-        a, b = ours.get(pid, []), theirs[pid]
-        if pid == osm_pid:
-            # umadrec copies a write after the call returns, when OpenSM's other threads may
-            # already have reused the buffer (its SMPs, now and then); the new recorder copies
-            # before. The SA exchange, and how many MADs went each way, agree.
-            assert Counter(d for d, _ in a) == Counter(d for d, _ in b)
-            a = [m for m in a if m[1][UMAD_HDR_SIZE + 1] == 0x03]
-            b = [m for m in b if m[1][UMAD_HDR_SIZE + 1] == 0x03]
-            assert a, "no SA MAD recorded for OpenSM"
-        # the same MADs; OpenSM's threads may log them in another order
-        assert Counter(a) == Counter(b), f"pid {pid}: {len(a)} MADs recorded, umadrec {len(b)}"
-    sa = [UserMad(d) for recs in ours.values() for _, d in recs if UserMad(d).payload.mgmt_class == 3]
-    assert sum(p.payload.attribute_id == 0x0035 for p in sa) >= 2 * len(queries)
-    # and in the capture: one ibpath.umad frame per MAD, the bytes as recorded
-    from ibpath_scapy.record.capture import write_pcapng
-    out = tmp_path / "umad.pcapng"
-    result = write_pcapng(read_spool(spool), str(out))
-    frames = [f for f in capture_frames(out) if f["proto"] == "ibpath.umad"]
-    assert sorted(f["payload"] for f in frames) == sorted(
-        r.data for r in read_spool(spool) if r.kind == KIND_UMAD and r.data)
-    assert result.frames["umad"] == len(frames)
-
-
 def test_netlink_records_become_the_frames_nlmon_would_write(tmp_path):
     # the craft builder's link-type-253 frames of an LS exchange are the oracle: the kernel's
     # request as the resolver receives it, the resolver's answer sent to the kernel (nl_pid 0)
@@ -581,3 +526,18 @@ def test_hostile_spools_give_a_spool_error_or_a_capture(tmp_path):
             assert str(exc).startswith("h: record ")
             refused += 1
     assert converted > 20 and refused > 20  # 32 and 268 with seed 7
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["umad", "-o", "x.pcapng"], "'umad' is not a subcommand: one run records every source"),
+    (["-o", "x.pcapng"], "no command to run after --"),
+    (["--", "true"], "no -o OUT.pcapng to write"),
+])
+def test_record_says_what_is_missing(tmp_path, argv, says):
+    """The README's recorder table names interfaces ("ibpath record umad"), which a user may
+    take for subcommands: the error says what is meant, with the usage."""
+    r = subprocess.run(IBPATH + ["record", *argv], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2
+    assert says in r.stderr and "ibpath record -o OUT.pcapng [options] -- CMD [ARGS...]" in r.stderr
+    assert not (tmp_path / "x.pcapng").exists()

@@ -129,6 +129,9 @@ RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
                       "opensm/opensm-saquery.pcap"),  # OpenSM's GetResps
     "SAR-MISMATCH": (("corpus/sar-mismatch.pcapng", [[1, 2]]),
                      "opensm/opensm-saquery.pcap"),
+    # saquery's own recording on ibsim: umad2sim cut OpenSM's 16-segment answer to 256 bytes
+    "UMAD-CUT": (("opensm/saquery-01-all-paths.pcapng", [[2]]),
+                 "opensm/saquery-02-src-to-dst-lids.pcapng"),  # one record, whole
     "SAR-RESERVED": (("corpus/sar-reserved.pcapng", [[2]]),
                      "corpus/conform-ucma.pcapng"),  # SA answers with reserved bits zero
     "SAR-RMPP": (("corpus/sar-rmpp-gap.pcapng", [[2]]),
@@ -145,7 +148,7 @@ RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
 # counts), by rule family: a passing input that never shows the rule its subject proves nothing.
 SUBJECT = {"BLOB": "blobs", "CM": "cm_reqs", "SAQ": "transactions", "SAR": "transactions",
            "RES": "resolutions", "CRC": "packets", "DECODE": "packets", "UCMA": "cm_ids",
-           "ACM": "acm_exchanges", "RECORD": "packets"}
+           "ACM": "acm_exchanges", "RECORD": "packets", "UMAD": "transactions"}
 
 
 def _manifests() -> dict[str, dict]:

@@ -40,7 +40,7 @@ echo "== Real programs under ibpath record (captures/rxe/record/, see its README
 "$IBPATH" craft --verify captures/rxe/record || rc=$?
 
 shopt -s nullglob
-real=(captures/opensm/*.pcap ../shared/captures/external/*.pcap ../shared/captures/external/*.pcapng)
+real=(captures/opensm/*.pcap captures/opensm/*.pcapng ../shared/captures/external/*.pcap ../shared/captures/external/*.pcapng)
 echo
 echo "== Real traffic: ${real[*]}"
 real_rc=0

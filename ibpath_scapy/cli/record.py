@@ -79,14 +79,26 @@ def _netlink_parser() -> argparse.ArgumentParser:
     return nl
 
 
+USAGE = "ibpath record -o OUT.pcapng [options] -- CMD [ARGS...]"
+
+
 def run_record(args) -> int:
     argv = list(args.argv)
     if argv[:1] == ["netlink"]:
         return run_netlink(_netlink_parser().parse_args(argv[1:]))
+    if argv[:1] in (["ucma"], ["umad"], ["acm"], ["note"]):
+        # the README's table names the capture's interfaces "ibpath record umad", ...
+        print(f"ibpath record: {argv[0]!r} is not a subcommand: one run records every source "
+              f"(ucma, umad, acm, netlink) of CMD at once, each on an interface of its own "
+              f"(\"ibpath record {argv[0]}\"); run {USAGE}", file=sys.stderr)
+        return 2
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    if not args.output or not argv:
-        print("ibpath record: give -o OUT.pcapng -- CMD [ARGS...]", file=sys.stderr)
+    if not args.output:
+        print(f"ibpath record: no -o OUT.pcapng to write: {USAGE}", file=sys.stderr)
+        return 2
+    if not argv:
+        print(f"ibpath record: no command to run after --: {USAGE}", file=sys.stderr)
         return 2
     # here, not at the top: the recorder (its shims, umad and capture writers) is 20-30 ms of
     # every start of the other verbs

@@ -42,6 +42,7 @@ from ..layers.pathdata import BLOB_DISSECTOR, PathArray, PathRecData, set_option
 from ..layers.sa import PathRecord, SAHeader, component_mask_for
 from ..layers.acm import ACM_DISSECTOR
 from ..layers.ucma import UCMA_COMMANDS, UCMA_DISSECTOR
+from ..layers.umad import UMAD_DISSECTOR
 from ..pcapio import PcapNgWriter
 from ..record.comment import note_pdu, response_line, result_line, where_line
 from ..rmpp import segment
@@ -60,7 +61,7 @@ class Query:
 
 
 # the process, rdma_cm descriptor and ACM socket of a crafted program's frames
-RECORD_PID, UCMA_FD, ACM_FD = 4242, 3, 7
+RECORD_PID, UCMA_FD, ACM_FD, UMAD_FD = 4242, 3, 7, 5
 
 
 class CaptureBuilder:
@@ -218,6 +219,15 @@ class CaptureBuilder:
         """One ACM message on librdmacm's socket to ibacm (send: librdmacm's request)."""
         where = where_line("acm", "send" if send else "recv", pid, pid, fd)
         return self._write(exported_pdu(bytes(message), ACM_DISSECTOR), 252, where)
+
+    def umad(self, header: Packet, mad: bytes, *, write: bool, pid: int = RECORD_PID,
+             fd: int = UMAD_FD) -> int:
+        """One write() to or read() from a umad fd as `ibpath record` writes it: struct
+        ib_user_mad_hdr (a UserMad layer), the message, the call on the comment."""
+        raw = bytes(header) + mad
+        lines = [where_line("umad", "write" if write else "read", pid, pid, fd),
+                 result_line(len(raw), 0)]
+        return self._write(exported_pdu(raw, UMAD_DISSECTOR), 252, "\n".join(lines))
 
     def recorder_note(self, text: str, pid: int = RECORD_PID) -> int:
         """One of ibpath record's notes, framed as the recorder frames it."""

@@ -9,7 +9,7 @@ paragraph is the one-line description `ibpath craft --list` shows; the rest says
 
 from __future__ import annotations
 
-from ..layers.mad import MAD, RMPP
+from ..layers.mad import MAD, MAD_SIZE, METHOD_GET_TABLE, METHOD_GET_TABLE_RESP, RMPP
 from ..layers.netlink import (
     LS_RESOLVE_PATH_USE_ALL,
     LS_RESOLVE_PATH_USE_GMP,
@@ -17,6 +17,7 @@ from ..layers.netlink import (
 )
 from ..layers.pathdata import IB_PATH_ALTERNATE, IB_PATH_PRIMARY, PathArray, PathRecData
 from ..layers.sa import PathRecord, SAHeader, component_mask_for
+from ..layers.umad import UMAD_HDR_SIZE, UserMad
 from .registry import SCENARIOS, Scenario, scenario  # noqa: F401  (re-exported)
 from .resolver import (
     FORWARD_PRIMARY,
@@ -506,6 +507,30 @@ def sar_reserved(s: Session) -> None:
     mad = MAD(method=0x81, transaction_id=ans.query.tid) / RMPP() / SAHeader(
         component_mask=int.from_bytes(ans.query.raw[48:56], "big"), records=[record])
     s.b.mad(bytes(mad), from_sa=True)
+
+
+@scenario("umad-cut", ("UMAD-CUT",))
+def umad_cut(s: Session) -> None:
+    """A client on ibsim (umad2sim) reads an RMPP answer of four PathRecords cut to 256 MAD bytes.
+
+    The SA wrote the whole message, the first 56 header bytes and 256 data bytes; umad2sim
+    forwards the first 256 bytes of any MAD, so the client reads three whole records and 8
+    bytes of a fourth. A kernel hands a process an RMPP answer whole (user_mad.c
+    copy_recv_mad): a cut message is the transport's, whatever its records then say."""
+    query = s.query(numb_path=None)
+    mask = component_mask_for(query) & ~(1 << 12)  # GetTable of every path of the pair
+    records = s.sa.paths(query, mask, METHOD_GET_TABLE)[1]
+    tid = s.rng.randrange(1, 1 << 32)
+    request = MAD(method=METHOD_GET_TABLE, transaction_id=tid) / RMPP() / SAHeader(
+        component_mask=mask, records=[query])
+    # the client writes the low 32 TID bits; the kernel (here umad2sim) sets its hi_tid
+    hi_tid = 1 << 32
+    answer = MAD(method=METHOD_GET_TABLE_RESP, transaction_id=hi_tid | tid) / RMPP(
+        rmpp_version=0, rmpp_type=0, rmpp_flags="active", segment_number=0, payload_length=0) \
+        / SAHeader(component_mask=mask, attribute_offset=8, records=records)
+    cut = bytes(answer)[:MAD_SIZE]
+    s.b.umad(UserMad(timeout_ms=1000, lid=s.sm.lid), bytes(request), write=True)
+    s.b.umad(UserMad(length=UMAD_HDR_SIZE + len(cut), qkey=0, lid=s.sm.lid), cut, write=False)
 
 
 @scenario("sar-get-multi", ("SAR-GET-MULTI",))

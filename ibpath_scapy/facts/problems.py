@@ -30,6 +30,7 @@ class Code(Enum):
     UD_NO_DETH = "UD_NO_DETH"                # ()
     MAD_LENGTH = "MAD_LENGTH"                # (length,)
     UMAD_SHORT = "UMAD_SHORT"                # (length, bytes its class's headers take)
+    UMAD_CUT = "UMAD_CUT"                    # (length, whole records, stride, bytes past them)
     ICRC_MISMATCH = "ICRC_MISMATCH"          # ()
     VCRC_MISMATCH = "VCRC_MISMATCH"          # ()
     # records inside a frame
@@ -77,6 +78,9 @@ _TEXT: dict[Code, Callable[..., str]] = {
     Code.MAD_LENGTH: lambda n: f"MAD is {n} bytes; IB MADs are {MAD_SIZE}",
     Code.UMAD_SHORT: lambda n, need: (
         f"umad message of {n} bytes, shorter than its class's headers ({need} bytes)"),
+    Code.UMAD_CUT: lambda n, records, stride, extra: (
+        f"umad message of {n} bytes holds {records} whole record(s) of {stride} bytes and "
+        f"{extra} bytes of another: it was cut before the process read it"),
     Code.ICRC_MISMATCH: lambda: "ICRC mismatch",
     Code.VCRC_MISMATCH: lambda: "VCRC mismatch",
     Code.PR_RESERVED: lambda idx: f"reserved PathRecord bits set in record(s) {list(idx)}",

@@ -1,7 +1,7 @@
 """`ibpath record -o OUT.pcapng -- CMD [ARGS...]`: run CMD under the ibpathrec.c shim, then
 turn its spool into one pcapng (record/capture.py).
 
-The shim is compiled at run time into the cache directory record/umad.py uses, with the spool
+The shim is compiled at run time into a cache directory (compile_shim), with the spool
 format of record/spool.py. CMD inherits LD_PRELOAD (the shim first, then whatever was already
 preloaded, e.g. libumad2sim.so on ibsim) and IBPATHREC_* through its environment, so its
 children and the programs they exec are recorded into the same spool.
@@ -9,7 +9,9 @@ children and the programs they exec are recorded into the same spool.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -20,7 +22,6 @@ from typing import Mapping, Sequence
 from . import spool as spool_format
 from .capture import ConvertResult, write_pcapng
 from .spool import read_spool
-from .umad import compile_shim
 
 SHIM_SOURCE = Path(__file__).with_name("ibpathrec.c")
 SPOOL_ENV = "IBPATHREC_SPOOL"
@@ -51,6 +52,44 @@ class RecordResult:
 
 
 SHIM_ENV = "IBPATH_RECORD_SHIM"
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ibpath"
+
+
+def compile_shim(cache_dir: str | os.PathLike | None = None, *, timeout: float = 60,
+                 source: Path = SHIM_SOURCE, defines: Sequence[str] = ()) -> Path:
+    """Compile a shim `source` (with -D `defines`) into <cache>/<stem>-<hash>.so (reused
+    while the source, defines and compiler are unchanged) and return its path."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise RuntimeError("no C compiler (cc) found")
+    src = source.read_bytes()
+    flags = [f"-D{d}" for d in defines]
+    key = hashlib.sha256(src + os.path.realpath(cc).encode() + "\0".join(flags).encode()
+                         ).hexdigest()[:16]
+    candidates = [Path(cache_dir)] if cache_dir else [_cache_dir(), Path(tempfile.gettempdir())
+                                                      / f"ibpath-cache-{os.getuid()}"]
+    last_err: Exception | None = None
+    for d in candidates:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            so = d / f"{source.stem}-{key}.so"
+            if so.exists():
+                return so
+            tmp = d / f".{source.stem}-{key}.{os.getpid()}.so"
+            subprocess.run([cc, "-O2", "-Wall", "-shared", "-fPIC", *flags, "-o", str(tmp),
+                            str(source), "-ldl", "-lpthread"], check=True, timeout=timeout,
+                           capture_output=True, text=True)
+            os.replace(tmp, so)
+            return so
+        except subprocess.CalledProcessError as e:
+            raise RuntimeError(f"compiling {source} failed:\n{e.stderr}") from e
+        except OSError as e:
+            last_err = e
+    raise RuntimeError(f"no writable cache directory for the shim: {last_err}")
 
 
 def build_shim() -> Path:

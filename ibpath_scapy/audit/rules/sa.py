@@ -238,3 +238,30 @@ def sar_reserved(rec: dict):
 
 
 sar_reserved.only_if = ("errors",)
+
+
+@rule("UMAD-CUT", "warning", "frame",
+      "kernel user_mad.c copy_recv_mad (a process reads an RMPP answer whole, or the read "
+      "fails with ENOSPC) and mad_rmpp.c get_mad_len (unpadded); ibsim's umad2sim forwards "
+      "256 bytes of a MAD")
+def umad_cut(rec: dict):
+    """An RMPP message a process read from (or wrote to) a umad fd holds bytes past its last
+    whole record: the message was cut on its way.
+
+    A kernel hands a process an RMPP answer whole, the first segment's headers and then
+    every segment's data without the padding, so its data is whole records of
+    AttributeOffset x 8 bytes; a buffer too small fails the read with ENOSPC instead of
+    cutting it. A cut message comes from a transport without RMPP: ibsim's umad2sim forwards
+    the first 256 bytes of any MAD (and damages MAD bytes 224 to 255 of what a process reads),
+    so the client sees at most 200 data bytes and the last record it sees may be damaged.
+    What the records say then is the transport's doing, not the SA's."""
+    if rec.get("kind") != "sa":
+        return
+    for p in of_code(rec, Code.UMAD_CUT):
+        yield [rec["frame"]], (f"SA {rec['mad']['method_name']} tid "
+                               f"0x{rec['mad']['transaction_id']:016x}: {p}; a kernel hands "
+                               "an RMPP answer over whole (user_mad.c copy_recv_mad), "
+                               "umad2sim forwards 256 bytes of a MAD")
+
+
+umad_cut.only_if = ("errors",)
