@@ -42,8 +42,18 @@ SET_OPTION = struct.Struct("<QIIII")             # optval, id, level, optname, o
 EVENT_RESP = struct.Struct("<QIIi")              # uid, id, event, status
 QUERY = struct.Struct("<QII")                    # response, id, option
 RESOLVE_ADDR = struct.Struct("<IIHHI")           # id, timeout_ms, src_size, dst_size, reserved
-ACM_HDR = struct.Struct("<BBBBBBHQ")             # struct acm_hdr
+ACM_HDR = struct.Struct("<BBBBBBHQ")             # struct acm_hdr (RESOLVE: host order)
 ACM_EP = struct.Struct("<IHH64s")                # struct acm_ep_addr_data
+ACM_EP_CONFIG = struct.Struct(">QBBHHH64s")      # struct acm_ep_config_data (network order)
+
+
+def acm_header(p: bytes) -> tuple:
+    """struct acm_hdr: length in host order for RESOLVE, network order for PERF_QUERY and
+    EP_QUERY (acm.h; ibacm acm.c acm_msg_length)."""
+    fields = ACM_HDR.unpack_from(p)
+    if fields[1] & 0x0F != 0x01:
+        fields = fields[:6] + struct.unpack_from(">H", p, 6) + fields[7:]
+    return fields
 PATH_REC = struct.Struct(">Q16s16sHH")           # ibv_path_record: service_id, dgid, sgid, dlid, slid
 
 
@@ -125,14 +135,33 @@ def test_acm_records_are_the_c_structs(capture):
     _path, raw, records = capture
     for rec in (r for r in records if r["kind"] == "acm"):
         _, p = _payload(raw[rec["frame"]].data)
-        version, opcode, status, _o, _s, _d, length, tid = ACM_HDR.unpack_from(p)
+        version, opcode, status, _o, _s, _d, length, tid = acm_header(p)
         a = rec["acm"]
         assert (a["version"], a["opcode"], a["status"], a["length"], a["tid"]) == (
             version, opcode, status, length, tid)
         assert rec["response"] == bool(opcode & 0x80)
         body = p[ACM_HDR.size:length] if length <= len(p) else p[ACM_HDR.size:]
+        if opcode == 0x82:  # PERF_QUERY's answer: src_out big-endian counters
+            n = min(_o, len(body) // 8)
+            assert rec.get("counters", []) == list(struct.unpack_from(f">{n}Q", body))
+            continue
+        if opcode == 0x83:  # EP_QUERY's answer: struct acm_ep_config_data, addr_cnt names
+            if not body:
+                assert "endpoint" not in rec
+                continue
+            guid, port, ports, _rsvd, pkey, count, prov = ACM_EP_CONFIG.unpack_from(body)
+            names = [body[80 + 64 * i:144 + 64 * i].split(b"\0")[0].decode()
+                     for i in range(count)]
+            ep = rec["endpoint"]
+            assert (ep["dev_guid"], ep["port_num"], ep["phys_port_cnt"], ep["pkey"],
+                    ep["provider"], ep["addresses"]) == (
+                guid, port, ports, pkey, prov.split(b"\0")[0].decode(), names)
+            continue
+        if opcode & 0x0F != 0x01 and not body:
+            assert "entries" not in rec
+            continue
         assert len(rec["entries"]) == len(body) // 72
-        assert rec["trailing_bytes"] == len(body) % 72
+        assert rec["trailing_bytes"] == (len(body) % 72 if opcode & 0x0F == 0x01 else 0)
         for e, i in zip(rec["entries"], range(0, len(body) - 71, 72)):
             flags, typ, _res, info = ACM_EP.unpack_from(body, i)
             assert (e["flags"], e["type"]) == (flags, typ)
