@@ -3,7 +3,9 @@ process rules read (audit/process.py), checked against oracles that are not the 
 
 - the C structs of include/uapi/rdma/rdma_user_cm.h and librdmacm/acm.h, unpacked here with
   struct from the raw exported-PDU payloads;
-- the stand-in ibacm's own log of what it was asked and answered (captures/rxe/acm/lab.json);
+- the stand-in ibacm's own log of what it was asked and answered (captures/rxe/acm/lab.json,
+  captures/ibacm/ib-acme.serve.jsonl);
+- ib_acme's printout of the counters and endpoints it was answered (captures/ibacm);
 - the lab's matrix of what librdmacm handed the kernel and the kernel's verdict, measured on
   a real 6.1 kernel (captures/rxe/acm/matrix.json);
 - the CM REQ on the wire, for the kernel's PATH readback.
@@ -26,7 +28,8 @@ from ibpath_scapy.record.comment import parse_call_comment
 from conftest import CAPTURES
 
 ACM = CAPTURES / "rxe" / "acm"
-PROCESS_CAPTURES = sorted(ACM.glob("*.pcapng")) + sorted(
+IBACM = CAPTURES / "ibacm"
+PROCESS_CAPTURES = sorted(ACM.glob("*.pcapng")) + sorted(IBACM.glob("*.pcapng")) + sorted(
     p for p in (CAPTURES / "corpus").glob("*.pcapng")
     if p.name.startswith(("acm-", "ucma-", "conform-acm")))
 LAB = json.loads((ACM / "lab.json").read_text())["scenarios"]
@@ -89,7 +92,9 @@ def test_every_ucma_and_acm_frame_is_a_record(capture):
 
 
 def test_ucma_records_are_the_c_structs(capture):
-    _path, raw, records = capture
+    path, raw, records = capture
+    if not any(r["kind"] == "ucma" for r in records):
+        pytest.skip(f"{path.name}: no ucma command (ib_acme talks to ibacm only)")
     checked = 0
     for rec in (r for r in records if r["kind"] == "ucma"):
         _, p = _payload(raw[rec["frame"]].data)
@@ -304,3 +309,31 @@ def test_the_librdmacm_layer_predicts_what_reached_the_kernel(name):
         ucma = lib["ucma"]
         assert (f"gmp {ucma['gmp']}" if ucma["accepted"] else "EINVAL") == row["ucma"]
         assert len(lib["librdmacm"]["entries"]) * 72 == row["passed_length"]
+
+
+def test_ib_acme_recording_is_what_ib_acme_printed_and_the_stand_in_logged():
+    """captures/ibacm: every recorded message is the bytes the stand-in logged, request then
+    answer; the counters and endpoints decoded are what ib_acme printed of them (its
+    printout, ib-acme.txt, is libacm's own reading of the network-order answers)."""
+    from test_acmserve import ep_rows, perf_column, perf_rows
+
+    path = IBACM / "ib-acme.pcapng"
+    raw = [_payload(f.data)[1] for f in read_frames(str(path))]
+    log = [json.loads(x) for x in (IBACM / "ib-acme.serve.jsonl").read_text().splitlines()]
+    assert raw == [bytes.fromhex(x[side]["hex"]) for x in log for side in ("request", "answer")]
+    records = list(decode_file(str(path), render=True))
+    assert all(r["acm"]["length"] == r["size"] and "errors" not in r for r in records)
+    runs = (IBACM / "ib-acme.txt").read_text().split("return status 0x0\n")
+    counters = [r["counters"] for r in records if "counters" in r]
+    assert counters == [perf_rows(runs[0])[1][0], list(perf_column(runs[3]).values()),
+                        perf_rows(runs[4])[1][0]]
+    assert [0, 1] == [c[1] for c in counters[:2]]  # Resolve Count, before and after the RESOLVE
+    endpoints = [r["endpoint"] for r in records if "endpoint" in r]
+    printed = [ep_rows(runs[1])[0], ep_rows(runs[5])[0]]
+    assert [(e["dev_guid"], e["port_num"], e["pkey"], e["provider"], e["addresses"])
+            for e in endpoints] == [(p["guid"], p["port"], p["pkey"], p["prov"], p["addresses"])
+                                    for p in printed]
+    assert "Failed to query perf data: Cannot assign requested address" in runs[6]
+    assert records[-1]["acm"]["status_name"] == "ESRCADDR" and "counters" not in records[-1]
+    assert build(list(decode_file(str(path)))).exchanges[0].request.frame == 5
+    assert len(build(list(decode_file(str(path)))).exchanges) == 1
