@@ -139,9 +139,6 @@ class AcmHdr(Packet):
         XLELongField("tid", 0),
     ]
     field_hints = {"length": ByteOrderHint(NETWORK_ORDER)}
-    # an EP_QUERY answer's body only when its length says it has one: an error answer is
-    # the header alone (acm_svr_ep_query), and the plugin must not call that truncated
-    payload_hints: list = []  # set below, once AcmEpConfigData is defined
 
     length_hint = F("length")  # the plugin ends the message where Scapy does
 
@@ -363,5 +360,7 @@ bind_layers(AcmHdr, AcmResolve, opcode=ACM_OP_RESOLVE)
 bind_layers(AcmHdr, AcmResolve, opcode=ACM_OP_RESOLVE | ACM_OP_ACK)
 bind_layers(AcmHdr, AcmResolve, opcode=ACM_OP_PERF_QUERY)
 bind_layers(AcmHdr, AcmPerfData, opcode=ACM_OP_PERF_QUERY | ACM_OP_ACK)
+# An EP_QUERY answer has a body only when its length says so: an error answer is the header
+# alone (acm_svr_ep_query), which the plugin must not call truncated (bind_layers would).
 AcmHdr.payload_hints = [NextLayer(And(F("opcode") == ACM_OP_EP_QUERY | ACM_OP_ACK,
                                       F("length") > ACM_MSG_HDR_LENGTH), AcmEpConfigData)]
