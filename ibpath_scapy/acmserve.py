@@ -21,10 +21,25 @@ stand-in keeps what its resolver did there:
 * an SA query never answered: ibacm's ETIMEDOUT after its retries (acmp: timeout 2000 ms,
   2 retries), or, with ``no_answer``, nothing at all: the connection is closed after a hold.
 
-Every message is built and parsed with the layers of layers/acm.py. Sources: rdma-core
-librdmacm/acm.c (ucma_ib_init, ucma_ib_resolve, ucma_ib_save_resp), librdmacm/cma.c
-(ucma_set_ib_route, rdma_resolve_route), ibacm/src/acm.c (acm_svr_perf_query,
-acm_svr_ep_query), ibacm/prov/acmp/src/acmp.c (acmp_sa_resp, acmp_resolve_response).
+ib_acme's queries are answered as ibacm answers them, in network order (acm.h):
+
+* PERF_QUERY: the stand-in's counters, kept as ibacm keeps its own (acm.c: RESOLVE counts
+  every RESOLVE read, No Data every ENODATA answer, Error every other failed one; the
+  address and route query and cache counters are the provider's, and the stand-in has no
+  provider that queries or caches: they stay 0), for the service or for its one endpoint
+  (by index, or by one of its addresses; an unknown one: ESRCADDR);
+* EP_QUERY: that endpoint (Endpoint): port 1 of a one-port device, its GUID the scenario's
+  local GID's interface ID, its P_Key the first path's, its addresses the scenario's local
+  address and every source address a RESOLVE asked about while the stand-in maps endpoints
+  (it answers for any source as if it were its own). Any other index or port: EINVAL.
+
+A request of another version or an unknown opcode is not answered: ibacm closes the
+connection (acm_svr_receive). Every message is built and parsed with the layers of
+layers/acm.py. Sources: rdma-core librdmacm/acm.c (ucma_ib_init, ucma_ib_resolve,
+ucma_ib_save_resp), librdmacm/cma.c (ucma_set_ib_route, rdma_resolve_route),
+ibacm/src/acm.c (acm_svr_receive, acm_svr_perf_query, acm_svr_ep_query, acm_get_ep,
+acm_resolve_response), ibacm/src/libacm.c (ib_acm_query_perf, ib_acm_enum_ep),
+ibacm/prov/acmp/src/acmp.c (acmp_sa_resp, acmp_resolve_response).
 """
 
 from __future__ import annotations
@@ -41,26 +56,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
-from scapy.fields import FieldListField, XLongField
-from scapy.packet import Packet
-
 from .encap import exported_pdu
 from .layers.acm import (
+    ACM_CNTR_ERROR,
+    ACM_CNTR_NODATA,
+    ACM_CNTR_RESOLVE,
     ACM_DISSECTOR,
+    ACM_EP_FLAG_DEST,
+    ACM_EP_FLAG_SOURCE,
     ACM_EP_INFO_ADDRESS_IP,
     ACM_EP_INFO_ADDRESS_IP6,
     ACM_EP_INFO_PATH,
+    ACM_MAX_ADDRESS,
+    ACM_MAX_COUNTER,
     ACM_MSG_DATA_LENGTH,
     ACM_MSG_EP_LENGTH,
     ACM_MSG_HDR_LENGTH,
     ACM_OP_ACK,
+    ACM_OP_EP_QUERY,
     ACM_OP_MASK,
+    ACM_OP_PERF_QUERY,
     ACM_OP_RESOLVE,
     ACM_OPCODES,
     ACM_STATUS,
+    ACM_STATUS_EINVAL,
+    ACM_STATUS_ENODATA,
+    ACM_STATUS_ESRCADDR,
+    ACM_STATUS_ETIMEDOUT,
     ACM_VERSION,
+    AcmCounter,
     AcmEpAddrData,
+    AcmEpAddress,
+    AcmEpConfigData,
     AcmHdr,
+    AcmPerfData,
     AcmResolve,
 )
 from .layers.mad import MAD
@@ -69,30 +98,16 @@ from .layers.sa import PathRecord
 
 DEFAULT_SOCKET = "/run/ibacm.sock"  # IBACM_SERVER_PATH, RUNDIR /run on Debian (config.h.in)
 PORT_FILE = "/run/ibacm.port"  # IBACM_PORT_FILE: librdmacm uses TCP when it holds a port
-ACM_OP_PERF_QUERY = 0x02
-ACM_OP_EP_QUERY = 0x03
-STATUS_ENODATA = 3
-STATUS_ETIMEDOUT = 6
-STATUS_EINVAL = 2
 # acmp.c: `static int timeout = 2000; static int retries = 2;` (ms, tries = retries + 1)
 IBACM_SA_TIMEOUT_S = 2.0 * 3
-# ibacm/src/acm.c ACM_MAX_COUNTER (error, resolve, no data, addr query/cache, route query/cache)
-ACM_MAX_COUNTER = 7
 MAX_MESSAGE = ACM_MSG_HDR_LENGTH + ACM_MSG_DATA_LENGTH  # sizeof(struct acm_msg)
 RECORD = 72
+PROVIDER = "ibpath"  # the provider name EP_QUERY gives: the stand-in's, not acmp's "ibacmp"
+DEFAULT_PKEY = 0xFFFF  # the default partition's, which the scenarios query with
 
 
 class AcmServeError(Exception):
     """The stand-in cannot start: the message names the file or scenario and why."""
-
-
-class AcmPerfData(Packet):
-    """A PERF_QUERY response body (ibacm acm_svr_perf_query): ACM_MAX_COUNTER 64-bit
-    counters in network order; the header's src_index holds their number."""
-
-    name = "AcmPerfData"
-    fields_desc = [FieldListField("counters", [], XLongField("counter", 0),
-                                  count_from=lambda pkt: ACM_MAX_COUNTER)]
 
 
 # -- what a scenario answers -------------------------------------------------------------------
@@ -105,7 +120,7 @@ class Plan:
     RESOLVE gets the n-th, the last one again after that), "status" (ACM status `status`,
     no entries), "timeout" (ETIMEDOUT after `delay` seconds, or nothing with no_answer).
     local_gid/remote_gid: the scenario's endpoints, replaced by the requester's addresses
-    when the stand-in maps endpoints."""
+    when the stand-in maps endpoints; local_ip: the local end's IP address."""
 
     scenario: str
     kind: str
@@ -116,6 +131,7 @@ class Plan:
     delay: float = 0.0
     local_gid: str = ""
     remote_gid: str = ""
+    local_ip: str = ""
     encap: str = ""
     seed: int = 0
 
@@ -193,8 +209,8 @@ def plan_for(name: str, *, seed: int = 0, encap: str | None = None,
             sc.build(s)
         finally:
             s.close()
-    plan = Plan(name, "paths", local_gid=s.local.gid, remote_gid=s.remote.gid, encap=encap,
-                seed=seed)
+    plan = Plan(name, "paths", local_gid=s.local.gid, remote_gid=s.remote.gid,
+                local_ip=s.local_ip, encap=encap, seed=seed)
     if blobs:
         plan.arrays, plan.source = blobs, "rdma_set_option blob"
     elif any(not err and arr for arr, err in ls):
@@ -205,12 +221,12 @@ def plan_for(name: str, *, seed: int = 0, encap: str | None = None,
         plan.source = f"SA status 0x{failed[-1]:04x}"
         # acmp_sa_resp: hdr.status = SA status >> 8. A status with only the class-independent
         # low byte set would read as success there; the stand-in answers ENODATA instead.
-        plan.status = (failed[-1] >> 8) or STATUS_ENODATA
+        plan.status = (failed[-1] >> 8) or ACM_STATUS_ENODATA
     elif sa and not any(done for _st, done, _q in sa):
-        plan.kind, plan.status, plan.delay = "timeout", STATUS_ETIMEDOUT, sa_timeout
+        plan.kind, plan.status, plan.delay = "timeout", ACM_STATUS_ETIMEDOUT, sa_timeout
         plan.source = "the SA never answered"
     else:
-        plan.kind, plan.status = "status", STATUS_ENODATA
+        plan.kind, plan.status = "status", ACM_STATUS_ENODATA
         plan.source = ("the SA answered, the resolver handed nothing over" if sa
                        else "no SA query and nothing handed over")
     return plan
@@ -244,9 +260,9 @@ def request_endpoints(req: AcmHdr) -> tuple[str | None, str | None]:
     if AcmResolve in req:
         for e in req[AcmResolve].resolve_data:
             gid = _address_gid(e)
-            if gid and e.flags & 1 and src is None:
+            if gid and e.flags & ACM_EP_FLAG_SOURCE and src is None:
                 src = gid
-            elif gid and e.flags & 2 and dst is None:
+            elif gid and e.flags & ACM_EP_FLAG_DEST and dst is None:
                 dst = gid
     return src, dst
 
@@ -275,23 +291,131 @@ def path_entries(array: bytes, gid_map: dict[bytes, bytes] | None = None
     return entries, array[whole:], notes
 
 
-def answer(req: AcmHdr, plan: Plan, index: int, *, map_endpoints: bool = True
+@dataclass
+class Endpoint:
+    """The stand-in's one endpoint, as EP_QUERY reports it (struct acm_ep_config_data):
+    port 1 of a one-port device."""
+
+    guid: int
+    pkey: int
+    addresses: list[str] = field(default_factory=list)
+    port_num: int = 1
+    phys_port_cnt: int = 1
+    provider: str = PROVIDER
+
+    def has_address(self, entry: AcmEpAddrData) -> bool:
+        """The entry names one of its addresses (ibacm acm_get_ep_address)."""
+        text = entry.address_text()
+        if entry.type in (ACM_EP_INFO_ADDRESS_IP, ACM_EP_INFO_ADDRESS_IP6):
+            return any(_same_ip(text, a) for a in self.addresses)
+        return text in self.addresses
+
+    def adopt(self, entry: AcmEpAddrData) -> None:
+        """Take a RESOLVE's source address as one of its own (the stand-in answers for it)."""
+        if entry.type in (ACM_EP_INFO_ADDRESS_IP, ACM_EP_INFO_ADDRESS_IP6) and \
+                not self.has_address(entry):
+            self.addresses.append(entry.address_text())
+
+
+def _same_ip(a: str, b: str) -> bool:
+    try:
+        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
+    except ValueError:
+        return False
+
+
+def endpoint_for(plan: Plan) -> Endpoint:
+    """The endpoint a plan's stand-in has: the GUID is the interface ID of the scenario's
+    local GID (an IB port GID is its subnet prefix and the port GUID; on RoCEv2 the scenario
+    has no device and the IPv4-mapped GID's low half stands in), the P_Key the first path's
+    (else the default partition's), the address the scenario's local one."""
+    guid = int.from_bytes(_gid_bytes(plan.local_gid)[8:], "big") if plan.local_gid else 0
+    pkey = DEFAULT_PKEY
+    whole = [a for a in plan.arrays if len(a) >= RECORD]
+    if whole:
+        pkey = PathArray(whole[0][:RECORD]).records[0].path_record.pkey
+    return Endpoint(guid, pkey, [plan.local_ip] if plan.local_ip else [])
+
+
+def _get_ep(endpoint: Endpoint, index: int, port: int) -> Endpoint | None:
+    """ibacm acm_get_ep(index, port): the index-th endpoint (from 0) of the active ports,
+    of port `port` only unless it is 0."""
+    eps = [e for e in (endpoint,) if not port or e.port_num == port]
+    return eps[index] if 0 <= index < len(eps) else None
+
+
+def perf_answer(req: AcmHdr, endpoint: Endpoint, counters: list[int]
+                ) -> tuple[AcmHdr, list[str]]:
+    """ibacm acm_svr_perf_query: the service's counters for a bare request (src_index 0) or
+    one whose entry is not a source address; else the endpoint's, found by index (src_index,
+    from 1, which acm_get_ep also takes as the port) or by the entry's address; none:
+    ESRCADDR, the header alone. The answer is the request's header with ACK, status,
+    dst_index 0, src_out the number of counters."""
+    entries = req[AcmResolve].resolve_data if AcmResolve in req else []
+    entry = entries[0] if req.length >= ACM_MSG_HDR_LENGTH + ACM_MSG_EP_LENGTH and entries \
+        else None
+    index = req.src_index
+    hdr = dict(version=req.version, opcode=req.opcode | ACM_OP_ACK, status=0,
+               src_out=req.src_out, src_index=req.src_index, dst_index=0, tid=req.tid)
+    if (entry is None and index < 1) or (entry is not None and
+                                         not entry.flags & ACM_EP_FLAG_SOURCE):
+        return _perf(hdr, counters), []
+    if index >= 1:
+        ep, asked = _get_ep(endpoint, index - 1, index), f"endpoint {index}"
+    else:
+        ep = endpoint if endpoint.has_address(entry) else None
+        asked = f"address {entry.address_text()}"
+    if ep is None:
+        return AcmHdr(**{**hdr, "status": ACM_STATUS_ESRCADDR}), [f"no {asked}"]
+    # one endpoint: its counters are the service's (every RESOLVE reached it)
+    return _perf(hdr, counters), []
+
+
+def _perf(hdr: dict, counters: list[int]) -> AcmHdr:
+    return AcmHdr(**{**hdr, "src_out": len(counters)}) / AcmPerfData(
+        counters=[AcmCounter(value=v) for v in counters])
+
+
+def ep_answer(req: AcmHdr, endpoint: Endpoint) -> tuple[AcmHdr, list[str]]:
+    """ibacm acm_svr_ep_query: the endpoint at index src_out (from 1) of port src_index (0:
+    any) as struct acm_ep_config_data, else EINVAL and the header alone; src_index and
+    dst_index 0 in the answer."""
+    hdr = dict(version=req.version, opcode=req.opcode | ACM_OP_ACK, src_out=req.src_out,
+               src_index=0, dst_index=0, tid=req.tid)
+    ep = _get_ep(endpoint, req.src_out - 1, req.src_index)
+    if ep is None:
+        return AcmHdr(**hdr, status=ACM_STATUS_EINVAL), [
+            f"no endpoint {req.src_out} on port {req.src_index}"]
+    # the length is 16 bits (acm_svr_ep_query stops adding addresses there too)
+    room = (0xFFFF - ACM_MSG_HDR_LENGTH - len(bytes(AcmEpConfigData()))) // ACM_MAX_ADDRESS
+    names = [a.encode("ascii", "replace")[:ACM_MAX_ADDRESS - 1] for a in ep.addresses[:room]]
+    body = AcmEpConfigData(dev_guid=ep.guid, port_num=ep.port_num,
+                           phys_port_cnt=ep.phys_port_cnt, pkey=ep.pkey,
+                           prov_name=ep.provider.encode("ascii"),
+                           addrs=[AcmEpAddress(address=n) for n in names])
+    notes = [f"{len(ep.addresses) - room} address(es) past the 16-bit length left out"
+             ] if len(ep.addresses) > room else []
+    return AcmHdr(**hdr, status=0) / body, notes
+
+
+def answer(req: AcmHdr, plan: Plan, index: int, *, map_endpoints: bool = True,
+           endpoint: Endpoint | None = None, counters: list[int] | None = None
            ) -> tuple[AcmHdr | None, list[str]]:
     """The answer to request `req` (the index-th RESOLVE of this stand-in), or None for no
-    answer, with notes for the log."""
+    answer (ibacm closes the connection), with notes for the log. PERF_QUERY reports
+    `counters` (ACM_CNTR_* order), EP_QUERY `endpoint` (by default the plan's, counters 0)."""
     op = req.opcode & ACM_OP_MASK
+    if req.version != ACM_VERSION:
+        return None, [f"version {req.version}, not {ACM_VERSION}: connection closed (ibacm)"]
+    if op in (ACM_OP_PERF_QUERY, ACM_OP_EP_QUERY):
+        endpoint = endpoint or endpoint_for(plan)
+        if op == ACM_OP_EP_QUERY:
+            return ep_answer(req, endpoint)
+        return perf_answer(req, endpoint, counters or [0] * ACM_MAX_COUNTER)
+    if op != ACM_OP_RESOLVE:
+        return None, [f"opcode 0x{req.opcode:02x} unknown: connection closed (ibacm)"]
     base = dict(version=ACM_VERSION, opcode=op | ACM_OP_ACK, tid=req.tid, src_out=0,
                 src_index=0, dst_index=0)
-    if req.version != ACM_VERSION:
-        return AcmHdr(**base, status=STATUS_EINVAL), [f"version {req.version}, not 1"]
-    if op == ACM_OP_PERF_QUERY:
-        return (AcmHdr(**{**base, "src_index": ACM_MAX_COUNTER}, status=0)
-                / AcmPerfData(counters=[0] * ACM_MAX_COUNTER)), []
-    if op == ACM_OP_EP_QUERY:
-        # acm_svr_ep_query: no endpoint at the asked index → ENODATA (ib_acme's end of list)
-        return AcmHdr(**base, status=STATUS_ENODATA), ["no endpoints to report"]
-    if op != ACM_OP_RESOLVE:
-        return AcmHdr(**base, status=STATUS_EINVAL), [f"opcode 0x{req.opcode:02x} not served"]
     if plan.kind in ("status", "timeout"):  # the delay of a timeout is the server's
         return AcmHdr(**base, status=plan.status), []
     notes = []
@@ -322,7 +446,7 @@ def answer(req: AcmHdr, plan: Plan, index: int, *, map_endpoints: bool = True
 
 def describe(msg: AcmHdr) -> dict:
     """A message for the log: header fields, entries (addresses as text, paths as GIDs and
-    flags) and its bytes."""
+    flags), counters or endpoint, and its bytes."""
     d = {"opcode": ACM_OPCODES.get(msg.opcode, f"0x{msg.opcode:02x}"),
          "status": ACM_STATUS.get(msg.status, msg.status),
          "tid": msg.tid, "length": msg.length if msg.length is not None else len(bytes(msg))}
@@ -339,6 +463,13 @@ def describe(msg: AcmHdr) -> dict:
         d["entries"] = ents
         if msg[AcmResolve].trailing:
             d["trailing"] = len(msg[AcmResolve].trailing)
+    if AcmPerfData in msg:
+        d["counters"] = msg[AcmPerfData].values()
+    if AcmEpConfigData in msg:
+        ep = msg[AcmEpConfigData]
+        d["endpoint"] = {"dev_guid": ep.dev_guid, "port_num": ep.port_num,
+                         "phys_port_cnt": ep.phys_port_cnt, "pkey": ep.pkey,
+                         "prov_name": ep.provider(), "addresses": ep.addresses()}
     d["hex"] = bytes(msg).hex()
     return d
 
@@ -355,6 +486,8 @@ class StandIn:
         self.no_answer, self.hold = no_answer, hold
         self.log, self.lock = log, threading.Lock()
         self.resolves = 0
+        self.counters = [0] * ACM_MAX_COUNTER  # ACM_CNTR_* order, kept as ibacm keeps its own
+        self.endpoint = endpoint_for(plan)
         self.exchanges: list[dict] = []
         self.socket_path = socket_path if port is None else None
         self.writer = None
@@ -411,28 +544,53 @@ class StandIn:
                 if rest is None:
                     return
                 req = AcmHdr(head + rest)
-                op = req.opcode & ACM_OP_MASK
-                with self.lock:
-                    index = self.resolves
-                    self.resolves += op == ACM_OP_RESOLVE
-                entry = {"time": time.time(), "scenario": self.plan.scenario,
-                         "request": describe(req)}
-                if op == ACM_OP_RESOLVE and self.plan.kind == "timeout":
-                    if self.no_answer:
-                        entry["answer"] = None
-                        entry["notes"] = [f"no answer; connection closed after {self.hold:g} s"]
-                        self._record(entry, [req])
-                        self._stop.wait(self.hold)
-                        return
-                    self._stop.wait(self.plan.delay)
-                resp, notes = answer(req, self.plan, index, map_endpoints=self.map_endpoints)
-                data = bytes(resp)
-                entry["answer"] = describe(AcmHdr(data))
-                if notes:
-                    entry["notes"] = notes
-                self._record(entry, [req, AcmHdr(data)])
-                # one send: librdmacm takes the answer from a single recv()
-                conn.sendall(data)
+                if not self._exchange(conn, req):
+                    return
+
+    def _exchange(self, conn: socket.socket, req: AcmHdr) -> bool:
+        """Answer one request (False: the connection is to be closed, as ibacm does)."""
+        op = req.opcode & ACM_OP_MASK
+        resolve = op == ACM_OP_RESOLVE and req.version == ACM_VERSION
+        with self.lock:
+            index = self.resolves
+            self.resolves += resolve
+            if resolve:
+                self.counters[ACM_CNTR_RESOLVE] += 1  # acm_svr_receive, before answering
+                if self.map_endpoints and AcmResolve in req:
+                    for e in req[AcmResolve].resolve_data:
+                        if e.flags & ACM_EP_FLAG_SOURCE:
+                            self.endpoint.adopt(e)
+            counters = list(self.counters)
+        entry = {"time": time.time(), "scenario": self.plan.scenario, "request": describe(req)}
+        if resolve and self.plan.kind == "timeout":
+            if self.no_answer:
+                entry["answer"] = None
+                entry["notes"] = [f"no answer; connection closed after {self.hold:g} s"]
+                self._record(entry, [req])
+                self._stop.wait(self.hold)
+                return False
+            self._stop.wait(self.plan.delay)
+        resp, notes = answer(req, self.plan, index, map_endpoints=self.map_endpoints,
+                             endpoint=self.endpoint, counters=counters)
+        if notes:
+            entry["notes"] = notes
+        if resp is None:
+            entry["answer"] = None
+            self._record(entry, [req])
+            return False
+        data = bytes(resp)
+        if resolve and resp.status:
+            with self.lock:  # acm_resolve_response counts the failed answers
+                self.counters[ACM_CNTR_NODATA if resp.status == ACM_STATUS_ENODATA
+                              else ACM_CNTR_ERROR] += 1
+        entry["answer"] = describe(AcmHdr(data))
+        self._record(entry, [req, AcmHdr(data)])
+        # one send: librdmacm takes the answer from a single recv()
+        try:
+            conn.sendall(data)
+        except OSError:
+            return False  # the client went away
+        return True
 
     def serve_forever(self, ready: Callable[[], None] | None = None) -> None:
         """Accept connections (one thread each) until stop()."""

@@ -9,7 +9,16 @@ from __future__ import annotations
 import functools
 
 from .facts import Code, problem
-from .facts.process import AcmEntry, AcmFrame, AcmHeader, Call, RecorderNote, UcmaFrame
+from .facts.process import (
+    ACM_ENDPOINT_FIELDS,
+    AcmEndpoint,
+    AcmEntry,
+    AcmFrame,
+    AcmHeader,
+    Call,
+    RecorderNote,
+    UcmaFrame,
+)
 from .facts.records import Umad, UmadHeader
 from .layers.acm import (
     _EP_FLAG_NAMES,
@@ -127,24 +136,45 @@ def acm_entry(index: int, values: dict, path_record) -> AcmEntry:
                     path_record=path_record)
 
 
+def _text(raw: bytes) -> str:
+    """A NUL-padded name (prov_name, an endpoint's address) as text."""
+    return raw.split(b"\0", 1)[0].decode("ascii", "replace")
+
+
+def acm_endpoint(values: dict, addresses: list) -> AcmEndpoint:
+    """struct acm_ep_config_data: its public values with prov_name, and the raw addresses
+    (bytes or hex text, as the engines give them)."""
+    return AcmEndpoint(**{n: values[n] for n in ACM_ENDPOINT_FIELDS},
+                       provider=_text(_raw(values["prov_name"])),
+                       addresses=[_text(_raw(a)) for a in addresses])
+
+
 def acm_frame(number: int, time: float, comment: str | None, header: dict, size: int,
-              entries: list[AcmEntry] | None, trailing: int) -> AcmFrame:
+              entries: list[AcmEntry] | None, trailing: int, counters: list[int] | None = None,
+              endpoint: AcmEndpoint | None = None) -> AcmFrame:
     """The record of one ACM message of `size` bytes: its header's public values, its
-    entries (None: not a RESOLVE) and the bytes past the last whole entry."""
+    entries (None: no entry layer), the bytes past the last whole entry, the counters of a
+    PERF_QUERY answer and the endpoint of an EP_QUERY answer. The engines may give an empty
+    entry or counter list where the message has no body; a RESOLVE's entries are a list
+    (an error answer: empty), the others' are None when empty."""
     op, status = header["opcode"], header["status"]
     hdr = AcmHeader(**header, opcode_name=ACM_OPCODES.get(op), status_name=ACM_STATUS.get(status))
-    if entries is None and op & ACM_OP_MASK == ACM_OP_RESOLVE:
-        entries = []  # a RESOLVE without entries (an error answer is its header alone)
+    resolve = op & ACM_OP_MASK == ACM_OP_RESOLVE
+    if resolve:
+        entries = entries or []  # an error answer is its header alone
+    else:
+        entries = entries or None
+        trailing = 0  # what librdmacm drops is a RESOLVE answer's
     errors = []
     if header["length"] != size:
         errors.append(problem(Code.ACM_LENGTH, header["length"], size))
-    if trailing:
+    elif trailing:  # a message whose length is not what it holds: its entries are not read
         errors.append(problem(Code.ACM_TRAILING, trailing))
     return AcmFrame(frame=number, time=round(time, 9), kind="acm", encap="exported_pdu",
                     response=bool(op & ACM_OP_ACK), size=size, acm=hdr, entries=entries,
                     trailing_bytes=trailing if entries is not None else None,
+                    counters=counters or None, endpoint=endpoint,
                     call=call_fact(comment), errors=errors or None)
-
 
 
 def recorder_note(number: int, time: float, text: bytes) -> RecorderNote:

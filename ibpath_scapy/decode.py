@@ -64,7 +64,7 @@ from .layers.pathdata import (
     PathArray,
     PathRecData,
 )
-from .layers.acm import ACM_DISSECTOR, AcmHdr, AcmResolve
+from .layers.acm import ACM_DISSECTOR, AcmEpConfigData, AcmHdr, AcmPerfData, AcmResolve
 from .layers.roce import DETH
 from .layers.ucma import UCMA_DISSECTOR, UcmaCmdHdr, UcmaQueryPathResp
 from .layers.umad import UMAD_DISSECTOR, UMAD_HDR_SIZE, UserMad, umad_headers_size
@@ -74,6 +74,7 @@ from .assemble_process import (
     COMMAND_LAYERS,
     RESPONSE_FIELDS,
     RESPONSE_LAYERS,
+    acm_endpoint,
     acm_entry,
     acm_frame,
     recorder_note,
@@ -281,8 +282,12 @@ class Decoder(Assembler):
                                  path_record_fact(e.path) if e.path is not None else None)
                        for i, e in enumerate(resolve.resolve_data)]
             trailing = len(resolve.trailing)
+        perf, ep = msg.getlayer(AcmPerfData), msg.getlayer(AcmEpConfigData)
         return acm_frame(frame.number, frame.time, frame.comment, layer_dict(msg),
-                         len(bytes(msg)), entries, trailing)
+                         len(bytes(msg)), entries, trailing,
+                         counters=perf.values() if perf is not None else None,
+                         endpoint=acm_endpoint(layer_dict(ep), [a.address for a in ep.addrs])
+                         if ep is not None else None)
 
     # -- blobs ------------------------------------------------------------------------------
     def _blob(self, frame: Frame, array: PathArray) -> Fact:

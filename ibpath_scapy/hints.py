@@ -40,6 +40,15 @@ class WhenHint:
 
 
 @dataclass(frozen=True)
+class ByteOrderHint:
+    """An integer field whose byte order another field decides: big-endian when
+    `big_endian` holds, little-endian otherwise (in Scapy, a MultipleTypeField of the same
+    integer in both orders)."""
+
+    big_endian: Expr
+
+
+@dataclass(frozen=True)
 class NextLayer:
     """Payload dispatch beyond bind_layers: when `condition` holds the payload is `cls`
     (checked after the bindings, in order)."""

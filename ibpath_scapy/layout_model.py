@@ -19,6 +19,7 @@ from scapy.fields import (
     IP6Field,
     IPField,
     MACField,
+    MultipleTypeField,
     PacketField,
     PacketListField,
     StrField,
@@ -31,7 +32,7 @@ from scapy.fields import (
 )
 from scapy.packet import Packet
 
-from .hints import LengthHint, ListHint, NextLayer, WhenHint
+from .hints import ByteOrderHint, LengthHint, ListHint, NextLayer, WhenHint
 
 
 class GeneratorError(Exception):
@@ -95,6 +96,7 @@ class Step:
     flags: list[tuple[Item, int, int]] = field(default_factory=list)  # (item, win off, win len)
     hint: object = None
     when: object = None  # WhenHint for a ConditionalField
+    byte_order: object = None  # ByteOrderHint for an integer read in either byte order
     sub: type | None = None  # PacketField class
     wide_value: bool = False  # value wider than 32 bits (kept as UInt64 + number)
 
@@ -191,8 +193,17 @@ def build_layer(cls: type, prefix: str, names_seen: set[str] | None = None,
 
     try:
         for raw_fld in cls.fields_desc:
-            when = None
+            when = order = None
             fld = raw_fld
+            if isinstance(fld, MultipleTypeField):
+                order = hints.get(fld.name)
+                if not isinstance(order, ByteOrderHint):
+                    refuse(f"{cls.__name__}.{fld.name}: a MultipleTypeField needs a ByteOrderHint "
+                           f"in {cls.__name__}.field_hints (its conditions are Python lambdas)")
+                fld = _either_order(fld)
+                if fld is None:
+                    refuse(f"{cls.__name__}.{raw_fld.name}: a MultipleTypeField is modelled "
+                           "only as one integer in both byte orders")
             if isinstance(fld, ConditionalField):
                 when = hints.get(fld.name)
                 if not isinstance(when, WhenHint):
@@ -258,6 +269,7 @@ def build_layer(cls: type, prefix: str, names_seen: set[str] | None = None,
                             item=item(fld.name, _int_ftype(nb), base=_base(fld),
                                       valuestring=_enum_table(fld)))
             step.when = when
+            step.byte_order = order
             steps.append(step)
             if step.kind in ("list", "varbytes") or when is not None or (
                     step.kind == "packet" and static_length(step.sub) is None):
@@ -280,6 +292,18 @@ def build_layer(cls: type, prefix: str, names_seen: set[str] | None = None,
                       fixed_len=fixed_len if fixed_len is not None else (static or 0),
                       static_len=static, bindings=bindings,
                       next_hints=list(getattr(cls, "payload_hints", []) or []))
+
+
+def _either_order(fld: MultipleTypeField):
+    """The one field a MultipleTypeField stands for when it is an integer in both byte orders
+    (its default), else None: other alternatives are not modelled."""
+    fields = [f for f, _cond in fld.flds] + [fld.dflt]
+    orders = sorted(str(getattr(f, "fmt", " "))[0] for f in fields)
+    sizes = {getattr(f, "sz", None) for f in fields}
+    if (len(fields) != 2 or orders not in (["!", "<"], ["<", ">"]) or len(sizes) != 1
+            or any(isinstance(f, (_BitField, ConditionalField)) for f in fields)):
+        return None
+    return fld.dflt
 
 
 def _bindings(cls):
@@ -441,8 +465,8 @@ def header_layout(cls: type) -> HeaderLayout:
             out[s.name] = FieldLayout(s.name, None, s.nbytes, little_endian=s.little_endian,
                                       trailer=True)
             continue
-        if s.when is not None or s.offset is None or s.nbytes == 0:
-            continue
+        if s.when is not None or s.byte_order is not None or s.offset is None or s.nbytes == 0:
+            continue  # (a byte order decided on the wire has no one window either)
         if s.kind not in ("int", "bitint", "flags", "ipv4", "ipv6", "ether", "bytes"):
             continue
         whole = s.kind not in ("bitint", "flags") or s.bits == s.nbytes * 8

@@ -8,6 +8,7 @@ The text comes from the layers' own fields (`i2repr`), so it is written once.
 
 from __future__ import annotations
 
+from .layers.acm import ACM_COUNTERS
 from .layers.cm import CMReq
 from .layers.coded import coded_text, MTU_CODES, RATE_CODES, time_exponent_text
 from .layers.pathdata import flags_text
@@ -177,6 +178,16 @@ def _process_text(head: str, d: dict) -> list[str]:
                     else e.get("address", ""))
             lines.append(f"        entry[{e['index']}] {e['type_name'] or e['type']} flags "
                          f"0x{e['flags']:x} {flags_text(e['flags']) if 'path_record' in e else '|'.join(e['flag_names'])}  {what}")
+        if "counters" in d:
+            names = list(ACM_COUNTERS) + [f"counter {i}" for i in
+                                          range(len(ACM_COUNTERS), len(d["counters"]))]
+            lines.append("        counters " + ", ".join(
+                f"{n} {v}" for n, v in zip(names, d["counters"])))
+        if "endpoint" in d:
+            ep = d["endpoint"]
+            lines.append(f"        endpoint guid 0x{ep['dev_guid']:016x} port {ep['port_num']}/"
+                         f"{ep['phys_port_cnt']} pkey 0x{ep['pkey']:04x} provider "
+                         f"{ep['provider']}  " + ", ".join(ep["addresses"]))
     for e in d.get("errors", []):
         lines.append(f"        ! {e}")
     return lines

@@ -7,6 +7,11 @@ with a source and a destination address entry (acm.c ucma_ib_resolve), and the a
 read with struct at acm.h's offsets, not with the layers that built it. The oracle for the
 path entries is the committed corpus capture of each scenario (captures/corpus, written by
 `ibpath craft --corpus`): its blob frame is what the resolver handed over.
+
+ib_acme (Debian's ibacm package) needs no device: it talks to the socket -S names through
+libacm, which sends PERF_QUERY and EP_QUERY in network order and parses the answers as
+ibacm sends them. Its printout is the oracle for those answers and for a RESOLVE by IP
+address; `ibpath record` around it gives the recording that decode and audit must read.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import ctypes.util
 import ipaddress
 import json
 import os
+import re
+import shutil
 import socket
 import struct
 import subprocess
@@ -27,7 +34,6 @@ from pathlib import Path
 import pytest
 
 from ibpath_scapy.acmserve import (
-    ACM_MAX_COUNTER,
     DEFAULT_SOCKET,
     AcmServeError,
     Plan,
@@ -37,14 +43,36 @@ from ibpath_scapy.acmserve import (
 from ibpath_scapy.layers.ib import ExportedPDU
 from ibpath_scapy.pcapio import read_frames
 
+IBPATH = [sys.executable, "-m", "ibpath_scapy"]
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "captures" / "corpus"
 MANIFEST = {e["scenario"]: e
             for e in json.loads((CORPUS / "manifest.json").read_text())["scenarios"]}
 HDR = struct.Struct("<BBBBBBHQ")  # struct acm_hdr: version opcode status data[3] length tid
 EP = struct.Struct("<IHH64s")  # struct acm_ep_addr_data: flags type reserved info
+EP_CONFIG = struct.Struct(">QBBHHH64s")  # struct acm_ep_config_data, network order
 ACM_EP_INFO_ADDRESS_IP, ACM_EP_INFO_PATH = 0x0002, 0x0010
 LIMIT = (0xFFFF - 16) // 72  # entries that fit the 16-bit length
+# libacm ib_acm_cntr_name, in acm.h's ACM_CNTR_* order
+COUNTER_NAMES = ["Error Count", "Resolve Count", "No Data", "Addr Query Count",
+                 "Addr Cache Count", "Route Query Count", "Route Cache Count"]
+
+
+def unpack_hdr(data: bytes) -> tuple:
+    """struct acm_hdr as acm.h says it travels: RESOLVE not byte swapped, PERF_QUERY and
+    EP_QUERY in network order (the length; ibacm acm_msg_length, libacm be16toh)."""
+    fields = HDR.unpack_from(data)
+    if fields[1] & 0x0F != 0x01:
+        fields = fields[:6] + struct.unpack_from(">H", data, 6) + fields[7:]
+    return fields
+
+
+def libacm_query(opcode: int, src_out: int = 0, src_index: int = 0, entry: bytes = b"") -> bytes:
+    """A PERF_QUERY or EP_QUERY as libacm sends it: header in network order, tid 0, an
+    optional entry in host order (ib_acm_query_perf, ib_acm_enum_ep, acm_format_ep_addr)."""
+    return (struct.pack("<BBBBBB", 1, opcode, 0, src_out, src_index, 0)
+            + struct.pack(">H", 16 + len(entry)) + bytes(8) + entry)
 
 
 def corpus_blob(name: str) -> bytes | None:
@@ -74,7 +102,7 @@ def read_message(conn: socket.socket) -> bytes:
         if not part:
             return head
         head += part
-    length = HDR.unpack(head)[6]
+    length = unpack_hdr(head)[6]
     body = b""
     while len(body) < length - 16:
         part = conn.recv(length - 16 - len(body))
@@ -189,17 +217,52 @@ def test_unanswered_sa_times_out(tmp_path):
         assert s.server.exchanges[0]["answer"] is None
 
 
-def test_perf_and_ep_query(tmp_path):
-    """ib_acme's PERF_QUERY gets ACM_MAX_COUNTER counters, EP_QUERY an ENODATA end of list;
-    an unknown opcode EINVAL."""
-    with Running(tmp_path, plan_for("conform-ucma")) as s:
-        perf = s.ask(HDR.pack(1, 0x02, 0, 0, 0, 0, 16, 5))
-        ep = s.ask(HDR.pack(1, 0x03, 0, 0, 0, 0, 16, 6))
-        bad = s.ask(HDR.pack(1, 0x07, 0, 0, 0, 0, 16, 7))
-    assert HDR.unpack(perf[:16]) == (1, 0x82, 0, 0, ACM_MAX_COUNTER, 0,
-                                     16 + 8 * ACM_MAX_COUNTER, 5)
-    assert HDR.unpack(ep) == (1, 0x83, 3, 0, 0, 0, 16, 6)
-    assert HDR.unpack(bad)[1:3] == (0x87, 2)
+def test_perf_and_ep_query_answered_as_ibacm(tmp_path):
+    """ibacm's answers to libacm's queries, read with struct in network order: PERF_QUERY
+    gets src_out 64-bit counters (RESOLVE counted, ENODATA as No Data), for the service, for
+    endpoint 1 or for one of its addresses, and ESRCADDR for another endpoint or address;
+    EP_QUERY gets struct acm_ep_config_data for endpoint 1 (on port 1 or any port), EINVAL
+    for any other. An unknown opcode or version is not answered: the connection closes."""
+    plan = plan_for("conform-ucma")
+    local_ip = plan.local_ip
+    with Running(tmp_path, plan) as s:
+        perf = s.ask(libacm_query(0x02))
+        s.ask(librdmacm_request("10.0.0.1", "10.0.0.2"))
+        after = s.ask(libacm_query(0x02))
+        by_index = s.ask(libacm_query(0x02, src_index=1))
+        other = s.ask(libacm_query(0x02, src_index=2))
+        addr = lambda a: EP.pack(1, ACM_EP_INFO_ADDRESS_IP, 0, ipaddress.IPv4Address(a).packed)
+        by_address = s.ask(libacm_query(0x02, entry=addr("10.0.0.1")))
+        unknown = s.ask(libacm_query(0x02, entry=addr("10.9.9.9")))
+        not_source = s.ask(libacm_query(0x02, entry=EP.pack(2, 2, 0, bytes(64))))
+        ep = s.ask(libacm_query(0x03, src_out=1, src_index=1))
+        ep_any_port = s.ask(libacm_query(0x03, src_out=1, src_index=0))
+        ep2 = s.ask(libacm_query(0x03, src_out=2, src_index=1))
+        port2 = s.ask(libacm_query(0x03, src_out=1, src_index=2))
+        bad = s.ask(libacm_query(0x07))
+        version = s.ask(b"\x02" + libacm_query(0x02)[1:])
+    counters = lambda m: list(struct.unpack_from(f">{unpack_hdr(m)[3]}Q", m, 16))
+    assert unpack_hdr(perf) == (1, 0x82, 0, 7, 0, 0, 16 + 7 * 8, 0) and len(perf) == 72
+    assert counters(perf) == [0] * 7
+    assert counters(after) == [0, 1, 0, 0, 0, 0, 0]  # Resolve Count 1
+    assert counters(by_index) == counters(by_address) == counters(not_source) == counters(after)
+    assert unpack_hdr(by_index)[3:5] == (7, 1)  # src_index kept, as acm_svr_perf_query does
+    for m in (other, unknown):
+        assert unpack_hdr(m)[1:3] == (0x82, 7) and len(m) == 16  # ESRCADDR, the header alone
+    head = unpack_hdr(ep)
+    assert head[:6] == (1, 0x83, 0, 1, 0, 0) and head[6] == len(ep) == 16 + 80 + 2 * 64
+    guid, port, ports, _rsvd, pkey, count, prov = EP_CONFIG.unpack_from(ep, 16)
+    names = [ep[96 + 64 * i:160 + 64 * i].rstrip(b"\0").decode() for i in range(count)]
+    assert guid == int.from_bytes(ipaddress.IPv6Address(plan.local_gid).packed[8:], "big")
+    assert (port, ports, pkey, prov.rstrip(b"\0")) == (1, 1, 0xFFFF, b"ibpath")
+    assert names == [local_ip, "10.0.0.1"]  # its own, then the source it answered for
+    assert ep_any_port == ep
+    for m in (ep2, port2):
+        assert unpack_hdr(m)[1:3] == (0x83, 2) and len(m) == 16  # EINVAL
+    assert bad == b"" and version == b""
+    with Running(tmp_path, plan_for("sar-status")) as s:  # answered ENODATA
+        s.ask(librdmacm_request("10.0.0.1", "10.0.0.2"))
+        assert counters(s.ask(libacm_query(0x02))) == [0, 1, 1, 0, 0, 0, 0]
 
 
 def test_log_and_capture(tmp_path):
@@ -323,3 +386,208 @@ def test_tcp_port(tmp_path):
         server.stop()
         thread.join(5)
     assert HDR.unpack(data[:16])[1:3] == (0x81, 0) and len(data) == 88
+
+
+# -- ib_acme, the real client -------------------------------------------------------------------
+
+IB_ACME = shutil.which("ib_acme")
+needs_ib_acme = pytest.mark.skipif(IB_ACME is None, reason="ib_acme is not installed (Debian "
+                                   "package ibacm; tools/install.sh installs it)")
+# IBA 15.2.5.16 PathRecord, MAD format: dgid, sgid, dlid, slid, flow label/hop limit word,
+# tclass, reversible/numbpath, pkey, qos/sl, mtu, rate, packet lifetime
+PATH_FIELDS = struct.Struct(">8x16s16sHHIBBHHBBB")
+
+
+class Served:
+    """`ibpath acm serve` as a process on a socket in tmp_path, logging to a file there."""
+
+    def __init__(self, tmp_path: Path, scenario: str, *options: str):
+        self.sock, self.log_path = tmp_path / "acm.sock", tmp_path / "serve.jsonl"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ibpath_scapy.cli.main", "acm", "serve", "--scenario",
+             scenario, "--socket", str(self.sock), "--log", str(self.log_path), *options],
+            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        line = self.proc.stderr.readline()
+        assert "listening on" in line, line + self.proc.stderr.read()
+
+    def acme(self, *args: str, status: int = 0) -> str:
+        """ib_acme's printout for `ib_acme -S SOCKET ARGS`, which must exit with `status` (0
+        also when a perf or endpoint query failed: it prints why; 255 for a failed RESOLVE,
+        "return status 0xffffffff")."""
+        p = subprocess.run([IB_ACME, "-S", str(self.sock), *args], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == status, f"ib_acme {' '.join(args)}: exit {p.returncode}\n{p.stdout}"
+        return p.stdout
+
+    def answers(self, opcode: str) -> list[dict]:
+        """The answers the stand-in logged to requests of that opcode, in order."""
+        lines = [json.loads(x) for x in self.log_path.read_text().splitlines()]
+        assert not [x for x in lines if "error" in x], lines
+        return [x["answer"] for x in lines if x["request"]["opcode"] == opcode]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        _out, err = self.proc.communicate(timeout=30)
+        assert self.proc.returncode == 0, err
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def perf_rows(text: str) -> tuple[list[str], list[list[int]]]:
+    """ib_acme -P's printout (acme.c query_perf_one): "svc,<counter names>", then one
+    "svc,<values>" row per query."""
+    lines = [ln for ln in text.splitlines() if "," in ln]
+    head = lines[0].split(",")
+    assert head[0] == "svc", text
+    return head[1:], [[int(v) for v in ln.split(",")[1:]] for ln in lines[1:]]
+
+
+def perf_column(text: str) -> dict[str, int]:
+    """ib_acme -P col's printout: "<name> : <value>" lines."""
+    return {k: int(v) for k, v in re.findall(r"^(.+?) : (\d+)$", text, re.M)}
+
+
+def ep_rows(text: str) -> list[dict]:
+    """ib_acme -e's printout (acme.c enumerate_ep): svc, 0x%016 guid, port, 0x%04x pkey,
+    ep_index, provider, then the addresses."""
+    lines = [ln for ln in text.splitlines() if "," in ln]
+    assert lines[0] == "svc,guid,port,pkey,ep_index,prov,addr_0,addresses", text
+    rows = []
+    for ln in lines[1:]:
+        _svc, guid, port, pkey, index, prov, *addrs = ln.split(",")
+        rows.append({"guid": int(guid, 16), "port": int(port), "pkey": int(pkey, 16),
+                     "index": int(index), "prov": prov, "addresses": addrs})
+    return rows
+
+
+def path_info(text: str) -> dict[str, str]:
+    """ib_acme's "Path information" block (acme.c show_path): "  <key>: <value>"."""
+    block = text.split("Path information\n", 1)[1]
+    return dict(re.findall(r"^  ([a-z ]+): (\S+)$", block, re.M))
+
+
+def printed_path(record: bytes) -> dict[str, str]:
+    """What show_path prints of a 64-byte PathRecord, computed here from its bytes."""
+    dgid, sgid, dlid, slid, fl_hop, tclass, rev, pkey, qos_sl, mtu, rate, plt = \
+        PATH_FIELDS.unpack(record[:PATH_FIELDS.size])
+    gid = lambda b: socket.inet_ntop(socket.AF_INET6, b)  # noqa: E731  libc's, as show_path
+    return {"dgid": gid(dgid), "sgid": gid(sgid), "dlid": str(dlid), "slid": str(slid),
+            "flow label": hex(fl_hop >> 8), "hop limit": str(fl_hop & 0xFF),
+            "tclass": str(tclass), "reversible": str(rev >> 7), "pkey": hex(pkey),
+            "sl": str(qos_sl & 0xF), "mtu": str(mtu & 0x1F), "rate": str(rate & 0x1F),
+            "packet lifetime": str(plt & 0x1F)}
+
+
+@needs_ib_acme
+def test_ib_acme_prints_what_the_stand_in_answers(tmp_path):
+    """ib_acme -P (row, col, by endpoint, by address), -e (all, by index) and -f i against
+    the stand-in: every printout is what its answers say, as libacm parses them. The path
+    is the corpus blob's record with the requester's RoCE GIDs; the counters count the
+    RESOLVE; the endpoint is the scenario's (its GID's interface ID, P_Key, address) and
+    the source it answered for."""
+    e = MANIFEST["conform-ucma"]
+    plan = plan_for("conform-ucma", seed=e["seed"], encap=e["encap"])
+    record = bytearray(corpus_blob("conform-ucma")[8:72])
+    record[8:40] = (ipaddress.IPv6Address("::ffff:10.0.0.2").packed
+                    + ipaddress.IPv6Address("::ffff:10.0.0.1").packed)
+    with Served(tmp_path, "conform-ucma", "--seed", str(e["seed"]), "--encap", e["encap"]) as s:
+        names, rows = perf_rows(s.acme("-P"))
+        assert names == COUNTER_NAMES and rows == [[0] * 7]
+        out = s.acme("-f", "i", "-s", "10.0.0.1", "-d", "10.0.0.2")
+        assert path_info(out) == printed_path(bytes(record))
+        answered = s.answers("RESOLVE")[0]["entries"][0]
+        assert path_info(out)["sgid"] == answered["sgid"] == "::ffff:10.0.0.1"
+        _names, rows = perf_rows(s.acme("-P"))
+        assert rows == [[0, 1, 0, 0, 0, 0, 0]] == [s.answers("PERF_QUERY")[-1]["counters"]]
+        assert perf_column(s.acme("-P", "col")) == dict(zip(COUNTER_NAMES, rows[0]))
+        assert perf_rows(s.acme("-P", "1"))[1] == rows  # endpoint 1: every RESOLVE reached it
+        assert perf_rows(s.acme("-P", "s", "-s", "10.0.0.1"))[1] == rows  # by its address
+        assert perf_rows(s.acme("-P", "all"))[1] == rows  # endpoint 1, then none
+        # ESRCADDR → EADDRNOTAVAIL (libacm acm_error)
+        assert "Failed to query perf data: Cannot assign requested address" in s.acme("-P", "2")
+        assert "ib_acm_query_perf failed: Cannot assign requested address" in s.acme(
+            "-P", "s", "-s", "10.9.9.9")
+        eps = ep_rows(s.acme("-e"))
+        want = {"guid": int.from_bytes(ipaddress.IPv6Address(plan.local_gid).packed[8:], "big"),
+                "port": 1, "pkey": int.from_bytes(record[50:52], "big"), "index": 1,
+                "prov": "ibpath", "addresses": [plan.local_ip, "10.0.0.1"]}
+        assert eps == [want]
+        logged = s.answers("EP_QUERY")[0]["endpoint"]
+        assert (logged["dev_guid"], logged["pkey"], logged["addresses"]) == (
+            want["guid"], want["pkey"], want["addresses"])
+        # -e asks index 2 on every port 1..255 (acme.c enumerate_ep) and gets EINVAL each time
+        assert [a["status"] for a in s.answers("EP_QUERY")] == ["SUCCESS"] + ["EINVAL"] * 255
+        assert ep_rows(s.acme("-e", "1")) == [want]
+        assert s.acme("-e", "2").startswith(" Endpoint 2 is not available")
+
+
+@needs_ib_acme
+def test_ib_acme_sees_the_scenarios_errors_and_their_counts(tmp_path):
+    """A scenario whose SA answered NO_RECORDS: ENODATA, counted as No Data; one whose SA
+    never answered: ETIMEDOUT after --timeout, counted as an error (acm.c
+    acm_resolve_response)."""
+    with Served(tmp_path, "sar-status") as s:
+        out = s.acme("-f", "i", "-s", "10.0.0.1", "-d", "10.0.0.2", status=255)
+        assert "ib_acm_resolve_ip failed: No data available" in out
+        assert perf_rows(s.acme("-P"))[1] == [[0, 1, 1, 0, 0, 0, 0]]
+    with Served(tmp_path, "saq-no-response", "--timeout", "0.2") as s:
+        out = s.acme("-f", "i", "-s", "10.0.0.1", "-d", "10.0.0.2", status=255)
+        assert "ib_acm_resolve_ip failed: Connection timed out" in out
+        assert perf_rows(s.acme("-P"))[1] == [[1, 1, 0, 0, 0, 0, 0]]
+
+
+@needs_ib_acme
+@pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
+                    reason="no C compiler for ibpath record's shim")
+def test_ib_acme_recorded_decodes_and_audits(tmp_path):
+    """ib_acme -P, -e, -f i and -P col under `ibpath record`: every ACM message a frame whose
+    length (host order for RESOLVE, network order for the others) is its size, nothing
+    malformed; the recorded counters and endpoint are what ib_acme printed; the audit finds
+    nothing and sees one RESOLVE exchange. The tshark engine (with the plugin) reads the
+    same records."""
+    from ibpath_scapy.decode import Decoder, decode_file
+
+    with Served(tmp_path, "conform-ucma") as s:
+        rec = tmp_path / "ib_acme.pcapng"
+        sock = str(s.sock)
+        script = "; ".join(f"{IB_ACME} -S {sock} {a}" for a in
+                           ("-P", "-e", "-f i -s 10.0.0.1 -d 10.0.0.2", "-P col"))
+        p = subprocess.run(IBPATH + ["record", "-o", str(rec), "--acm-socket", sock, "--",
+                                     "sh", "-c", script],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert p.returncode == 0, p.stderr
+        served = sum(1 for _ in s.log_path.read_text().splitlines())
+    printed = p.stdout.split("return status 0x0\n")
+    decoder = Decoder()
+    records = list(decode_file(str(rec), decoder, render=True))
+    assert decoder.stats.malformed == 0
+    assert len(records) == 2 * served == 2 * (1 + 256 + 1 + 1)
+    assert all(r["kind"] == "acm" and r["acm"]["length"] == r["size"] and "errors" not in r
+               for r in records)
+    raw = [ExportedPDU(f.data) for f in read_frames(str(rec))]
+    assert [unpack_hdr(bytes(x.payload))[6] for x in raw] == [r["size"] for r in records]
+    perf = [r["counters"] for r in records if r["acm"]["opcode"] == 0x82]
+    assert perf == [perf_rows(printed[0])[1][0], list(perf_column(printed[3]).values())]
+    (ep,) = [r["endpoint"] for r in records if "endpoint" in r]
+    (row,) = ep_rows(printed[1])
+    assert (ep["dev_guid"], ep["port_num"], ep["pkey"], ep["provider"], ep["addresses"]) == (
+        row["guid"], row["port"], row["pkey"], row["prov"], row["addresses"])
+    report = tmp_path / "audit.json"
+    from ibpath_scapy.cli.main import main
+    assert main(["audit", "--quiet", "--format", "json", "-o", str(report), str(rec)]) == 0
+    doc = json.loads(report.read_text())
+    assert doc["findings"] == [] and doc["summary"]["acm_exchanges"] == 1
+    if shutil.which("tshark"):
+        from ibpath_scapy.tshark_engine.process import tshark_records
+        from plugin_oracle import assert_no_malformed
+        from ibpath_scapy.luagen.plugin import CHECKOUT_PLUGIN
+
+        def same(r):
+            return {k: v for k, v in r.items() if k != "time"}
+        assert [same(r) for r in tshark_records(str(rec), render=True)] == \
+            [same(r) for r in records]
+        assert_no_malformed(str(rec), str(CHECKOUT_PLUGIN))

@@ -12,13 +12,16 @@ from scapy.fields import (
     BitEnumField,
     BitField,
     ByteEnumField,
+    ByteField,
     ConditionalField,
     FieldLenField,
     FlagsField,
+    IntField,
     IP6Field,
     LEIntField,
     LEShortField,
     MACField,
+    MultipleTypeField,
     PacketListField,
     ShortField,
     StrFixedLenField,
@@ -33,7 +36,7 @@ from scapy.packet import Packet, Raw, bind_layers
 
 from ibpath_scapy import crcspec
 from ibpath_scapy.expr import F
-from ibpath_scapy.hints import LengthHint, ListHint, WhenHint
+from ibpath_scapy.hints import ByteOrderHint, LengthHint, ListHint, WhenHint
 from ibpath_scapy.luagen import GeneratorError, Spec, generate
 from ibpath_scapy.luagen import plugin as luagen_plugin
 from ibpath_scapy.luagen.emit import constants_lua
@@ -65,6 +68,8 @@ class Gadget(Packet):
         XBitField("c", 0, 20), BitField("d", 0, 4),  # 40-bit run, c straddles 3 bytes
         BitField("w4", 0, 4), BitField("wide", 0, 36),  # 36 bits past a nibble: no mask fits
         LEShortField("le16", 0), LEIntField("le32", 0), XLongField("big", 0),
+        # big-endian for kind 2, little-endian otherwise (ACM's length, by opcode)
+        MultipleTypeField([(IntField("either", 0), lambda p: p.kind == 2)], LEIntField("either", 0)),
         X3BytesField("three", 0),
         FlagsField("fl", 0, 12, ["f0", "f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8", "f9",
                                  "f10", "f11"]),
@@ -83,6 +88,7 @@ class Gadget(Packet):
         "items": ListHint(count=F("n"), stride=F("n") * 0 + 4, selector=F("n") * 0, classes={0: Item}),
         "opt": WhenHint(F("kind") == 2),
         "s": LengthHint(F("slen")),
+        "either": ByteOrderHint(F("kind") == 2),
     }
 
 
@@ -104,6 +110,7 @@ def make_gadget(rnd: random.Random) -> Gadget:
     edge = lambda bits: rnd.choice([0, (1 << bits) - 1, rnd.randrange(1 << bits)])  # noqa: E731
     return Gadget(kind=kind, a=edge(3), b=edge(13), c=edge(20), d=edge(4), w4=edge(4),
                   wide=edge(36), le16=edge(16), le32=edge(32), big=edge(64), three=edge(24),
+                  either=rnd.choice([0x01020304, edge(32)]),
                   fl=edge(12), pad4=edge(4), wideflags=edge(64), leflags=edge(32),
                   gid=":".join(f"{rnd.randrange(65536):x}" for _ in range(8)),
                   mac=":".join(f"{rnd.randrange(256):02x}" for _ in range(6)),
@@ -160,6 +167,22 @@ def test_lambda_without_hint_is_refused_with_a_clear_error():
 
     with pytest.raises(GeneratorError, match="WhenHint"):
         generate(Spec(prefix="x", entry_layers=[Cond]))
+
+    class Either(Packet):
+        fields_desc = [ByteField("k", 0),
+                       MultipleTypeField([(ShortField("n", 0), lambda p: p.k)], LEShortField("n", 0))]
+
+    with pytest.raises(GeneratorError, match=r"Either\.n: a MultipleTypeField needs a ByteOrderHint"):
+        generate(Spec(prefix="x", entry_layers=[Either]))
+
+    class Other(Packet):
+        fields_desc = [ByteField("k", 0),
+                       MultipleTypeField([(IntField("n", 0), lambda p: p.k)], LEShortField("n", 0))]
+        field_hints = {"n": ByteOrderHint(F("k") == 1)}
+
+    with pytest.raises(GeneratorError, match=r"Other\.n: a MultipleTypeField is modelled only "
+                       "as one integer in both byte orders"):
+        generate(Spec(prefix="x", entry_layers=[Other]))
 
 
 HOSTILE = [

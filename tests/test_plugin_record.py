@@ -1,8 +1,10 @@
 """The plugin on `ibpath record`'s exported PDUs (ibpath.ucma, ibpath.acm, ibpath.umad): every
 field tshark shows equals Scapy's dissection of the same bytes (plugin_oracle.compare), on
 every ucma command and response the layers know, with random contents; ACM RESOLVE requests
-and responses with every entry type; and every MAD of the committed OpenSM recording
-(captures/opensm/saquery.umadrec, real saquery bytes) behind its ib_user_mad header."""
+and responses with every entry type, PERF_QUERY requests and answers, EP_QUERY answers (their
+lengths in network order, acm.h; error answers without a body); and every umad message of the
+committed recordings of OpenSM and saquery (captures/opensm/*.pcapng, real bytes) behind its
+ib_user_mad header."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from pathlib import Path
 
 from ibpath_scapy.encap import exported_pdu
 from ibpath_scapy.layers.acm import (
-    ACM_DISSECTOR, ACM_EP_INFO_TYPES, ACM_MSG_EP_LENGTH, ACM_MSG_HDR_LENGTH, AcmHdr,
+    ACM_DISSECTOR, ACM_EP_INFO_TYPES, ACM_MSG_EP_LENGTH, ACM_MSG_HDR_LENGTH, AcmEpConfigData,
+    AcmHdr, AcmPerfData,
 )
 from ibpath_scapy.layers.ib import ExportedPDU
 from ibpath_scapy.layers.ucma import (
@@ -63,17 +66,44 @@ def ucma_frames(rng: random.Random) -> list[bytes]:
     return out
 
 
+def _acm_header(opcode: int, status: int, data: bytes, length: int, tid: int) -> bytes:
+    """struct acm_hdr as acm.h and ibacm lay it out: length in host order for RESOLVE, in
+    network order for every other opcode (acm.c acm_msg_length); tid as sent."""
+    order = "<" if opcode & 0x0F == 0x01 else ">"
+    return struct.pack("<BBB3s", 1, opcode, status, data) + struct.pack(order + "H", length) \
+        + struct.pack("<Q", tid)
+
+
+def _entries(rng: random.Random, n: int) -> bytes:
+    out = b""
+    for _ in range(n):
+        kind = rng.choice(sorted(ACM_EP_INFO_TYPES))
+        out += struct.pack("<IHH", rng.getrandbits(32), kind, rng.getrandbits(16))
+        out += rng.randbytes(64)
+    return out
+
+
 def acm_frames(rng: random.Random) -> list[bytes]:
     out = []
-    for opcode in (0x01, 0x81, 0x02, 0x83):
-        for _ in range(3):
-            entries = b""
-            for _ in range(rng.randrange(0, 9)):
-                kind = rng.choice(sorted(ACM_EP_INFO_TYPES))
-                entries += struct.pack("<IHH", rng.getrandbits(32), kind, rng.getrandbits(16))
-                entries += rng.randbytes(64)
-            msg = struct.pack("<BBBBBBHQ", 1, opcode, rng.randrange(11), *rng.randbytes(3),
-                              ACM_MSG_HDR_LENGTH + len(entries), rng.getrandbits(64)) + entries
+    for opcode in (0x01, 0x81, 0x02, 0x82, 0x83, 0x03):
+        for _ in range(4):
+            src_out = rng.randrange(10)
+            if opcode in (0x01, 0x81):
+                body = _entries(rng, rng.randrange(0, 9))
+            elif opcode == 0x02:
+                body = _entries(rng, rng.choice((0, 1)))
+            elif opcode == 0x82:  # src_out counters (acm_perf_msg), or an error answer
+                body = rng.randbytes(8 * src_out) if rng.random() < 0.8 else b""
+            elif opcode == 0x83:  # struct acm_ep_config_data, addr_cnt names
+                n = rng.randrange(4)
+                body = (struct.pack(">QBBHHH", rng.getrandbits(64), rng.randrange(1, 3), 2, 0,
+                                    rng.getrandbits(16), n)
+                        + rng.randbytes(64) + rng.randbytes(64 * n)) if rng.random() < 0.7 else b""
+            else:
+                body = b""
+            data = bytes([src_out]) + rng.randbytes(2)
+            msg = _acm_header(opcode, rng.randrange(11), data, ACM_MSG_HDR_LENGTH + len(body),
+                              rng.getrandbits(64)) + body
             # a reader's buffer may hold bytes past the message
             out.append(msg + rng.randbytes(rng.choice((0, 0, 5, ACM_MSG_EP_LENGTH))))
     return out
@@ -110,7 +140,11 @@ def test_recorded_sources_equal_scapy_field_for_field(tmp_path):
     # the layers really were reached (not Raw): every class of the recorded sources appears
     seen = {type(layer).__name__ for p in dissected for layer in p.iterpayloads()}
     assert {"UcmaCmdHdr", "UcmaQueryPathResp", "UcmaEventResp", "UcmaCreateIdResp",
-            "AcmHdr", "AcmResolve", "UserMad", "MAD", "SAHeader"} <= seen
+            "AcmHdr", "AcmResolve", "AcmPerfData", "AcmEpConfigData", "UserMad", "MAD",
+            "SAHeader"} <= seen
+    # and their lists' items: counters, an endpoint's addresses
+    assert any(p[AcmPerfData].counters for p in dissected if AcmPerfData in p)
+    assert any(p[AcmEpConfigData].addrs for p in dissected if AcmEpConfigData in p)
     n = compare(str(path), LUA, dissected, FMAP)
     assert n > 8000  # 8344 with seed 20
     assert_no_malformed(str(path), LUA)

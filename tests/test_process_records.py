@@ -3,7 +3,9 @@ process rules read (audit/process.py), checked against oracles that are not the 
 
 - the C structs of include/uapi/rdma/rdma_user_cm.h and librdmacm/acm.h, unpacked here with
   struct from the raw exported-PDU payloads;
-- the stand-in ibacm's own log of what it was asked and answered (captures/rxe/acm/lab.json);
+- the stand-in ibacm's own log of what it was asked and answered (captures/rxe/acm/lab.json,
+  captures/ibacm/ib-acme.serve.jsonl);
+- ib_acme's printout of the counters and endpoints it was answered (captures/ibacm);
 - the lab's matrix of what librdmacm handed the kernel and the kernel's verdict, measured on
   a real 6.1 kernel (captures/rxe/acm/matrix.json);
 - the CM REQ on the wire, for the kernel's PATH readback.
@@ -26,7 +28,8 @@ from ibpath_scapy.record.comment import parse_call_comment
 from conftest import CAPTURES
 
 ACM = CAPTURES / "rxe" / "acm"
-PROCESS_CAPTURES = sorted(ACM.glob("*.pcapng")) + sorted(
+IBACM = CAPTURES / "ibacm"
+PROCESS_CAPTURES = sorted(ACM.glob("*.pcapng")) + sorted(IBACM.glob("*.pcapng")) + sorted(
     p for p in (CAPTURES / "corpus").glob("*.pcapng")
     if p.name.startswith(("acm-", "ucma-", "conform-acm")))
 LAB = json.loads((ACM / "lab.json").read_text())["scenarios"]
@@ -42,8 +45,18 @@ SET_OPTION = struct.Struct("<QIIII")             # optval, id, level, optname, o
 EVENT_RESP = struct.Struct("<QIIi")              # uid, id, event, status
 QUERY = struct.Struct("<QII")                    # response, id, option
 RESOLVE_ADDR = struct.Struct("<IIHHI")           # id, timeout_ms, src_size, dst_size, reserved
-ACM_HDR = struct.Struct("<BBBBBBHQ")             # struct acm_hdr
+ACM_HDR = struct.Struct("<BBBBBBHQ")             # struct acm_hdr (RESOLVE: host order)
 ACM_EP = struct.Struct("<IHH64s")                # struct acm_ep_addr_data
+ACM_EP_CONFIG = struct.Struct(">QBBHHH64s")      # struct acm_ep_config_data (network order)
+
+
+def acm_header(p: bytes) -> tuple:
+    """struct acm_hdr: length in host order for RESOLVE, network order for PERF_QUERY and
+    EP_QUERY (acm.h; ibacm acm.c acm_msg_length)."""
+    fields = ACM_HDR.unpack_from(p)
+    if fields[1] & 0x0F != 0x01:
+        fields = fields[:6] + struct.unpack_from(">H", p, 6) + fields[7:]
+    return fields
 PATH_REC = struct.Struct(">Q16s16sHH")           # ibv_path_record: service_id, dgid, sgid, dlid, slid
 
 
@@ -79,7 +92,9 @@ def test_every_ucma_and_acm_frame_is_a_record(capture):
 
 
 def test_ucma_records_are_the_c_structs(capture):
-    _path, raw, records = capture
+    path, raw, records = capture
+    if not any(r["kind"] == "ucma" for r in records):
+        pytest.skip(f"{path.name}: no ucma command (ib_acme talks to ibacm only)")
     checked = 0
     for rec in (r for r in records if r["kind"] == "ucma"):
         _, p = _payload(raw[rec["frame"]].data)
@@ -125,14 +140,33 @@ def test_acm_records_are_the_c_structs(capture):
     _path, raw, records = capture
     for rec in (r for r in records if r["kind"] == "acm"):
         _, p = _payload(raw[rec["frame"]].data)
-        version, opcode, status, _o, _s, _d, length, tid = ACM_HDR.unpack_from(p)
+        version, opcode, status, _o, _s, _d, length, tid = acm_header(p)
         a = rec["acm"]
         assert (a["version"], a["opcode"], a["status"], a["length"], a["tid"]) == (
             version, opcode, status, length, tid)
         assert rec["response"] == bool(opcode & 0x80)
         body = p[ACM_HDR.size:length] if length <= len(p) else p[ACM_HDR.size:]
+        if opcode == 0x82:  # PERF_QUERY's answer: src_out big-endian counters
+            n = min(_o, len(body) // 8)
+            assert rec.get("counters", []) == list(struct.unpack_from(f">{n}Q", body))
+            continue
+        if opcode == 0x83:  # EP_QUERY's answer: struct acm_ep_config_data, addr_cnt names
+            if not body:
+                assert "endpoint" not in rec
+                continue
+            guid, port, ports, _rsvd, pkey, count, prov = ACM_EP_CONFIG.unpack_from(body)
+            names = [body[80 + 64 * i:144 + 64 * i].split(b"\0")[0].decode()
+                     for i in range(count)]
+            ep = rec["endpoint"]
+            assert (ep["dev_guid"], ep["port_num"], ep["phys_port_cnt"], ep["pkey"],
+                    ep["provider"], ep["addresses"]) == (
+                guid, port, ports, pkey, prov.split(b"\0")[0].decode(), names)
+            continue
+        if opcode & 0x0F != 0x01 and not body:
+            assert "entries" not in rec
+            continue
         assert len(rec["entries"]) == len(body) // 72
-        assert rec["trailing_bytes"] == len(body) % 72
+        assert rec["trailing_bytes"] == (len(body) % 72 if opcode & 0x0F == 0x01 else 0)
         for e, i in zip(rec["entries"], range(0, len(body) - 71, 72)):
             flags, typ, _res, info = ACM_EP.unpack_from(body, i)
             assert (e["flags"], e["type"]) == (flags, typ)
@@ -275,3 +309,31 @@ def test_the_librdmacm_layer_predicts_what_reached_the_kernel(name):
         ucma = lib["ucma"]
         assert (f"gmp {ucma['gmp']}" if ucma["accepted"] else "EINVAL") == row["ucma"]
         assert len(lib["librdmacm"]["entries"]) * 72 == row["passed_length"]
+
+
+def test_ib_acme_recording_is_what_ib_acme_printed_and_the_stand_in_logged():
+    """captures/ibacm: every recorded message is the bytes the stand-in logged, request then
+    answer; the counters and endpoints decoded are what ib_acme printed of them (its
+    printout, ib-acme.txt, is libacm's own reading of the network-order answers)."""
+    from test_acmserve import ep_rows, perf_column, perf_rows
+
+    path = IBACM / "ib-acme.pcapng"
+    raw = [_payload(f.data)[1] for f in read_frames(str(path))]
+    log = [json.loads(x) for x in (IBACM / "ib-acme.serve.jsonl").read_text().splitlines()]
+    assert raw == [bytes.fromhex(x[side]["hex"]) for x in log for side in ("request", "answer")]
+    records = list(decode_file(str(path), render=True))
+    assert all(r["acm"]["length"] == r["size"] and "errors" not in r for r in records)
+    runs = (IBACM / "ib-acme.txt").read_text().split("return status 0x0\n")
+    counters = [r["counters"] for r in records if "counters" in r]
+    assert counters == [perf_rows(runs[0])[1][0], list(perf_column(runs[3]).values()),
+                        perf_rows(runs[4])[1][0]]
+    assert [0, 1] == [c[1] for c in counters[:2]]  # Resolve Count, before and after the RESOLVE
+    endpoints = [r["endpoint"] for r in records if "endpoint" in r]
+    printed = [ep_rows(runs[1])[0], ep_rows(runs[5])[0]]
+    assert [(e["dev_guid"], e["port_num"], e["pkey"], e["provider"], e["addresses"])
+            for e in endpoints] == [(p["guid"], p["port"], p["pkey"], p["prov"], p["addresses"])
+                                    for p in printed]
+    assert "Failed to query perf data: Cannot assign requested address" in runs[6]
+    assert records[-1]["acm"]["status_name"] == "ESRCADDR" and "counters" not in records[-1]
+    assert build(list(decode_file(str(path)))).exchanges[0].request.frame == 5
+    assert len(build(list(decode_file(str(path)))).exchanges) == 1

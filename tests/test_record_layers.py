@@ -4,7 +4,8 @@
   compiler lays out the kernel's own uapi headers (<rdma/rdma_user_cm.h>,
   <rdma/ib_user_mad.h>, installed by linux-libc-dev) and a transcription of rdma-core's
   librdmacm/acm.h; every Scapy field must sit where its C member does.
-- Values: a RESOLVE response built with those C structs (layout.c's SAMPLE line); every umad
+- Values: a RESOLVE response, a PERF_QUERY and its answer and an EP_QUERY answer built with
+  those C structs, swapped where ibacm and libacm swap (layout.c's SAMPLE lines); every umad
   frame of the committed OpenSM and saquery recordings (captures/opensm/*.pcapng) read by
   plain struct as ib_user_mad.h lays struct ib_user_mad_hdr out.
 """
@@ -21,7 +22,7 @@ from scapy.fields import ConditionalField
 from scapy.packet import Padding, Raw, raw
 
 from ibpath_scapy.layers.acm import (
-    ACM_DISSECTOR, AcmEpAddrData, AcmHdr, AcmResolve,
+    ACM_DISSECTOR, AcmEpAddrData, AcmEpConfigData, AcmHdr, AcmPerfData, AcmResolve,
 )
 from ibpath_scapy.layers.ib import EXPORTED_PDU_DISSECTORS, ExportedPDU
 from ibpath_scapy.layers.mad import MAD
@@ -64,6 +65,9 @@ STRUCTS = {
     UserMad: ("ib_user_mad_hdr", {"agent_id": "id"}),
     AcmHdr: ("acm_hdr", {"src_out": None, "src_index": None, "dst_index": None}),
     AcmEpAddrData: ("acm_ep_addr_data", {"path": "info"}),  # union acm_ep_info
+    # addrs[] (a flexible array) and what follows it: checked below
+    AcmEpConfigData: ("acm_ep_config_data", {"reserved": "rsvd", "addrs": None,
+                                             "trailing": None}),
 }
 
 
@@ -121,6 +125,7 @@ def test_size_and_offsets_match_the_c_struct(oracle, cls):
     covered = {renamed.get(n, n) for n in layout} | {
         "param" if cls is UcmaEventResp else None,
         "data" if cls is AcmHdr else None,
+        "addrs" if cls is AcmEpConfigData else None,
         "path_data" if cls is UcmaQueryPathResp else None}
     assert c_members <= covered, f"{struct}: members {sorted(c_members - covered)} not in {cls.__name__}"
 
@@ -140,6 +145,8 @@ def test_split_members_cover_their_c_member(oracle):
         [(data_off + i, 1) for i in range(data_size)]  # acm.h: #define src_out data[0] ...
     address, _ = scapy_layout(AcmEpAddrData, type=0x0002)
     assert address["info"] == members[("acm_ep_addr_data", "info")]  # the other union member
+    ep, _ = scapy_layout(AcmEpConfigData)
+    assert ep["addrs"][0] == members[("acm_ep_config_data", "addrs")][0]
     # UcmaAhAttr flattens ib_uverbs_ah_attr's grh (struct ib_uverbs_global_route)
     ah, _ = scapy_layout(UcmaAhAttr)
     grh_off, _ = members[("ib_uverbs_ah_attr", "dlid")]
@@ -187,6 +194,42 @@ def test_acm_message_built_in_c_dissects_field_for_field(oracle):
         AcmEpAddrData(type=0x10, path=PathRecord(msg[16 + 72 + 8:]))])) == \
         msg[:1] + b"\x01\x00\x00\x00\x00" + (16 + 72).to_bytes(2, "little") + \
         (5).to_bytes(8, "little") + b"\0\0\0\0\x10\0\0\0" + msg[16 + 72 + 8:]
+
+
+def test_perf_query_built_in_c_dissects_field_for_field(oracle):
+    """ibacm's PERF_QUERY answer and libacm's PERF_QUERY for an address, network order: the
+    length big-endian, the counters too; the request's entry in host order (acm_format_ep_addr
+    swaps nothing)."""
+    msg = oracle[2]["acm_perf"]
+    pkt = AcmHdr(msg)
+    assert (pkt.version, pkt.opcode, pkt.status, pkt.src_out, pkt.src_index) == (1, 0x82, 0, 7, 1)
+    assert pkt.length == len(msg) == 16 + 7 * 8 and pkt.network_order()
+    assert pkt.tid == 0x1122334455667788
+    assert pkt[AcmPerfData].values() == [0x0100000000000000 * (i + 1) + 1000 + i
+                                         for i in range(7)]
+    assert not pkt[AcmPerfData].trailing and raw(pkt) == msg
+    query = AcmHdr(oracle[2]["acm_perf_query"])
+    assert query.opcode == 0x02 and query.length == 16 + 72
+    (entry,) = query[AcmResolve].resolve_data
+    assert (int(entry.flags), entry.type, entry.address_text()) == (1, 0x0002, "198.51.100.7")
+    assert raw(query) == oracle[2]["acm_perf_query"]
+    # the same bytes read as RESOLVE (host order) would be another length: 0x4800
+    assert int.from_bytes(msg[6:8], "little") != pkt.length
+
+
+def test_ep_query_answer_built_in_c_dissects_field_for_field(oracle):
+    msg = oracle[2]["acm_ep"]
+    pkt = AcmHdr(msg)
+    assert (pkt.opcode, pkt.status, pkt.src_out, pkt.length) == (0x83, 0, 2, len(msg))
+    ep = pkt[AcmEpConfigData]
+    assert (ep.dev_guid, ep.port_num, ep.phys_port_cnt, ep.pkey, ep.addr_cnt) == (
+        0x0002c90300a1b2c3, 2, 2, 0x8001, 2)
+    assert ep.provider() == "ibacmp"
+    assert ep.addresses() == ["192.0.2.1", "fe80::2:c903:a1:b2c3"]
+    assert not ep.trailing and raw(pkt) == msg
+    # an error answer is the header alone: no body layer
+    err = AcmHdr(raw(AcmHdr(opcode=0x83, status=2)))
+    assert err.length == 16 and AcmEpConfigData not in err
 
 
 def _recordings():

@@ -13,6 +13,7 @@ handed over (blob frames), put in order per cm_id and per ACM exchange.
 - An *ACM exchange* is a RESOLVE request and the response read on the same socket with the
   same tid (librdmacm acm.c ucma_ib_resolve: one send, one recv, no timeout); what the
   process did next with the cm_id (a hand-over, or RESOLVE_ROUTE: the kernel's own route).
+  PERF_QUERY and EP_QUERY (ib_acme's, through libacm) resolve nothing and are left out.
 
 Crafted captures carry no packet comments: pid and fd are then None and every record counts
 as one process's.
@@ -26,6 +27,7 @@ from .. import librdmacm
 from ..kernelview import Blob, select_ucma
 from ..layers.pathdata import RECORD_SIZE
 from ..facts.process import AcmFrame, UcmaFrame
+from ..layers.acm import ACM_OP_MASK, ACM_OP_RESOLVE
 from ..layers.ucma import RDMA_USER_CM_QUERY_PATH, QUERY_OPTIONS
 _PATH_QUERY = QUERY_OPTIONS[RDMA_USER_CM_QUERY_PATH]
 
@@ -140,6 +142,8 @@ def build(records: list) -> ProcessView:
                 waiting_blob = None
             continue
         if kind == "acm":
+            if rec.acm.opcode & ACM_OP_MASK != ACM_OP_RESOLVE:
+                continue
             who = _who(rec) + (rec.acm.tid,)
             if not rec.response:
                 x = AcmExchange(rec)

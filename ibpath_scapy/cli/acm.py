@@ -33,7 +33,10 @@ def add_parser(sub) -> None:
         description="Answer RESOLVE with the path array the scenario's resolver handed over "
         "(one ACM path entry per record, its flags as given), or with the scenario's error: "
         "an SA error status (as ibacm maps it, status >> 8), or ETIMEDOUT when its SA never "
-        "answered. PERF_QUERY and EP_QUERY get ibacm's shape of answer. The scenario's local "
+        "answered. ib_acme's PERF_QUERY and EP_QUERY are answered as ibacm answers them, in "
+        "network order: the stand-in's counters (RESOLVEs, ENODATA and other failed answers) "
+        "and its one endpoint (port 1; the scenario's local GID, P_Key and address, and every "
+        "source address it answered for). The scenario's local "
         "and remote GIDs are replaced by the requester's source and destination (RoCE GIDs of "
         "its IP addresses) unless --keep-gids. Each exchange is logged as one JSON line. "
         "Exit status: 0 after Ctrl-C/SIGTERM, 2 when it cannot start.")

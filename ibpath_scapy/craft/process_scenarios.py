@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 
+from ..layers.acm import ACM_MSG_EP_LENGTH, ACM_MSG_HDR_LENGTH, ACM_STATUS_ENODATA
 from ..layers.sa import PathRecord
 from ..librdmacm import ai_route_bytes
 from .program import Program, address_entry, path_entry, sockaddr_ib
@@ -18,7 +19,6 @@ from .resolver import GMP_BIDIR, GMP_BIDIR_SECONDARY
 from .session import Session
 
 ROCE = ("rocev2",)
-ACM_STATUS_ENODATA = 3  # librdmacm/acm.h ACM_STATUS_ENODATA: ibacm found no path
 
 
 def _program(s: Session) -> Program:
@@ -173,6 +173,23 @@ def acm_length(s: Session) -> None:
     the kernel disagree on what was sent."""
     path = _path(s)
     _resolved(s, _through_acm(s, [(GMP_BIDIR, path)], trailing=bytes(4)), path)
+
+
+@scenario("acm-length-discarded", ("ACM-LENGTH", "ACM-FALLBACK"), encaps=ROCE, program=True)
+def acm_length_discarded(s: Session) -> None:
+    """An ACM answer's header claims two entries; one and 4 stray bytes arrive: librdmacm discards it and the kernel resolves the route.
+
+    ucma_ib_resolve keeps an answer only when acm_hdr.length is the bytes recv() returned;
+    it never reads this one's entries, so its stray bytes are no finding of their own: one
+    ACM-LENGTH, then ACM-FALLBACK for the kernel's RESOLVE_ROUTE."""
+    p = _program(s)
+    _address(p)
+    path = _path(s)
+    p.acm_request()
+    p.acm_answer([(GMP_BIDIR, path)], trailing=bytes(4),
+                 length=ACM_MSG_HDR_LENGTH + 2 * ACM_MSG_EP_LENGTH)
+    p.resolve_route()
+    _resolved(s, p, path)
 
 
 @scenario("acm-path-split", ("ACM-PATH-SPLIT", "BLOB-ENDPOINTS", "BLOB-NOT-MAD-FORMAT"),

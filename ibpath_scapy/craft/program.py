@@ -18,6 +18,8 @@ import struct
 from ..kernelview import blob_from_bytes, select_ucma
 
 from ..layers.acm import (
+    ACM_EP_FLAG_DEST,
+    ACM_EP_FLAG_SOURCE,
     ACM_EP_INFO_ADDRESS_IP,
     ACM_EP_INFO_PATH,
     ACM_OP_ACK,
@@ -51,7 +53,6 @@ from ..layers.ucma import (
 from .builder import CaptureBuilder
 
 EVENT = {name: num for num, name in CM_EVENTS.items()}
-ACM_EP_FLAG_SOURCE, ACM_EP_FLAG_DEST = 1 << 0, 1 << 1
 RDMA_PS_TCP, IBV_QPT_RC = 0x0106, 2
 _RESPONSE_PTR = 0x7FFD_0000_1000  # the caller's response buffer (any user address)
 
@@ -150,10 +151,12 @@ class Program:
                           / AcmResolve(resolve_data=entries), send=True)
 
     def acm_answer(self, records: list[tuple[int, PathRecord]] | list[AcmEpAddrData], *,
-                   status: int = 0, trailing: bytes = b"") -> int:
-        """ibacm's answer: a path entry per record (or the entries given)."""
+                   status: int = 0, trailing: bytes = b"", length: int | None = None) -> int:
+        """ibacm's answer: a path entry per record (or the entries given); `length` what its
+        header claims, when that is not the bytes recv() returns."""
         entries = [e if isinstance(e, AcmEpAddrData) else path_entry(*e) for e in records]
-        msg = AcmHdr(opcode=ACM_OP_RESOLVE | ACM_OP_ACK, status=status, tid=self.acm_tid)
+        msg = AcmHdr(opcode=ACM_OP_RESOLVE | ACM_OP_ACK, status=status, tid=self.acm_tid,
+                     length=length)
         if records or trailing:
             msg = msg / AcmResolve(resolve_data=entries, trailing=trailing)
         return self.b.acm(msg, send=False)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..layers.acm import AcmHdr
+from ..layers.acm import AcmEpConfigData, AcmHdr
 from .records import Fact, Record, _fact, layer_fact
 
 
@@ -93,11 +93,22 @@ class AcmEntry(Fact):
     NULLABLE = frozenset({"type_name"})
 
 
+# struct acm_ep_config_data's values a record shows; its name and addresses as text
+ACM_ENDPOINT_FIELDS = ("dev_guid", "port_num", "phys_port_cnt", "pkey", "addr_cnt")
+AcmEndpoint = layer_fact("AcmEndpoint", AcmEpConfigData, names=ACM_ENDPOINT_FIELDS,
+                         derived=("provider", "addresses"),
+                         doc="struct acm_ep_config_data (an EP_QUERY answer): the endpoint's "
+                             "device GUID, port, device port count, P_Key, provider and "
+                             "addresses.")
+AcmEndpoint.__module__ = __name__
+
+
 @_fact
 class AcmFrame(Record):
     """One ACM message (struct acm_msg, librdmacm/acm.h): whether it is a response
     (ACM_OP_ACK), its size as recorded (what recv() returned for an answer), its header, its
-    entries, the bytes past the last whole entry."""
+    entries (RESOLVE, and a PERF_QUERY naming an endpoint), the bytes past the last whole
+    entry, a PERF_QUERY answer's counters (ACM_CNTR_* order), an EP_QUERY answer's endpoint."""
 
     frame: int
     time: float
@@ -108,6 +119,8 @@ class AcmFrame(Record):
     acm: Any
     entries: Any = None
     trailing_bytes: Any = None
+    counters: Any = None
+    endpoint: Any = None
     call: Any = None
     errors: Any = None
 

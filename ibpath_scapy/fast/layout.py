@@ -42,6 +42,8 @@ def step_source(step, base: str = "o") -> str:
     """Python source reading one step's value from `b` at offset `o` (the name of `base`)."""
     if step.when is not None or step.offset is None:
         raise NotCompilable(f"{step.name}: conditional or variable position")
+    if step.byte_order is not None:
+        raise NotCompilable(f"{step.name}: its byte order is decided by the message")
     start = f"{base} + {step.offset}" if step.offset else base
     end = f"{base} + {step.offset + step.nbytes}"
     order = "little" if step.little_endian else "big"
@@ -96,7 +98,7 @@ def _windows(steps: list) -> dict[str, tuple[int, int, int]] | None:
     or byte string sharing bytes with another field)."""
     spans = []
     for st in steps:
-        if st.when is not None or st.offset is None or st.little_endian:
+        if st.when is not None or st.offset is None or st.little_endian or st.byte_order:
             return None
         if st.kind not in ("ipv6", "bytes", "int", "bitint", "flags"):
             return None

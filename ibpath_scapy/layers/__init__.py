@@ -25,7 +25,9 @@ from .ucma import (  # noqa: F401
     UcmaResolveRoute, UcmaConnect, UcmaQuery, UcmaQueryPathResp, UcmaGetEvent, UcmaEventResp,
     UcmaSetOption, UcmaConnParam, UcmaAhAttr, UcmaUdParam, UcmaEce,
 )
-from .acm import AcmHdr, AcmEpAddrData, AcmResolve  # noqa: F401
+from .acm import (  # noqa: F401
+    AcmCounter, AcmEpAddrData, AcmEpAddress, AcmEpConfigData, AcmHdr, AcmPerfData, AcmResolve,
+)
 from .umad import UserMad  # noqa: F401
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "UcmaCmdHdr", "UcmaCreateId", "UcmaCreateIdResp", "UcmaResolveIp", "UcmaResolveAddr",
     "UcmaResolveRoute", "UcmaConnect", "UcmaQuery", "UcmaQueryPathResp", "UcmaGetEvent",
     "UcmaEventResp", "UcmaSetOption", "UcmaConnParam", "UcmaAhAttr", "UcmaUdParam", "UcmaEce",
-    "AcmHdr", "AcmEpAddrData", "AcmResolve",
+    "AcmHdr", "AcmEpAddrData", "AcmResolve", "AcmPerfData", "AcmCounter", "AcmEpConfigData",
+    "AcmEpAddress",
     "UserMad",
 ]

@@ -98,6 +98,8 @@ def _needed_fields(models: list[LayerModel], rules: list[Rule]) -> dict[str, set
                 add_refs(m.key, s.hint.length)
             if s.when is not None:
                 add_refs(m.key, s.when.condition)
+            if s.byte_order is not None:
+                add_refs(m.key, s.byte_order.big_endian)
     for m in models:
         length = getattr(m.cls, "length_hint", None)
         if length is not None:
@@ -326,7 +328,17 @@ class Emitter:
         if s.kind in ("int", "bitint", "flags", "ipv4", "ipv6", "ether", "bytes") and not static:
             w(f"if o + {s.nbytes} > limit then return ib_short(tvb, t, P[{lua_str(m.key)}], o, limit, {s.nbytes}) end")
         add = "add_le" if s.little_endian else "add"
-        if s.kind in ("int", "bitint", "flags"):
+        if s.byte_order is not None:
+            # the byte order is the message's own (an opcode, say): both reads, one chosen
+            be = s.byte_order.big_endian.lua(_lua_env('(limit - o)'))
+            rng = f"tvb({at}, {s.nbytes})"
+            wide = "64():tonumber()" if s.nbytes > 4 else "()"
+            with w.block("do"):
+                w(f"local be = ib_truthy({be})")
+                w(f"v[{name}] = be and {rng}:uint{wide} or {rng}:le_uint{wide}")
+                w(f"if show then if be then t:add({self.pf(s.item)}, {rng}) "
+                  f"else t:add_le({self.pf(s.item)}, {rng}) end end")
+        elif s.kind in ("int", "bitint", "flags"):
             if s.name in need or (s.kind == "bitint" and s.wide_value):
                 w(f"v[{name}] = {self._read_int(s, at)}")
             if s.kind == "bitint" and s.wide_value:

@@ -27,6 +27,7 @@ from ..assemble_process import (
     COMMAND_LAYERS,
     RESPONSE_FIELDS,
     RESPONSE_LAYERS,
+    acm_endpoint,
     acm_entry,
     acm_frame,
     recorder_note,
@@ -35,7 +36,10 @@ from ..assemble_process import (
     umad_fact,
 )
 from ..record.comment import NOTE_COLUMN, NOTE_DISSECTOR
-from ..layers.acm import AcmEpAddrData, AcmResolve
+from ..facts.process import ACM_ENDPOINT_FIELDS
+from ..layers.acm import (
+    AcmCounter, AcmEpAddrData, AcmEpAddress, AcmEpConfigData, AcmPerfData, AcmResolve,
+)
 from ..layers.ucma import UcmaCmdHdr, UcmaQueryPathResp
 from ..layers.umad import UMAD_DISSECTOR, UMAD_HDR_SIZE, UserMad, umad_headers_size
 from ..layout_model import build_layer
@@ -243,8 +247,19 @@ class _Builder(Assembler):
                     i, _values(e, AcmEpAddrData, ("flags", "type", "info")),
                     PathRecordFact(**{n: pr[n] for n in PATH_RECORD_FIELDS}) if pr else None))
             trailing = _hex_len(_first(resolve, _ACM_TRAILING))
+        counters = endpoint = None
+        perf = _first(top, _fields_of(AcmPerfData).node)
+        if perf is not None:
+            counters = [_values(c, AcmCounter)["value"]
+                        for c in _all(perf, _fields_of(AcmCounter).node)]
+        ep = _first(top, _fields_of(AcmEpConfigData).node)
+        if ep is not None:
+            addrs = [_values(a, AcmEpAddress)["address"]
+                     for a in _all(ep, _fields_of(AcmEpAddress).node)]
+            endpoint = acm_endpoint(_values(ep, AcmEpConfigData,
+                                            ACM_ENDPOINT_FIELDS + ("prov_name",)), addrs)
         return acm_frame(fr.number, fr.time, fr.comment, _public(head, layer), size, entries,
-                         trailing)
+                         trailing, counters=counters, endpoint=endpoint)
 
     # -- MADs --------------------------------------------------------------------------------
     def _mad_frame(self, fr: _Frame) -> Iterator:

@@ -5,13 +5,19 @@
  *   FIELD <struct> <member> <offset> <size>
  *   SIZE <struct> <size>
  *   SAMPLE acm_msg <hex>       a RESOLVE response built with the structs below
+ *   SAMPLE acm_perf <hex>      a PERF_QUERY answer, as ibacm acm_svr_perf_query builds it
+ *   SAMPLE acm_perf_query <hex> a PERF_QUERY for one endpoint's address, as libacm builds it
+ *   SAMPLE acm_ep <hex>        an EP_QUERY answer, as ibacm acm_svr_ep_query builds it
  *
  * ucma and umad come from the kernel's own uapi headers as installed (linux-libc-dev:
  * <rdma/rdma_user_cm.h>, <rdma/ib_user_mad.h>).  librdmacm/acm.h is not installed with
  * them, so its structs are transcribed here from rdma-core librdmacm/acm.h (struct acm_hdr,
- * struct acm_ep_addr_data with union acm_ep_info; struct ibv_path_record is 64 bytes,
- * libibverbs/sa.h).
+ * struct acm_ep_addr_data with union acm_ep_info, struct acm_ep_config_data; struct
+ * ibv_path_record is 64 bytes, libibverbs/sa.h).  The samples swap what ibacm and libacm
+ * swap (ibacm/src/acm.c, ibacm/src/libacm.c): PERF_QUERY and EP_QUERY in network order,
+ * RESOLVE's header and entries not.
  */
+#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +50,30 @@ struct acm_ep_addr_data {
 	uint16_t reserved;
 	union acm_ep_info info;
 };
+
+#define ACM_MAX_PROV_NAME 64
+
+struct acm_ep_config_data {
+	uint64_t dev_guid;
+	uint8_t port_num;
+	uint8_t phys_port_cnt;
+	uint8_t rsvd[2];
+	uint16_t pkey;
+	uint16_t addr_cnt;
+	uint8_t prov_name[ACM_MAX_PROV_NAME];
+	union acm_ep_info addrs[];
+};
+
+static void sample(const char *name, const void *msg, size_t len)
+{
+	const unsigned char *b = msg;
+	size_t i;
+
+	printf("SAMPLE %s ", name);
+	for (i = 0; i < len; i++)
+		printf("%02x", b[i]);
+	printf("\n");
+}
 
 #define F(s, m) printf("FIELD %s %s %zu %zu\n", #s, #m, offsetof(struct s, m), \
 		       sizeof(((struct s *)0)->m))
@@ -136,6 +166,12 @@ int main(void)
 	S(acm_ep_addr_data);
 	F(acm_ep_addr_data, flags); F(acm_ep_addr_data, type); F(acm_ep_addr_data, reserved);
 	F(acm_ep_addr_data, info);
+	S(acm_ep_config_data);
+	F(acm_ep_config_data, dev_guid); F(acm_ep_config_data, port_num);
+	F(acm_ep_config_data, phys_port_cnt); F(acm_ep_config_data, rsvd);
+	F(acm_ep_config_data, pkey); F(acm_ep_config_data, addr_cnt);
+	F(acm_ep_config_data, prov_name);
+	printf("FIELD acm_ep_config_data addrs %zu 0\n", offsetof(struct acm_ep_config_data, addrs));
 
 	{
 		struct {
@@ -168,6 +204,63 @@ int main(void)
 		for (i = 0; i < sizeof(m); i++)
 			printf("%02x", b[i]);
 		printf("\n");
+	}
+	{
+		/* acm_svr_perf_query: the request's header with ACK, src_out counters */
+		struct {
+			struct acm_hdr hdr;
+			uint64_t perf_data[7];		/* ACM_MAX_COUNTER */
+		} m = { 0 };
+		int i;
+
+		m.hdr.version = 1;
+		m.hdr.opcode = 0x82;		/* ACM_OP_PERF_QUERY | ACM_OP_ACK */
+		m.hdr.data[0] = 7;		/* src_out: the number of counters */
+		m.hdr.data[1] = 1;		/* src_index: the request's endpoint index */
+		m.hdr.length = htobe16(sizeof(m));
+		m.hdr.tid = 0x1122334455667788ULL;
+		for (i = 0; i < 7; i++)
+			m.perf_data[i] = htobe64(0x0100000000000000ULL * (i + 1) + 1000 + i);
+		sample("acm_perf", &m, sizeof(m));
+	}
+	{
+		/* ib_acm_query_perf_ep_addr: resolve_data[0] as acm_format_ep_addr fills it */
+		struct {
+			struct acm_hdr hdr;
+			struct acm_ep_addr_data data[1];
+		} m = { 0 };
+
+		m.hdr.version = 1;
+		m.hdr.opcode = 0x02;		/* ACM_OP_PERF_QUERY */
+		m.hdr.length = htobe16(sizeof(m));
+		m.data[0].flags = 1u << 0;	/* ACM_EP_FLAG_SOURCE */
+		m.data[0].type = 0x0002;	/* ACM_EP_INFO_ADDRESS_IP */
+		m.data[0].info.addr[0] = 198;
+		m.data[0].info.addr[1] = 51;
+		m.data[0].info.addr[2] = 100;
+		m.data[0].info.addr[3] = 7;
+		sample("acm_perf_query", &m, sizeof(m));
+	}
+	{
+		/* acm_svr_ep_query: ep_data after the header, two addresses' string_buf */
+		static unsigned char buf[sizeof(struct acm_hdr) + sizeof(struct acm_ep_config_data)
+					 + 2 * sizeof(union acm_ep_info)];
+		struct acm_hdr *hdr = (struct acm_hdr *)buf;
+		struct acm_ep_config_data *ep = (struct acm_ep_config_data *)(buf + sizeof(*hdr));
+
+		hdr->version = 1;
+		hdr->opcode = 0x83;		/* ACM_OP_EP_QUERY | ACM_OP_ACK */
+		hdr->data[0] = 2;		/* src_out: the endpoint index asked */
+		hdr->length = htobe16(sizeof(buf));
+		ep->dev_guid = htobe64(0x0002c90300a1b2c3ULL);
+		ep->port_num = 2;
+		ep->phys_port_cnt = 2;
+		ep->pkey = htobe16(0x8001);
+		ep->addr_cnt = htobe16(2);
+		snprintf((char *)ep->prov_name, ACM_MAX_PROV_NAME, "%s", "ibacmp");
+		snprintf((char *)ep->addrs[0].name, 64, "%s", "192.0.2.1");
+		snprintf((char *)ep->addrs[1].name, 64, "%s", "fe80::2:c903:a1:b2c3");
+		sample("acm_ep", buf, sizeof(buf));
 	}
 	return 0;
 }
