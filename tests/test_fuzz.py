@@ -291,6 +291,9 @@ REGRESSIONS = {
     # out of bounds" (runtime.lua, the exported-PDU locate function); found by the long run
     # in editcap -E output
     "exported-pdu-bad-name-tag.pcapng": (6, False),
+    # a pcapng cut at byte 19, inside its section header: exit 2 from the default engine, a
+    # clean report of "1 packet" from --engine tshark (tshark read it as one MIME-file frame)
+    "pcapng-cut-in-section-header.pcapng": (0, True),
 }
 
 
