@@ -161,8 +161,9 @@ def test_protocol_and_info_columns(tmp_path):
                   "_ws.col.Info"], LUA).stdout.splitlines()
     assert out[0] == "ibpath ucma\tQUERY"
     assert out[1] == "ibpath acm\tRESOLVE|ACK"
-    # umad: the MAD by method, attribute and TID (no comment here: the direction unknown)
-    assert re.fullmatch(r"ibpath umad\t\w+\(PathRecord\) tid 0x[0-9a-f]{16}", out[2]), out[2]
+    # umad: the peer, the MAD by method, attribute and TID
+    assert re.fullmatch(r"ibpath umad\tLID \d+ QP 1: \w+\(PathRecord\) tid 0x[0-9a-f]{16}",
+                        out[2]), out[2]
 
 
 def test_recorded_sources_identical_in_wireshark_4_4_and_4_6(tmp_path):

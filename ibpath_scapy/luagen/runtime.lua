@@ -415,24 +415,18 @@ local function track_only(s, pinfo, bth_off, ip, ipf)
   if track_rmpp(h, pinfo, number, visited, s, ip, ipf, key) then note_reassembly(pinfo, number) end
 end
 
--- The columns of a umad frame: the peer (the LID and QP of struct ib_user_mad_hdr, the
--- destination of a write and the source of a read: the call in the packet comment says which)
+-- The Info column of a umad frame: the peer (the LID and QP of struct ib_user_mad_hdr: the
+-- destination of a write, the source of a read; which one only the packet comment says, and
+-- reading it would take a Field extractor, which makes tshark build a tree for every frame)
 -- and the MAD by its method, attribute and TID, before what the hooks appended.
-local comment_field = Field.new("frame.comment")
 local function umad_columns(tvb, pinfo, ctx)
   local u, m, mad_off = ctx.v[UMAD_LAYER], ctx.v["MAD"], ctx.at["MAD"]
   if u == nil or m == nil or m.method == nil or mad_off + HDR_LEN.MAD > tvb:len() then return end
-  local peer = string.format("LID %d QP %d", u.lid or 0, u.qpn or 0)
-  local c = comment_field()
-  local call, pid, fd = string.match(c and tostring(c.value) or "", "^umad (%a+) pid (%d+) tid %d+ fd (%d+)")
-  local me = call and string.format("pid %s fd %s", pid, fd) or "process"
-  if call == "read" then pinfo.cols.src:set(peer); pinfo.cols.dst:set(me)
-  else pinfo.cols.src:set(me); pinfo.cols.dst:set(peer) end
   local attrs = MAD_ATTRIBUTES[m.mgmt_class] or {}
   local attr = attrs[m.attribute_id] or string.format("0x%04x", m.attribute_id or 0)
   local tid = tvb(mad_off + MAD_F.transaction_id.off, MAD_F.transaction_id.len):bytes():tohex(true)
   local method = MAD_METHODS[m.method] or string.format("0x%02x", m.method)
-  pinfo.cols.info:prepend(string.format("%s%s(%s) tid 0x%s", call and (call .. " ") or "",
+  pinfo.cols.info:prepend(string.format("LID %d QP %d: %s(%s) tid 0x%s", u.lid or 0, u.qpn or 0,
                                         method, attr, tid))
 end
 

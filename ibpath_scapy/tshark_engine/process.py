@@ -135,7 +135,7 @@ def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str |
         frames, damage = (0, None) if raw_blob else _container_damage(capture)
         if damage is not None:
             if not frames:
-                raise damage
+                raise TsharkEngineError(str(damage)) from None
             cmd += ["-c", str(frames)]  # the frames before the damage, as decode gives them
         builder = _Builder(raw_blob=raw_blob)
         if stats is not None:
@@ -177,7 +177,7 @@ def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str |
                 yield from map(edge, builder.feed(fr))
             proc.wait()
             if damage is not None:
-                raise damage
+                raise TsharkEngineError(str(damage)) from None
             _check_stderr(path, stderr_text(), proc.returncode)
             yield from map(edge, builder.finish())
         finally:
