@@ -101,7 +101,8 @@ def run(args) -> int:
         print("ibpath audit: --jobs takes a number of processes, 1 or more", file=sys.stderr)
         return 2
     as_blob = args.as_kind == "blob"
-    files, skipped = expand_inputs(args.files, as_blob)
+    inputs = expand_inputs(args.files, as_blob)
+    files, skipped = inputs.files, inputs.skipped
     for s in skipped:
         print(f"ibpath: skipped {s.path}: {s.reason}", file=sys.stderr)
     paths = files + [b for b in dict.fromkeys(args.blob) if b not in files]
@@ -128,7 +129,8 @@ def run(args) -> int:
         if args.format == "text" and any(_is_stream(p) for p in paths):
             live = _live_printer(out)
         audits, unreadable = audit_paths(paths, options, engine=args.engine, quiet=args.quiet,
-                                         jobs=args.jobs, as_blob=as_blob, live=live)
+                                         jobs=args.jobs, as_blob=as_blob, live=live,
+                                         unlisted=inputs.unlisted)
         if args.format == "json":
             out.write(report.to_json(audits, skipped) + "\n")
         elif args.format == "junit":
