@@ -54,6 +54,10 @@ def _recognised(path: str) -> str | None:
     return f"not a capture or blob file (starts with {data[:8].hex()})"
 
 
+# The error of a capture that was read to its end but of which no frame was decoded (only link
+# types no layer reads): not a green report, whatever the one DECODE-UNSUPPORTED warning says.
+NOTHING_DECODED = "no frame audited: {undecoded}"
+
 # Why a folder's files are missing from the report, when the folder cannot be listed: the
 # audit's error for it (on stderr, in every format), after the system's reason.
 UNLISTED_FOLDER = "{reason} (a folder that cannot be listed: none of its files was audited)"
@@ -266,6 +270,10 @@ def audit_one(path: str, options: AuditOptions, engine: str = "scapy",
     if records.error is not None:
         fa.error = str(records.error)
         return fa, f"ibpath: {records.error}"
+    stats = decoder.stats
+    if stats.frames and stats.undecoded == stats.frames:
+        fa.error = NOTHING_DECODED.format(undecoded=stats.undecoded_text())
+        return fa, f"ibpath: {path}: {fa.error}"
     return fa, None
 
 
