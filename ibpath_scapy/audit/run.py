@@ -225,27 +225,29 @@ def _unreadable(path: str, why: str, start: float) -> tuple[FileAudit, str]:
 
 def audit_one(path: str, options: AuditOptions, engine: str = "scapy",
               extras: list[dict] = (), as_blob: bool = False,
-              progress: bool = False, live=None,
-              unlisted: str | None = None) -> tuple[FileAudit, str | None]:
+              progress: bool = False, live=None, unlisted: str | None = None,
+              name: str | None = None) -> tuple[FileAudit, str | None]:
     """Audit one input: its FileAudit (with .error and the findings up to the damage when it
     cannot be read to its end) and the line for stderr when it cannot (file and reason).
     live(finding), when given, is told each frame and transaction finding of a stream as
     soon as it is known (engine.audit_records). Interrupted (Ctrl-C) while it waits on a
     stream, the audit ends there with what was read, as at the end of the stream. unlisted:
-    path is a folder that could not be listed, and why (Inputs.unlisted)."""
+    path is a folder that could not be listed, and why (Inputs.unlisted). name: what the
+    reports and messages call the input (--label for standard input; default: path)."""
     start = time.monotonic()
+    name = name or path
     if unlisted is not None:
-        return _unreadable(path, UNLISTED_FOLDER.format(reason=unlisted), start)
+        return _unreadable(name, UNLISTED_FOLDER.format(reason=unlisted), start)
     decoder = _decoder(engine)
     blob_option = path in options.extra_blobs
     extra = [] if blob_option else list(extras)
     try:
         if engine == "tshark":
             with _tshark_source(path) as source:
-                bar = Progress(path, progress)
+                bar = Progress(name, progress)
                 records = _UpToDamage(_records(source, decoder, engine, as_blob), extra)
                 try:
-                    fa = audit_records(path, records, options, on_frame=bar)
+                    fa = audit_records(name, records, options, on_frame=bar)
                 finally:
                     bar.done()
                 if records.error is not None and source != path:
@@ -253,27 +255,28 @@ def audit_one(path: str, options: AuditOptions, engine: str = "scapy",
         else:
             with Input(path) as src, _interrupt_ends(src.stream):
                 blob = as_blob or (blob_option and _blob_option_file(src))
-                bar = Progress(path, progress, lambda: src.pos, src.size)
+                bar = Progress(name, progress, lambda: src.pos, src.size)
                 records = _UpToDamage(_records(src, decoder, engine, blob), extra)
                 try:
-                    fa = audit_records(path, records, options, on_frame=bar,
+                    fa = audit_records(name, records, options, on_frame=bar,
                                        on_finding=live if src.stream else None,
                                        batch=1 if src.stream else 2048)
                 finally:
                     bar.done()
     except _Interrupted:  # Ctrl-C outside the wait for input: nothing whole to report
-        return _unreadable(path, "interrupted", start)
+        return _unreadable(name, "interrupted", start)
     except OSError as exc:
-        return _unreadable(path, exc.strerror or str(exc), start)
+        return _unreadable(name, exc.strerror or str(exc), start)
     fa.frames = decoder.stats.frames
     fa.seconds = time.monotonic() - start
     if records.error is not None:
-        fa.error = str(records.error)
-        return fa, f"ibpath: {records.error}"
+        # the readers name the input by its path first ("-: frame 3: ...")
+        fa.error = str(records.error).replace(path, name, 1)
+        return fa, f"ibpath: {fa.error}"
     stats = decoder.stats
     if stats.frames and stats.undecoded == stats.frames:
         fa.error = NOTHING_DECODED.format(undecoded=stats.undecoded_text())
-        return fa, f"ibpath: {path}: {fa.error}"
+        return fa, f"ibpath: {name}: {fa.error}"
     return fa, None
 
 
@@ -295,27 +298,30 @@ def _audit_in_worker(args) -> tuple[FileAudit, str | None]:
 def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
                 quiet: bool = False, jobs: int = 1, as_blob: bool = False,
                 messages: list[str] | None = None, live=None,
-                unlisted: dict[str, str] | None = None) -> tuple[list[FileAudit], list[str]]:
+                unlisted: dict[str, str] | None = None,
+                names: dict[str, str] | None = None) -> tuple[list[FileAudit], list[str]]:
     """Audit each input in order; an unreadable one is reported on stderr (file and reason)
     and its findings up to the damage are kept. The blobs of options.extra_blobs (--blob)
     join the replay of every other file, without being counted as its frames. With jobs > 1
     the files are audited in that many processes; the audits, their order and the stderr
     lines are those of a serial run. messages, when given, receives the stderr lines instead
     of stderr. live: see audit_one (streams are audited in this process). unlisted: the
-    folders among paths that could not be listed, and why (Inputs.unlisted)."""
+    folders among paths that could not be listed, and why (Inputs.unlisted). names: what the
+    reports call an input instead of its path (--label names standard input)."""
     with paced():
         extras = extra_blobs(options.extra_blobs)
-    unlisted = unlisted or {}
-    tasks = [(p, options, engine, extras, as_blob, False, None, unlisted.get(p)) for p in paths]
+    unlisted, names = unlisted or {}, names or {}
+    tasks = [(p, options, engine, extras, as_blob, False, None, unlisted.get(p), names.get(p))
+             for p in paths]
     if jobs > 1 and len(paths) > 1 and STDIN not in paths:
         with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
             results = list(pool.map(_audit_in_worker, tasks))
     else:
         results = []
         with paced():
-            for p, opts, eng, ext, blob, _, _, why in tasks:
+            for p, opts, eng, ext, blob, _, _, why, name in tasks:
                 results.append(audit_one(p, opts, eng, ext, blob, progress=not quiet,
-                                         live=live, unlisted=why))
+                                         live=live, unlisted=why, name=name))
     audits, unreadable = [], []
     for fa, message in results:
         audits.append(fa)
