@@ -5,7 +5,8 @@
 # OpenSM, saquery) for the real SA captures, mmdebstrap (Debian chroots with Wireshark 4.4 and
 # 4.6 for the plugin tests, tests/wireshark_versions.py), librdmacm1 (a real rdma_getaddrinfo
 # against the stand-in ibacm, tests/test_acmserve.py), gcc and python3-dev (the capture
-# readers' optional C loops, ibpath_scapy/fast/_scan.c), and the Python package in .venv.
+# readers' optional C loops, ibpath_scapy/fast/_scan.c), zsh (the completion script run by
+# zsh itself, tests/test_completion.py), and the Python package in .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -15,7 +16,7 @@ if command -v apt-get >/dev/null; then
   $SUDO apt-get update -q >/dev/null
   echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
   $SUDO apt-get install -y -q --no-install-recommends \
-    tshark lua5.4 strace ibsim-utils libumad2sim0 opensm infiniband-diags python3-venv python3-dev gcc libc6-dev chromium mmdebstrap librdmacm1 >/dev/null
+    tshark lua5.4 strace ibsim-utils libumad2sim0 opensm infiniband-diags python3-venv python3-dev gcc libc6-dev chromium mmdebstrap librdmacm1 zsh >/dev/null
 fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
