@@ -8,6 +8,20 @@
 -- request/response matching by TID, and expert infos for single-packet audit rules.
 -- Fields: ibpath.<layer>.<field>. Install: ibpath dissector install
 
+-- Loaded once: see SKIPPED_COPY (luagen/emit.py). The key is not a name Lua code could use.
+local ib_self = debug and (debug.getinfo(1, "S").source:gsub("^@", "")) or "?"
+local ib_loaded = rawget(_G, "ibpath plugin")
+local ib_new, ib_main = false, nil
+if ib_loaded == nil then
+  ib_new, ib_main = pcall(Proto, "ibpath", "ibpath (generated from Scapy layers)")
+  if not ib_new then ib_loaded = string.format("an earlier copy (%s)", tostring(ib_main)) end
+end
+if not ib_new then
+  io.stderr:write(string.format("ibpath: skipped %s: the ibpath plugin is already loaded from %s\010", ib_self, ib_loaded))
+  return
+end
+rawset(_G, "ibpath plugin", ib_self)
+
 local ib_bitlib = bit or bit32
 local ib_band, ib_bor, ib_bxor, ib_rshift, ib_lshift
 if ib_bitlib then
@@ -422,7 +436,6 @@ PF[356] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time_selector", 
 PF[357] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time", "Packet Life Time", 32, nil, 0x200000, "")
 PF[358] = ProtoField.bool("ibpath.sa.component_mask.preference", "Preference", 32, nil, 0x400000, "")
 
-local ib_main = Proto("ibpath", "ibpath (generated from Scapy layers)")
 P["LRH"] = Proto("ibpath.lrh", "ibpath LRH")
 P["LRH"].fields = {PF[1], PF[2], PF[3], PF[4], PF[5], PF[6], PF[7], PF[8], PF[9], PF[10]}
 P["BTH"] = Proto("ibpath.bth", "ibpath BTH")

@@ -73,6 +73,20 @@ class DecodeStats:
     icrc_zero: int = 0  # ... of which the ICRC is zero
     icrc_zero_frames: list = field(default_factory=list)  # the first few of those
 
+    @property
+    def undecoded(self) -> int:
+        """How many frames are of link types no layer reads."""
+        return sum(count for _, count in self.unsupported.values())
+
+    def undecoded_text(self) -> str:
+        """Those frames in words: "1 frame of link type 65000 not decoded", "5 frames of link
+        types 147 and 65000 not decoded" (decode's summary, the audit's error for a capture
+        of which no frame was decoded)."""
+        n, types = self.undecoded, [str(t) for t in sorted(self.unsupported)]
+        named = ", ".join(types[:-1]) + " and " + types[-1] if len(types) > 1 else types[0]
+        return (f"{n} frame{'s' if n != 1 else ''} of link type{'s' if len(types) > 1 else ''} "
+                f"{named} not decoded")
+
 
 # -- layer facts from an engine's values ------------------------------------------------------
 _KINDS: dict[int, str] = {}

@@ -14,6 +14,7 @@ import pytest
 from scapy.fields import ConditionalField, IP6Field, MACField, TrailerField
 
 from ibpath_scapy.layout_model import build_layer, flag_items
+from tshark_util import tshark_env
 
 TSHARK = shutil.which("tshark")
 
@@ -36,7 +37,8 @@ def tshark(args: list[str], lua: str | None, timeout: int = 300) -> subprocess.C
     cmd = [TSHARK, "-n"]
     if lua:
         cmd += ["-X", f"lua_script:{lua}"]
-    p = subprocess.run(cmd + args, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd + args, capture_output=True, text=True, timeout=timeout,
+                       env=tshark_env())
     assert_no_lua_error(p.stdout, p.stderr)
     return p
 

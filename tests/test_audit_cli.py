@@ -257,3 +257,52 @@ def test_blob_option_reads_any_non_capture_as_a_blob(tmp_path, good):
     rc, doc, err = run_json("--blob", blob, good)
     assert rc == 1 and "unreadable" not in doc, err
     assert {f["rule"] for f in doc["findings"] if f["file"] == str(blob)} >= {"BLOB-LENGTH"}
+
+
+# -- captures of which no frame was decoded (issue 39) ------------------------------------------
+
+def _undecodable(path: Path, linktypes: list[int]) -> Path:
+    """A pcapng with one frame of each of linktypes, none of which ibpath decodes."""
+    from ibpath_scapy.pcapio import PcapNgWriter
+    with PcapNgWriter(str(path)) as w:
+        for k, lt in enumerate(linktypes):
+            w.write(bytes([k]) * 40, lt, float(k))
+    return path
+
+
+def test_capture_of_which_no_frame_was_decoded_is_not_green(tmp_path):
+    """Only link type 65000: a DECODE-UNSUPPORTED warning and exit 0 before; now exit 2, the
+    reason on stderr and an error `read` case in JUnit (the warning is still there)."""
+    from junitparser import Error, JUnitXml
+
+    cap = _undecodable(tmp_path / "user.pcapng", [65000, 65000, 65000])
+    why = "no frame audited: 3 frames of link type 65000 not decoded"
+    rc, doc, err = run_json(cap)
+    assert rc == 2 and f"ibpath: {cap}: {why}\n" in err
+    assert doc["unreadable"] == [{"file": str(cap), "error": why}]
+    assert [f["rule"] for f in doc["findings"]] == ["DECODE-UNSUPPORTED"]
+    rc, out, _ = run("--format", "junit", cap)
+    (suite,) = JUnitXml.fromstring(out.encode())
+    (read,) = [c for c in suite if c.name == report.READ_CASE]
+    assert rc == 2 and suite.errors == 1
+    assert isinstance(read.result[0], Error) and read.result[0].message == why
+
+
+def test_capture_with_some_frames_decoded_keeps_the_warning():
+    rc, doc, err = run_json(ROOT / "captures" / "corpus" / "decode-unsupported.pcapng")
+    assert rc == 0 and "unreadable" not in doc and err == ""
+    assert [f["severity"] for f in doc["findings"]] == ["warning"]
+
+
+@pytest.mark.parametrize("linktypes, says", [
+    ([65000], "1 frame of link type 65000 not decoded"),
+    ([65000, 147, 65000], "3 frames of link types 147 and 65000 not decoded"),
+])
+def test_decode_summary_of_frames_not_decoded_reads_as_english(tmp_path, linktypes, says):
+    """It said "1 of link types not decoded"."""
+    cap = _undecodable(tmp_path / "user.pcapng", linktypes)
+    p = subprocess.run([sys.executable, "-m", "ibpath_scapy.cli.main", "decode", str(cap)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert p.stderr == (f"{cap}: {len(linktypes)} frame{'s' * (len(linktypes) > 1)}, "
+                        f"0 MAD frames, 0 malformed, {says}\n")

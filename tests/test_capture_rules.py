@@ -97,7 +97,10 @@ def test_linktype_147_is_reported_once_and_decode_exits_1(usr0_pcap):
     (f,) = doc["findings"]
     assert (f["rule"], f["severity"], f["frames"]) == ("DECODE-UNSUPPORTED", "warning", [1])
     assert "link type 147" in f["message"] and "3 frames" in f["message"]
-    assert rc == 0  # a warning: the exit status counts errors
+    # the warning stays, but no frame of the file was audited: not a green report (issue 39)
+    assert rc == 2
+    assert doc["unreadable"] == [{"file": str(usr0_pcap), "error": "no frame audited: 3 frames "
+                                  "of link type 147 not decoded"}]
 
 
 def test_linktype_105_beside_ethernet(wifi_pcapng):

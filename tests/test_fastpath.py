@@ -36,6 +36,7 @@ from ibpath_scapy.pcapio import CaptureError, Frame, PcapNgWriter, PcapWriter, r
 from ibpath_scapy.rmpp import segment
 
 from conftest import CAPTURES, EXTERNAL, ROOT
+from tshark_util import tshark_env
 
 sys.path.insert(0, str(ROOT / "bench"))
 import corpus as bench_corpus  # noqa: E402
@@ -124,7 +125,7 @@ def test_identical_on_native_ib_bench_corpora(bench_capture):
         assert d.skipped == (1900 if path == c1 else 0)
         p = subprocess.run(["tshark", "-n", "-r", str(path), "-T", "fields", "-e", "frame.number",
                             "-e", "infiniband.lrh.slid", "-e", "infiniband.bth.opcode"],
-                           capture_output=True, text=True, check=True)
+                           capture_output=True, text=True, check=True, env=tshark_env())
         rows = {int(n): (slid, op) for n, slid, op in
                 (line.split("\t") for line in p.stdout.splitlines())}
         assert len(rows) == d.stats.frames and all(op for _, op in rows.values())
@@ -431,7 +432,7 @@ def test_stats_count_every_frame(bench_corpora, edge_pcap):
         if path == edge_pcap:
             continue  # tshark refuses its 270 KB frame (over its 262144-byte maximum)
         p = subprocess.run(["tshark", "-n", "-r", str(path), "-T", "fields", "-e", "frame.number"],
-                           capture_output=True, text=True, check=True)
+                           capture_output=True, text=True, check=True, env=tshark_env())
         assert len(p.stdout.split()) == n
 
 

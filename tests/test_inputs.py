@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -256,6 +257,97 @@ def test_directory_without_any_capture_exits_2(tmp_path):
     (tmp_path / "notes.txt").write_text("x\n")
     rc, _, err = run("audit", "--quiet", tmp_path)
     assert rc == 2 and "no capture or blob file" in err
+
+
+# -- folders and files that cannot be read -----------------------------------------------------
+
+NOBODY = 65534
+
+
+def _unreadable_to_us(path: Path) -> None:
+    """Make path unreadable to the audit as `_as_plain_user` runs it: owned by someone else
+    (nobody) with mode 700 when we are root, mode 000 otherwise (its owner cannot read it)."""
+    if os.geteuid() == 0:
+        os.chown(path, NOBODY, NOBODY)
+        os.chmod(path, 0o700 if path.is_dir() else 0o600)
+    else:
+        os.chmod(path, 0)
+
+
+def _as_plain_user(*args) -> tuple[int, str, str]:
+    """ibpath as a user without root's power over file modes. As root: root without the two
+    capabilities that bypass them (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH; setpriv drops them
+    from the bounding set, which execve applies), so the kernel checks the modes as for any
+    user; unlike --reuid=nobody, this still reads a checkout that nobody may not enter."""
+    prefix = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("setpriv (util-linux) is needed to audit as root without "
+                        "CAP_DAC_OVERRIDE")
+        prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
+    p = subprocess.run(prefix + IBPATH + [str(a) for a in args], capture_output=True,
+                       text=True, timeout=300)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.fixture
+def locked_tree(tmp_path, capture) -> Path:
+    """DIR with a readable capture, a folder and a capture that cannot be read."""
+    d = tmp_path / "locked"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.pcapng").write_bytes(capture.read_bytes())
+    (d / "sub" / "x.pcapng").write_bytes(capture.read_bytes())
+    (d / "z.pcapng").write_bytes(capture.read_bytes())
+    yield d
+    for p in (d / "sub", d / "z.pcapng", d):
+        os.chmod(p, 0o700)  # pytest removes tmp_path
+
+
+def test_unreadable_folder_and_file_are_named_in_every_format(locked_tree):
+    """Issue 39: `ibpath audit DIR` where DIR/sub cannot be listed gave "1 file(s) ... 0
+    errors" and exit 0; now the folder (and a file that cannot be opened) is named with the
+    reason on stderr and in every format, exit status 2."""
+    from junitparser import Error, JUnitXml
+
+    d = locked_tree
+    rc, out, _ = _as_plain_user("audit", "--quiet", "--format", "json", d)
+    assert rc == 1 and len(json.loads(out)["files"]) == 3  # the control: all of it is read
+    _unreadable_to_us(d / "sub")
+    _unreadable_to_us(d / "z.pcapng")
+    rc, out, err = run("audit", "--quiet", "--format", "json", d)
+    assert rc == 1 and "unreadable" not in json.loads(out)  # root reads it: the modes matter
+    locked = {str(d / "sub"): "Permission denied (a folder that cannot be listed: none of its "
+                              "files was audited)",
+              str(d / "z.pcapng"): "Permission denied"}
+    reports = {}
+    for fmt in ("text", "json", "junit", "html"):
+        rc, out, err = _as_plain_user("audit", "--quiet", "--format", fmt, d)
+        assert rc == 2, (fmt, err)
+        for path, why in locked.items():
+            assert f"ibpath: {path}: {why}\n" in err, (fmt, err)
+        reports[fmt] = out
+    for path, why in locked.items():
+        assert f"unreadable: {path}: {why}" in reports["text"]
+        assert f"unreadable: {why}" in reports["html"]
+    doc = json.loads(reports["json"])
+    assert {u["file"]: u["error"] for u in doc["unreadable"]} == locked
+    # the walk's order: a folder's files, then its folders
+    assert doc["files"] == [str(d / "a.pcapng"), str(d / "z.pcapng"), str(d / "sub")]
+    xml = JUnitXml.fromstring(reports["junit"].encode())
+    errors = {s.name: r.message for s in xml for c in s for r in c.result
+              if isinstance(r, Error)}
+    assert errors == locked and xml.errors == 2
+
+
+def test_unreadable_top_folder_is_named_not_empty(locked_tree):
+    """An unreadable top folder said only "no capture or blob file in DIR"."""
+    _unreadable_to_us(locked_tree)
+    rc, out, err = _as_plain_user("audit", "--quiet", locked_tree)
+    assert rc == 2 and "no capture or blob file" not in err
+    assert f"ibpath: {locked_tree}: Permission denied (a folder that cannot be listed" in err
+    assert f"unreadable: {locked_tree}: Permission denied" in out
 
 
 # -- several processes ------------------------------------------------------------------------------

@@ -6,9 +6,11 @@ classname, and totals that are never green for an input that was not read."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,89 @@ def test_skipped_files_of_a_directory(tmp_path, good):  # noqa: F811
     (skipped,) = [c for s in xml for c in s if any(isinstance(r, Skipped) for r in c.result)]
     assert skipped.classname == report.junit_classname(str(d / "README"))
     assert "not a capture or blob file" in skipped.result[0].message
+
+
+# -- issue 39: JUnit as CI tools read it ----------------------------------------------------------
+
+def _recounted(xml: JUnitXml) -> dict:
+    """The root's counts as junitparser makes them from the suites (update_statistics)."""
+    again = JUnitXml.fromstring(xml.tostring())
+    again.update_statistics()
+    return {k: getattr(again, k) for k in ("tests", "failures", "errors", "skipped")}
+
+
+def test_root_carries_the_counts_of_its_suites(tmp_path, good, bad):  # noqa: F811
+    """The root <testsuites> had no skipped count."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "README").write_text("captures of the cluster\n")
+    (d / "notes.txt").write_text("more\n")
+    rc, out, _ = junit(tmp_path, good, bad, d, tmp_path / "missing.pcap")
+    assert rc == 2
+    SCHEMA.validate(str(out))
+    # as written: junitparser recounts a root that lacks a count, so ask the XML itself
+    root = ET.parse(out).getroot().attrib
+    written = {k: int(root[k]) if k in root else None
+               for k in ("tests", "failures", "errors", "skipped")}
+    assert written == _recounted(JUnitXml.fromfile(str(out))) and written["skipped"] == 2
+
+
+def test_skipped_files_keep_the_walks_order(tmp_path, good):  # noqa: F811
+    """Skipped files came after every capture, not in the order the README promises."""
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    for name in ("a.pcapng", "c.pcapng", "sub/e.pcapng"):
+        (d / name).write_bytes(good.read_bytes())
+    for name in ("b.txt", "d.txt", "sub/f.txt"):
+        (d / name).write_text("not a capture\n")
+    rc, out, _ = junit(tmp_path, d)
+    assert rc == 0
+    names = [str(Path(s.name).relative_to(d)) for s in JUnitXml.fromfile(str(out))]
+    assert names == ["a.pcapng", "b.txt", "c.pcapng", "d.txt", "sub/e.pcapng", "sub/f.txt"]
+
+
+def _stdin_report(capture: Path, *args) -> str:
+    """ibpath audit's report of capture given on standard input (exit status 1: its errors)."""
+    with open(capture, "rb") as f:
+        p = subprocess.run([sys.executable, "-m", "ibpath_scapy.cli.main", "audit", "--quiet",
+                            *args, "-"], stdin=f, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stderr
+    return p.stdout
+
+
+def test_label_names_standard_input_in_every_report(tmp_path, bad):  # noqa: F811
+    """Standard input was classname ibpath.audit._ whatever it carried."""
+    out = tmp_path / "report.xml"
+    with open(bad, "rb") as f:
+        p = subprocess.run(IBPATH + ["--label", "node7/rxe0.pcapng", "-o", str(out), "-"],
+                           stdin=f, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stderr
+    (suite,) = JUnitXml.fromfile(str(out))
+    assert suite.name == "node7/rxe0.pcapng"
+    assert {c.classname for c in suite} == {"ibpath.audit.node7.rxe0_pcapng"}
+    text, doc = (_stdin_report(bad, "--format", fmt, "--label", "node7")
+                 for fmt in ("text", "json"))
+    assert "== node7: 5 frames" in text and "node7:1,2,3: error RES-NO-FOLLOWUP" in text
+    doc = json.loads(doc)
+    assert doc["files"] == ["node7"] and {x["file"] for x in doc["findings"]} == {"node7"}
+    p = subprocess.run(IBPATH + ["--label", "x", str(bad)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "--label names standard input" in p.stderr
+
+
+def test_junit_cases_findings_lists_the_read_case_and_the_rules_that_found(tmp_path, bad, good):  # noqa: F811,E501
+    out = tmp_path / "short.xml"
+    p = subprocess.run(IBPATH + ["--junit-cases", "findings", "-o", str(out), str(bad), str(good)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stderr
+    SCHEMA.validate(str(out))
+    bad_suite, good_suite = JUnitXml.fromfile(str(out))
+    rules = {f["rule"] for f in json.loads(subprocess.run(
+        IBPATH[:-2] + ["--format", "json", str(bad)], capture_output=True, text=True,
+        timeout=120).stdout)["findings"]}
+    assert [c.name for c in bad_suite] == [report.READ_CASE] + sorted(rules)
+    assert [c.name for c in good_suite] == [report.READ_CASE]
+    # the default stays a test case per rule (interfaces.md)
+    rc, full, _ = junit(tmp_path, good)
+    assert [c.name for s in JUnitXml.fromfile(str(full)) for c in s] == \
+        [report.READ_CASE] + sorted(RULES)

@@ -45,6 +45,7 @@ from ibpath_scapy.layout_model import header_layout
 from ibpath_scapy.pcapio import PcapWriter
 
 from plugin_oracle import compare, field_map, tshark
+from tshark_util import tshark_env
 
 PORT = 47123
 
@@ -220,7 +221,7 @@ def test_hostile_names_are_inert(tmp_path):
     assert out.count("Evil") >= len(HOSTILE)
     assert "]] long bracket close [[" in out and "ünïcødé ✓" in out  # shown verbatim, not run
     g = subprocess.run(["tshark", "-G", "fields", "-X", f"lua_script:{lua}"], capture_output=True,
-                       text=True, timeout=120)  # -G must come first
+                       text=True, timeout=120, env=tshark_env())  # -G must come first
     names = g.stdout
     assert "evil.ev_il" in names and "evil.ev_il.x" in names
 

@@ -11,11 +11,9 @@ its table (SERVICE_ID u64 cpu, PKEY/QOS_CLASS u16 cpu, TIMEOUT u32 cpu, GIDs and
 
 import ipaddress
 import json
-import os
 import shutil
 import struct
 import subprocess
-import tempfile
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -46,6 +44,7 @@ from ibpath_scapy.pcapio import Frame, PcapNgWriter
 from ibpath_scapy.render import frame_text
 
 from test_pathdata import pack_record
+from tshark_util import tshark_env
 
 u = st.integers
 MANDATORY = 0x2000
@@ -65,9 +64,7 @@ def tshark_fields(capture, fields: list[str]) -> dict[int, dict[str, list[str]]]
             "-E", "occurrence=a", "-E", "aggregator=|", "-E", "quote=n"]
     for c in cols:
         args += ["-e", c]
-    with tempfile.TemporaryDirectory() as home:
-        env = dict(os.environ, HOME=home, XDG_CONFIG_HOME=home, XDG_DATA_HOME=home)
-        p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    p = subprocess.run(args, capture_output=True, text=True, env=tshark_env(), timeout=120)
     assert p.returncode == 0, p.stderr
     for name, text in (("stdout", p.stdout), ("stderr", p.stderr)):
         for marker in ("Lua Error", "Lua: Error", "Malformed", "Dissector bug"):

@@ -40,6 +40,7 @@ SESSION = json.loads((CAP / "session.json").read_text()) if (CAP / "session.json
     else None
 
 from oracles import IBV_PATH_RECORD as PR  # noqa: E402
+from tshark_util import tshark_env  # noqa: E402
 UMAD_HDR = 64  # struct ib_user_mad_hdr with pkey_index (ib_user_mad.h)
 SA_HDR = 56
 GSI_QKEY = 0x80010000
@@ -219,7 +220,7 @@ def check_tshark_reads_every_frame_as_infiniband_sa(cap: Path) -> None:
     cmd = ["tshark", "-n", "-r", str(pcap), "-T", "fields", "-E", "separator=\t"]
     for f in fields:
         cmd += ["-e", f]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=tshark_env())
     assert r.returncode == 0, r.stderr
     rows = [dict(zip(fields, line.split("\t"))) for line in r.stdout.splitlines() if line]
     assert len(rows) == s["frames"] == len(read_pcap(pcap))

@@ -32,6 +32,7 @@ from ibpath_scapy.pcapio import (
 )
 
 from test_fastpath import assert_identical
+from tshark_util import tshark_env
 
 
 def _block(e: str, btype: int, body: bytes) -> bytes:
@@ -161,7 +162,7 @@ def test_frames_equal_scapys_pcapng_reader(varied):
         assert (o[2], o[1], o[3], o[4]) == t[:4]
         assert o[5] == pytest.approx(t[4], rel=1e-12)
     p = subprocess.run(["tshark", "-n", "-r", str(varied), "-T", "fields", "-e", "frame.protocols"],
-                       capture_output=True, text=True, check=True)
+                       capture_output=True, text=True, check=True, env=tshark_env())
     assert p.stdout.splitlines()[12].startswith("raw:ip")
     assert ours[12][1] == 101 and ours[12][5] == pytest.approx(123456789 / 64)
 
@@ -199,7 +200,7 @@ def test_interfaces_equal_tsharks_and_scapys(varied):
               "frame.time_epoch"]
     p = subprocess.run(["tshark", "-n", "-r", str(varied), "-T", "fields",
                         *[x for f in fields for x in ("-e", f)]],
-                       capture_output=True, text=True, check=True)
+                       capture_output=True, text=True, check=True, env=tshark_env())
     rows = [line.split("\t") for line in p.stdout.splitlines()]
     assert len(rows) == len(frames) == 13
     for n, (frame, (section, iface, name, epoch)) in enumerate(zip(frames, rows)):

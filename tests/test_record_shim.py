@@ -40,6 +40,8 @@ from ibpath_scapy.record.spool import (
     HEADER, KIND_UMAD, MAGIC, PART_CALL, PART_READ, SpoolError, parse_spool,
 )
 
+from tshark_util import tshark_env
+
 DATA = Path(__file__).with_name("data") / "record"
 IBPATH = [sys.executable, "-m", "ibpath_scapy"]
 
@@ -259,7 +261,8 @@ def test_each_source_has_its_interface(recorded):
     if not shutil.which("tshark"):
         pytest.skip("tshark not installed")
     r = subprocess.run(["tshark", "-r", str(out), "-T", "fields", "-e", "frame.interface_name",
-                        "-e", "frame.comment"], capture_output=True, text=True, check=True)
+                        "-e", "frame.comment"], capture_output=True, text=True, check=True,
+                       env=tshark_env())
     names = Counter(line.split("\t")[0] for line in r.stdout.splitlines())
     assert names == {"ibpath record ucma": 113, "ibpath record note": 1}
     assert r.stdout.count("rdma_set_option=0") == 1

@@ -76,7 +76,7 @@ def test_resent_segment_is_dropped_and_counted_not_an_error(tmp_path):
     assert "repeated (held from frame 3)" in by[4]["rmpp_dropped"]
     assert by[5]["reassembled_from"] == [2, 3, 5]
     assert len(by[5]["path_records"]) == N_RECORDS
-    assert "1 RMPP segments dropped" in err and "0 malformed" in err
+    assert "1 RMPP segment dropped (resent)" in err and "0 malformed" in err
     assert audit(f) == [("SAR-RMPP-RETRY", "info", (4,))]
 
 

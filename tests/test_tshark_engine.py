@@ -59,6 +59,8 @@ from ibpath_scapy.pcapio import CaptureError, PcapWriter, read_frames
 from ibpath_scapy.rmpp import segment
 from ibpath_scapy.tshark_engine import TsharkEngineError, blob_from_records, tshark_records
 
+from tshark_util import tshark_env
+
 ROOT = Path(__file__).resolve().parents[1]
 EXTERNAL = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "external"
 CORPUS = sorted(p for p in (ROOT / "captures").rglob("*") if p.suffix in (".pcap", ".pcapng"))
@@ -551,7 +553,7 @@ def test_every_field_the_engine_reads_is_registered_by_the_plugin(crafted):
     out = subprocess.run([tshark_engine.tshark_path(), "-G", "fields",
                           "-X", f"lua_script:{tshark_engine.plugin_path()}",
                           "-X", f"lua_script:{helper}"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, env=tshark_env())
     assert "Lua" not in out.stderr, out.stderr
     registered = {line.split("\t")[2] for line in out.stdout.splitlines()
                   if line.count("\t") >= 2}
@@ -561,3 +563,42 @@ def test_every_field_the_engine_reads_is_registered_by_the_plugin(crafted):
     used |= set(re.findall(r'"(ibpath[._][a-z_.]+)"', engine_src + tshark_engine._HELPER_LUA))
     missing = sorted(n for n in used if n not in registered and not n.endswith(".lua"))
     assert not missing, missing
+
+
+# --------------------------------------------------------------------------------------------
+# Another copy of the plugin loaded first (issue 39)
+# --------------------------------------------------------------------------------------------
+
+def _tshark_loading_first(tmp_path: Path, copy: Path) -> str:
+    """A tshark that loads copy before anything the engine asks for, as a copy in a global
+    plugin folder is (the engine's HOME is its own, so that is where one can come from)."""
+    wrapper = tmp_path / "tshark"
+    wrapper.write_text(f'#!/bin/sh\nexec {tshark_engine.tshark_path()} '
+                       f'-X lua_script:{copy} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_engine_goes_on_with_an_identical_copy_loaded_first(tmp_path, crafted):
+    copy = tmp_path / "global" / "ibpath.lua"
+    copy.parent.mkdir()
+    copy.write_bytes(tshark_engine.plugin_path().read_bytes())
+    path = str(crafted / "sa.pcapng")
+    assert list(tshark_records(path, tshark=_tshark_loading_first(tmp_path, copy))) == \
+        list(tshark_records(path))
+
+
+def test_engine_refuses_a_different_copy_loaded_first(tmp_path, crafted):
+    """The plugin used to fail to load ("Lua: Error during loading": Proto of a taken name);
+    now it steps aside, so the engine must see that the copy in its place is not its own."""
+    stale = tmp_path / "global" / "ibpath.lua"
+    stale.parent.mkdir()
+    stale.write_text(tshark_engine.plugin_path().read_text().replace(
+        '"Primary Local GID"', '"Primary local GID"'))
+    path = crafted / "sa.pcapng"
+    with pytest.raises(TsharkEngineError) as e:
+        list(tshark_records(str(path), tshark=_tshark_loading_first(tmp_path, stale)))
+    assert _one_line(e.value, path).endswith(
+        f": tshark loaded another ibpath plugin before this package's ({stale}), which "
+        f"differs from {tshark_engine.plugin_path()}; the capture was not read (remove that "
+        "copy, or install this one over it with `ibpath dissector install --dir`)")

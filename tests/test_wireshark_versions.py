@@ -12,6 +12,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,9 @@ from ibpath_scapy.wireshark import packaged_plugin
 
 from conftest import CAPTURES
 from test_plugin import NO_SHRINK, frame, ls_or_blob, write_ls_or_blob
-from tshark_util import AGGREGATOR, assert_clean, require_tshark
+from tshark_util import AGGREGATOR, TsharkRun, assert_clean, require_tshark, tshark_env
 from wireshark_versions import (
-    CHROOT_RELEASES, build_chroot, fields_args, host_run, plugin_fields,
+    CHROOT_RELEASES, NOBODY, build_chroot, fields_args, host_run, plugin_fields,
 )
 
 PLUGIN = packaged_plugin()
@@ -216,3 +217,82 @@ def test_root_on_4_4_install_warns_and_tshark_engine_exits_2(chroots, tmp_path):
     assert any("runs no Lua plugin as root" in ln and str(cap) in ln for ln in err), err
     assert "Traceback" not in audit.stderr
     assert "No such file" not in audit.stderr  # never blames the capture
+
+
+# -- the plugin loaded twice (issue 39) ----------------------------------------------------------
+
+GLOBAL_LUA = "/usr/lib/x86_64-linux-gnu/wireshark/plugins"  # Debian's, in all three releases
+PERSONAL_LUA = ".local/lib/wireshark/plugins"
+
+
+def _tshark_with_copies(release: str, chroots, tmp_path: Path, capture: Path, copies: set[str],
+                        args: list[str]) -> tuple[TsharkRun, dict[str, str]]:
+    """tshark of release on capture with the plugin in each place of copies: "personal" (in a
+    HOME of its own), "global" (laid over the global Lua folder in a private mount namespace,
+    the real folder untouched) and "lua_script" (-X). Returns the run and where each copy is
+    as tshark sees it."""
+    chroot = chroots[release] if release != "4.0" else None
+    root = chroot.root if chroot else Path("/")
+    staged = Path(tempfile.mkdtemp(prefix="ibpath-copies-", dir=root / "tmp"))
+    os.chmod(staged, 0o755)
+    inside = "/" + str(staged.relative_to(root))
+    where = {"personal": f"{inside}/home/{PERSONAL_LUA}/ibpath.lua",
+             "global": f"{GLOBAL_LUA}/ibpath.lua", "lua_script": f"{inside}/script/ibpath.lua"}
+    for place, folder in (("personal", f"home/{PERSONAL_LUA}"), ("global", "global"),
+                          ("lua_script", "script")):
+        (staged / folder).mkdir(parents=True)
+        if place in copies:
+            shutil.copyfile(PLUGIN, staged / folder / "ibpath.lua")
+    shutil.copyfile(capture, staged / capture.name)
+    for p in staged.rglob("*"):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    cmd = ["tshark", "-n", "-r", f"{inside}/{capture.name}", *args]
+    if "lua_script" in copies:
+        cmd[1:1] = ["-X", f"lua_script:{where['lua_script']}"]
+    cmd = ["env", "-i", f"HOME={inside}/home", "LC_ALL=C", "PATH=/usr/bin:/bin", *cmd]
+    if chroot:
+        cmd = ["chroot", f"--userspec={NOBODY}", str(root), *cmd]
+    if "global" in copies:
+        over = f"{root}{GLOBAL_LUA}"
+        cmd = ["unshare", "-m", "sh", "-c", 'mount -t overlay overlay -o lowerdir="$1:$2" "$2" '
+               '&& shift 2 && exec "$@"', "sh", str(staged / "global"), over, *cmd]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=600,
+                           stdin=subprocess.DEVNULL, env=tshark_env())
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return TsharkRun(cmd, p.returncode, p.stdout, p.stderr), where
+
+
+@pytest.mark.parametrize("copies", [("personal", "lua_script"), ("global", "lua_script"),
+                                    ("global", "personal")])
+@pytest.mark.parametrize("release", ["4.0", "4.4", "4.6"])
+def test_plugin_installed_twice_loads_once_and_names_the_copy_it_skipped(
+        release, copies, chroots, tmp_path):
+    """`ibpath dissector install`, then `tshark -X lua_script:dissector/ibpath.lua` (or a
+    personal and a global copy) gave "Lua: Error during loading" from Proto(...). Now the
+    copy loaded second says which it is and which copy is loaded, and the fields are there."""
+    require_tshark()
+    if "global" in copies and shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is needed to lay a copy over the global folder")
+    capture = CAPTURES / "corpus" / "res-no-followup.pcapng"
+    args = ["-T", "fields", "-e", "frame.number", "-e", "ibpath.pathrecord.dlid",
+            "-Y", "ibpath.pathrecord"]
+    once, _ = _tshark_with_copies(release, chroots, tmp_path, capture, {copies[0]}, args)
+    twice, where = _tshark_with_copies(release, chroots, tmp_path, capture, set(copies), args)
+    for run in (once, twice):
+        assert run.returncode == 0, run.stderr
+        assert_clean(run.stdout, run.stderr)
+    assert once.stdout == twice.stdout and once.stdout.count("\n") == 3  # query, answer, blob
+    notes = [ln for ln in twice.stderr.splitlines() if ln.startswith("ibpath: ")]
+    if copies == ("global", "personal") and release != "4.0":
+        # 4.4 and later load no global Lua plugin of a personal one's file name
+        assert notes == [], twice.stderr
+        return
+    first, second = (where[c] for c in copies)
+    assert notes in ([f"ibpath: skipped {second}: the ibpath plugin is already loaded from "
+                      f"{first}"],
+                     [f"ibpath: skipped {first}: the ibpath plugin is already loaded from "
+                      f"{second}"]), twice.stderr
+    if "lua_script" in copies:  # the folders load before -X: the checkout's copy steps aside
+        assert notes[0].startswith(f"ibpath: skipped {where['lua_script']}:")

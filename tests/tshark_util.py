@@ -12,8 +12,9 @@ The exit status proves nothing: tshark 4.0.17 exits 0 when a Lua script fails.
 `test_tshark_oracle.py::test_assert_clean_catches_lua_failures_that_exit_0` checks these facts.
 
 Isolation: tshark runs with HOME/XDG_CONFIG_HOME/XDG_DATA_HOME set to an empty temporary
-directory. Personal preferences and personal (Lua) plugins therefore cannot change what
-Wireshark's built-in dissectors print. Pass `-X lua_script:<file>` to load a script on purpose.
+directory (`tshark_env()`, which every test that runs tshark itself uses too). Personal
+preferences and personal (Lua) plugins therefore cannot change what Wireshark's built-in
+dissectors print. Pass `-X lua_script:<file>` to load a script on purpose.
 
 If tshark is missing, `require_tshark()` and `needs_tshark` skip the test and say why. Set $TSHARK
 to use a tshark that is not on PATH.
@@ -66,7 +67,12 @@ needs_tshark = pytest.mark.skipif(tshark_path() is None, reason=_SKIP_REASON)
 _HOME: str | None = None
 
 
-def _isolated_env() -> dict[str, str]:
+def tshark_env() -> dict[str, str]:
+    """The environment every tshark of the test suite runs in: this process's, with HOME,
+    XDG_CONFIG_HOME and XDG_DATA_HOME an empty folder of its own (made once a run) and no
+    WIRESHARK_CONFIG_DIR, so that nothing the user installed or configured (a personal
+    plugin, disabled protocols, preferences) changes what tshark prints. A test that runs
+    tshark itself passes env=tshark_env() (test_tshark_isolation.py holds them to it)."""
     global _HOME
     if _HOME is None:
         _HOME = tempfile.mkdtemp(prefix="tshark-home-")
@@ -94,7 +100,7 @@ def _environ(env: dict[str, str]):
 def tshark_version() -> tuple[int, ...]:
     """(major, minor, micro) of the tshark in use."""
     out = subprocess.run([require_tshark(), "--version"], capture_output=True, text=True,
-                         env=_isolated_env(), timeout=60).stdout
+                         env=tshark_env(), timeout=60).stdout
     m = re.search(r"TShark \(Wireshark\) (\d+)\.(\d+)\.(\d+)", out)
     return tuple(int(x) for x in m.groups()) if m else ()
 
@@ -130,7 +136,7 @@ def run_tshark(capture: str | os.PathLike | None, args: list[str] | tuple[str, .
     if capture is not None:
         cmd += ["-r", str(capture)]
     cmd += list(args)
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_isolated_env())
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=tshark_env())
     return TsharkRun(cmd, p.returncode, p.stdout, p.stderr)
 
 
@@ -215,7 +221,7 @@ def run_pyshark(capture: str | os.PathLike, *, display_filter: str | None = None
     # once that loop is closed: any later asyncio subprocess in the run (Playwright's driver,
     # tests/test_html_report.py) then fails. Put the watcher back as it was.
     watcher = asyncio.get_child_watcher()
-    with _environ(_isolated_env()):
+    with _environ(tshark_env()):
         cap = _Capture(str(capture), display_filter=display_filter, tshark_path=tshark,
                        custom_parameters=list(extra_args))
         try:

@@ -629,7 +629,7 @@ def check_cli(inp: Input, timeout: float = 300) -> Stats:
             st.problems.append(Problem("exit-status", f"ibpath {' '.join(cmd)} exited {p.returncode} "
                                        f"(expected {sorted(allowed)}): {p.stderr[-500:]}", str(inp.path)))
         if cmd[0] == "decode" and not inp.unreadable and not inp.damaged:
-            m = re.search(r": (\d+) frames,", p.stderr)
+            m = re.search(r": (\d+) frames?,", p.stderr)  # "1 frame," "2 frames,"
             if not m or int(m.group(1)) != inp.frames:
                 st.problems.append(Problem("frame-count", f"ibpath decode said {p.stderr.strip()[-200:]!r}; "
                                            f"the file has {inp.frames} frames", str(inp.path)))

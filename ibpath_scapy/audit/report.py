@@ -87,10 +87,17 @@ def _junit_case(classname: str, name: str, body: str = "", time: float = 0.0) ->
             f'time="{time:.3f}">{body}</testcase>')
 
 
-def _junit_suite(a: FileAudit) -> tuple[str, int, int, int]:
-    """One input's <testsuite>: a test case per rule, failed for each error finding (the
-    others under system-out), and READ_CASE, an error when the input could not be read to its
-    end. Returns (xml, tests, failures, errors)."""
+# Which rules get a test case in each input's suite (--junit-cases): every rule of the
+# catalogue (a rule that found nothing is a passed test, so that CI tools record a failure
+# going away as a test fixed), or only those with findings.
+JUNIT_CASES = ("all", "findings")
+
+
+def _junit_suite(a: FileAudit, cases_of: str = "all") -> tuple[str, int, int, int]:
+    """One input's <testsuite>: a test case per rule (cases_of "all"; "findings": per rule
+    with a finding), failed for each error finding (the others under system-out), and
+    READ_CASE, an error when the input could not be read to its end. Returns (xml, tests,
+    failures, errors)."""
     from xml.sax.saxutils import escape, quoteattr  # (_junit_case)
     cls = junit_classname(a.path)
     by_rule: dict[str, list] = {}
@@ -102,47 +109,56 @@ def _junit_suite(a: FileAudit) -> tuple[str, int, int, int]:
         read_body = (f"<error type=\"unreadable\" message={quoteattr(a.error)}>"
                      f"{escape(a.error)}</error>")
     cases.append(_junit_case(cls, READ_CASE, read_body, a.seconds))
-    if a.replay is not None:  # an input never opened was judged by no rule
-        for rid in sorted(RULES):
-            hits = by_rule.get(rid, [])
-            errs = [f for f in hits if f.severity == "error"]
-            body = ""
-            if errs:
-                failures += 1
-                text = "\n".join(f"frames {list(f.frames)}: {f.message}" for f in errs)
-                body = (f'<failure type="error" message={quoteattr(f"{len(errs)} error(s)")}>'
-                        f"{escape(text)}</failure>")
-            elif hits:
-                body = "<system-out>" + escape("\n".join(
-                    f"{f.severity} frames {list(f.frames)}: {f.message}" for f in hits)) + "</system-out>"
-            cases.append(_junit_case(cls, rid, body))
+    judged = () if a.replay is None else sorted(RULES) if cases_of == "all" else sorted(by_rule)
+    for rid in judged:  # an input never opened was judged by no rule
+        hits = by_rule.get(rid, [])
+        errs = [f for f in hits if f.severity == "error"]
+        body = ""
+        if errs:
+            failures += 1
+            text = "\n".join(f"frames {list(f.frames)}: {f.message}" for f in errs)
+            body = (f'<failure type="error" message={quoteattr(f"{len(errs)} error(s)")}>'
+                    f"{escape(text)}</failure>")
+        elif hits:
+            body = "<system-out>" + escape("\n".join(
+                f"{f.severity} frames {list(f.frames)}: {f.message}" for f in hits)) + "</system-out>"
+        cases.append(_junit_case(cls, rid, body))
     errors = 1 if a.error else 0
     head = (f"  <testsuite name={quoteattr(a.path)} tests=\"{len(cases)}\" "
             f'failures="{failures}" errors="{errors}" skipped="0" time="{a.seconds:.3f}">')
     return "\n".join([head] + cases + ["  </testsuite>"]), len(cases), failures, errors
 
 
-def to_junit(audits: list[FileAudit], skipped: list = ()) -> str:
-    """JUnit XML as Jenkins and GitLab read it (the schema of tests/data/junit.xsd): a
-    <testsuites> root and one <testsuite> per input (tests, failures, errors, time); a file
-    of a directory that is neither a capture nor a blob is a suite of one skipped case."""
+def _junit_skipped(s) -> str:
+    """The suite of a file of a directory that is neither a capture nor a blob: one skipped
+    case."""
     from xml.sax.saxutils import quoteattr  # (_junit_case)
+    body = f'<skipped message={quoteattr(s.reason)}/>'
+    return "\n".join([
+        f'  <testsuite name={quoteattr(s.path)} tests="1" failures="0" errors="0" '
+        'skipped="1" time="0.000">',
+        _junit_case(junit_classname(s.path), READ_CASE, body), "  </testsuite>"])
+
+
+def to_junit(audits: list[FileAudit], skipped: list = (), cases_of: str = "all") -> str:
+    """JUnit XML as Jenkins and GitLab read it (the schema of tests/data/junit.xsd): a
+    <testsuites> root with the sums of its suites' counts (tests, failures, errors, skipped,
+    time) and one <testsuite> per input, in the order of the inputs and of a directory's walk;
+    a file of a directory that is neither a capture nor a blob is a suite of one skipped case
+    at its place (Skipped.position). cases_of: JUNIT_CASES, which rules get a test case."""
     suites, tests, failures, errors, seconds = [], 0, 0, 0, 0.0
-    for a in audits:
-        xml, t, f, e = _junit_suite(a)
+    pending = sorted(skipped, key=lambda s: s.position)  # stable: the walk's order kept
+    for i, a in enumerate(audits):
+        while pending and pending[0].position <= i:
+            suites.append(_junit_skipped(pending.pop(0)))
+        xml, t, f, e = _junit_suite(a, cases_of)
         suites.append(xml)
         tests, failures, errors, seconds = tests + t, failures + f, errors + e, seconds + a.seconds
-    for s in skipped:
-        body = f'<skipped message={quoteattr(s.reason)}/>'
-        suites.append("\n".join([
-            f'  <testsuite name={quoteattr(s.path)} tests="1" failures="0" errors="0" '
-            'skipped="1" time="0.000">',
-            _junit_case(junit_classname(s.path), READ_CASE, body), "  </testsuite>"]))
-        tests += 1
+    suites += [_junit_skipped(s) for s in pending]
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<testsuites name="ibpath audit" tests="{tests}" failures="{failures}" '
-            f'errors="{errors}" time="{seconds:.3f}">\n'
-            + "\n".join(suites) + "\n</testsuites>\n")
+            f'<testsuites name="ibpath audit" tests="{tests + len(skipped)}" '
+            f'failures="{failures}" errors="{errors}" skipped="{len(skipped)}" '
+            f'time="{seconds:.3f}">\n' + "\n".join(suites) + "\n</testsuites>\n")
 
 
 def finding_line(f, sev=lambda s: s) -> str:

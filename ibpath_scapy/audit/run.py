@@ -25,10 +25,13 @@ from .replay import extra_blob_record
 
 @dataclass(frozen=True)
 class Skipped:
-    """A file of a directory given as input that is neither a capture nor a blob."""
+    """A file of a directory given as input that is neither a capture nor a blob. position:
+    how many of the files to audit come before it in the walk (the reports that list both
+    keep the walk's order)."""
 
     path: str
     reason: str
+    position: int = 0
 
 
 def _recognised(path: str) -> str | None:
@@ -51,33 +54,62 @@ def _recognised(path: str) -> str | None:
     return f"not a capture or blob file (starts with {data[:8].hex()})"
 
 
-def expand_inputs(paths: list[str], as_blob: bool = False) -> tuple[list[str], list[Skipped]]:
+# The error of a capture that was read to its end but of which no frame was decoded (only link
+# types no layer reads): not a green report, whatever the one DECODE-UNSUPPORTED warning says.
+NOTHING_DECODED = "no frame audited: {undecoded}"
+
+# Why a folder's files are missing from the report, when the folder cannot be listed: the
+# audit's error for it (on stderr, in every format), after the system's reason.
+UNLISTED_FOLDER = "{reason} (a folder that cannot be listed: none of its files was audited)"
+
+
+@dataclass
+class Inputs:
+    """What the command line names, a directory's files expanded: `files` to audit in order
+    (a folder that cannot be listed among them, at its place, so that its audit names it as
+    unreadable), the files `skipped`, and `unlisted`: each such folder and the system's
+    reason."""
+
+    files: list[str]
+    skipped: list[Skipped]
+    unlisted: dict[str, str]
+
+
+def expand_inputs(paths: list[str], as_blob: bool = False) -> Inputs:
     """The files to audit: each path as given, and for a directory every file under it
     (recursively, in sorted order) that is a capture or a blob by content (with as_blob,
-    every file). The files of a directory that are neither come back as Skipped."""
-    files, skipped = [], []
+    every file). The files of a directory that are neither come back as Skipped; a folder
+    that cannot be listed (permissions), the top one too, is never passed over in silence."""
+    inputs = Inputs([], [], {})
+
+    def unlisted(exc: OSError) -> None:  # os.walk's onerror: it would skip the folder
+        inputs.files.append(exc.filename)
+        inputs.unlisted[exc.filename] = exc.strerror or str(exc)
+
     for p in paths:
         if p == STDIN or not os.path.isdir(p):
-            files.append(p)
+            inputs.files.append(p)
             continue
-        for root, dirs, names in os.walk(p):
+        for root, dirs, names in os.walk(p, onerror=unlisted):
             dirs.sort()
             for d in dirs:  # os.walk does not follow them: say so
                 if os.path.islink(os.path.join(root, d)):
-                    skipped.append(Skipped(os.path.join(root, d),
-                                           "a symbolic link to a directory (not followed)"))
+                    inputs.skipped.append(Skipped(
+                        os.path.join(root, d), "a symbolic link to a directory (not followed)",
+                        len(inputs.files)))
             for name in sorted(names):
                 f = os.path.join(root, name)
                 if os.path.exists(f) and not os.path.isfile(f):
                     # a FIFO or device inside a tree would block the walk or never end
-                    skipped.append(Skipped(f, "not a regular file (give it by name to read it)"))
+                    inputs.skipped.append(Skipped(
+                        f, "not a regular file (give it by name to read it)", len(inputs.files)))
                     continue
                 why = None if as_blob else _recognised(f)
                 if why is None:
-                    files.append(f)
+                    inputs.files.append(f)
                 else:
-                    skipped.append(Skipped(f, why))
-    return files, skipped
+                    inputs.skipped.append(Skipped(f, why, len(inputs.files)))
+    return inputs
 
 
 def _records(src, decoder: Decoder, engine: str, as_blob: bool):
@@ -184,25 +216,38 @@ def _tshark_source(path: str):
         yield copy
 
 
+def _unreadable(path: str, why: str, start: float) -> tuple[FileAudit, str]:
+    """The audit of an input that could not be opened: its error and the line for stderr."""
+    fa = FileAudit(path, error=why)
+    fa.seconds = time.monotonic() - start
+    return fa, f"ibpath: {path}: {why}"
+
+
 def audit_one(path: str, options: AuditOptions, engine: str = "scapy",
               extras: list[dict] = (), as_blob: bool = False,
-              progress: bool = False, live=None) -> tuple[FileAudit, str | None]:
+              progress: bool = False, live=None, unlisted: str | None = None,
+              name: str | None = None) -> tuple[FileAudit, str | None]:
     """Audit one input: its FileAudit (with .error and the findings up to the damage when it
     cannot be read to its end) and the line for stderr when it cannot (file and reason).
     live(finding), when given, is told each frame and transaction finding of a stream as
     soon as it is known (engine.audit_records). Interrupted (Ctrl-C) while it waits on a
-    stream, the audit ends there with what was read, as at the end of the stream."""
+    stream, the audit ends there with what was read, as at the end of the stream. unlisted:
+    path is a folder that could not be listed, and why (Inputs.unlisted). name: what the
+    reports and messages call the input (--label for standard input; default: path)."""
+    start = time.monotonic()
+    name = name or path
+    if unlisted is not None:
+        return _unreadable(name, UNLISTED_FOLDER.format(reason=unlisted), start)
     decoder = _decoder(engine)
     blob_option = path in options.extra_blobs
     extra = [] if blob_option else list(extras)
-    start = time.monotonic()
     try:
         if engine == "tshark":
             with _tshark_source(path) as source:
-                bar = Progress(path, progress)
+                bar = Progress(name, progress)
                 records = _UpToDamage(_records(source, decoder, engine, as_blob), extra)
                 try:
-                    fa = audit_records(path, records, options, on_frame=bar)
+                    fa = audit_records(name, records, options, on_frame=bar)
                 finally:
                     bar.done()
                 if records.error is not None and source != path:
@@ -210,28 +255,28 @@ def audit_one(path: str, options: AuditOptions, engine: str = "scapy",
         else:
             with Input(path) as src, _interrupt_ends(src.stream):
                 blob = as_blob or (blob_option and _blob_option_file(src))
-                bar = Progress(path, progress, lambda: src.pos, src.size)
+                bar = Progress(name, progress, lambda: src.pos, src.size)
                 records = _UpToDamage(_records(src, decoder, engine, blob), extra)
                 try:
-                    fa = audit_records(path, records, options, on_frame=bar,
+                    fa = audit_records(name, records, options, on_frame=bar,
                                        on_finding=live if src.stream else None,
                                        batch=1 if src.stream else 2048)
                 finally:
                     bar.done()
     except _Interrupted:  # Ctrl-C outside the wait for input: nothing whole to report
-        fa = FileAudit(path, error="interrupted")
-        fa.seconds = time.monotonic() - start
-        return fa, f"ibpath: {path}: interrupted"
+        return _unreadable(name, "interrupted", start)
     except OSError as exc:
-        why = exc.strerror or str(exc)
-        fa = FileAudit(path, error=why)
-        fa.seconds = time.monotonic() - start
-        return fa, f"ibpath: {path}: {why}"
+        return _unreadable(name, exc.strerror or str(exc), start)
     fa.frames = decoder.stats.frames
     fa.seconds = time.monotonic() - start
     if records.error is not None:
-        fa.error = str(records.error)
-        return fa, f"ibpath: {records.error}"
+        # the readers name the input by its path first ("-: frame 3: ...")
+        fa.error = str(records.error).replace(path, name, 1)
+        return fa, f"ibpath: {fa.error}"
+    stats = decoder.stats
+    if stats.frames and stats.undecoded == stats.frames:
+        fa.error = NOTHING_DECODED.format(undecoded=stats.undecoded_text())
+        return fa, f"ibpath: {name}: {fa.error}"
     return fa, None
 
 
@@ -252,24 +297,31 @@ def _audit_in_worker(args) -> tuple[FileAudit, str | None]:
 
 def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
                 quiet: bool = False, jobs: int = 1, as_blob: bool = False,
-                messages: list[str] | None = None, live=None) -> tuple[list[FileAudit], list[str]]:
+                messages: list[str] | None = None, live=None,
+                unlisted: dict[str, str] | None = None,
+                names: dict[str, str] | None = None) -> tuple[list[FileAudit], list[str]]:
     """Audit each input in order; an unreadable one is reported on stderr (file and reason)
     and its findings up to the damage are kept. The blobs of options.extra_blobs (--blob)
     join the replay of every other file, without being counted as its frames. With jobs > 1
     the files are audited in that many processes; the audits, their order and the stderr
     lines are those of a serial run. messages, when given, receives the stderr lines instead
-    of stderr. live: see audit_one (streams are audited in this process)."""
+    of stderr. live: see audit_one (streams are audited in this process). unlisted: the
+    folders among paths that could not be listed, and why (Inputs.unlisted). names: what the
+    reports call an input instead of its path (--label names standard input)."""
     with paced():
         extras = extra_blobs(options.extra_blobs)
-    tasks = [(p, options, engine, extras, as_blob, False) for p in paths]
+    unlisted, names = unlisted or {}, names or {}
+    tasks = [(p, options, engine, extras, as_blob, False, None, unlisted.get(p), names.get(p))
+             for p in paths]
     if jobs > 1 and len(paths) > 1 and STDIN not in paths:
         with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
             results = list(pool.map(_audit_in_worker, tasks))
     else:
         results = []
         with paced():
-            for p, *rest in tasks:
-                results.append(audit_one(p, *rest[:-1], progress=not quiet, live=live))
+            for p, opts, eng, ext, blob, _, _, why, name in tasks:
+                results.append(audit_one(p, opts, eng, ext, blob, progress=not quiet,
+                                         live=live, unlisted=why, name=name))
     audits, unreadable = [], []
     for fa, message in results:
         audits.append(fa)

@@ -32,6 +32,14 @@ def add_parser(sub) -> None:
                    default="all", help="which kernel's use of a blob to judge (default: all)")
     p.add_argument("--format", choices=("text", "json", "junit", "html"), default="text",
                    help="html: one self-contained page with a ladder diagram per resolution")
+    p.add_argument("--junit-cases", choices=report.JUNIT_CASES, default="all",
+                   help="junit format: a test case per rule of the catalogue in every input's "
+                   "suite, passed where the rule found nothing (all, the default: CI tools "
+                   "then show a finding that goes away as a test fixed), or only the read case "
+                   "and the rules with findings (findings)")
+    p.add_argument("--label", metavar="NAME",
+                   help="what the reports call standard input ('-'): the file name in text "
+                   "and JSON, the suite and class name in JUnit (default: '-')")
     p.add_argument("--ladder", action="store_true",
                    help="text format: draw each resolution's ladder diagram (the default when "
                    f"the report goes to a terminal and the inputs are under "
@@ -100,8 +108,13 @@ def run(args) -> int:
     if args.jobs < 1:
         print("ibpath audit: --jobs takes a number of processes, 1 or more", file=sys.stderr)
         return 2
+    if args.label is not None and (STDIN not in args.files or not args.label.strip()):
+        print("ibpath audit: --label names standard input: give '-' among the FILEs, and a "
+              "name that is not blank", file=sys.stderr)
+        return 2
     as_blob = args.as_kind == "blob"
-    files, skipped = expand_inputs(args.files, as_blob)
+    inputs = expand_inputs(args.files, as_blob)
+    files, skipped = inputs.files, inputs.skipped
     for s in skipped:
         print(f"ibpath: skipped {s.path}: {s.reason}", file=sys.stderr)
     paths = files + [b for b in dict.fromkeys(args.blob) if b not in files]
@@ -128,11 +141,13 @@ def run(args) -> int:
         if args.format == "text" and any(_is_stream(p) for p in paths):
             live = _live_printer(out)
         audits, unreadable = audit_paths(paths, options, engine=args.engine, quiet=args.quiet,
-                                         jobs=args.jobs, as_blob=as_blob, live=live)
+                                         jobs=args.jobs, as_blob=as_blob, live=live,
+                                         unlisted=inputs.unlisted,
+                                         names={STDIN: args.label} if args.label else None)
         if args.format == "json":
             out.write(report.to_json(audits, skipped) + "\n")
         elif args.format == "junit":
-            out.write(report.to_junit(audits, skipped))
+            out.write(report.to_junit(audits, skipped, cases_of=args.junit_cases))
         elif args.format == "html":
             out.write(to_html(audits))
         else:

@@ -6,7 +6,7 @@ import sys
 from typing import Iterator
 
 from .. import fast
-from ..decode import Decoder, decode_file
+from ..decode import Decoder, DecodeStats, decode_file
 from ..facts import public, public_json
 from ..gcpace import paced
 from ..fast import FastDecoder, decode_file_fast
@@ -59,6 +59,28 @@ def text_lines(rec) -> str:
     return "\n".join(frame_text(public(rec))) + "\n"
 
 
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def summary(s: DecodeStats) -> str:
+    """Decode's closing line on stderr (after the file's name): what the frames were, the
+    counts that are not zero past the first three."""
+    parts = [_count(s.frames, "frame", "frames"), _count(s.mad_frames, "MAD frame", "MAD frames"),
+             f"{s.malformed} malformed"]
+    parts += [_count(n, one, many) for n, one, many in (
+        (s.netlink_frames, "RDMA netlink frame", "RDMA netlink frames"),
+        (s.blob_frames, "blob frame", "blob frames"),
+        (s.by_kind.get("ucma", 0), "ucma command", "ucma commands"),
+        (s.by_kind.get("acm", 0), "ACM message", "ACM messages"),
+        (s.crc_errors, "with a CRC error", "with CRC errors"),
+        (s.rmpp_dropped, "RMPP segment dropped (resent)", "RMPP segments dropped (resent)"))
+        if n]
+    if s.undecoded:
+        parts.append(s.undecoded_text())
+    return ", ".join(parts)
+
+
 # records written at once (a live capture: each as it comes)
 CHUNK = 256
 
@@ -94,12 +116,5 @@ def run(args) -> int:
     except OSError as exc:
         print(f"ibpath: {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    s = decoder.stats
-    extra = "".join(f", {n} {what}" for n, what in (
-        (s.netlink_frames, "RDMA netlink frames"), (s.blob_frames, "blob frames"),
-        (s.by_kind.get("ucma", 0), "ucma commands"), (s.by_kind.get("acm", 0), "ACM messages"),
-        (s.crc_errors, "with CRC errors"), (s.rmpp_dropped, "RMPP segments dropped (resent)"),
-        (sum(c for _, c in s.unsupported.values()), "of link types not decoded")) if n)
-    print(f"{args.file}: {s.frames} frames, {s.mad_frames} MAD frames, {s.malformed} malformed"
-          + extra, file=sys.stderr)
+    print(f"{args.file}: {summary(decoder.stats)}", file=sys.stderr)
     return 1 if bad else 0

@@ -8,6 +8,7 @@ last. Strings from layer definitions only ever appear inside lua_str() literals.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..expr import LUA_RUNTIME, Expr, LuaEnv
@@ -17,6 +18,54 @@ from ..packet_rules import PacketRule as Rule
 from ..layout_model import FieldLayout, GeneratorError, Item, LayerModel, Step, build_layer, header_layout
 
 MAX_LIST_ITEMS = 4096  # a hostile count cannot make the dissector loop for long
+
+# What a second copy of a plugin says on stderr as it steps aside (an installed copy and one
+# given with -X lua_script:, a personal and a global one: Proto() of a taken name would raise,
+# "Lua: Error during loading"). The Lua writes it with string.format; loaded_copy() reads it.
+SKIPPED_COPY = "{prefix}: skipped {skipped}: the {prefix} plugin is already loaded from {loaded}"
+# `loaded` for a copy generated before this note, which leaves no trace of its file
+EARLIER_COPY = "an earlier copy ({why})"
+
+
+def _once_lua(prefix: str, description: str) -> str:
+    """The plugin's first statements: create the main Proto unless a copy of the plugin has
+    (a global of the shared Lua state names its file), else say so and register nothing. A
+    Lua plugin is a chunk, so `return` ends its loading there."""
+    key = lua_str(f"{prefix} plugin")
+    note = SKIPPED_COPY.replace("%", "%%").format(prefix=prefix, skipped="%s", loaded="%s")
+    earlier = EARLIER_COPY.replace("%", "%%").format(why="%s")
+    return f"""\
+-- Loaded once: see SKIPPED_COPY (luagen/emit.py). The key is not a name Lua code could use.
+local ib_self = debug and (debug.getinfo(1, "S").source:gsub("^@", "")) or "?"
+local ib_loaded = rawget(_G, {key})
+local ib_new, ib_main = false, nil
+if ib_loaded == nil then
+  ib_new, ib_main = pcall(Proto, {lua_str(prefix)}, {lua_str(description)})
+  if not ib_new then ib_loaded = string.format({lua_str(earlier)}, tostring(ib_main)) end
+end
+if not ib_new then
+  io.stderr:write(string.format({lua_str(note + chr(10))}, ib_self, ib_loaded))
+  return
+end
+rawset(_G, {key}, ib_self)
+"""
+
+
+def skipped_copy_pattern(prefix: str) -> "re.Pattern":
+    """A line of SKIPPED_COPY, its groups `skipped` and `loaded`."""
+    pattern = re.escape(SKIPPED_COPY).replace(r"\{prefix\}", re.escape(prefix))
+    pattern = pattern.replace(r"\{skipped\}", "(?P<skipped>.+?)").replace(
+        r"\{loaded\}", "(?P<loaded>.+)")
+    return re.compile("^" + pattern + "$", re.M)
+
+
+def loaded_copy(stderr: str, prefix: str, plugin: str) -> str | None:
+    """The copy tshark loaded instead of plugin, from what plugin said on stderr when it was
+    skipped (SKIPPED_COPY); None when it was not."""
+    for m in skipped_copy_pattern(prefix).finditer(stderr):
+        if m.group("skipped") == plugin:
+            return m.group("loaded")
+    return None
 
 
 @dataclass
@@ -181,6 +230,7 @@ class Emitter:
         for line in self.spec.header_comment.splitlines():
             head(f"-- {line}" if line else "--")
         head("")
+        head(_once_lua(self.spec.prefix, self.spec.prefix + " (generated from Scapy layers)"))
         head(LUA_RUNTIME.strip())
         head("")
         head("local VS, PF, P, D, EX, HOOKS = {}, {}, {}, {}, {}, {}")
@@ -191,7 +241,6 @@ class Emitter:
         for idx, decl in decls:
             head(f"PF[{idx}] = {decl}")
         head("")
-        head(f"local ib_main = Proto({lua_str(self.spec.prefix)}, {lua_str(self.spec.prefix + ' (generated from Scapy layers)')})")
         for m in self.models:
             head(f"P[{lua_str(m.key)}] = Proto({lua_str(m.proto_name)}, {lua_str(self.spec.prefix + ' ' + m.title)})")
             idxs = sorted({self.item_index[id(it)] for it in self._items_of(m)})

@@ -165,9 +165,13 @@ def runtime_constants() -> list[Const]:
     ]
 
 
+# The plugin's protocol and the first part of every field name (ibpath.<layer>.<field>).
+PREFIX = "ibpath"
+
+
 def plugin_spec() -> Spec:
     return Spec(
-        prefix="ibpath",
+        prefix=PREFIX,
         entry_layers=[LRH, BTH, PathArray, RdmaNLMsgHdr] + [s[0] for s in RECORDED_SOURCES],
         rules=list(PACKET_RULES),
         header_comment=HEADER,

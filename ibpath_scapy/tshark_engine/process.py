@@ -17,6 +17,8 @@ from ..decode import DecodeStats
 from ..facts import public
 from ..layers.ib import ExportedPDU
 from ..layers.pathdata import BLOB_DISSECTOR
+from ..luagen.emit import loaded_copy, skipped_copy_pattern
+from ..luagen.plugin import PREFIX
 from ..pcapio import CaptureError, MAX_RAW_BLOB, PCAPNG_SHB, PcapNgWriter, read_frames, sniff_format
 from ..wireshark import Tshark, find_tshark, packaged_plugin
 from .builder import _Builder
@@ -157,7 +159,7 @@ def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str |
             first = True
             for text in _packets(proc.stdout):
                 if first:  # a script that fails to load says so before the first packet
-                    _check_stderr(path, stderr_text(), 0)
+                    _check_stderr(path, stderr_text(), 0, plugin_file)
                     first = False
                 bad = _FAILURE.search(text)
                 if bad:
@@ -178,7 +180,7 @@ def tshark_records(path: str, *, stats: DecodeStats | None = None, tshark: str |
             proc.wait()
             if damage is not None:
                 raise TsharkEngineError(str(damage)) from None
-            _check_stderr(path, stderr_text(), proc.returncode)
+            _check_stderr(path, stderr_text(), proc.returncode, plugin_file)
             yield from map(edge, builder.finish())
         finally:
             if proc.poll() is None:
@@ -221,11 +223,32 @@ _STDERR_NOISE = re.compile(
     r'^Running as user "[^"]*" and group "[^"]*"\. This could be dangerous\.$')
 
 
-def _check_stderr(path: str, err: str, returncode: int) -> None:
-    """A Lua script that failed to load (tshark goes on without it and exits 0), or tshark's
-    own complaint when it exits non-zero (a file cut short, an unsupported link type)."""
+def _other_copy(path: str, err: str, plugin: Path) -> None:
+    """TsharkEngineError when tshark skipped plugin for another copy of it it had loaded first
+    (a global plugin folder: the engine's HOME is its own) that is not the same file: its
+    fields would not be this package's layers."""
+    loaded = loaded_copy(err, PREFIX, str(plugin))
+    if loaded is None:
+        return
+    try:
+        same = Path(loaded).read_bytes() == plugin.read_bytes()
+    except OSError:  # an earlier copy, which does not say where it is
+        same = False
+    if not same:
+        raise TsharkEngineError(
+            f"{path}: tshark loaded another ibpath plugin before this package's ({loaded}), "
+            f"which differs from {plugin}; the capture was not read (remove that copy, or "
+            "install this one over it with `ibpath dissector install --dir`)")
+
+
+def _check_stderr(path: str, err: str, returncode: int, plugin: Path) -> None:
+    """A Lua script that failed to load (tshark goes on without it and exits 0), another copy
+    of the plugin in its place (_other_copy), or tshark's own complaint when it exits non-zero
+    (a file cut short, an unsupported link type)."""
+    _other_copy(path, err, plugin)
+    skipped = skipped_copy_pattern(PREFIX)
     lines = [ln.strip() for ln in err.splitlines()
-             if ln.strip() and not _STDERR_NOISE.match(ln.strip())]
+             if ln.strip() and not _STDERR_NOISE.match(ln.strip()) and not skipped.match(ln)]
     for ln in lines:
         if "Lua" in ln and "rror" in ln:
             raise TsharkEngineError(f"{path}: a Lua script failed to load in tshark: "
