@@ -31,6 +31,7 @@ from scapy.packet import Packet, bind_layers
 from .coded import LIDField
 from .ib import EXPORTED_PDU_DISSECTORS
 from .mad import MAD, MAD_HDR_SIZE, MGMT_CLASS_SA, RMPP_HDR_SIZE
+from .roce import GSI_QKEY
 from .sa import SA_MAD_HDR_SIZE, GIDField
 
 UMAD_DISSECTOR = "ibpath.umad"
@@ -64,7 +65,7 @@ class UserMad(Packet):
         LEIntField("retries", 0),
         LEIntField("length", 0),
         XIntField("qpn", 1),
-        XIntField("qkey", 0x80010000),
+        XIntField("qkey", GSI_QKEY),
         LIDField("lid", 0),
         ByteField("sl", 0),
         ByteField("path_bits", 0),

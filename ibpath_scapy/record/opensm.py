@@ -35,12 +35,12 @@ from typing import Iterable, Sequence
 
 from ..layers.ib import ExportedPDU
 from ..layers.mad import MAD_SIZE, MGMT_CLASS_SA, RMPP_ACTIVE
+from ..layers.roce import GSI_QKEY
 from ..layers.umad import UMAD_DISSECTOR, UMAD_HDR_SIZE, UMAD_TID_LOW, UserMad
 from .comment import parse_call_comment
 from .fabric import DEFAULT_TOPOLOGY, Fabric, missing_tools, package_versions
 
 UMAD2SIM_INTACT_BYTES = 224  # MAD bytes that survive umad2sim's receive path intact
-GSI_QKEY = 0x80010000
 DEFAULT_PKEYS = {0: 0xFFFF}  # ibsim's P_Key table: index 0 = full default partition
 
 FIXED_EPOCH = 1704067200.0  # 2024-01-01T00:00:00Z: frame n is at FIXED_EPOCH + n * step
@@ -494,7 +494,7 @@ client reads every record.
   without RMPP ACTIVE (its error responses) goes out as one 256-byte MAD; as OpenSM's error
   response echoes the whole request MAD, its bytes 224..255 are restored like the request's.
 * Framing (`ibpath_scapy.encap.native_ib_frame`): VL 0, LVer 0, LNH 2 (local), BTH opcode
-  0x64 (UD SEND_ONLY), P_Key 0xffff (P_Key index 0), DETH Q_Key 0x80010000, PSN counting per
+  0x64 (UD SEND_ONLY), P_Key 0xffff (P_Key index 0), DETH Q_Key {GSI_QKEY:#010x}, PSN counting per
   sender from 0, ICRC and VCRC computed.
 * Timestamps are synthetic: frame n is at 2024-01-01T00:00:00Z + n ms. The TIDs are saquery's
   own (libibmad seeds its generator with the time and pid), so every session has its own.
