@@ -47,9 +47,10 @@ import struct
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 # --------------------------------------------------------------------------------------------
 # Constants
@@ -557,6 +558,112 @@ class SessionResult:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
 
 
+@dataclass
+class Fabric:
+    """A running ibsim fabric with OpenSM as its SM and SA (opensm_fabric): who is who, and
+    the environment a client on one of its hosts runs in."""
+
+    work: Path
+    env: dict  # the base environment: IBSIM_SOCKNAME, LC_ALL (no LD_PRELOAD)
+    umad2sim: str
+    sa_lid: int
+    sm_guid: str
+    nodes: dict[str, dict]  # host -> {"gid": port GID, "lid": base LID}
+    opensm: _Daemon
+    opensm_argv: list[str]
+
+    def client_env(self, host: str, preload: Sequence[str] = (), **extra) -> dict:
+        """The environment of a client on `host`: libumad2sim.so preloaded (after `preload`),
+        SIM_HOST set, and `extra`."""
+        return dict(self.env, LD_PRELOAD=":".join([*map(str, preload), self.umad2sim]),
+                    SIM_HOST=host, **extra)
+
+
+@contextmanager
+def opensm_fabric(*, topology: str = DEFAULT_TOPOLOGY, sm_host: str = "Hca1",
+                  client_host: str = "Hca2", lookup_hosts: Sequence[str] = ("Hca1", "Hca2", "Hca3"), lmc: int = 0,
+                  opensm_preload: Sequence[str] = (), opensm_env: dict | None = None,
+                  startup_timeout: float = 30, query_timeout: float = 15,
+                  session_limit: float = 300) -> Iterator[Fabric]:
+    """ibsim with `topology` and OpenSM on `sm_host` (LMC `lmc`, `opensm_preload` before
+    libumad2sim.so, `opensm_env` added to its environment), up once OpenSM logs SUBNET UP;
+    yields the Fabric with the SA's LID (sminfo on `client_host`) and each of `lookup_hosts`'
+    GID and LID (ibaddr); neither is recorded. Every process runs in its own process group under a time limit
+    and is stopped when the block ends (OpenSM first, so that its logs are complete), also
+    on error. The work directory is removed then."""
+    missing = [n for n in ("ibsim", "opensm", "sminfo", "ibaddr") if not _which(n)]
+    umad2sim = find_umad2sim()
+    if not umad2sim:
+        missing.append("libumad2sim.so (package libumad2sim0)")
+    if missing:
+        raise RuntimeError("missing: " + ", ".join(missing))
+    work = Path(tempfile.mkdtemp(prefix="ibpath-fabric-"))
+    sockname = f"ibpath{os.getpid()}x{int(time.time() * 1000) % 100000}"
+    daemons: list[_Daemon] = []
+    try:
+        for d in ("ibsim", "opensm", "client"):
+            (work / d).mkdir()
+        netfile = work / "topology.net"
+        netfile.write_text(topology)
+        osm_conf = work / "opensm.conf"
+        # defaults (whatever /etc/opensm holds), but flush the log so "SUBNET UP" can be seen
+        osm_conf.write_text("force_log_flush TRUE\n")
+        osm_log = work / "opensm" / "opensm.log"
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("UMADREC_", "IBSIM_", "SIM_")) and k != "LD_PRELOAD"}
+        env["IBSIM_SOCKNAME"] = sockname
+        env["LC_ALL"] = "C"
+
+        # 1. the simulator
+        ibsim = _Daemon(["ibsim", "-s", "-n", str(netfile)], cwd=work / "ibsim", env=env,
+                        log=work / "ibsim.out", limit=session_limit)
+        daemons.append(ibsim)
+        _wait_for(lambda: _abstract_socket_exists(f"{sockname}:ctl"), startup_timeout,
+                  "ibsim's control socket", daemons)
+
+        # 2. OpenSM
+        osm_env = dict(env, LD_PRELOAD=":".join([*map(str, opensm_preload), umad2sim]),
+                       SIM_HOST=sm_host, OSM_TMP_DIR=str(work / "opensm"),
+                       OSM_CACHE_DIR=str(work / "opensm"), **(opensm_env or {}))
+        opensm_argv = ["opensm", "-F", str(osm_conf), "-f", str(osm_log), "-s", "0",
+                       "-l", str(lmc)]
+        osm = _Daemon(opensm_argv, cwd=work / "opensm", env=osm_env,
+                      log=work / "opensm.out", limit=session_limit)
+        daemons.append(osm)
+        _wait_for(lambda: osm_log.exists() and b"SUBNET UP" in osm_log.read_bytes(),
+                  startup_timeout, "OpenSM 'SUBNET UP'", daemons)
+
+        # 3. who is who (SMPs)
+        sim_env = dict(env, LD_PRELOAD=umad2sim)
+        r = _run(["sminfo"], cwd=work / "client", env=dict(sim_env, SIM_HOST=client_host),
+                 timeout=query_timeout)
+        m = _SMINFO_RE.search(r.stdout.decode(errors="replace"))
+        if not m or m.group(4) != "SMINFO_MASTER":
+            raise RuntimeError(f"sminfo did not report a master SM: {r.stdout!r} {r.stderr!r}")
+        sa_lid, sm_guid = int(m.group(1)), m.group(2)
+        nodes: dict[str, dict] = {}
+        for host in lookup_hosts:
+            r = _run(["ibaddr"], cwd=work / "client", env=dict(sim_env, SIM_HOST=host),
+                     timeout=query_timeout)
+            m = _IBADDR_RE.search(r.stdout.decode(errors="replace"))
+            if not m:
+                raise RuntimeError(f"ibaddr on {host} failed: {r.stdout!r} {r.stderr!r}")
+            nodes[host] = {"gid": m.group(1), "lid": int(m.group(2), 0)}
+        fabric = Fabric(work, env, umad2sim, sa_lid, sm_guid, nodes, osm, [
+            a if not a.startswith(str(work)) else "<workdir>" + a[len(str(work)):]
+            for a in opensm_argv])
+        try:
+            yield fabric
+        finally:
+            for d in reversed(daemons):
+                d.stop()
+            daemons.clear()
+    finally:
+        for d in reversed(daemons):
+            d.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def record_sa_session(outdir: str | os.PathLike, queries: Sequence[Query] = DEFAULT_QUERIES, *,
                       topology: str = DEFAULT_TOPOLOGY, sm_host: str = "Hca1",
                       client_host: str = "Hca2", lookup_hosts: Sequence[str] = ("Hca1", "Hca2",
@@ -577,111 +684,64 @@ def record_sa_session(outdir: str | os.PathLike, queries: Sequence[Query] = DEFA
     (another recorder, to compare both on the same run).
 
     Every process is started in its own process group with a timeout and is killed before
-    this returns (also on error)."""
+    this returns (also on error); the fabric is opensm_fabric's."""
     missing = missing_tools()
     if missing:
         raise RuntimeError("missing: " + ", ".join(missing))
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     shim = compile_shim()
-    umad2sim = find_umad2sim()
-    preload = f"{shim}:{umad2sim}"
-    work = Path(tempfile.mkdtemp(prefix="ibpath-rec-"))
-    sockname = f"ibpath{os.getpid()}x{int(time.time() * 1000) % 100000}"
-    daemons: list[_Daemon] = []
+    logs = Path(tempfile.mkdtemp(prefix="ibpath-rec-"))
     try:
-        (work / "ibsim").mkdir()
-        (work / "opensm").mkdir()
-        (work / "client").mkdir()
-        (work / "sar").mkdir()
-        netfile = work / "topology.net"
-        netfile.write_text(topology)
-        osm_conf = work / "opensm.conf"
-        # defaults (whatever /etc/opensm holds), but flush the log so "SUBNET UP" can be seen
-        osm_conf.write_text("force_log_flush TRUE\n")
-        osm_log = work / "opensm" / "opensm.log"
-        sa_log = work / "opensm.umadrec"
-        client_log = work / "saquery.umadrec"
+        (logs / "sar").mkdir()
+        sa_log = logs / "opensm.umadrec"
+        client_log = logs / "saquery.umadrec"
+        with opensm_fabric(topology=topology, sm_host=sm_host, client_host=client_host,
+                           lookup_hosts=lookup_hosts,
+                           lmc=lmc, opensm_preload=[*also_preload, shim],
+                           opensm_env={"UMADREC_LOG": str(sa_log),
+                                       "UMADREC_SAR_DIR": str(logs / "sar")},
+                           startup_timeout=startup_timeout, query_timeout=query_timeout,
+                           session_limit=session_limit) as fabric:
+            lid = {k: v["lid"] for k, v in fabric.nodes.items()}
+            gid = {k: v["gid"] for k, v in fabric.nodes.items()}
 
-        base_env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("UMADREC_", "IBSIM_", "SIM_")) and k != "LD_PRELOAD"}
-        base_env["IBSIM_SOCKNAME"] = sockname
-        base_env["LC_ALL"] = "C"
+            # the queries, recorded
+            results: list[QueryResult] = []
+            for i, q in enumerate(queries, 1):
+                argv = ["saquery"] + [a.format(lid=lid, gid=gid) for a in q.args]
+                seed = 1000 + i
+                env = fabric.client_env(client_host, [*also_preload, shim],
+                                        UMADREC_LOG=str(client_log),
+                                        UMADREC_SAR_DIR=str(logs / "sar"),
+                                        UMADREC_SEED=str(seed))
+                before = len(read_log(client_log)) if client_log.exists() else 0
+                try:
+                    r = _run(argv, cwd=fabric.work / "client", env=env, timeout=query_timeout)
+                    rc, out, err = r.returncode, r.stdout, r.stderr
+                except subprocess.TimeoutExpired as e:
+                    rc, out, err = -1, e.stdout or b"", (e.stderr or b"") + b"\n[timed out]"
+                fname = f"saquery-{i:02d}-{q.name}.txt"
+                (outdir / fname).write_bytes(out)
+                new = read_log(client_log)[before:] if client_log.exists() else []
+                tids = [f"{rec.tid & 0xFFFFFFFF:08x}" for rec in new
+                        if rec.direction == "W" and rec.mgmt_class == MGMT_CLASS_SA]
+                results.append(QueryResult(q.name, argv, q.note, seed, rc, fname,
+                                           err.decode(errors="replace"), tids))
+                if not fabric.opensm.alive():
+                    raise RuntimeError("OpenSM died during the queries:\n" + (
+                        fabric.work / "opensm.out").read_text(errors="replace")[-2000:])
+            if keep_workdir:
+                kept = Path(tempfile.mkdtemp(prefix="ibpath-rec-work-"))
+                shutil.copytree(fabric.work, kept, dirs_exist_ok=True)
+        # (the fabric is stopped, OpenSM first: its log is complete)
+        if keep_workdir:
+            print(f"work directory kept: {kept} (logs: {logs})")
 
-        # 1. the simulator
-        ibsim = _Daemon(["ibsim", "-s", "-n", str(netfile)], cwd=work / "ibsim", env=base_env,
-                        log=work / "ibsim.out", limit=session_limit)
-        daemons.append(ibsim)
-        _wait_for(lambda: _abstract_socket_exists(f"{sockname}:ctl"), startup_timeout,
-                  "ibsim's control socket", daemons)
-
-        # 2. OpenSM, recorded
-        osm_env = dict(base_env, LD_PRELOAD=":".join([*map(str, also_preload), preload]),
-                       SIM_HOST=sm_host,
-                       UMADREC_LOG=str(sa_log), UMADREC_SAR_DIR=str(work / "sar"),
-                       OSM_TMP_DIR=str(work / "opensm"), OSM_CACHE_DIR=str(work / "opensm"))
-        opensm_argv = ["opensm", "-F", str(osm_conf), "-f", str(osm_log), "-s", "0",
-                       "-l", str(lmc)]
-        osm = _Daemon(opensm_argv, cwd=work / "opensm", env=osm_env,
-                      log=work / "opensm.out", limit=session_limit)
-        daemons.append(osm)
-        _wait_for(lambda: osm_log.exists() and b"SUBNET UP" in osm_log.read_bytes(),
-                  startup_timeout, "OpenSM 'SUBNET UP'", daemons)
-
-        # 3. who is who (not recorded: these are SMPs, not SA traffic)
-        sim_env = dict(base_env, LD_PRELOAD=umad2sim)
-        r = _run(["sminfo"], cwd=work / "client", env=dict(sim_env, SIM_HOST=client_host),
-                 timeout=query_timeout)
-        m = _SMINFO_RE.search(r.stdout.decode(errors="replace"))
-        if not m or m.group(4) != "SMINFO_MASTER":
-            raise RuntimeError(f"sminfo did not report a master SM: {r.stdout!r} {r.stderr!r}")
-        sa_lid, sm_guid = int(m.group(1)), m.group(2)
-        nodes: dict[str, dict] = {}
-        for host in lookup_hosts:
-            r = _run(["ibaddr"], cwd=work / "client", env=dict(sim_env, SIM_HOST=host),
-                     timeout=query_timeout)
-            m = _IBADDR_RE.search(r.stdout.decode(errors="replace"))
-            if not m:
-                raise RuntimeError(f"ibaddr on {host} failed: {r.stdout!r} {r.stderr!r}")
-            nodes[host] = {"gid": m.group(1), "lid": int(m.group(2), 0)}
-        lid = {k: v["lid"] for k, v in nodes.items()}
-        gid = {k: v["gid"] for k, v in nodes.items()}
-
-        # 4. the queries, recorded
-        results: list[QueryResult] = []
-        for i, q in enumerate(queries, 1):
-            argv = ["saquery"] + [a.format(lid=lid, gid=gid) for a in q.args]
-            seed = 1000 + i
-            env = dict(base_env, LD_PRELOAD=":".join([*map(str, also_preload), preload]),
-                       SIM_HOST=client_host,
-                       UMADREC_LOG=str(client_log), UMADREC_SAR_DIR=str(work / "sar"),
-                       UMADREC_SEED=str(seed))
-            before = len(read_log(client_log)) if client_log.exists() else 0
-            try:
-                r = _run(argv, cwd=work / "client", env=env, timeout=query_timeout)
-                rc, out, err = r.returncode, r.stdout, r.stderr
-            except subprocess.TimeoutExpired as e:
-                rc, out, err = -1, e.stdout or b"", (e.stderr or b"") + b"\n[timed out]"
-            fname = f"saquery-{i:02d}-{q.name}.txt"
-            (outdir / fname).write_bytes(out)
-            new = read_log(client_log)[before:] if client_log.exists() else []
-            tids = [f"{rec.tid & 0xFFFFFFFF:08x}" for rec in new
-                    if rec.direction == "W" and rec.mgmt_class == MGMT_CLASS_SA]
-            results.append(QueryResult(q.name, argv, q.note, seed, rc, fname,
-                                       err.decode(errors="replace"), tids))
-            if not osm.alive():
-                raise RuntimeError("OpenSM died during the queries:\n"
-                                   + (work / "opensm.out").read_text(errors="replace")[-2000:])
-
-        # 5. stop everything (OpenSM first, so that its log is complete)
-        for d in reversed(daemons):
-            d.stop()
-        daemons.clear()
-
-        # 6. convert
+        # convert
         sa_records = read_log(sa_log)
         client_records = read_log(client_log) if client_log.exists() else []
-        wire = sa_wire_mads(sa_records, client_records, sa_lid=sa_lid)
+        wire = sa_wire_mads(sa_records, client_records, sa_lid=fabric.sa_lid)
         pcap = outdir / pcap_name
         frames = write_pcap(wire, pcap)
         shutil.copyfile(sa_log, outdir / "opensm.umadrec")
@@ -689,10 +749,9 @@ def record_sa_session(outdir: str | os.PathLike, queries: Sequence[Query] = DEFA
             shutil.copyfile(client_log, outdir / "saquery.umadrec")
         (outdir / "topology.net").write_text(topology)
         result = SessionResult(
-            outdir=str(outdir), pcap=pcap_name, frames=frames, sa_lid=sa_lid, sm_guid=sm_guid,
-            nodes=nodes, queries=results, packages=package_versions(), opensm_argv=[
-                a if not a.startswith(str(work)) else "<workdir>" + a[len(str(work)):]
-                for a in opensm_argv],
+            outdir=str(outdir), pcap=pcap_name, frames=frames, sa_lid=fabric.sa_lid,
+            sm_guid=fabric.sm_guid, nodes=fabric.nodes, queries=results,
+            packages=package_versions(), opensm_argv=fabric.opensm_argv,
             files={"sa_log": "opensm.umadrec", "client_log": "saquery.umadrec",
                    "topology": "topology.net"},
             lmc=lmc, sm_host=sm_host, client_host=client_host)
@@ -702,12 +761,8 @@ def record_sa_session(outdir: str | os.PathLike, queries: Sequence[Query] = DEFA
                                                             lmc))
         return result
     finally:
-        for d in reversed(daemons):
-            d.stop()
-        if keep_workdir:
-            print(f"work directory kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        if not keep_workdir:
+            shutil.rmtree(logs, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------
