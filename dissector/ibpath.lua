@@ -49,20 +49,22 @@ VS[9] = {[0] = "ID", [1] = "IB"}
 VS[10] = {[0] = "ADDR", [1] = "PATH", [2] = "GID"}
 VS[11] = {[1] = "SubnMgt", [3] = "SubnAdm", [4] = "PerfMgt", [5] = "BM", [6] = "DevMgt", [7] = "CM", [8] = "SNMP", [16] = "DevAdm", [18] = "BIS", [33] = "CongestionMgt", [44] = "ibacm", [129] = "SubnMgtDirectedRoute"}
 VS[12] = {[1] = "Get", [2] = "Set", [3] = "Send", [5] = "Trap", [6] = "Report", [7] = "TrapRepress", [18] = "GetTable", [19] = "GetTraceTable", [20] = "GetMulti", [21] = "Delete", [129] = "GetResp", [134] = "ReportResp", [146] = "GetTableResp", [148] = "GetMultiResp", [149] = "DeleteResp"}
-VS[13] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "largest/smallest available"}
+VS[13] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "largest available"}
 VS[14] = {[1] = "256", [2] = "512", [3] = "1024", [4] = "2048", [5] = "4096"}
-VS[15] = {[0] = "port current", [2] = "2.5 Gb/s", [3] = "10 Gb/s", [4] = "30 Gb/s", [5] = "5 Gb/s", [6] = "20 Gb/s", [7] = "40 Gb/s", [8] = "60 Gb/s", [9] = "80 Gb/s", [10] = "120 Gb/s", [11] = "14 Gb/s", [12] = "56 Gb/s", [13] = "112 Gb/s", [14] = "168 Gb/s", [15] = "25 Gb/s", [16] = "100 Gb/s", [17] = "200 Gb/s", [18] = "300 Gb/s", [19] = "28 Gb/s", [20] = "50 Gb/s", [21] = "400 Gb/s", [22] = "600 Gb/s", [23] = "800 Gb/s", [24] = "1200 Gb/s", [25] = "1600 Gb/s"}
-VS[16] = {[0] = "4.096 \194\181s", [1] = "8.192 \194\181s", [2] = "16.38 \194\181s", [3] = "32.77 \194\181s", [4] = "65.54 \194\181s", [5] = "131.1 \194\181s", [6] = "262.1 \194\181s", [7] = "524.3 \194\181s", [8] = "1.049 ms", [9] = "2.097 ms", [10] = "4.194 ms", [11] = "8.389 ms", [12] = "16.78 ms", [13] = "33.55 ms", [14] = "67.11 ms", [15] = "134.2 ms", [16] = "268.4 ms", [17] = "536.9 ms", [18] = "1.074 s", [19] = "2.147 s", [20] = "4.295 s", [21] = "8.59 s", [22] = "17.18 s", [23] = "34.36 s", [24] = "68.72 s", [25] = "137.4 s", [26] = "274.9 s", [27] = "549.8 s", [28] = "1100 s", [29] = "2199 s", [30] = "4398 s", [31] = "8796 s", [32] = "1.759e+04 s", [33] = "3.518e+04 s", [34] = "7.037e+04 s", [35] = "1.407e+05 s", [36] = "2.815e+05 s", [37] = "5.629e+05 s", [38] = "1.126e+06 s", [39] = "2.252e+06 s", [40] = "4.504e+06 s", [41] = "9.007e+06 s", [42] = "1.801e+07 s", [43] = "3.603e+07 s", [44] = "7.206e+07 s", [45] = "1.441e+08 s", [46] = "2.882e+08 s", [47] = "5.765e+08 s", [48] = "1.153e+09 s", [49] = "2.306e+09 s", [50] = "4.612e+09 s", [51] = "9.223e+09 s", [52] = "1.845e+10 s", [53] = "3.689e+10 s", [54] = "7.379e+10 s", [55] = "1.476e+11 s", [56] = "2.951e+11 s", [57] = "5.903e+11 s", [58] = "1.181e+12 s", [59] = "2.361e+12 s", [60] = "4.722e+12 s", [61] = "9.445e+12 s", [62] = "1.889e+13 s", [63] = "3.778e+13 s"}
-VS[17] = {[0] = "UNSPEC", [1] = "PATH_RECORD", [2] = "TIMEOUT", [3] = "SERVICE_ID", [4] = "DGID", [5] = "SGID", [6] = "TCLASS", [7] = "PKEY", [8] = "QOS_CLASS", [9] = "IPV4", [10] = "IPV6"}
-VS[18] = {[0] = "ADDR_RESOLVED", [1] = "ADDR_ERROR", [2] = "ROUTE_RESOLVED", [3] = "ROUTE_ERROR", [4] = "CONNECT_REQUEST", [5] = "CONNECT_RESPONSE", [6] = "CONNECT_ERROR", [7] = "UNREACHABLE", [8] = "REJECTED", [9] = "ESTABLISHED", [10] = "DISCONNECTED", [11] = "DEVICE_REMOVAL", [12] = "MULTICAST_JOIN", [13] = "MULTICAST_ERROR", [14] = "ADDR_CHANGE", [15] = "TIMEWAIT_EXIT"}
-VS[19] = {[1] = "NAME", [2] = "ADDRESS_IP", [3] = "ADDRESS_IP6", [16] = "PATH"}
-VS[20] = {[0] = "none", [1] = "DATA", [2] = "ACK", [3] = "STOP", [4] = "ABORT"}
-VS[21] = {[0] = "OK", [1] = "RESX", [118] = "T2L", [119] = "BAD_LEN", [120] = "BAD_SEG", [121] = "BADT", [122] = "W2S", [123] = "S2B", [124] = "BAD_STATUS", [125] = "UNV", [126] = "TMR", [127] = "UNSPEC"}
-VS[22] = {[0] = "4.096 \194\181s", [1] = "8.192 \194\181s", [2] = "16.38 \194\181s", [3] = "32.77 \194\181s", [4] = "65.54 \194\181s", [5] = "131.1 \194\181s", [6] = "262.1 \194\181s", [7] = "524.3 \194\181s", [8] = "1.049 ms", [9] = "2.097 ms", [10] = "4.194 ms", [11] = "8.389 ms", [12] = "16.78 ms", [13] = "33.55 ms", [14] = "67.11 ms", [15] = "134.2 ms", [16] = "268.4 ms", [17] = "536.9 ms", [18] = "1.074 s", [19] = "2.147 s", [20] = "4.295 s", [21] = "8.59 s", [22] = "17.18 s", [23] = "34.36 s", [24] = "68.72 s", [25] = "137.4 s", [26] = "274.9 s", [27] = "549.8 s", [28] = "1100 s", [29] = "2199 s", [30] = "4398 s", [31] = "8796 s"}
-VS[23] = {[0] = "RC", [1] = "UC", [2] = "RD", [3] = "reserved"}
-VS[24] = {[0] = "REQ", [1] = "REP", [2] = "other"}
-VS[25] = {[1] = "no QP", [2] = "no EEC", [3] = "no resources", [4] = "timeout", [5] = "unsupported", [6] = "invalid comm ID", [7] = "invalid comm instance", [8] = "invalid service ID", [9] = "invalid transport type", [10] = "stale conn", [11] = "RDC not exist", [12] = "invalid GID", [13] = "invalid LID", [14] = "invalid SL", [15] = "invalid traffic class", [16] = "invalid hop limit", [17] = "invalid packet rate", [18] = "invalid alt GID", [19] = "invalid alt LID", [20] = "invalid alt SL", [21] = "invalid alt traffic class", [22] = "invalid alt hop limit", [23] = "invalid alt packet rate", [24] = "port CM redirect", [25] = "port redirect", [26] = "invalid MTU", [27] = "insufficient resp resources", [28] = "consumer defined", [29] = "invalid RNR retry", [30] = "duplicate local comm ID", [31] = "invalid class version", [32] = "invalid flow label", [33] = "invalid alt flow label", [35] = "VENDOR_OPTION_NOT_SUPPORTED"}
-VS[26] = {[0] = "accepted", [1] = "rejected (not supported)", [2] = "rejected", [3] = "reserved"}
+VS[15] = {[2] = "2.5 Gb/s", [3] = "10 Gb/s", [4] = "30 Gb/s", [5] = "5 Gb/s", [6] = "20 Gb/s", [7] = "40 Gb/s", [8] = "60 Gb/s", [9] = "80 Gb/s", [10] = "120 Gb/s", [11] = "14 Gb/s", [12] = "56 Gb/s", [13] = "112 Gb/s", [14] = "168 Gb/s", [15] = "25 Gb/s", [16] = "100 Gb/s", [17] = "200 Gb/s", [18] = "300 Gb/s", [19] = "28 Gb/s", [20] = "50 Gb/s", [21] = "400 Gb/s", [22] = "600 Gb/s", [23] = "800 Gb/s", [24] = "1200 Gb/s", [25] = "1600 Gb/s"}
+VS[16] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "smallest available"}
+VS[17] = {[0] = "4.096 \194\181s", [1] = "8.192 \194\181s", [2] = "16.38 \194\181s", [3] = "32.77 \194\181s", [4] = "65.54 \194\181s", [5] = "131.1 \194\181s", [6] = "262.1 \194\181s", [7] = "524.3 \194\181s", [8] = "1.049 ms", [9] = "2.097 ms", [10] = "4.194 ms", [11] = "8.389 ms", [12] = "16.78 ms", [13] = "33.55 ms", [14] = "67.11 ms", [15] = "134.2 ms", [16] = "268.4 ms", [17] = "536.9 ms", [18] = "1.074 s", [19] = "2.147 s", [20] = "4.295 s", [21] = "8.59 s", [22] = "17.18 s", [23] = "34.36 s", [24] = "68.72 s", [25] = "137.4 s", [26] = "274.9 s", [27] = "549.8 s", [28] = "1100 s", [29] = "2199 s", [30] = "4398 s", [31] = "8796 s", [32] = "1.759e+04 s", [33] = "3.518e+04 s", [34] = "7.037e+04 s", [35] = "1.407e+05 s", [36] = "2.815e+05 s", [37] = "5.629e+05 s", [38] = "1.126e+06 s", [39] = "2.252e+06 s", [40] = "4.504e+06 s", [41] = "9.007e+06 s", [42] = "1.801e+07 s", [43] = "3.603e+07 s", [44] = "7.206e+07 s", [45] = "1.441e+08 s", [46] = "2.882e+08 s", [47] = "5.765e+08 s", [48] = "1.153e+09 s", [49] = "2.306e+09 s", [50] = "4.612e+09 s", [51] = "9.223e+09 s", [52] = "1.845e+10 s", [53] = "3.689e+10 s", [54] = "7.379e+10 s", [55] = "1.476e+11 s", [56] = "2.951e+11 s", [57] = "5.903e+11 s", [58] = "1.181e+12 s", [59] = "2.361e+12 s", [60] = "4.722e+12 s", [61] = "9.445e+12 s", [62] = "1.889e+13 s", [63] = "3.778e+13 s"}
+VS[18] = {[0] = "UNSPEC", [1] = "PATH_RECORD", [2] = "TIMEOUT", [3] = "SERVICE_ID", [4] = "DGID", [5] = "SGID", [6] = "TCLASS", [7] = "PKEY", [8] = "QOS_CLASS", [9] = "IPV4", [10] = "IPV6"}
+VS[19] = {[0] = "ADDR_RESOLVED", [1] = "ADDR_ERROR", [2] = "ROUTE_RESOLVED", [3] = "ROUTE_ERROR", [4] = "CONNECT_REQUEST", [5] = "CONNECT_RESPONSE", [6] = "CONNECT_ERROR", [7] = "UNREACHABLE", [8] = "REJECTED", [9] = "ESTABLISHED", [10] = "DISCONNECTED", [11] = "DEVICE_REMOVAL", [12] = "MULTICAST_JOIN", [13] = "MULTICAST_ERROR", [14] = "ADDR_CHANGE", [15] = "TIMEWAIT_EXIT"}
+VS[20] = {[1] = "NAME", [2] = "ADDRESS_IP", [3] = "ADDRESS_IP6", [16] = "PATH"}
+VS[21] = {[0] = "none", [1] = "DATA", [2] = "ACK", [3] = "STOP", [4] = "ABORT"}
+VS[22] = {[0] = "OK", [1] = "RESX", [118] = "T2L", [119] = "BAD_LEN", [120] = "BAD_SEG", [121] = "BADT", [122] = "W2S", [123] = "S2B", [124] = "BAD_STATUS", [125] = "UNV", [126] = "TMR", [127] = "UNSPEC"}
+VS[23] = {[0] = "4.096 \194\181s", [1] = "8.192 \194\181s", [2] = "16.38 \194\181s", [3] = "32.77 \194\181s", [4] = "65.54 \194\181s", [5] = "131.1 \194\181s", [6] = "262.1 \194\181s", [7] = "524.3 \194\181s", [8] = "1.049 ms", [9] = "2.097 ms", [10] = "4.194 ms", [11] = "8.389 ms", [12] = "16.78 ms", [13] = "33.55 ms", [14] = "67.11 ms", [15] = "134.2 ms", [16] = "268.4 ms", [17] = "536.9 ms", [18] = "1.074 s", [19] = "2.147 s", [20] = "4.295 s", [21] = "8.59 s", [22] = "17.18 s", [23] = "34.36 s", [24] = "68.72 s", [25] = "137.4 s", [26] = "274.9 s", [27] = "549.8 s", [28] = "1100 s", [29] = "2199 s", [30] = "4398 s", [31] = "8796 s"}
+VS[24] = {[0] = "RC", [1] = "UC", [2] = "RD", [3] = "reserved"}
+VS[25] = {[0] = "port current", [2] = "2.5 Gb/s", [3] = "10 Gb/s", [4] = "30 Gb/s", [5] = "5 Gb/s", [6] = "20 Gb/s", [7] = "40 Gb/s", [8] = "60 Gb/s", [9] = "80 Gb/s", [10] = "120 Gb/s", [11] = "14 Gb/s", [12] = "56 Gb/s", [13] = "112 Gb/s", [14] = "168 Gb/s", [15] = "25 Gb/s", [16] = "100 Gb/s", [17] = "200 Gb/s", [18] = "300 Gb/s", [19] = "28 Gb/s", [20] = "50 Gb/s", [21] = "400 Gb/s", [22] = "600 Gb/s", [23] = "800 Gb/s", [24] = "1200 Gb/s", [25] = "1600 Gb/s"}
+VS[26] = {[0] = "REQ", [1] = "REP", [2] = "other"}
+VS[27] = {[1] = "no QP", [2] = "no EEC", [3] = "no resources", [4] = "timeout", [5] = "unsupported", [6] = "invalid comm ID", [7] = "invalid comm instance", [8] = "invalid service ID", [9] = "invalid transport type", [10] = "stale conn", [11] = "RDC not exist", [12] = "invalid GID", [13] = "invalid LID", [14] = "invalid SL", [15] = "invalid traffic class", [16] = "invalid hop limit", [17] = "invalid packet rate", [18] = "invalid alt GID", [19] = "invalid alt LID", [20] = "invalid alt SL", [21] = "invalid alt traffic class", [22] = "invalid alt hop limit", [23] = "invalid alt packet rate", [24] = "port CM redirect", [25] = "port redirect", [26] = "invalid MTU", [27] = "insufficient resp resources", [28] = "consumer defined", [29] = "invalid RNR retry", [30] = "duplicate local comm ID", [31] = "invalid class version", [32] = "invalid flow label", [33] = "invalid alt flow label", [35] = "VENDOR_OPTION_NOT_SUPPORTED"}
+VS[28] = {[0] = "accepted", [1] = "rejected (not supported)", [2] = "rejected", [3] = "reserved"}
 PF[1] = ProtoField.uint8("ibpath.lrh.vl", "VL", base.DEC, nil, 0xf0, "")
 PF[2] = ProtoField.uint8("ibpath.lrh.lver", "LVer", base.DEC, nil, 0xf, "")
 PF[3] = ProtoField.uint8("ibpath.lrh.sl", "SL", base.DEC, nil, 0xf0, "")
@@ -225,15 +227,15 @@ PF[159] = ProtoField.uint8("ibpath.pathrecord.mtu_selector", "MTU Selector", bas
 PF[160] = ProtoField.uint8("ibpath.pathrecord.mtu", "MTU", base.DEC, VS[14], 0x3f, "")
 PF[161] = ProtoField.uint8("ibpath.pathrecord.rate_selector", "Rate Selector", base.DEC, VS[13], 0xc0, "")
 PF[162] = ProtoField.uint8("ibpath.pathrecord.rate", "Rate", base.DEC, VS[15], 0x3f, "")
-PF[163] = ProtoField.uint8("ibpath.pathrecord.packet_life_time_selector", "Packet Life Time Selector", base.DEC, VS[13], 0xc0, "")
-PF[164] = ProtoField.uint8("ibpath.pathrecord.packet_life_time", "Packet Life Time", base.DEC, VS[16], 0x3f, "")
+PF[163] = ProtoField.uint8("ibpath.pathrecord.packet_life_time_selector", "Packet Life Time Selector", base.DEC, VS[16], 0xc0, "")
+PF[164] = ProtoField.uint8("ibpath.pathrecord.packet_life_time", "Packet Life Time", base.DEC, VS[17], 0x3f, "")
 PF[165] = ProtoField.uint8("ibpath.pathrecord.preference", "Preference", base.DEC, nil, nil, "")
 PF[166] = ProtoField.uint64("ibpath.pathrecord.reserved_464", "Reserved 464", base.HEX, nil, nil, "")
 PF[167] = ProtoField.uint16("ibpath.ls_attr.nla_len", "NLA Len", base.DEC, nil, nil, "")
 PF[168] = ProtoField.uint16("ibpath.ls_attr.nested", "Nested", base.DEC, nil, 0x8000, "")
 PF[169] = ProtoField.uint16("ibpath.ls_attr.net_byteorder", "Net Byteorder", base.DEC, nil, 0x4000, "")
 PF[170] = ProtoField.uint16("ibpath.ls_attr.mandatory", "Mandatory", base.DEC, nil, 0x2000, "")
-PF[171] = ProtoField.uint16("ibpath.ls_attr.nla_type", "NLA Type", base.DEC, VS[17], 0x1fff, "")
+PF[171] = ProtoField.uint16("ibpath.ls_attr.nla_type", "NLA Type", base.DEC, VS[18], 0x1fff, "")
 PF[172] = ProtoField.uint32("ibpath.ucma_create_id_resp.id", "ID", base.DEC, nil, nil, "")
 PF[173] = ProtoField.uint32("ibpath.ucma_conn_param.qp_num", "QP Num", base.HEX, nil, nil, "")
 PF[174] = ProtoField.uint32("ibpath.ucma_conn_param.qkey", "Qkey", base.HEX, nil, nil, "")
@@ -250,7 +252,7 @@ PF[184] = ProtoField.uint32("ibpath.ucma_ece.vendor_id", "Vendor ID", base.HEX, 
 PF[185] = ProtoField.uint32("ibpath.ucma_ece.attr_mod", "Attr Mod", base.HEX, nil, nil, "")
 PF[186] = ProtoField.uint64("ibpath.ucma_event_resp.uid", "Uid", base.HEX, nil, nil, "")
 PF[187] = ProtoField.uint32("ibpath.ucma_event_resp.id", "ID", base.DEC, nil, nil, "")
-PF[188] = ProtoField.uint32("ibpath.ucma_event_resp.event", "Event", base.DEC, VS[18], nil, "")
+PF[188] = ProtoField.uint32("ibpath.ucma_event_resp.event", "Event", base.DEC, VS[19], nil, "")
 PF[189] = ProtoField.uint32("ibpath.ucma_event_resp.status", "Status", base.DEC, nil, nil, "")
 PF[190] = ProtoField.bytes("ibpath.ucma_event_resp.param_rest", "Param Rest", "")
 PF[191] = ProtoField.uint32("ibpath.ucma_event_resp.reserved", "Reserved", base.HEX, nil, nil, "")
@@ -261,17 +263,17 @@ PF[195] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.source", "SOURCE", 32, 
 PF[196] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.dest", "DEST", 32, nil, 2, "")
 PF[197] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.nodelay", "NODELAY", 32, nil, 0x40000000, "")
 PF[198] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.query_sa", "QUERY SA", 32, nil, 0x80000000, "")
-PF[199] = ProtoField.uint16("ibpath.acm_ep_addr_data.type", "Type", base.DEC, VS[19], nil, "")
+PF[199] = ProtoField.uint16("ibpath.acm_ep_addr_data.type", "Type", base.DEC, VS[20], nil, "")
 PF[200] = ProtoField.uint16("ibpath.acm_ep_addr_data.reserved", "Reserved", base.HEX, nil, nil, "")
 PF[201] = ProtoField.bytes("ibpath.acm_ep_addr_data.info", "Info", "")
 PF[202] = ProtoField.uint8("ibpath.rmpp.rmpp_version", "RMPP Version", base.DEC, nil, nil, "")
-PF[203] = ProtoField.uint8("ibpath.rmpp.rmpp_type", "RMPP Type", base.DEC, VS[20], nil, "")
+PF[203] = ProtoField.uint8("ibpath.rmpp.rmpp_type", "RMPP Type", base.DEC, VS[21], nil, "")
 PF[204] = ProtoField.uint8("ibpath.rmpp.r_resp_time", "R Resp Time", base.DEC, nil, 0xf8, "")
 PF[205] = ProtoField.uint8("ibpath.rmpp.rmpp_flags", "RMPP Flags", base.HEX, nil, 7, "")
 PF[206] = ProtoField.bool("ibpath.rmpp.rmpp_flags.active", "Active", 8, nil, 1, "")
 PF[207] = ProtoField.bool("ibpath.rmpp.rmpp_flags.first", "First", 8, nil, 2, "")
 PF[208] = ProtoField.bool("ibpath.rmpp.rmpp_flags.last", "Last", 8, nil, 4, "")
-PF[209] = ProtoField.uint8("ibpath.rmpp.rmpp_status", "RMPP Status", base.DEC, VS[21], nil, "")
+PF[209] = ProtoField.uint8("ibpath.rmpp.rmpp_status", "RMPP Status", base.DEC, VS[22], nil, "")
 PF[210] = ProtoField.uint32("ibpath.rmpp.segment_number", "Segment Number", base.DEC, nil, nil, "")
 PF[211] = ProtoField.uint32("ibpath.rmpp.payload_length", "Payload Length", base.DEC, nil, nil, "")
 PF[212] = ProtoField.uint32("ibpath.cm_req.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
@@ -285,11 +287,11 @@ PF[219] = ProtoField.uint8("ibpath.cm_req.responder_resources", "Responder Resou
 PF[220] = ProtoField.uint24("ibpath.cm_req.local_eecn", "Local EECN", base.HEX, nil, nil, "")
 PF[221] = ProtoField.uint8("ibpath.cm_req.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
 PF[222] = ProtoField.uint24("ibpath.cm_req.remote_eecn", "Remote EECN", base.HEX, nil, nil, "")
-PF[223] = ProtoField.uint8("ibpath.cm_req.remote_cm_response_timeout", "Remote CM Response Timeout", base.DEC, VS[22], 0xf8, "")
-PF[224] = ProtoField.uint8("ibpath.cm_req.transport_service_type", "Transport Service Type", base.DEC, VS[23], 6, "")
+PF[223] = ProtoField.uint8("ibpath.cm_req.remote_cm_response_timeout", "Remote CM Response Timeout", base.DEC, VS[23], 0xf8, "")
+PF[224] = ProtoField.uint8("ibpath.cm_req.transport_service_type", "Transport Service Type", base.DEC, VS[24], 6, "")
 PF[225] = ProtoField.uint8("ibpath.cm_req.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
 PF[226] = ProtoField.uint24("ibpath.cm_req.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
-PF[227] = ProtoField.uint8("ibpath.cm_req.local_cm_response_timeout", "Local CM Response Timeout", base.DEC, VS[22], 0xf8, "")
+PF[227] = ProtoField.uint8("ibpath.cm_req.local_cm_response_timeout", "Local CM Response Timeout", base.DEC, VS[23], 0xf8, "")
 PF[228] = ProtoField.uint8("ibpath.cm_req.retry_count", "Retry Count", base.DEC, nil, 7, "")
 PF[229] = ProtoField.uint16("ibpath.cm_req.pkey", "P_Key", base.HEX, nil, nil, "")
 PF[230] = ProtoField.uint8("ibpath.cm_req.path_packet_payload_mtu", "Path Packet Payload MTU", base.DEC, VS[14], 0xf0, "")
@@ -304,13 +306,13 @@ PF[238] = ProtoField.ipv6("ibpath.cm_req.primary_local_gid", "Primary Local GID"
 PF[239] = ProtoField.ipv6("ibpath.cm_req.primary_remote_gid", "Primary Remote GID", "")
 PF[240] = ProtoField.uint24("ibpath.cm_req.primary_flow_label", "Primary Flow Label", base.HEX, nil, 0xfffff0, "")
 PF[241] = ProtoField.uint16("ibpath.cm_req.reserved_724", "Reserved 724", base.HEX, nil, 0xfc0, "")
-PF[242] = ProtoField.uint8("ibpath.cm_req.primary_packet_rate", "Primary Packet Rate", base.DEC, VS[15], 0x3f, "")
+PF[242] = ProtoField.uint8("ibpath.cm_req.primary_packet_rate", "Primary Packet Rate", base.DEC, VS[25], 0x3f, "")
 PF[243] = ProtoField.uint8("ibpath.cm_req.primary_traffic_class", "Primary Traffic Class", base.HEX, nil, nil, "")
 PF[244] = ProtoField.uint8("ibpath.cm_req.primary_hop_limit", "Primary Hop Limit", base.DEC, nil, nil, "")
 PF[245] = ProtoField.uint8("ibpath.cm_req.primary_sl", "Primary SL", base.DEC, nil, 0xf0, "")
 PF[246] = ProtoField.uint8("ibpath.cm_req.primary_subnet_local", "Primary Subnet Local", base.DEC, nil, 8, "")
 PF[247] = ProtoField.uint8("ibpath.cm_req.reserved_757", "Reserved 757", base.HEX, nil, 7, "")
-PF[248] = ProtoField.uint8("ibpath.cm_req.primary_local_ack_timeout", "Primary Local ACK Timeout", base.DEC, VS[22], 0xf8, "")
+PF[248] = ProtoField.uint8("ibpath.cm_req.primary_local_ack_timeout", "Primary Local ACK Timeout", base.DEC, VS[23], 0xf8, "")
 PF[249] = ProtoField.uint8("ibpath.cm_req.reserved_765", "Reserved 765", base.HEX, nil, 4, "")
 PF[250] = ProtoField.uint8("ibpath.cm_req.reserved_766", "Reserved 766", base.HEX, nil, 3, "")
 PF[251] = ProtoField.uint16("ibpath.cm_req.alternate_local_lid", "Alternate Local LID", base.DEC_HEX, nil, nil, "")
@@ -319,30 +321,30 @@ PF[253] = ProtoField.ipv6("ibpath.cm_req.alternate_local_gid", "Alternate Local 
 PF[254] = ProtoField.ipv6("ibpath.cm_req.alternate_remote_gid", "Alternate Remote GID", "")
 PF[255] = ProtoField.uint24("ibpath.cm_req.alternate_flow_label", "Alternate Flow Label", base.HEX, nil, 0xfffff0, "")
 PF[256] = ProtoField.uint16("ibpath.cm_req.reserved_1076", "Reserved 1076", base.HEX, nil, 0xfc0, "")
-PF[257] = ProtoField.uint8("ibpath.cm_req.alternate_packet_rate", "Alternate Packet Rate", base.DEC, VS[15], 0x3f, "")
+PF[257] = ProtoField.uint8("ibpath.cm_req.alternate_packet_rate", "Alternate Packet Rate", base.DEC, VS[25], 0x3f, "")
 PF[258] = ProtoField.uint8("ibpath.cm_req.alternate_traffic_class", "Alternate Traffic Class", base.HEX, nil, nil, "")
 PF[259] = ProtoField.uint8("ibpath.cm_req.alternate_hop_limit", "Alternate Hop Limit", base.DEC, nil, nil, "")
 PF[260] = ProtoField.uint8("ibpath.cm_req.alternate_sl", "Alternate SL", base.DEC, nil, 0xf0, "")
 PF[261] = ProtoField.uint8("ibpath.cm_req.alternate_subnet_local", "Alternate Subnet Local", base.DEC, nil, 8, "")
 PF[262] = ProtoField.uint8("ibpath.cm_req.reserved_1109", "Reserved 1109", base.HEX, nil, 7, "")
-PF[263] = ProtoField.uint8("ibpath.cm_req.alternate_local_ack_timeout", "Alternate Local ACK Timeout", base.DEC, VS[22], 0xf8, "")
+PF[263] = ProtoField.uint8("ibpath.cm_req.alternate_local_ack_timeout", "Alternate Local ACK Timeout", base.DEC, VS[23], 0xf8, "")
 PF[264] = ProtoField.uint8("ibpath.cm_req.sap_supported", "SAP Supported", base.DEC, nil, 4, "")
 PF[265] = ProtoField.uint8("ibpath.cm_req.reserved_1118", "Reserved 1118", base.HEX, nil, 3, "")
 PF[266] = ProtoField.bytes("ibpath.cm_req.private_data", "Private Data", "")
 PF[267] = ProtoField.uint32("ibpath.cm_mra.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
 PF[268] = ProtoField.uint32("ibpath.cm_mra.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[269] = ProtoField.uint8("ibpath.cm_mra.message_mraed", "Message Mraed", base.DEC, VS[24], 0xc0, "")
+PF[269] = ProtoField.uint8("ibpath.cm_mra.message_mraed", "Message Mraed", base.DEC, VS[26], 0xc0, "")
 PF[270] = ProtoField.uint8("ibpath.cm_mra.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
-PF[271] = ProtoField.uint8("ibpath.cm_mra.service_timeout", "Service Timeout", base.DEC, VS[22], 0xf8, "")
+PF[271] = ProtoField.uint8("ibpath.cm_mra.service_timeout", "Service Timeout", base.DEC, VS[23], 0xf8, "")
 PF[272] = ProtoField.uint8("ibpath.cm_mra.reserved_77", "Reserved 77", base.HEX, nil, 7, "")
 PF[273] = ProtoField.bytes("ibpath.cm_mra.private_data", "Private Data", "")
 PF[274] = ProtoField.uint32("ibpath.cm_rej.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
 PF[275] = ProtoField.uint32("ibpath.cm_rej.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[276] = ProtoField.uint8("ibpath.cm_rej.message_rejected", "Message Rejected", base.DEC, VS[24], 0xc0, "")
+PF[276] = ProtoField.uint8("ibpath.cm_rej.message_rejected", "Message Rejected", base.DEC, VS[26], 0xc0, "")
 PF[277] = ProtoField.uint8("ibpath.cm_rej.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
 PF[278] = ProtoField.uint8("ibpath.cm_rej.reject_info_length", "Reject Info Length", base.DEC, nil, 0xfe, "")
 PF[279] = ProtoField.uint8("ibpath.cm_rej.reserved_79", "Reserved 79", base.HEX, nil, 1, "")
-PF[280] = ProtoField.uint16("ibpath.cm_rej.reason", "Reason", base.DEC, VS[25], nil, "")
+PF[280] = ProtoField.uint16("ibpath.cm_rej.reason", "Reason", base.DEC, VS[27], nil, "")
 PF[281] = ProtoField.bytes("ibpath.cm_rej.ari", "ARI", "")
 PF[282] = ProtoField.bytes("ibpath.cm_rej.private_data", "Private Data", "")
 PF[283] = ProtoField.uint32("ibpath.cm_rep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
@@ -356,8 +358,8 @@ PF[290] = ProtoField.uint24("ibpath.cm_rep.starting_psn", "Starting PSN", base.H
 PF[291] = ProtoField.uint8("ibpath.cm_rep.reserved_184", "Reserved 184", base.HEX, nil, nil, "")
 PF[292] = ProtoField.uint8("ibpath.cm_rep.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
 PF[293] = ProtoField.uint8("ibpath.cm_rep.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
-PF[294] = ProtoField.uint8("ibpath.cm_rep.target_ack_delay", "Target ACK Delay", base.DEC, VS[22], 0xf8, "")
-PF[295] = ProtoField.uint8("ibpath.cm_rep.failover_accepted", "Failover Accepted", base.DEC, VS[26], 6, "")
+PF[294] = ProtoField.uint8("ibpath.cm_rep.target_ack_delay", "Target ACK Delay", base.DEC, VS[23], 0xf8, "")
+PF[295] = ProtoField.uint8("ibpath.cm_rep.failover_accepted", "Failover Accepted", base.DEC, VS[28], 6, "")
 PF[296] = ProtoField.uint8("ibpath.cm_rep.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
 PF[297] = ProtoField.uint8("ibpath.cm_rep.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 0xe0, "")
 PF[298] = ProtoField.uint8("ibpath.cm_rep.srq", "SRQ", base.DEC, nil, 0x10, "")

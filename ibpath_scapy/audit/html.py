@@ -220,10 +220,6 @@ def _finding_rows(lad_id: str, lad: Ladder, budget: list[int], drawn: int) -> st
             "<th>message</th><th>rests on</th></tr>" + "".join(rows) + "</table>")
 
 
-# the layer field whose display a records-table row uses (the CM REQ column's ACK timeout)
-_FIELD_OF = {"local_ack_timeout": "primary_local_ack_timeout"}
-
-
 def _records_table(lad: Ladder, max_columns: int = 12) -> str:
     every = lad.columns()
     cols = every[:max_columns]
@@ -245,7 +241,7 @@ def _records_table(lad: Ladder, max_columns: int = 12) -> str:
         for c, r in zip(cols, ref_col):
             v, ref = c.fields.get(k), r.fields.get(k)
             diff = k != "flags" and v is not None and ref is not None and v != ref
-            text = "" if v is None else v if k == "flags" else field_text(_FIELD_OF.get(k, k), v)
+            text = "" if v is None else v if k == "flags" else field_text(c.shown_as.get(k, k), v)
             cells.append(f'<td class="{"diff" if diff else ""}" data-field="{_e(k)}" '
                          f'data-value="{"" if v is None else _e(v)}">{_e(text)}</td>')
         body.append(f"<tr><th>{_e(k)}</th>{''.join(cells)}</tr>")

@@ -39,6 +39,7 @@ _CM_FIELDS = {"sgid": "primary_local_gid", "dgid": "primary_remote_gid",
               "sl": "primary_sl", "flow_label": "primary_flow_label",
               "tclass": "primary_traffic_class", "hop_limit": "primary_hop_limit",
               "rate": "primary_packet_rate", "mtu": "path_packet_payload_mtu"}
+_CM_SHOWN_AS = {**_CM_FIELDS, "local_ack_timeout": "primary_local_ack_timeout"}
 
 
 @dataclass(slots=True)
@@ -62,6 +63,10 @@ class RecordColumn:
     frame: int
     title: str
     fields: dict
+    # the layer field each value is shown as (render.field_text) where it is not the
+    # PathRecord's of the same name: a CM REQ's rate is its packet rate, whose 0 is "port
+    # current" (in a PathRecord, 0 is reserved)
+    shown_as: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -185,7 +190,8 @@ def _columns(res: Resolution) -> list[RecordColumn]:
         f = {k: req.get(v) for k, v in _CM_FIELDS.items()}
         f["packet_life_time"] = None  # the REQ carries local_ack_timeout instead
         f["local_ack_timeout"] = req.get("primary_local_ack_timeout")
-        cols.append(RecordColumn("CM REQ", c["frame"], f"CM REQ f{c['frame']} primary", f))
+        cols.append(RecordColumn("CM REQ", c["frame"], f"CM REQ f{c['frame']} primary", f,
+                                 _CM_SHOWN_AS))
     return sorted(cols, key=lambda c: c.frame)
 
 
