@@ -123,3 +123,27 @@ def test_a_value_without_its_selector_is_ignored(fabric):
                                     (between(fabric, mtu=256), 0x1000C))
     assert (value_only["status"], value_only["mtu"]) == (STATUS_OK, (2, PATH_MTU))
     assert (selector_only["status"], selector_only["mtu"]) == (STATUS_OK, (2, PATH_MTU))
+
+
+def test_the_craft_sa_model_answers_these_queries_as_opensm(fabric):
+    """The craft SA model (ibpath craft's OpenSM) over the same three ports: a half pair and
+    "largest available" are answered as OpenSM answers them; a whole pair that selects, which
+    it does not model, is refused, never answered wrongly."""
+    from ibpath_scapy.craft.sa_model import Fabric, Port, SAModel
+
+    ports = [Port(h, n["gid"], n["lid"], mtu=PATH_MTU) for h, n in fabric.nodes.items()]
+    model = SAModel(Fabric(ports, rate=PATH_RATE, packet_life_time=PATH_PLT))
+    queries = [(between(fabric, mtu=256), 0x2000C), (between(fabric, mtu=256), 0x1000C),
+               between(fabric, mtu_selector="largest available"), between(fabric)]
+    for q, a in zip(queries, ask(fabric, *queries)):
+        r, mask = q if isinstance(q, tuple) else (q, None)
+        req = bytes(MAD(method=0x01, transaction_id=0x3900) / RMPP()
+                    / SAHeader(component_mask=mask, records=[r]))
+        (resp,) = model.respond(req)
+        got = {"status": struct.unpack_from("!H", resp, 4)[0],
+               "mtu": (resp[110] >> 6, resp[110] & 0x3F), "rate": (resp[111] >> 6, resp[111] & 0x3F),
+               "plt": (resp[112] >> 6, resp[112] & 0x3F)}
+        assert got == {k: a[k] for k in got}, (q, got, a)
+    with pytest.raises(ValueError, match="does not select paths by mtu"):
+        model.respond(bytes(MAD(method=0x01) / RMPP() / SAHeader(records=[
+            between(fabric, mtu=256)])))
