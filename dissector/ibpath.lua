@@ -63,20 +63,22 @@ VS[9] = {[0] = "ID", [1] = "IB"}
 VS[10] = {[0] = "ADDR", [1] = "PATH", [2] = "GID"}
 VS[11] = {[1] = "SubnMgt", [3] = "SubnAdm", [4] = "PerfMgt", [5] = "BM", [6] = "DevMgt", [7] = "CM", [8] = "SNMP", [16] = "DevAdm", [18] = "BIS", [33] = "CongestionMgt", [44] = "ibacm", [129] = "SubnMgtDirectedRoute"}
 VS[12] = {[1] = "Get", [2] = "Set", [3] = "Send", [5] = "Trap", [6] = "Report", [7] = "TrapRepress", [18] = "GetTable", [19] = "GetTraceTable", [20] = "GetMulti", [21] = "Delete", [129] = "GetResp", [134] = "ReportResp", [146] = "GetTableResp", [148] = "GetMultiResp", [149] = "DeleteResp"}
-VS[13] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "largest/smallest available"}
+VS[13] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "largest available"}
 VS[14] = {[1] = "256", [2] = "512", [3] = "1024", [4] = "2048", [5] = "4096"}
-VS[15] = {[0] = "port current", [2] = "2.5 Gb/s", [3] = "10 Gb/s", [4] = "30 Gb/s", [5] = "5 Gb/s", [6] = "20 Gb/s", [7] = "40 Gb/s", [8] = "60 Gb/s", [9] = "80 Gb/s", [10] = "120 Gb/s", [11] = "14 Gb/s", [12] = "56 Gb/s", [13] = "112 Gb/s", [14] = "168 Gb/s", [15] = "25 Gb/s", [16] = "100 Gb/s", [17] = "200 Gb/s", [18] = "300 Gb/s", [19] = "28 Gb/s", [20] = "50 Gb/s", [21] = "400 Gb/s", [22] = "600 Gb/s", [23] = "800 Gb/s", [24] = "1200 Gb/s", [25] = "1600 Gb/s"}
-VS[16] = {[0] = "4.096 \194\181s", [1] = "8.192 \194\181s", [2] = "16.38 \194\181s", [3] = "32.77 \194\181s", [4] = "65.54 \194\181s", [5] = "131.1 \194\181s", [6] = "262.1 \194\181s", [7] = "524.3 \194\181s", [8] = "1.049 ms", [9] = "2.097 ms", [10] = "4.194 ms", [11] = "8.389 ms", [12] = "16.78 ms", [13] = "33.55 ms", [14] = "67.11 ms", [15] = "134.2 ms", [16] = "268.4 ms", [17] = "536.9 ms", [18] = "1.074 s", [19] = "2.147 s", [20] = "4.295 s", [21] = "8.59 s", [22] = "17.18 s", [23] = "34.36 s", [24] = "68.72 s", [25] = "137.4 s", [26] = "274.9 s", [27] = "549.8 s", [28] = "1100 s", [29] = "2199 s", [30] = "4398 s", [31] = "8796 s", [32] = "1.759e+04 s", [33] = "3.518e+04 s", [34] = "7.037e+04 s", [35] = "1.407e+05 s", [36] = "2.815e+05 s", [37] = "5.629e+05 s", [38] = "1.126e+06 s", [39] = "2.252e+06 s", [40] = "4.504e+06 s", [41] = "9.007e+06 s", [42] = "1.801e+07 s", [43] = "3.603e+07 s", [44] = "7.206e+07 s", [45] = "1.441e+08 s", [46] = "2.882e+08 s", [47] = "5.765e+08 s", [48] = "1.153e+09 s", [49] = "2.306e+09 s", [50] = "4.612e+09 s", [51] = "9.223e+09 s", [52] = "1.845e+10 s", [53] = "3.689e+10 s", [54] = "7.379e+10 s", [55] = "1.476e+11 s", [56] = "2.951e+11 s", [57] = "5.903e+11 s", [58] = "1.181e+12 s", [59] = "2.361e+12 s", [60] = "4.722e+12 s", [61] = "9.445e+12 s", [62] = "1.889e+13 s", [63] = "3.778e+13 s"}
-VS[17] = {[0] = "UNSPEC", [1] = "PATH_RECORD", [2] = "TIMEOUT", [3] = "SERVICE_ID", [4] = "DGID", [5] = "SGID", [6] = "TCLASS", [7] = "PKEY", [8] = "QOS_CLASS", [9] = "IPV4", [10] = "IPV6"}
-VS[18] = {[0] = "ADDR_RESOLVED", [1] = "ADDR_ERROR", [2] = "ROUTE_RESOLVED", [3] = "ROUTE_ERROR", [4] = "CONNECT_REQUEST", [5] = "CONNECT_RESPONSE", [6] = "CONNECT_ERROR", [7] = "UNREACHABLE", [8] = "REJECTED", [9] = "ESTABLISHED", [10] = "DISCONNECTED", [11] = "DEVICE_REMOVAL", [12] = "MULTICAST_JOIN", [13] = "MULTICAST_ERROR", [14] = "ADDR_CHANGE", [15] = "TIMEWAIT_EXIT"}
-VS[19] = {[1] = "NAME", [2] = "ADDRESS_IP", [3] = "ADDRESS_IP6", [16] = "PATH"}
-VS[20] = {[0] = "none", [1] = "DATA", [2] = "ACK", [3] = "STOP", [4] = "ABORT"}
-VS[21] = {[0] = "OK", [1] = "RESX", [118] = "T2L", [119] = "BAD_LEN", [120] = "BAD_SEG", [121] = "BADT", [122] = "W2S", [123] = "S2B", [124] = "BAD_STATUS", [125] = "UNV", [126] = "TMR", [127] = "UNSPEC"}
-VS[22] = {[0] = "4.096 \194\181s", [1] = "8.192 \194\181s", [2] = "16.38 \194\181s", [3] = "32.77 \194\181s", [4] = "65.54 \194\181s", [5] = "131.1 \194\181s", [6] = "262.1 \194\181s", [7] = "524.3 \194\181s", [8] = "1.049 ms", [9] = "2.097 ms", [10] = "4.194 ms", [11] = "8.389 ms", [12] = "16.78 ms", [13] = "33.55 ms", [14] = "67.11 ms", [15] = "134.2 ms", [16] = "268.4 ms", [17] = "536.9 ms", [18] = "1.074 s", [19] = "2.147 s", [20] = "4.295 s", [21] = "8.59 s", [22] = "17.18 s", [23] = "34.36 s", [24] = "68.72 s", [25] = "137.4 s", [26] = "274.9 s", [27] = "549.8 s", [28] = "1100 s", [29] = "2199 s", [30] = "4398 s", [31] = "8796 s"}
-VS[23] = {[0] = "RC", [1] = "UC", [2] = "RD", [3] = "reserved"}
-VS[24] = {[0] = "REQ", [1] = "REP", [2] = "other"}
-VS[25] = {[1] = "no QP", [2] = "no EEC", [3] = "no resources", [4] = "timeout", [5] = "unsupported", [6] = "invalid comm ID", [7] = "invalid comm instance", [8] = "invalid service ID", [9] = "invalid transport type", [10] = "stale conn", [11] = "RDC not exist", [12] = "invalid GID", [13] = "invalid LID", [14] = "invalid SL", [15] = "invalid traffic class", [16] = "invalid hop limit", [17] = "invalid packet rate", [18] = "invalid alt GID", [19] = "invalid alt LID", [20] = "invalid alt SL", [21] = "invalid alt traffic class", [22] = "invalid alt hop limit", [23] = "invalid alt packet rate", [24] = "port CM redirect", [25] = "port redirect", [26] = "invalid MTU", [27] = "insufficient resp resources", [28] = "consumer defined", [29] = "invalid RNR retry", [30] = "duplicate local comm ID", [31] = "invalid class version", [32] = "invalid flow label", [33] = "invalid alt flow label", [35] = "VENDOR_OPTION_NOT_SUPPORTED"}
-VS[26] = {[0] = "accepted", [1] = "rejected (not supported)", [2] = "rejected", [3] = "reserved"}
+VS[15] = {[2] = "2.5 Gb/s", [3] = "10 Gb/s", [4] = "30 Gb/s", [5] = "5 Gb/s", [6] = "20 Gb/s", [7] = "40 Gb/s", [8] = "60 Gb/s", [9] = "80 Gb/s", [10] = "120 Gb/s", [11] = "14 Gb/s", [12] = "56 Gb/s", [13] = "112 Gb/s", [14] = "168 Gb/s", [15] = "25 Gb/s", [16] = "100 Gb/s", [17] = "200 Gb/s", [18] = "300 Gb/s", [19] = "28 Gb/s", [20] = "50 Gb/s", [21] = "400 Gb/s", [22] = "600 Gb/s", [23] = "800 Gb/s", [24] = "1200 Gb/s", [25] = "1600 Gb/s"}
+VS[16] = {[0] = "greater than", [1] = "less than", [2] = "exactly", [3] = "smallest available"}
+VS[17] = {[0] = "4.096 \194\181s", [1] = "8.192 \194\181s", [2] = "16.38 \194\181s", [3] = "32.77 \194\181s", [4] = "65.54 \194\181s", [5] = "131.1 \194\181s", [6] = "262.1 \194\181s", [7] = "524.3 \194\181s", [8] = "1.049 ms", [9] = "2.097 ms", [10] = "4.194 ms", [11] = "8.389 ms", [12] = "16.78 ms", [13] = "33.55 ms", [14] = "67.11 ms", [15] = "134.2 ms", [16] = "268.4 ms", [17] = "536.9 ms", [18] = "1.074 s", [19] = "2.147 s", [20] = "4.295 s", [21] = "8.59 s", [22] = "17.18 s", [23] = "34.36 s", [24] = "68.72 s", [25] = "137.4 s", [26] = "274.9 s", [27] = "549.8 s", [28] = "1100 s", [29] = "2199 s", [30] = "4398 s", [31] = "8796 s", [32] = "1.759e+04 s", [33] = "3.518e+04 s", [34] = "7.037e+04 s", [35] = "1.407e+05 s", [36] = "2.815e+05 s", [37] = "5.629e+05 s", [38] = "1.126e+06 s", [39] = "2.252e+06 s", [40] = "4.504e+06 s", [41] = "9.007e+06 s", [42] = "1.801e+07 s", [43] = "3.603e+07 s", [44] = "7.206e+07 s", [45] = "1.441e+08 s", [46] = "2.882e+08 s", [47] = "5.765e+08 s", [48] = "1.153e+09 s", [49] = "2.306e+09 s", [50] = "4.612e+09 s", [51] = "9.223e+09 s", [52] = "1.845e+10 s", [53] = "3.689e+10 s", [54] = "7.379e+10 s", [55] = "1.476e+11 s", [56] = "2.951e+11 s", [57] = "5.903e+11 s", [58] = "1.181e+12 s", [59] = "2.361e+12 s", [60] = "4.722e+12 s", [61] = "9.445e+12 s", [62] = "1.889e+13 s", [63] = "3.778e+13 s"}
+VS[18] = {[0] = "UNSPEC", [1] = "PATH_RECORD", [2] = "TIMEOUT", [3] = "SERVICE_ID", [4] = "DGID", [5] = "SGID", [6] = "TCLASS", [7] = "PKEY", [8] = "QOS_CLASS", [9] = "IPV4", [10] = "IPV6"}
+VS[19] = {[0] = "ADDR_RESOLVED", [1] = "ADDR_ERROR", [2] = "ROUTE_RESOLVED", [3] = "ROUTE_ERROR", [4] = "CONNECT_REQUEST", [5] = "CONNECT_RESPONSE", [6] = "CONNECT_ERROR", [7] = "UNREACHABLE", [8] = "REJECTED", [9] = "ESTABLISHED", [10] = "DISCONNECTED", [11] = "DEVICE_REMOVAL", [12] = "MULTICAST_JOIN", [13] = "MULTICAST_ERROR", [14] = "ADDR_CHANGE", [15] = "TIMEWAIT_EXIT"}
+VS[20] = {[1] = "NAME", [2] = "ADDRESS_IP", [3] = "ADDRESS_IP6", [16] = "PATH"}
+VS[21] = {[0] = "none", [1] = "DATA", [2] = "ACK", [3] = "STOP", [4] = "ABORT"}
+VS[22] = {[0] = "OK", [1] = "RESX", [118] = "T2L", [119] = "BAD_LEN", [120] = "BAD_SEG", [121] = "BADT", [122] = "W2S", [123] = "S2B", [124] = "BAD_STATUS", [125] = "UNV", [126] = "TMR", [127] = "UNSPEC"}
+VS[23] = {[0] = "4.096 \194\181s", [1] = "8.192 \194\181s", [2] = "16.38 \194\181s", [3] = "32.77 \194\181s", [4] = "65.54 \194\181s", [5] = "131.1 \194\181s", [6] = "262.1 \194\181s", [7] = "524.3 \194\181s", [8] = "1.049 ms", [9] = "2.097 ms", [10] = "4.194 ms", [11] = "8.389 ms", [12] = "16.78 ms", [13] = "33.55 ms", [14] = "67.11 ms", [15] = "134.2 ms", [16] = "268.4 ms", [17] = "536.9 ms", [18] = "1.074 s", [19] = "2.147 s", [20] = "4.295 s", [21] = "8.59 s", [22] = "17.18 s", [23] = "34.36 s", [24] = "68.72 s", [25] = "137.4 s", [26] = "274.9 s", [27] = "549.8 s", [28] = "1100 s", [29] = "2199 s", [30] = "4398 s", [31] = "8796 s"}
+VS[24] = {[0] = "RC", [1] = "UC", [2] = "RD", [3] = "reserved"}
+VS[25] = {[0] = "port current", [2] = "2.5 Gb/s", [3] = "10 Gb/s", [4] = "30 Gb/s", [5] = "5 Gb/s", [6] = "20 Gb/s", [7] = "40 Gb/s", [8] = "60 Gb/s", [9] = "80 Gb/s", [10] = "120 Gb/s", [11] = "14 Gb/s", [12] = "56 Gb/s", [13] = "112 Gb/s", [14] = "168 Gb/s", [15] = "25 Gb/s", [16] = "100 Gb/s", [17] = "200 Gb/s", [18] = "300 Gb/s", [19] = "28 Gb/s", [20] = "50 Gb/s", [21] = "400 Gb/s", [22] = "600 Gb/s", [23] = "800 Gb/s", [24] = "1200 Gb/s", [25] = "1600 Gb/s"}
+VS[26] = {[0] = "REQ", [1] = "REP", [2] = "other"}
+VS[27] = {[1] = "no QP", [2] = "no EEC", [3] = "no resources", [4] = "timeout", [5] = "unsupported", [6] = "invalid comm ID", [7] = "invalid comm instance", [8] = "invalid service ID", [9] = "invalid transport type", [10] = "stale conn", [11] = "RDC not exist", [12] = "invalid GID", [13] = "invalid LID", [14] = "invalid SL", [15] = "invalid traffic class", [16] = "invalid hop limit", [17] = "invalid packet rate", [18] = "invalid alt GID", [19] = "invalid alt LID", [20] = "invalid alt SL", [21] = "invalid alt traffic class", [22] = "invalid alt hop limit", [23] = "invalid alt packet rate", [24] = "port CM redirect", [25] = "port redirect", [26] = "invalid MTU", [27] = "insufficient resp resources", [28] = "consumer defined", [29] = "invalid RNR retry", [30] = "duplicate local comm ID", [31] = "invalid class version", [32] = "invalid flow label", [33] = "invalid alt flow label", [35] = "VENDOR_OPTION_NOT_SUPPORTED"}
+VS[28] = {[0] = "accepted", [1] = "rejected (not supported)", [2] = "rejected", [3] = "reserved"}
 PF[1] = ProtoField.uint8("ibpath.lrh.vl", "VL", base.DEC, nil, 0xf0, "")
 PF[2] = ProtoField.uint8("ibpath.lrh.lver", "LVer", base.DEC, nil, 0xf, "")
 PF[3] = ProtoField.uint8("ibpath.lrh.sl", "SL", base.DEC, nil, 0xf0, "")
@@ -248,15 +250,15 @@ PF[168] = ProtoField.uint8("ibpath.pathrecord.mtu_selector", "MTU Selector", bas
 PF[169] = ProtoField.uint8("ibpath.pathrecord.mtu", "MTU", base.DEC, VS[14], 0x3f, "")
 PF[170] = ProtoField.uint8("ibpath.pathrecord.rate_selector", "Rate Selector", base.DEC, VS[13], 0xc0, "")
 PF[171] = ProtoField.uint8("ibpath.pathrecord.rate", "Rate", base.DEC, VS[15], 0x3f, "")
-PF[172] = ProtoField.uint8("ibpath.pathrecord.packet_life_time_selector", "Packet Life Time Selector", base.DEC, VS[13], 0xc0, "")
-PF[173] = ProtoField.uint8("ibpath.pathrecord.packet_life_time", "Packet Life Time", base.DEC, VS[16], 0x3f, "")
+PF[172] = ProtoField.uint8("ibpath.pathrecord.packet_life_time_selector", "Packet Life Time Selector", base.DEC, VS[16], 0xc0, "")
+PF[173] = ProtoField.uint8("ibpath.pathrecord.packet_life_time", "Packet Life Time", base.DEC, VS[17], 0x3f, "")
 PF[174] = ProtoField.uint8("ibpath.pathrecord.preference", "Preference", base.DEC, nil, nil, "")
 PF[175] = ProtoField.uint64("ibpath.pathrecord.reserved_464", "Reserved 464", base.HEX, nil, nil, "")
 PF[176] = ProtoField.uint16("ibpath.ls_attr.nla_len", "NLA Len", base.DEC, nil, nil, "")
 PF[177] = ProtoField.uint16("ibpath.ls_attr.nested", "Nested", base.DEC, nil, 0x8000, "")
 PF[178] = ProtoField.uint16("ibpath.ls_attr.net_byteorder", "Net Byteorder", base.DEC, nil, 0x4000, "")
 PF[179] = ProtoField.uint16("ibpath.ls_attr.mandatory", "Mandatory", base.DEC, nil, 0x2000, "")
-PF[180] = ProtoField.uint16("ibpath.ls_attr.nla_type", "NLA Type", base.DEC, VS[17], 0x1fff, "")
+PF[180] = ProtoField.uint16("ibpath.ls_attr.nla_type", "NLA Type", base.DEC, VS[18], 0x1fff, "")
 PF[181] = ProtoField.uint32("ibpath.ucma_create_id_resp.id", "ID", base.DEC, nil, nil, "")
 PF[182] = ProtoField.uint32("ibpath.ucma_conn_param.qp_num", "QP Num", base.HEX, nil, nil, "")
 PF[183] = ProtoField.uint32("ibpath.ucma_conn_param.qkey", "Qkey", base.HEX, nil, nil, "")
@@ -273,7 +275,7 @@ PF[193] = ProtoField.uint32("ibpath.ucma_ece.vendor_id", "Vendor ID", base.HEX, 
 PF[194] = ProtoField.uint32("ibpath.ucma_ece.attr_mod", "Attr Mod", base.HEX, nil, nil, "")
 PF[195] = ProtoField.uint64("ibpath.ucma_event_resp.uid", "Uid", base.HEX, nil, nil, "")
 PF[196] = ProtoField.uint32("ibpath.ucma_event_resp.id", "ID", base.DEC, nil, nil, "")
-PF[197] = ProtoField.uint32("ibpath.ucma_event_resp.event", "Event", base.DEC, VS[18], nil, "")
+PF[197] = ProtoField.uint32("ibpath.ucma_event_resp.event", "Event", base.DEC, VS[19], nil, "")
 PF[198] = ProtoField.uint32("ibpath.ucma_event_resp.status", "Status", base.DEC, nil, nil, "")
 PF[199] = ProtoField.bytes("ibpath.ucma_event_resp.param_rest", "Param Rest", "")
 PF[200] = ProtoField.uint32("ibpath.ucma_event_resp.reserved", "Reserved", base.HEX, nil, nil, "")
@@ -284,19 +286,19 @@ PF[204] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.source", "SOURCE", 32, 
 PF[205] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.dest", "DEST", 32, nil, 2, "")
 PF[206] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.nodelay", "NODELAY", 32, nil, 0x40000000, "")
 PF[207] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.query_sa", "QUERY SA", 32, nil, 0x80000000, "")
-PF[208] = ProtoField.uint16("ibpath.acm_ep_addr_data.type", "Type", base.DEC, VS[19], nil, "")
+PF[208] = ProtoField.uint16("ibpath.acm_ep_addr_data.type", "Type", base.DEC, VS[20], nil, "")
 PF[209] = ProtoField.uint16("ibpath.acm_ep_addr_data.reserved", "Reserved", base.HEX, nil, nil, "")
 PF[210] = ProtoField.bytes("ibpath.acm_ep_addr_data.info", "Info", "")
 PF[211] = ProtoField.uint64("ibpath.acm_counter.value", "Value", base.DEC, nil, nil, "")
 PF[212] = ProtoField.bytes("ibpath.acm_ep_address.address", "Address", "")
 PF[213] = ProtoField.uint8("ibpath.rmpp.rmpp_version", "RMPP Version", base.DEC, nil, nil, "")
-PF[214] = ProtoField.uint8("ibpath.rmpp.rmpp_type", "RMPP Type", base.DEC, VS[20], nil, "")
+PF[214] = ProtoField.uint8("ibpath.rmpp.rmpp_type", "RMPP Type", base.DEC, VS[21], nil, "")
 PF[215] = ProtoField.uint8("ibpath.rmpp.r_resp_time", "R Resp Time", base.DEC, nil, 0xf8, "")
 PF[216] = ProtoField.uint8("ibpath.rmpp.rmpp_flags", "RMPP Flags", base.HEX, nil, 7, "")
 PF[217] = ProtoField.bool("ibpath.rmpp.rmpp_flags.active", "Active", 8, nil, 1, "")
 PF[218] = ProtoField.bool("ibpath.rmpp.rmpp_flags.first", "First", 8, nil, 2, "")
 PF[219] = ProtoField.bool("ibpath.rmpp.rmpp_flags.last", "Last", 8, nil, 4, "")
-PF[220] = ProtoField.uint8("ibpath.rmpp.rmpp_status", "RMPP Status", base.DEC, VS[21], nil, "")
+PF[220] = ProtoField.uint8("ibpath.rmpp.rmpp_status", "RMPP Status", base.DEC, VS[22], nil, "")
 PF[221] = ProtoField.uint32("ibpath.rmpp.segment_number", "Segment Number", base.DEC, nil, nil, "")
 PF[222] = ProtoField.uint32("ibpath.rmpp.payload_length", "Payload Length", base.DEC, nil, nil, "")
 PF[223] = ProtoField.uint32("ibpath.cm_req.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
@@ -310,11 +312,11 @@ PF[230] = ProtoField.uint8("ibpath.cm_req.responder_resources", "Responder Resou
 PF[231] = ProtoField.uint24("ibpath.cm_req.local_eecn", "Local EECN", base.HEX, nil, nil, "")
 PF[232] = ProtoField.uint8("ibpath.cm_req.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
 PF[233] = ProtoField.uint24("ibpath.cm_req.remote_eecn", "Remote EECN", base.HEX, nil, nil, "")
-PF[234] = ProtoField.uint8("ibpath.cm_req.remote_cm_response_timeout", "Remote CM Response Timeout", base.DEC, VS[22], 0xf8, "")
-PF[235] = ProtoField.uint8("ibpath.cm_req.transport_service_type", "Transport Service Type", base.DEC, VS[23], 6, "")
+PF[234] = ProtoField.uint8("ibpath.cm_req.remote_cm_response_timeout", "Remote CM Response Timeout", base.DEC, VS[23], 0xf8, "")
+PF[235] = ProtoField.uint8("ibpath.cm_req.transport_service_type", "Transport Service Type", base.DEC, VS[24], 6, "")
 PF[236] = ProtoField.uint8("ibpath.cm_req.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
 PF[237] = ProtoField.uint24("ibpath.cm_req.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
-PF[238] = ProtoField.uint8("ibpath.cm_req.local_cm_response_timeout", "Local CM Response Timeout", base.DEC, VS[22], 0xf8, "")
+PF[238] = ProtoField.uint8("ibpath.cm_req.local_cm_response_timeout", "Local CM Response Timeout", base.DEC, VS[23], 0xf8, "")
 PF[239] = ProtoField.uint8("ibpath.cm_req.retry_count", "Retry Count", base.DEC, nil, 7, "")
 PF[240] = ProtoField.uint16("ibpath.cm_req.pkey", "P_Key", base.HEX, nil, nil, "")
 PF[241] = ProtoField.uint8("ibpath.cm_req.path_packet_payload_mtu", "Path Packet Payload MTU", base.DEC, VS[14], 0xf0, "")
@@ -329,13 +331,13 @@ PF[249] = ProtoField.ipv6("ibpath.cm_req.primary_local_gid", "Primary Local GID"
 PF[250] = ProtoField.ipv6("ibpath.cm_req.primary_remote_gid", "Primary Remote GID", "")
 PF[251] = ProtoField.uint24("ibpath.cm_req.primary_flow_label", "Primary Flow Label", base.HEX, nil, 0xfffff0, "")
 PF[252] = ProtoField.uint16("ibpath.cm_req.reserved_724", "Reserved 724", base.HEX, nil, 0xfc0, "")
-PF[253] = ProtoField.uint8("ibpath.cm_req.primary_packet_rate", "Primary Packet Rate", base.DEC, VS[15], 0x3f, "")
+PF[253] = ProtoField.uint8("ibpath.cm_req.primary_packet_rate", "Primary Packet Rate", base.DEC, VS[25], 0x3f, "")
 PF[254] = ProtoField.uint8("ibpath.cm_req.primary_traffic_class", "Primary Traffic Class", base.HEX, nil, nil, "")
 PF[255] = ProtoField.uint8("ibpath.cm_req.primary_hop_limit", "Primary Hop Limit", base.DEC, nil, nil, "")
 PF[256] = ProtoField.uint8("ibpath.cm_req.primary_sl", "Primary SL", base.DEC, nil, 0xf0, "")
 PF[257] = ProtoField.uint8("ibpath.cm_req.primary_subnet_local", "Primary Subnet Local", base.DEC, nil, 8, "")
 PF[258] = ProtoField.uint8("ibpath.cm_req.reserved_757", "Reserved 757", base.HEX, nil, 7, "")
-PF[259] = ProtoField.uint8("ibpath.cm_req.primary_local_ack_timeout", "Primary Local ACK Timeout", base.DEC, VS[22], 0xf8, "")
+PF[259] = ProtoField.uint8("ibpath.cm_req.primary_local_ack_timeout", "Primary Local ACK Timeout", base.DEC, VS[23], 0xf8, "")
 PF[260] = ProtoField.uint8("ibpath.cm_req.reserved_765", "Reserved 765", base.HEX, nil, 4, "")
 PF[261] = ProtoField.uint8("ibpath.cm_req.reserved_766", "Reserved 766", base.HEX, nil, 3, "")
 PF[262] = ProtoField.uint16("ibpath.cm_req.alternate_local_lid", "Alternate Local LID", base.DEC_HEX, nil, nil, "")
@@ -344,30 +346,30 @@ PF[264] = ProtoField.ipv6("ibpath.cm_req.alternate_local_gid", "Alternate Local 
 PF[265] = ProtoField.ipv6("ibpath.cm_req.alternate_remote_gid", "Alternate Remote GID", "")
 PF[266] = ProtoField.uint24("ibpath.cm_req.alternate_flow_label", "Alternate Flow Label", base.HEX, nil, 0xfffff0, "")
 PF[267] = ProtoField.uint16("ibpath.cm_req.reserved_1076", "Reserved 1076", base.HEX, nil, 0xfc0, "")
-PF[268] = ProtoField.uint8("ibpath.cm_req.alternate_packet_rate", "Alternate Packet Rate", base.DEC, VS[15], 0x3f, "")
+PF[268] = ProtoField.uint8("ibpath.cm_req.alternate_packet_rate", "Alternate Packet Rate", base.DEC, VS[25], 0x3f, "")
 PF[269] = ProtoField.uint8("ibpath.cm_req.alternate_traffic_class", "Alternate Traffic Class", base.HEX, nil, nil, "")
 PF[270] = ProtoField.uint8("ibpath.cm_req.alternate_hop_limit", "Alternate Hop Limit", base.DEC, nil, nil, "")
 PF[271] = ProtoField.uint8("ibpath.cm_req.alternate_sl", "Alternate SL", base.DEC, nil, 0xf0, "")
 PF[272] = ProtoField.uint8("ibpath.cm_req.alternate_subnet_local", "Alternate Subnet Local", base.DEC, nil, 8, "")
 PF[273] = ProtoField.uint8("ibpath.cm_req.reserved_1109", "Reserved 1109", base.HEX, nil, 7, "")
-PF[274] = ProtoField.uint8("ibpath.cm_req.alternate_local_ack_timeout", "Alternate Local ACK Timeout", base.DEC, VS[22], 0xf8, "")
+PF[274] = ProtoField.uint8("ibpath.cm_req.alternate_local_ack_timeout", "Alternate Local ACK Timeout", base.DEC, VS[23], 0xf8, "")
 PF[275] = ProtoField.uint8("ibpath.cm_req.sap_supported", "SAP Supported", base.DEC, nil, 4, "")
 PF[276] = ProtoField.uint8("ibpath.cm_req.reserved_1118", "Reserved 1118", base.HEX, nil, 3, "")
 PF[277] = ProtoField.bytes("ibpath.cm_req.private_data", "Private Data", "")
 PF[278] = ProtoField.uint32("ibpath.cm_mra.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
 PF[279] = ProtoField.uint32("ibpath.cm_mra.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[280] = ProtoField.uint8("ibpath.cm_mra.message_mraed", "Message Mraed", base.DEC, VS[24], 0xc0, "")
+PF[280] = ProtoField.uint8("ibpath.cm_mra.message_mraed", "Message Mraed", base.DEC, VS[26], 0xc0, "")
 PF[281] = ProtoField.uint8("ibpath.cm_mra.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
-PF[282] = ProtoField.uint8("ibpath.cm_mra.service_timeout", "Service Timeout", base.DEC, VS[22], 0xf8, "")
+PF[282] = ProtoField.uint8("ibpath.cm_mra.service_timeout", "Service Timeout", base.DEC, VS[23], 0xf8, "")
 PF[283] = ProtoField.uint8("ibpath.cm_mra.reserved_77", "Reserved 77", base.HEX, nil, 7, "")
 PF[284] = ProtoField.bytes("ibpath.cm_mra.private_data", "Private Data", "")
 PF[285] = ProtoField.uint32("ibpath.cm_rej.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
 PF[286] = ProtoField.uint32("ibpath.cm_rej.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[287] = ProtoField.uint8("ibpath.cm_rej.message_rejected", "Message Rejected", base.DEC, VS[24], 0xc0, "")
+PF[287] = ProtoField.uint8("ibpath.cm_rej.message_rejected", "Message Rejected", base.DEC, VS[26], 0xc0, "")
 PF[288] = ProtoField.uint8("ibpath.cm_rej.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
 PF[289] = ProtoField.uint8("ibpath.cm_rej.reject_info_length", "Reject Info Length", base.DEC, nil, 0xfe, "")
 PF[290] = ProtoField.uint8("ibpath.cm_rej.reserved_79", "Reserved 79", base.HEX, nil, 1, "")
-PF[291] = ProtoField.uint16("ibpath.cm_rej.reason", "Reason", base.DEC, VS[25], nil, "")
+PF[291] = ProtoField.uint16("ibpath.cm_rej.reason", "Reason", base.DEC, VS[27], nil, "")
 PF[292] = ProtoField.bytes("ibpath.cm_rej.ari", "ARI", "")
 PF[293] = ProtoField.bytes("ibpath.cm_rej.private_data", "Private Data", "")
 PF[294] = ProtoField.uint32("ibpath.cm_rep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
@@ -381,8 +383,8 @@ PF[301] = ProtoField.uint24("ibpath.cm_rep.starting_psn", "Starting PSN", base.H
 PF[302] = ProtoField.uint8("ibpath.cm_rep.reserved_184", "Reserved 184", base.HEX, nil, nil, "")
 PF[303] = ProtoField.uint8("ibpath.cm_rep.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
 PF[304] = ProtoField.uint8("ibpath.cm_rep.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
-PF[305] = ProtoField.uint8("ibpath.cm_rep.target_ack_delay", "Target ACK Delay", base.DEC, VS[22], 0xf8, "")
-PF[306] = ProtoField.uint8("ibpath.cm_rep.failover_accepted", "Failover Accepted", base.DEC, VS[26], 6, "")
+PF[305] = ProtoField.uint8("ibpath.cm_rep.target_ack_delay", "Target ACK Delay", base.DEC, VS[23], 0xf8, "")
+PF[306] = ProtoField.uint8("ibpath.cm_rep.failover_accepted", "Failover Accepted", base.DEC, VS[28], 6, "")
 PF[307] = ProtoField.uint8("ibpath.cm_rep.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
 PF[308] = ProtoField.uint8("ibpath.cm_rep.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 0xe0, "")
 PF[309] = ProtoField.uint8("ibpath.cm_rep.srq", "SRQ", base.DEC, nil, 0x10, "")
@@ -555,15 +557,16 @@ EX.short = ProtoExpert.new("ibpath.truncated", "Truncated", expert.group.MALFORM
 EX.count = ProtoExpert.new("ibpath.list_capped", "List longer than the dissector shows", expert.group.MALFORMED, expert.severity.WARN)
 EX[1] = ProtoExpert.new("ibpath.rule.saq_serviceid_half", "SAQ-SERVICEID-HALF: only one of ComponentMask bits 0/1 (ServiceID) set; OpenSM answers INSUF_COMPS", expert.group.PROTOCOL, expert.severity.ERROR)
 EX[2] = ProtoExpert.new("ibpath.rule.saq_reserved_comp", "SAQ-RESERVED-COMP: reserved ComponentMask bit set in a PathRecord query", expert.group.PROTOCOL, expert.severity.WARN)
-EX[3] = ProtoExpert.new("ibpath.rule.saq_bad_method", "SAQ-BAD-METHOD: PathRecord MAD with a method other than Get/GetTable or class version not 2", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[4] = ProtoExpert.new("ibpath.rule.saq_numbpath_zero", "SAQ-NUMBPATH-ZERO: GetTable with the NumbPath component set and NumbPath 0: OpenSM returns no record", expert.group.PROTOCOL, expert.severity.WARN)
-EX[5] = ProtoExpert.new("ibpath.rule.sar_get_multi", "SAR-GET-MULTI: GetResp whose AttributeOffset does not match the PathRecord size (8 words)", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[6] = ProtoExpert.new("ibpath.rule.sar_table_offset", "SAR-TABLE-OFFSET: GetTableResp whose AttributeOffset is not the PathRecord size (8 words): saquery counts and steps through the records by it", expert.group.PROTOCOL, expert.severity.WARN)
-EX[7] = ProtoExpert.new("ibpath.rule.blob_length", "BLOB-LENGTH: blob length is not a multiple of 72 (ucma_set_ib_path returns EINVAL)", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[8] = ProtoExpert.new("ibpath.rule.blob_unknown_flags", "BLOB-UNKNOWN-FLAGS: flag bit outside 0x3F set", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[9] = ProtoExpert.new("ibpath.rule.blob_gmp_not_reversible", "BLOB-GMP-NOT-REVERSIBLE: record flagged GMP carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[10] = ProtoExpert.new("ibpath.rule.blob_bidir_not_reversible", "BLOB-BIDIR-NOT-REVERSIBLE: record flagged BIDIRECTIONAL carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
-local EXPERT_LIST = {EX.short, EX.count, EX[1], EX[2], EX[3], EX[4], EX[5], EX[6], EX[7], EX[8], EX[9], EX[10]}
+EX[3] = ProtoExpert.new("ibpath.rule.saq_selector_missing", "SAQ-SELECTOR-MISSING: MTU, rate or PacketLifeTime component without its selector\039s bit, or a selector without its value\039s: OpenSM ignores both halves", expert.group.PROTOCOL, expert.severity.WARN)
+EX[4] = ProtoExpert.new("ibpath.rule.saq_bad_method", "SAQ-BAD-METHOD: PathRecord MAD with a method other than Get/GetTable or class version not 2", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[5] = ProtoExpert.new("ibpath.rule.saq_numbpath_zero", "SAQ-NUMBPATH-ZERO: GetTable with the NumbPath component set and NumbPath 0: OpenSM returns no record", expert.group.PROTOCOL, expert.severity.WARN)
+EX[6] = ProtoExpert.new("ibpath.rule.sar_get_multi", "SAR-GET-MULTI: GetResp whose AttributeOffset does not match the PathRecord size (8 words)", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[7] = ProtoExpert.new("ibpath.rule.sar_table_offset", "SAR-TABLE-OFFSET: GetTableResp whose AttributeOffset is not the PathRecord size (8 words): saquery counts and steps through the records by it", expert.group.PROTOCOL, expert.severity.WARN)
+EX[8] = ProtoExpert.new("ibpath.rule.blob_length", "BLOB-LENGTH: blob length is not a multiple of 72 (ucma_set_ib_path returns EINVAL)", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[9] = ProtoExpert.new("ibpath.rule.blob_unknown_flags", "BLOB-UNKNOWN-FLAGS: flag bit outside 0x3F set", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[10] = ProtoExpert.new("ibpath.rule.blob_gmp_not_reversible", "BLOB-GMP-NOT-REVERSIBLE: record flagged GMP carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[11] = ProtoExpert.new("ibpath.rule.blob_bidir_not_reversible", "BLOB-BIDIR-NOT-REVERSIBLE: record flagged BIDIRECTIONAL carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
+local EXPERT_LIST = {EX.short, EX.count, EX[1], EX[2], EX[3], EX[4], EX[5], EX[6], EX[7], EX[8], EX[9], EX[10], EX[11]}
 
 local function ib_val(v, k) return v[k] or 0 end
 local function ib_under(ctx, layer, k) local t = ctx.v[layer]; return t and t[k] or 0 end
@@ -697,7 +700,7 @@ D["PathArray"] = function(tvb, pinfo, tree, off, ctx)
   o = o + n1
   if show then t:set_len(o - off) end
   if HOOKS["PathArray"] then HOOKS["PathArray"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_truthy(ib_bool((ib_mod((limit - off), 72) ~= 0))) then t:add_proto_expert_info(EX[7]) end
+  if ib_truthy(ib_bool((ib_mod((limit - off), 72) ~= 0))) then t:add_proto_expert_info(EX[8]) end
   local r = o
   return r
 end
@@ -981,7 +984,7 @@ D["PathRecData"] = function(tvb, pinfo, tree, off, ctx)
   D["PathRecord"](tvb, pinfo, t, off + 8, ib_subctx(ctx, off + 8 + 64))
   if show then t:set_len(o - off) end
   if HOOKS["PathRecData"] then HOOKS["PathRecData"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_truthy(ib_bool((ib_band(ib_val(v, "flags"), 4294967232) ~= 0))) then t:add_proto_expert_info(EX[8]) end
+  if ib_truthy(ib_bool((ib_band(ib_val(v, "flags"), 4294967232) ~= 0))) then t:add_proto_expert_info(EX[9]) end
   local r = o
   return r
 end
@@ -1531,9 +1534,9 @@ D["PathRecord"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:add(PF[175], tvb(off + 58, 6)) end
   if show then t:set_len(o - off) end
   if HOOKS["PathRecord"] then HOOKS["PathRecord"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 18)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_band(ib_lo(ib_under(ctx, "SAHeader", "component_mask")), 4096) ~= 0)), ib_bool((ib_val(v, "numb_path") == 0)))) then t:add_proto_expert_info(EX[4]) end
-  if ib_truthy(ib_and(ib_band(ib_under(ctx, "PathRecData", "flags"), 1), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[9]) end
-  if ib_truthy(ib_and(ib_bool((ib_band(ib_under(ctx, "PathRecData", "flags"), 40) == 40)), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[10]) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 18)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_band(ib_lo(ib_under(ctx, "SAHeader", "component_mask")), 4096) ~= 0)), ib_bool((ib_val(v, "numb_path") == 0)))) then t:add_proto_expert_info(EX[5]) end
+  if ib_truthy(ib_and(ib_band(ib_under(ctx, "PathRecData", "flags"), 1), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[10]) end
+  if ib_truthy(ib_and(ib_bool((ib_band(ib_under(ctx, "PathRecData", "flags"), 40) == 40)), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[11]) end
   local r = o
   return r
 end
@@ -2252,9 +2255,10 @@ D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
   if HOOKS["SAHeader"] then HOOKS["SAHeader"](tvb, pinfo, t, off, o, ctx, v) end
   if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3) == 1)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3) == 2))))) then t:add_proto_expert_info(EX[1]) end
   if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 4286578816) ~= 0)), ib_bool((ib_hi(ib_val(v, "component_mask")) ~= 0))))) then t:add_proto_expert_info(EX[2]) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_or(ib_bool((ib_under(ctx, "MAD", "class_version") ~= 2)), ib_and(ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128)), ib_not(ib_or(ib_bool((ib_under(ctx, "MAD", "method") == 1)), ib_bool((ib_under(ctx, "MAD", "method") == 18)))))))) then t:add_proto_expert_info(EX[3]) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 129)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[5]) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 146)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[6]) end
+  if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 196608) == 131072)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 196608) == 65536))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 786432) == 524288)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 786432) == 262144))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3145728) == 2097152)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3145728) == 1048576)))))) then t:add_proto_expert_info(EX[3]) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_or(ib_bool((ib_under(ctx, "MAD", "class_version") ~= 2)), ib_and(ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128)), ib_not(ib_or(ib_bool((ib_under(ctx, "MAD", "method") == 1)), ib_bool((ib_under(ctx, "MAD", "method") == 18)))))))) then t:add_proto_expert_info(EX[4]) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 129)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[6]) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 146)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[7]) end
   local r = o
   return r
 end

@@ -16,6 +16,7 @@ from .layers.mad import (
     METHOD_GET_TABLE_RESP,
     METHOD_RESP,
 )
+from .layers.sa import selector_pairs
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ _is_pr_query = And(_mad.mgmt_class == 3, _mad.attribute_id == ATTR_PATH_RECORD,
                    Not(_mad.method & METHOD_RESP))
 _comp = F("component_mask__lo")
 _NUMB_PATH_BIT = 1 << 12
+# a value OpenSM reads only with its selector (MTU, rate, PacketLifeTime), or a selector, whose
+# partner's ComponentMask bit is not set (bits 16-21: within the mask's low word)
+_HALF_PAIR = Or(*[(_comp & (1 << vb | 1 << sb)).isin(1 << vb, 1 << sb)
+                  for _, _, vb, sb in selector_pairs()])
 
 PACKET_RULES = [
     PacketRule("SAQ-SERVICEID-HALF", "error", "SAHeader",
@@ -50,6 +55,10 @@ PACKET_RULES = [
                "reserved ComponentMask bit set in a PathRecord query",
                "IBA 15.2.5.16 PathRecord (ComponentMask bit per component; 7 and 23-63 "
                "have none)"),
+    PacketRule("SAQ-SELECTOR-MISSING", "warning", "SAHeader", And(_is_pr_query, _HALF_PAIR),
+               "MTU, rate or PacketLifeTime component without its selector's bit, or a selector "
+               "without its value's: OpenSM ignores both halves",
+               sources.OPENSM_PR_SELECTED, audit=False),
     PacketRule("SAQ-BAD-METHOD", "error", "SAHeader",
                And(_mad.mgmt_class == 3, _mad.attribute_id == ATTR_PATH_RECORD,
                    Or(_mad.class_version != 2,

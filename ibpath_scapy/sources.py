@@ -11,6 +11,12 @@ UCMA_SET_PATH = "drivers/infiniband/core/ucma.c ucma_set_ib_path"
 LS_RESPONSE = ("drivers/infiniband/core/sa_query.c ib_nl_handle_resolve_resp / "
                "ib_nl_process_good_resolve_rsp")
 OPENSM_PR = "OpenSM osm_sa_path_record.c osm_pr_rcv_process, pr_rcv_build_pr"
+OPENSM_PR_SELECTED = ("OpenSM osm_sa_path_record.c pr_rcv_get_path_parms (MTU, rate and "
+                      "PacketLifeTime judged only when a query sets both the value's and the "
+                      "selector's ComponentMask bits: \"we silently ignore cases where only the "
+                      "MTU selector is defined\"), osm_pr_rcv_process (rate and MTU validated "
+                      "only then); IBA 15.2.5.16 Table 205 (MTUSelector, RateSelector, "
+                      "PacketLifeTimeSelector: how the MTU, Rate, PacketLifeTime asked compare)")
 SA_STATUS = "OpenSM ib_types.h IB_SA_MAD_STATUS_*; IBA 15.2.4 SA MAD status"
 SAQUERY_TABLE = ("infiniband-diags ibdiag_sa.c sa_query (result_cnt: payload / (AttributeOffset "
                  "x 8); none for AttributeOffset 0), sa_get_query_rec")

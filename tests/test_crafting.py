@@ -15,11 +15,14 @@ from __future__ import annotations
 import ast
 import re
 import struct
+import subprocess
+import sys
 
 import pytest
 from scapy.packet import Packet, Raw
 
 from ibpath_scapy import rmpp
+from ibpath_scapy.craft import CaptureBuilder
 from ibpath_scapy.encap import erf_record, exported_pdu, native_ib_frame, rocev2_frame
 from ibpath_scapy.layers import MAD, RMPP, CMReq, PathRecord, SAHeader
 from ibpath_scapy.layers.cm import CMMra, CMRep
@@ -27,6 +30,7 @@ from ibpath_scapy.layers.coded import RawCode
 from ibpath_scapy.layers.mad import ATTRIBUTES_BY_CLASS, METHODS
 
 from conftest import CAPTURES, ROOT, SHARED
+from tshark_util import tshark_fields, tshark_path
 
 WIRE_FORMATS = SHARED / "reference" / "wire-formats.md"
 
@@ -127,7 +131,7 @@ def test_every_rate_in_gbps_maps_to_its_code_and_back(wf):
         if gbps is not None:
             givens += [f"{gbps:g}Gb/s", f"{gbps:g} Gbps", f"{gbps:g}G",
                        f"IB_RATE_{str(gbps).replace('.0', '').replace('.', '_')}_GBPS"]
-        for given in givens:
+        for given in givens if gbps is not None else ():  # (0: the CM REQ's only, below)
             p = PathRecord(rate=given)
             assert p.rate == code, given
             back = PathRecord(bytes(p))
@@ -135,7 +139,28 @@ def test_every_rate_in_gbps_maps_to_its_code_and_back(wf):
             shown = _repr(back, "rate")
             assert shown == f"{text} ({code})"
             assert PathRecord(rate=shown.rsplit(" (", 1)[0]).rate == code  # shown → code
-        assert CMReq(bytes(CMReq(primary_packet_rate=text))).primary_packet_rate == code
+        req = CMReq(bytes(CMReq(primary_packet_rate=text)))
+        assert req.primary_packet_rate == code
+        assert _repr(req, "primary_packet_rate") == f"{text} ({code})"
+
+
+def test_rate_0_is_port_current_in_a_cm_req_and_reserved_in_a_path_record(wf):
+    """wire-formats.md §3 gives rate 0 as the kernel's IB_RATE_PORT_CURRENT (enum ib_rate),
+    which the CM REQ's packet rates carry; OpenSM's PathRecord rates (IB_PATH_RECORD_RATE_*)
+    start at 2, and it answers a query for rate 0 REQ_INVALID (tests/test_opensm_oracle.py).
+    On main a PathRecord took rate=0 and showed it as "port current"."""
+    row = next(r for r in _section(wf, "Rate (OSM", "Selectors (2 bits").splitlines()
+               if r.startswith("| 0 |"))
+    assert "port current" in row and "kernel" in row and "OSM" not in row
+    assert _repr(CMReq(primary_packet_rate=0), "primary_packet_rate") == "port current (0)"
+    assert CMReq(primary_packet_rate="IB_RATE_PORT_CURRENT").primary_packet_rate == 0
+    reserved = PathRecord(rate=RawCode(0))
+    assert _repr(reserved, "rate") == "Unknown (0)"  # as the other reserved code, 1
+    assert _repr(PathRecord(rate=RawCode(1)), "rate") == "Unknown (1)"
+    assert "port current" not in reserved.show(dump=True) + reserved.summary()
+    for given in (0, "port current", "IB_RATE_PORT_CURRENT"):
+        with pytest.raises(ValueError, match=r"^rate: .* give a rate code \(2-25\)"):
+            PathRecord(rate=given)
 
 
 def test_an_integer_rate_is_the_code_never_gbps(wf):
@@ -169,7 +194,7 @@ def test_every_packet_life_time_maps_to_its_code_and_back(wf):
 @pytest.mark.parametrize("field, value", [
     ("mtu", 0), ("mtu", 6), ("mtu", 63), ("mtu", 64), ("mtu", -1), ("mtu", 1500), ("mtu", 8192),
     ("mtu", "9000"), ("mtu", "jumbo"), ("mtu", 2048.0), ("mtu", True), ("mtu", "IB_MTU_8192"),
-    ("rate", 1), ("rate", 26), ("rate", 40), ("rate", 63), ("rate", 64), ("rate", 100),
+    ("rate", 0), ("rate", 1), ("rate", 26), ("rate", 40), ("rate", 63), ("rate", 64), ("rate", 100),
     ("rate", -1), ("rate", "3 Gb/s"), ("rate", "10 Mb/s"), ("rate", "fast"), ("rate", 2.5),
     ("packet_life_time", 64), ("packet_life_time", -1), ("packet_life_time", "1 s"),
     ("packet_life_time", "0 s"), ("packet_life_time", "3 ms"), ("packet_life_time", "18 s"),
@@ -210,6 +235,75 @@ def test_raw_codes_round_trip():
     for bad in (64, -1):
         with pytest.raises(ValueError, match="does not fit in 6 bits"):
             PathRecord(mtu=RawCode(bad))
+
+
+def wf_selectors(text: str) -> dict[str, dict[int, str]]:
+    """§3: 'Selectors (...): 0 = greater than, 1 = less than, 2 = exactly, 3 = "best": largest
+    available for MTU/Rate, smallest available for PacketLifeTime.' → names per selector field."""
+    line = next(x for x in text.splitlines() if x.startswith("Selectors (2 bits"))
+    base = {int(c): n for c, n in re.findall(r"(\d) = (greater than|less than|exactly)", line)}
+    best = re.search(r'3 = "best": (largest available) for MTU/Rate, (smallest available) for '
+                     r"PacketLifeTime", line)
+    return {"mtu_selector": {**base, 3: best.group(1)}, "rate_selector": {**base, 3: best.group(1)},
+            "packet_life_time_selector": {**base, 3: best.group(2)}}
+
+
+def wf_component_bits(text: str) -> dict[str, int]:
+    """§3's PathRecord table: field name (IBA spelling) → its ComponentMask bit."""
+    table = _section(text, "## 3. PathRecord", "Python `struct` view")
+    out = {}
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) == 7 and re.fullmatch(r"\d+", cells[6]):
+            out[cells[0]] = int(cells[6])
+    return out
+
+
+@pytest.mark.parametrize("field", ["mtu_selector", "rate_selector", "packet_life_time_selector"])
+def test_selectors_take_their_names_and_codes(wf, field):
+    """Each selector takes its code or its name (§3), shows the name; anything else is a
+    ValueError naming the field and what it takes. On main, mtu_selector="exact" raised a
+    bare KeyError and "largest available" was no name."""
+    names = wf_selectors(wf)[field]
+    for code, name in names.items():
+        for given in (code, name, str(code)):
+            p = PathRecord(**{field: given})
+            assert getattr(p, field) == code, given
+        assert _repr(PathRecord(bytes(PathRecord(**{field: name}))), field) == f"{name} ({code})"
+    other = "largest available" if names[3] == "smallest available" else "smallest available"
+    for bad in ("exact", "best", other, 4, -1, 2.0, True):
+        with pytest.raises(ValueError, match=rf"^{field}: .*not accepted; give a selector code "
+                                             rf"0-3 or its name: 'greater than' \(0\), 'less "
+                                             rf"than' \(1\), 'exactly' \(2\), '{names[3]}' \(3\)"):
+            PathRecord(**{field: bad})
+
+
+def test_a_query_value_brings_its_selector(wf):
+    """MTU, rate or PacketLifeTime set on a query record sets its selector's ComponentMask bit
+    too (OpenSM reads neither alone: tests/test_opensm_oracle.py asks it), with the selector
+    field's value, "exactly" unless set; a selector set alone brings its value's bit. The bits
+    are §3's. On main PathRecord(mtu=4096) gave DGID|SGID|MTU, 0x2000c."""
+    bits = wf_component_bits(wf)
+    pairs = {"mtu": ("MTU", "MTUSelector", 54), "rate": ("Rate", "RateSelector", 55),
+             "packet_life_time": ("PacketLifeTime", "PacketLifeTimeSelector", 56)}
+    gids = 1 << bits["DGID"] | 1 << bits["SGID"]
+    for field, given in (("mtu", 4096), ("rate", "100 Gb/s"), ("packet_life_time", "1.074 s")):
+        value, selector, byte = pairs[field]
+        want = gids | 1 << bits[value] | 1 << bits[selector]
+        for rec, sel in ((PathRecord(sgid="fe80::1", dgid="fe80::2", **{field: given}), 2),
+                         (PathRecord(sgid="fe80::1", dgid="fe80::2", **{field: given,
+                                     f"{field}_selector": "less than"}), 1),
+                         (PathRecord(sgid="fe80::1", dgid="fe80::2",
+                                     **{f"{field}_selector": 3}), 3)):
+            q = MAD(method=0x01) / RMPP() / SAHeader(records=[rec])
+            wire = bytes(q)
+            assert struct.unpack_from("!Q", wire, 48)[0] == want, (field, sel)
+            assert wire[56 + byte] >> 6 == sel
+            assert f"comp_mask=0x{want:x} (computed)" in q.summary()
+    # an explicit ComponentMask is kept, half a pair included (SAQ-SELECTOR-MISSING's query)
+    q = MAD(method=0x01) / RMPP() / SAHeader(component_mask=gids | 1 << bits["MTU"],
+                                             records=[PathRecord(mtu=4096)])
+    assert struct.unpack_from("!Q", bytes(q), 48)[0] == 0x2000C
 
 
 @pytest.mark.parametrize("pkt, name", [
@@ -349,6 +443,42 @@ def test_active_flags_alone_make_a_kernel_rmpp_header():
     assert "computed: DATA" in q[RMPP].show(dump=True)
     assert bytes(RMPP())[:2] == b"\x00\x00"  # inactive: none of it
     assert bytes(RMPP(rmpp_version=0, rmpp_type=2, rmpp_flags=1))[:2] == b"\x00\x02"
+
+
+def test_an_unnumbered_data_segment_is_segment_one(wf, tmp_path):
+    """The README's GetTableResp (RMPP version, type DATA and ACTIVE|FIRST|LAST given, no
+    segment number): §2 numbers segments from 1, the kernel's sender (and rmpp.segment())
+    gives a lone segment number 1, and Wireshark's own RMPP dissector reads 1 back. On main
+    the build gave 0 and the audit reported SAR-RMPP "segment number 0 outside 1..N"."""
+    row = next(r for r in _section(wf, "## 2. SA MAD", "**DISAGREEMENT").splitlines()
+               if "SegmentNumber" in r)
+    assert row.rstrip().endswith("| 1-based |")
+    path = PathRecord(sgid="fe80::2", dgid="fe80::1", slid=2, dlid=1)
+    answer = MAD(method=0x92, transaction_id=0x1234) / RMPP(
+        rmpp_version=1, rmpp_type="DATA", rmpp_flags="active+first+last") / SAHeader(
+        records=[path] * 3)
+    wire = bytes(answer)
+    assert struct.unpack_from("!I", wire, 28)[0] == 1
+    assert rmpp.segment(wire[:56 + 192])[0][28:32] == wire[28:32]
+    assert "segment_number= computed: 1" in answer[RMPP].show(dump=True)
+    # ACK, STOP, ABORT and inactive MADs: 0 unless given (an ACK's number is the last
+    # segment received: the caller's to say); an explicit value is kept
+    assert bytes(RMPP())[4:8] == bytes(RMPP(rmpp_flags=1, rmpp_type=2))[4:8] == bytes(4)
+    assert bytes(RMPP(rmpp_flags=7, segment_number=0))[4:8] == bytes(4)
+    cap = tmp_path / "readme-answer.pcapng"
+    query = MAD(method=0x12, transaction_id=0x1234) / RMPP() / SAHeader(records=[PathRecord(
+        sgid="fe80::2", dgid="fe80::1")])
+    with CaptureBuilder(str(cap), encap="ib") as b:
+        b.mad(bytes(query))
+        b.mad(wire, from_sa=True)
+    audit = subprocess.run([sys.executable, "-m", "ibpath_scapy", "audit", "--format", "json",
+                            str(cap)], capture_output=True, text=True, timeout=120)
+    assert "SAR-RMPP" not in audit.stdout, audit.stdout
+    if tshark_path() is None:
+        pytest.skip("tshark not installed: Wireshark's reading not checked")
+    run, rows = tshark_fields(cap, ["infiniband.rmpp.segmentnumber"])
+    run.check()
+    assert [int(v, 0) for v in rows[2]["infiniband.rmpp.segmentnumber"]] == [1]
 
 
 def _opensm_segments() -> list[tuple[int, list[bytes]]]:

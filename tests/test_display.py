@@ -234,3 +234,37 @@ def test_ipv4_mapped_gids_read_as_wireshark_and_scapy_print_them():
     fld = GIDField("g", "::")
     assert fld.i2repr(None, fld.m2i(None, packed)) == "::ffff:192.168.2.25"
     assert gid_text(ipaddress.IPv6Address("fe80::2:c903:0:1").packed) == "fe80::2:c903:0:1"
+
+
+def test_rate_0_is_port_current_in_a_cm_req_only(tmp_path):
+    """Rate 0 is the kernel's IB_RATE_PORT_CURRENT (wire-formats.md §3: enum ib_rate), which
+    the CM REQ carries; in a PathRecord it is reserved (OpenSM's rates start at 2 and it
+    answers a query for 0 REQ_INVALID: tests/test_opensm_oracle.py), shown as any code a
+    PathRecord does not define. Scapy, decode, the plugin and the HTML report read one table
+    each; on main all four showed the PathRecord's 0 as "port current"."""
+    from ibpath_scapy.craft import CaptureBuilder
+    from ibpath_scapy.layers import PathRecord
+    from ibpath_scapy.layers.coded import RawCode
+
+    path = tmp_path / "rate0.pcapng"
+    rec = PathRecord(sgid="fe80::1", dgid="fe80::2", slid=1, dlid=2, rate=RawCode(0))
+    with CaptureBuilder(str(path), encap="ib") as b:
+        q = b.sa_query(PathRecord(sgid="fe80::1", dgid="fe80::2"))
+        b.sa_answer(q, [rec])
+        b.cm_req(rec)
+    sa, cm = 2, 3
+    pkts = rdpcap(str(path))
+    decode_pr, decode_req, _ = decode_text(path, sa, cm)
+    html = html_text(path, tmp_path)
+    readings = {
+        "PathRecord": ("Unknown (0)", [
+            scapy_text(pkts[sa - 1][SAHeader].records[0])["rate"], decode_pr["rate"],
+            plugin_text(path, sa, "ibpath PathRecord", ["rate"])["rate"],
+            html[f"SA answer f{sa} rec 0"]["rate"]]),
+        "CM REQ": (f"{RATE_GBPS[0]} (0)", [
+            scapy_text(pkts[cm - 1][CMReq])["primary_packet_rate"],
+            decode_req["primary_packet_rate"],
+            plugin_text(path, cm, "ibpath CM REQ", ["primary_packet_rate"])["primary_packet_rate"],
+            html[f"CM REQ f{cm} primary"]["rate"]])}
+    for what, (want, got) in readings.items():
+        assert set(got) == {want}, (what, got)

@@ -77,6 +77,7 @@ FACTS_JS = """() => ({
   ladders: [...document.querySelectorAll('section.ladder')].map(s => ({
     id: s.id, file: s.dataset.file, resolution: s.dataset.resolution,
     messages: +s.dataset.messages, drawn: +s.dataset.drawn, same_as: s.dataset.sameAs,
+    lanes: [...s.querySelectorAll('text.lane-name')].map(t => [t.dataset.lane, t.textContent]),
     capped: s.querySelectorAll('.capped').length,
     arrows: [...s.querySelectorAll('g.arrow')].map(g => ({
       n: +g.dataset.arrow, frame: +g.dataset.frame, kind: g.dataset.kind, src: g.dataset.src,
@@ -160,14 +161,30 @@ def check_arrows(p: Page, message_frames: dict[str, set[int]]) -> None:
                                    f"extra {sorted(set(got) - frames)}"
 
 
+# The ucma commands a ladder draws (README, "Auditing captures"): the route steps the process
+# rules judge and the events that set the cm_id state they judge by.
+DRAWN_UCMA = {"RESOLVE_ADDR", "RESOLVE_IP", "RESOLVE_ROUTE"}
+STATE_EVENTS = {"ADDR_RESOLVED", "ADDR_ERROR", "ROUTE_RESOLVED", "ROUTE_ERROR"}
+
+
+def drawn_ucma(rec: dict) -> bool:
+    c = rec["command"]
+    return (c in DRAWN_UCMA and rec.get("id") is not None
+            or c == "GET_EVENT" and rec.get("event") in STATE_EVENTS
+            or c == "SET_OPTION" and (rec.get("level"), rec.get("optname")) == ("IB", "PATH")
+            or c == "QUERY" and rec.get("option") == "PATH")
+
+
 def message_frames(path: Path) -> set[int]:
-    """The oracle: frames the decoder reads as SA, CM, LS RESOLVE or blob messages."""
+    """The oracle: frames the decoder reads as SA, CM, LS RESOLVE or blob messages, ACM
+    messages and the ucma commands a ladder draws (drawn_ucma)."""
     out = set()
     for rec in decode_file(str(path), Decoder()):
         kind = rec.get("kind")
-        if kind in ("sa", "cm", "blob") or (
+        if kind in ("sa", "cm", "blob", "acm") or (
                 kind == "ls" and (rec["ls"].get("op") in ("RESOLVE", "resolve")
-                                  or rec["ls"].get("op_code") == 0)):
+                                  or rec["ls"].get("op_code") == 0)) or (
+                kind == "ucma" and drawn_ucma(rec)):
             out.add(rec["frame"])
     return out
 
@@ -209,6 +226,48 @@ def test_corpus_report_in_chromium(browser, tmp_path):
     named = [(lad["file"], lad["resolution"]) for lad in p.facts["ladders"] if lad["resolution"]]
     assert len(set(named)) == len(named) == s["resolutions"]
     assert p.facts["capped"] == 0
+
+
+def _recorded_runs() -> list[Path]:
+    """Real recorded runs: librdmacm and a 6.1 kernel against the stand-in ibacm
+    (captures/rxe/acm) and unmodified programs under ibpath record (captures/rxe/record)."""
+    return sorted((CAPTURES / "rxe" / "acm").glob("*.pcapng")) + sorted(
+        (CAPTURES / "rxe" / "record").glob("rec-*.pcapng"))
+
+
+PROCESS_RULES = ("ACM-", "UCMA-")
+
+
+def test_recorded_runs_draw_what_the_process_did(browser, tmp_path):
+    """Issue 39: a recorded run's picture tells the story of its findings. Every ACM message
+    and every ucma route step of the decoder's records is one arrow (ACM RESOLVE and answer
+    between the process and the ibacm lane, the commands between the process and the
+    kernel), as many ACM RESOLVE arrows as the summary counts ACM exchanges, and every finding
+    of a process rule rests on a drawn message. On main a recording's ladder drew the blob
+    and the CM exchange only: no ACM arrow, and the process findings rested on nothing."""
+    runs = _recorded_runs()
+    assert len(runs) > 40
+    doc, html = reports(runs, tmp_path)
+    p = Page(browser, html)
+    check_clean(p)
+    check_findings(p, doc)
+    check_arrows(p, {str(c): message_frames(c) for c in runs})
+    arrows = [a for lad in p.facts["ladders"] for a in lad["arrows"]]
+    acm = Counter((a["kind"], a["src"], a["dst"]) for a in arrows if a["kind"].startswith("acm"))
+    assert set(acm) == {("acm-request", "resolver", "ibacm"), ("acm-response", "ibacm", "resolver")}
+    assert acm[("acm-request", "resolver", "ibacm")] == doc["summary"]["acm_exchanges"] > 30
+    ucma = {(a["src"], a["dst"]) for a in arrows if a["kind"] == "ucma"}
+    assert ucma == {("resolver", "kernel"), ("kernel", "resolver")}
+    process = [f for f in p.facts["findings"] if f["rule"].startswith(PROCESS_RULES)]
+    assert len(process) >= 8 and all(f["arrow"] for f in process), process
+    # lanes: the process is the resolver lane; ibacm only where ACM messages are drawn
+    for lad in p.facts["ladders"]:
+        kinds = {a["kind"] for a in lad["arrows"]}
+        want = [("kernel", "kernel"), ("resolver", "process" if kinds & {
+            "ucma", "acm-request", "acm-response"} else "resolver")]
+        want += [("ibacm", "ibacm")] if kinds & {"acm-request", "acm-response"} else []
+        assert [tuple(x) for x in lad["lanes"]] == want + [("SA", "SA"), ("remote", "remote")], \
+            lad["id"]
 
 
 # -- a capture built here: lanes, attachment, screenshot ------------------------------------------
@@ -390,6 +449,43 @@ def test_text_ladder_with_flag(conversation):
     assert "kernel" not in plain.split("\n")[1]
     for line in plain.splitlines()[1:]:
         assert line in lines
+
+
+def test_text_ladder_of_recorded_runs():
+    """The text ladder of every real recorded run draws what the HTML one does (issue 39):
+    each ACM message and ucma route step of the decoder's records once, the lanes kernel,
+    process, ibacm (where ACM messages are), SA, remote, and a marker for every process
+    finding under a message. On main: no ACM or ucma line, the findings unmarked."""
+    runs = _recorded_runs()
+    out = run_cli("--ladder", *runs).stdout
+    doc = json.loads(run_cli("--format", "json", *runs).stdout)
+    sections = re.split(r"^== (\S+): \d+ frames$", out, flags=re.M)[1:]
+    by_file = dict(zip(sections[0::2], sections[1::2]))
+    assert set(by_file) == {str(r) for r in runs}
+    for run in runs:
+        text = by_file[str(run)]
+        frames = [int(m) for m in re.findall(r"\|  f(\d+) ", text)]
+        assert sorted(frames) == sorted(message_frames(run)), run
+        heads = re.findall(r"^   (kernel.*)$", text, flags=re.M)
+        for head, ladder in zip(heads, re.split(r"^   kernel.*$", text, flags=re.M)[1:]):
+            names = head.split()
+            acm = re.search(r"\|  f\d+ ACM ", ladder)
+            assert names == ["kernel", "process" if re.search(r"\|  f\d+ (ACM|ucma) ", ladder)
+                             else "resolver"] + (["ibacm"] if acm else []) + ["SA", "remote"]
+        marks = Counter(re.findall(r"^\s+\^ (\w+) ([A-Z][A-Z0-9-]+)$", text, flags=re.M))
+        for f in doc["findings"]:
+            if f["file"] == str(run) and f["rule"].startswith(PROCESS_RULES):
+                assert marks[(f["severity"], f["rule"])] > 0, (run, f)
+    # the ACM exchange of a fallback: process -> ibacm, ibacm -> process, then RESOLVE_ROUTE
+    # to the kernel, with ACM-FALLBACK under it
+    text = by_file[str(CAPTURES / "rxe" / "acm" / "acm-sar-status.pcapng")]
+    lines = text.splitlines()
+    req = next(ln for ln in lines if "|  f21 ACM RESOLVE" in ln)
+    ans = next(ln for ln in lines if "|  f22 ACM answer" in ln)
+    assert re.match(r"\s+\|\s+\|-+>\|", req) and re.match(r"\s+\|\s+\|<-+\|", ans)
+    route = next(i for i, ln in enumerate(lines) if "|  f23 ucma RESOLVE_ROUTE" in ln)
+    assert re.match(r"\s+\|<-+\|", lines[route])
+    assert lines[route + 1].strip() == "^ warning ACM-FALLBACK"
 
 
 def test_text_ladder_on_a_terminal(conversation):

@@ -179,8 +179,14 @@ def test_component_mask_bits_follow_ib_sa_h():
                 "qos_class": 14, "sl": 15, "mtu_selector": 16, "mtu": 17, "rate_selector": 18,
                 "rate": 19, "packet_life_time_selector": 20, "packet_life_time": 21,
                 "preference": 22}
+    # a value OpenSM reads only with its selector brings the selector's bit, and the converse
+    # (osm_sa_path_record.c pr_rcv_get_path_parms; tests/test_opensm_oracle.py asks OpenSM)
+    pairs = {"mtu": "mtu_selector", "rate": "rate_selector",
+             "packet_life_time": "packet_life_time_selector"}
+    partner = {**pairs, **{s: v for v, s in pairs.items()}}
     for name, bit in expected.items():
-        assert component_mask_for(PathRecord(**{name: PathRecord().getfieldval(name)})) == 1 << bit
+        want = 1 << bit | (1 << expected[partner[name]] if name in partner else 0)
+        assert component_mask_for(PathRecord(**{name: PathRecord().getfieldval(name)})) == want
     assert component_mask_for(PathRecord(service_id=1)) == 0x3
     assert component_fields(0x1) == []  # half a ServiceID selects nothing
 

@@ -121,6 +121,8 @@ RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
                           "corpus/conform-apm.pcapng"),  # GetTable NumbPath 2
     "SAQ-RESERVED-COMP": (("corpus/saq-reserved-comp.pcapng", [[1]]),
                           "opensm/opensm-saquery.pcap"),
+    "SAQ-SELECTOR-MISSING": (("corpus/saq-selector-missing.pcapng", [[1]]),
+                             "opensm/opensm-saquery.pcap"),  # saquery --rate: both bits
     "SAQ-RETRY": (("corpus/saq-retry.pcapng", [[1, 2]]),
                   "opensm/opensm-saquery.pcap"),
     "SAQ-SERVICEID-HALF": (("corpus/saq-serviceid-half.pcapng", [[1]]),

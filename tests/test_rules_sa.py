@@ -11,6 +11,7 @@ from ibpath_scapy.pcapio import PcapNgWriter
 
 L, R = "fe80::2:c903:0:10", "fe80::2:c903:0:20"
 SA_RULES = {"SAQ-SERVICEID-HALF", "SAQ-RESERVED-COMP", "SAQ-BAD-METHOD", "SAQ-NUMBPATH-ZERO",
+            "SAQ-SELECTOR-MISSING",
             "SAQ-NO-RESPONSE", "SAQ-RETRY", "SAR-STATUS", "SAR-MISMATCH", "SAR-GET-MULTI",
             "SAR-RMPP", "DECODE-MALFORMED"}
 
@@ -54,6 +55,48 @@ def test_serviceid_half(tmp_path, mask, hit):
 def test_reserved_component(tmp_path, mask, hit):
     got = audit(tmp_path, lambda b: b.sa_answer(b.sa_query(query(), component_mask=mask), [answer()]))
     assert got == ({("SAQ-RESERVED-COMP", (1,))} if hit else set())
+
+
+# ComponentMask bits of the three pairs (wire-formats.md §3: MTUSelector 16, MTU 17,
+# RateSelector 18, Rate 19, PacketLifeTimeSelector 20, PacketLifeTime 21); GIDs 2 and 3
+@pytest.mark.parametrize("mask,hit", [
+    (0x0C | 1 << 17, True), (0x0C | 1 << 16, True), (0x0C | 1 << 19, True),
+    (0x0C | 1 << 18, True), (0x0C | 1 << 21, True), (0x0C | 1 << 20, True),
+    (0x0C | 3 << 16 | 1 << 19, True),  # MTU whole, rate half
+    (0x0C | 3 << 16, False), (0x0C | 3 << 18, False), (0x0C | 3 << 20, False),
+    (0x0C | 0x3F << 16, False), (0x0C, False)])
+def test_selector_missing(tmp_path, mask, hit):
+    """OpenSM reads MTU, rate and PacketLifeTime only with both bits of their pair
+    (tests/test_opensm_oracle.py shows a value alone and a selector alone answered with the
+    path's MTU): half a pair is the warning, a whole pair or none is not."""
+    got = audit(tmp_path, lambda b: b.sa_answer(
+        b.sa_query(query(mtu=4096, rate="100 Gb/s", packet_life_time=10), component_mask=mask),
+        [answer()]))
+    got = {g for g in got if g[0] == "SAQ-SELECTOR-MISSING"}  # (a whole pair: SAR-MISMATCH)
+    assert got == ({("SAQ-SELECTOR-MISSING", (1,))} if hit else set())
+
+
+def test_selector_missing_names_the_half_pair_and_the_answer(tmp_path):
+    def build(b):
+        q = b.sa_query(query(mtu=4096), component_mask=0x0C | 1 << 17)
+        b.sa_answer(q, [answer()])
+        b.sa_query(query(mtu_selector="largest available"), component_mask=0x0C | 1 << 16)
+    got = sorted((f.frames, f.message) for f in _findings(tmp_path, build)
+                 if f.rule == "SAQ-SELECTOR-MISSING")
+    assert [frames for frames, _ in got] == [(1,), (3,)]
+    assert ("mtu (bit 17) without mtu_selector (bit 16), so mtu exactly 4096 (5) is not asked "
+            "(the answer, frame 2, has 2048 (4))") in got[0][1]
+    assert ("mtu_selector (bit 16) without mtu (bit 17), so mtu largest available 2048 (4) is "
+            "not asked") in got[1][1]
+
+
+def test_selector_missing_is_about_queries(tmp_path):
+    """An answer echoing the query's ComponentMask (OpenSM copies the request header) is not
+    judged again: only the query's frame carries the finding."""
+    def build(b):
+        q = b.sa_query(query(mtu=4096), component_mask=0x0C | 1 << 17)
+        b.sa_answer(q, [answer()])
+    assert audit(tmp_path, build) == {("SAQ-SELECTOR-MISSING", (1,))}
 
 
 def test_bad_method_request_and_response(tmp_path):

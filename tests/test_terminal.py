@@ -96,6 +96,24 @@ def test_small_input_on_a_terminal_still_draws_the_ladder():
     assert "   |             |------------>|             |  f1 SA Get" in text
 
 
+def test_a_recorded_run_on_a_terminal_draws_the_process():
+    """A real recorded run (librdmacm, a 6.1 kernel, the stand-in ibacm answering ENODATA):
+    the terminal's ladder has the process and ibacm lanes, the ACM RESOLVE and its answer, the
+    RESOLVE_ROUTE the process fell back to, and ACM-FALLBACK under it (issue 39; on main the
+    ladder drew the CM exchange alone and the finding under no message)."""
+    run = ROOT / "captures" / "rxe" / "acm" / "acm-sar-status.pcapng"
+    rc, _, _, _, _, tail, _ = run_on_pty(IBPATH + [str(run)], None)
+    text = tail.decode(errors="replace").replace("\r\n", "\n")
+    assert rc == 0 and "ladder diagrams not drawn" not in text
+    assert "   kernel        process       ibacm         SA            remote" in text
+    assert "   |             |------------>|             |             |  f21 ACM RESOLVE" in text
+    assert "   |             |<------------|             |             |  f22 ACM answer" in text
+    route = "   |<------------|             |             |             |  f23 ucma RESOLVE_ROUTE"
+    assert route in text
+    after = text[text.index(route):].splitlines()
+    assert after[1].strip() == "^ warning ACM-FALLBACK"
+
+
 def test_progress_goes_to_stderr_only(big, tmp_path):
     """stdout to a file, stderr a terminal: the report (no ladder: stdout is no terminal) in
     the file, the progress on the terminal."""

@@ -39,6 +39,7 @@ from ibpath_scapy.decode import DecodeStats, decode_file
 from ibpath_scapy.encap import erf_record, exported_pdu, native_ib_frame, rocev2_frame
 from ibpath_scapy.kernelview import blob_from_array, blob_from_ls_response
 from ibpath_scapy.layers import DETH, LRH, MAD, RMPP, PathRecord, SAHeader
+from ibpath_scapy.layers.coded import RawCode
 from ibpath_scapy.layers.cm import CM_MESSAGE_CLASSES, CMDrep, CMDreq, CMMra, CMRej, CMRep, CMRtu
 from ibpath_scapy.layers.netlink import (
     PACKET_KERNEL,
@@ -196,7 +197,7 @@ def craft_blobs(b: CaptureBuilder) -> None:
     b.blob(b"\x2b\x00\x00\x00")
     b.blob([(0x2B000000, pr()), (0x00, pr(1, reserved_464=1)), (0x0C, pr(2))])
     b.blob(bytes(PathArray(records=[PathRecData(flags=0x2B, reserved=7, path_record=pr())])))
-    b.blob([(0x2B, PathRecord(sgid=L, dgid=R, pkey=0, rate=0, mtu_selector=0))])
+    b.blob([(0x2B, PathRecord(sgid=L, dgid=R, pkey=0, rate=RawCode(0), mtu_selector=0))])
     b.blob([(0x2C, pr()), (0x06, pr())])  # alternates only, PRIMARY+ALTERNATE
     b.blob(bytes(apm_blob(pr(), pr())))  # the alternate is the primary route
 

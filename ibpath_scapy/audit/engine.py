@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator
 
 from ..batch import batches
 from ..facts.records import Fact
 from .model import FAMILIES, RULES, AuditOptions, Finding
+from .process import frames_by_resolution, process_view
 from .replay import PATH_RECORD_ATTR, Replay
 from .rules.frame import packet_rule_hits
 
@@ -123,7 +124,13 @@ def run_rules(path: str, replay: Replay, options: AuditOptions,
         yield from _findings(checks["resolution"], (res, options), path, res.name)
     for c in replay.cm_reqs:
         yield from _findings(checks["cm"], (c, replay, options), path, by_frame.get(c["frame"]))
-    yield from _findings(checks["process"], (replay, options), path)
+    if replay.process:  # ibpath record's: a cm_id's findings are its resolution's
+        owner = frames_by_resolution(process_view(replay), by_frame)
+        for f in _findings(checks["process"], (replay, options), path):
+            name = next((owner[fr] for fr in f.frames if fr in owner), None)
+            yield replace(f, resolution=name) if name else f
+    else:
+        yield from _findings(checks["process"], (replay, options), path)
     for entry in replay.ls.values():
         first = entry["request"] or (entry["responses"][0] if entry["responses"] else None)
         name = by_frame.get(first["frame"]) if first else None

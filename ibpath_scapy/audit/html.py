@@ -21,6 +21,7 @@ Stable hooks for tools and tests (tests/test_html_report.py):
   section.ladder[data-file][data-resolution][data-messages][data-drawn][data-same-as]
                                                                           one per ladder
   g.arrow[data-frame][data-kind][data-src][data-dst][data-arrow]          one per drawn message
+  svg text.lane-name[data-lane]                                           one per lane drawn
   tr.finding[data-rule][data-severity][data-frames][data-file][data-arrow] one per finding
   #summary td[data-count=KEY]                                            summary numbers
   table.kernel-view tr.blob[data-file][data-frame]                        one per blob
@@ -34,12 +35,11 @@ from html import escape
 from .. import __version__
 from ..render import field_text
 from .engine import FileAudit
-from .ladder import LANES, Arrow, Ladder, ladders, let_go_note
+from .ladder import Arrow, Ladder, ladders, let_go_note
 from .model import Finding
 from .report import kernel_views, summary
 
-LANE_X = {name: 70 + 150 * i for i, name in enumerate(LANES)}
-LABEL_X = LANE_X[LANES[-1]] + 40
+LANE_STEP = 150  # pixels between two lanes; a ladder draws its own lanes (Ladder.lanes)
 ROW = 24  # height of a message row in the diagram
 SUB = 18  # height of a finding marker row under its message
 TOP = 34
@@ -151,15 +151,20 @@ def _label(text: str, x: int, y: int, cls: str = "") -> str:
             f"{_e(text[:LABEL_CHARS - 1])}…</text>")
 
 
-def _arrow_svg(lad_id: str, a: Arrow, y: int, sev: str | None) -> str:
-    x1, x2 = LANE_X[a.src], LANE_X[a.dst]
+def _lane_x(lad: Ladder) -> dict[str, int]:
+    return {name: 70 + LANE_STEP * i for i, name in enumerate(lad.lanes)}
+
+
+def _arrow_svg(lad_id: str, a: Arrow, y: int, sev: str | None, lane_x: dict[str, int],
+               label_x: int) -> str:
+    x1, x2 = lane_x[a.src], lane_x[a.dst]
     head = -8 if x2 > x1 else 8
     cls = f"arrow sev-{sev}" if sev else "arrow"
     return (f'<g class="{cls}" id="{lad_id}-a{a.number}" data-arrow="{a.number}" '
             f'data-frame="{a.frame}" data-kind="{_e(a.kind)}" data-src="{_e(a.src)}" '
             f'data-dst="{_e(a.dst)}"><line x1="{x1}" y1="{y}" x2="{x2}" y2="{y}"/>'
             f'<polygon points="{x2},{y} {x2 + head},{y - 4} {x2 + head},{y + 4}"/>'
-            f"{_label(f'f{a.frame}  {a.label}', LABEL_X, y + 4)}</g>")
+            f"{_label(f'f{a.frame}  {a.label}', label_x, y + 4)}</g>")
 
 
 def _ladder_svg(lad_id: str, lad: Ladder, max_arrows: int) -> str:
@@ -168,25 +173,28 @@ def _ladder_svg(lad_id: str, lad: Ladder, max_arrows: int) -> str:
     for i, n in enumerate(lad.anchor):
         if n is not None:
             anchored.setdefault(n, []).append(i)
+    lane_x = _lane_x(lad)
+    label_x = max(lane_x.values()) + 40
     parts, y = [], TOP
     longest = 40
     for a in shown:
         y += ROW
         sev = _worst([lad.findings[i] for i in a.findings])
-        parts.append(_arrow_svg(lad_id, a, y, sev))
+        parts.append(_arrow_svg(lad_id, a, y, sev, lane_x, label_x))
         longest = max(longest, min(len(a.label) + 4, LABEL_CHARS) + 4)
         for i in anchored.get(a.number, []):
             f = lad.findings[i]
             y += SUB
             text = f"▲ {f.severity} {f.rule}"
             parts.append(f'<a href="#{lad_id}-f{i}">'
-                         f"{_label(text, LABEL_X + 20, y, f'marker sev-{f.severity}')}</a>")
+                         f"{_label(text, label_x + 20, y, f'marker sev-{f.severity}')}</a>")
     height = y + ROW
-    width = LABEL_X + 8 * longest
+    width = label_x + 8 * longest
     lanes = "".join(
         f'<line class="lane" x1="{x}" y1="{TOP - 8}" x2="{x}" y2="{height - 6}"/>'
-        f'<text class="lane-name" x="{x}" y="{TOP - 14}">{_e(name)}</text>'
-        for name, x in LANE_X.items())
+        f'<text class="lane-name" x="{x}" y="{TOP - 14}" data-lane="{_e(name)}">'
+        f"{_e(lad.lane_title(name))}</text>"
+        for name, x in lane_x.items())
     return (f'<svg class="ladder" width="{width}" '
             f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
             f'aria-label="ladder diagram">{lanes}{"".join(parts)}</svg>')
@@ -220,10 +228,6 @@ def _finding_rows(lad_id: str, lad: Ladder, budget: list[int], drawn: int) -> st
             "<th>message</th><th>rests on</th></tr>" + "".join(rows) + "</table>")
 
 
-# the layer field whose display a records-table row uses (the CM REQ column's ACK timeout)
-_FIELD_OF = {"local_ack_timeout": "primary_local_ack_timeout"}
-
-
 def _records_table(lad: Ladder, max_columns: int = 12) -> str:
     every = lad.columns()
     cols = every[:max_columns]
@@ -245,7 +249,7 @@ def _records_table(lad: Ladder, max_columns: int = 12) -> str:
         for c, r in zip(cols, ref_col):
             v, ref = c.fields.get(k), r.fields.get(k)
             diff = k != "flags" and v is not None and ref is not None and v != ref
-            text = "" if v is None else v if k == "flags" else field_text(_FIELD_OF.get(k, k), v)
+            text = "" if v is None else v if k == "flags" else field_text(c.shown_as.get(k, k), v)
             cells.append(f'<td class="{"diff" if diff else ""}" data-field="{_e(k)}" '
                          f'data-value="{"" if v is None else _e(v)}">{_e(text)}</td>')
         body.append(f"<tr><th>{_e(k)}</th>{''.join(cells)}</tr>")
@@ -398,9 +402,10 @@ def to_html(audits: list[FileAudit], *, max_ladders: int = 200, max_arrows: int 
             f"<title>ibpath audit: {n_res} resolution(s), {total_findings} finding(s)</title>"
             f"<style>{CSS}</style></head><body><h1>ibpath audit</h1>"
             f'<p class="note">ibpath {_e(__version__)}. Lanes: kernel, resolver (ibacm or the '
-            "application), SA, remote CM. One arrow per captured message; a finding is "
-            "attached to the last message it rests on (▲) and every message it rests on is "
-            f"coloured.</p>{caps_html}"
+            "application; in a recording of a process, the process, with its ucma commands to "
+            "the kernel and its ACM exchanges with an ibacm lane), SA, remote CM. One arrow "
+            "per captured message; a finding is attached to the last message it rests on (▲) "
+            f"and every message it rests on is coloured.</p>{caps_html}"
             + _summary(audits, views) + "".join(sections)
             + _kernel_view(views, max_blobs) + "</body></html>\n")
 

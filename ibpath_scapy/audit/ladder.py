@@ -7,6 +7,15 @@ the last one carrying the reassembled answer) and the requester's RMPP ACKs, eac
 request and response, each blob handed to the kernel (rdma_set_option optval) and each CM
 message of the connection (REQ, then REP, RTU, REJ... joined by communication ID).
 
+A recording of a process (`ibpath record`) adds what the process rules judge (audit/process.py):
+each ACM RESOLVE and its answer, between the process and an ibacm lane, and the process's ucma
+commands to the kernel that make its route (RESOLVE_ADDR/RESOLVE_IP, SET_OPTION(IB, IB_PATH)
+with the kernel's verdict, RESOLVE_ROUTE, the QUERY(PATH) readback) with the events that set
+the cm_id state they are judged in (ADDR_RESOLVED, ROUTE_RESOLVED and the errors). There the
+resolver lane is the process (its title says so); the ibacm lane is drawn only in a ladder with
+ACM messages. A cm_id's messages, and the ACM exchanges that led to its route steps, belong to
+the resolution whose blob it handed over, else to the ladder of no resolution.
+
 A ladder is bounded like the rest of its resolution's history: it draws the SA transactions
 its resolution keeps (the last Replay.RESOLUTION_HISTORY); the older ones were let go with
 their arrows (a DECODE-LIMIT finding), and the ladder says how many, with their messages and
@@ -25,10 +34,13 @@ from ..layers.pathdata import flags_text
 from .engine import FileAudit
 from .model import Finding
 from .arrows import sa_arrows
+from .process import EVENT_STATES, PATH_QUERY, AcmExchange, CmId, ProcessView, process_view
 from .replay import LetGo, Replay, Resolution
 
-LANES = ("kernel", "resolver", "SA", "remote")
-KINDS = ("sa-query", "sa-answer", "rmpp-ack", "ls-request", "ls-response", "blob", "cm")
+LANES = ("kernel", "resolver", "ibacm", "SA", "remote")
+KINDS = ("sa-query", "sa-answer", "rmpp-ack", "ls-request", "ls-response", "blob", "cm",
+         "ucma", "acm-request", "acm-response")
+PROCESS_KINDS = ("ucma", "acm-request", "acm-response")  # a recorded process's messages
 
 # PathRecord fields the rules compare (audit-rules.md BLOB-*, CM-REQ-*), in display order
 COMPARED_FIELDS = ("sgid", "dgid", "slid", "dlid", "pkey", "sl", "flow_label", "tclass",
@@ -39,6 +51,7 @@ _CM_FIELDS = {"sgid": "primary_local_gid", "dgid": "primary_remote_gid",
               "sl": "primary_sl", "flow_label": "primary_flow_label",
               "tclass": "primary_traffic_class", "hop_limit": "primary_hop_limit",
               "rate": "primary_packet_rate", "mtu": "path_packet_payload_mtu"}
+_CM_SHOWN_AS = {**_CM_FIELDS, "local_ack_timeout": "primary_local_ack_timeout"}
 
 
 @dataclass(slots=True)
@@ -62,6 +75,10 @@ class RecordColumn:
     frame: int
     title: str
     fields: dict
+    # the layer field each value is shown as (render.field_text) where it is not the
+    # PathRecord's of the same name: a CM REQ's rate is its packet rate, whose 0 is "port
+    # current" (in a PathRecord, 0 is reserved)
+    shown_as: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -95,6 +112,18 @@ class Ladder:
                 return sev
         return None
 
+    @property
+    def lanes(self) -> tuple[str, ...]:
+        """The lanes drawn, in LANES order: ibacm only where an arrow uses it."""
+        used = {lane for a in self.arrows for lane in (a.src, a.dst)}
+        return tuple(lane for lane in LANES if lane != "ibacm" or lane in used)
+
+    def lane_title(self, lane: str) -> str:
+        """A lane's name as drawn: the resolver lane of a recorded process is the process."""
+        if lane == "resolver" and any(a.kind in PROCESS_KINDS for a in self.arrows):
+            return "process"
+        return lane
+
 
 # -- messages -----------------------------------------------------------------------------------
 
@@ -118,6 +147,100 @@ def _ls_label(rec: dict) -> str:
     recs = rec.get("blob_records", [])
     err = " RDMA_NL_LS_F_ERR" if ls.get("error") else ""
     return f"LS RESOLVE response seq {ls.get('seq')}{err}: {len(recs)} PATH_RECORD(s) [{_flags(recs)}]"
+
+
+def _failed(rec) -> str:
+    """' → -ERRNO' of a command the kernel refused, else ''."""
+    return f" → -{rec.call.errno}" if rec.failed else ""
+
+
+def _acm_label(rec) -> str:
+    a = rec.acm
+    tid = f"tid 0x{a.tid:x}"
+    entries = list(rec.entries or ())
+    if not rec.response:
+        asked = ", ".join(f"{'|'.join(e.flag_names) or e.type_name} {e.address}"
+                          for e in entries if e.path_record is None)
+        return f"ACM RESOLVE {tid}: {asked}" if asked else f"ACM RESOLVE {tid}"
+    paths = [e for e in entries if e.path_record is not None]
+    status = a.status_name or a.status
+    got = f"{len(paths)} path(s) [{_flags(paths)}]" if paths else "no path"
+    return f"ACM answer {tid} status {status}: {got}"
+
+
+def _ucma_label(cm: CmId, rec, hand_over=None) -> tuple[str, str, str]:
+    """(src lane, dst lane, label) of a drawn ucma command of cm_id `cm`."""
+    who = f"cm_id {cm.id}"
+    if rec.command == "GET_EVENT":
+        status = f" status {rec.status}" if rec.status else ""
+        return "kernel", "resolver", f"ucma event {rec.event} {who}{status}"
+    if rec.command == "QUERY":
+        paths = list(rec.paths or ())
+        return "kernel", "resolver", (f"ucma QUERY(PATH) {who}: {len(paths)} path(s) "
+                                      f"[{_flags(paths)}]{_failed(rec)}")
+    if rec.command == "SET_OPTION":
+        verdict = hand_over.verdict() if hand_over is not None else None
+        state = hand_over.state if hand_over is not None else cm.state
+        return "resolver", "kernel", (f"ucma SET_OPTION(IB_PATH) → {verdict or '(not recorded)'}"
+                                      f": {who} in {state}, {rec.optlen} bytes")
+    if rec.command == "RESOLVE_ROUTE":
+        return "resolver", "kernel", f"ucma RESOLVE_ROUTE {who}: the kernel's route{_failed(rec)}"
+    return "resolver", "kernel", f"ucma {rec.command} {who} {rec.src} → {rec.dst}{_failed(rec)}"
+
+
+def _drawn(rec) -> bool:
+    """Whether a ladder draws a ucma command (see the module docstring)."""
+    c = rec.command
+    return (c in ("RESOLVE_ADDR", "RESOLVE_IP", "RESOLVE_ROUTE")
+            or c == "GET_EVENT" and rec.event in EVENT_STATES
+            or c == "SET_OPTION" and rec.level == "IB" and rec.optname == "PATH"
+            or c == "QUERY" and rec.option == PATH_QUERY)
+
+
+class ProcessMessages:
+    """The messages of a capture's process view (process.ProcessView), by cm_id: its drawn
+    commands and the ACM exchanges that led to its route steps (CmId.exchanges); the
+    exchanges of no cm_id apart."""
+
+    def __init__(self, view: ProcessView | None):
+        self.by_cm: list[tuple[CmId, list[tuple]]] = []
+        self.loose: list[tuple] = []
+        if view is None:
+            return
+        placed: set[int] = set()
+        for cm in view.cm_ids:
+            hand_over = {h.command.frame: h for h in cm.hand_overs}
+            msgs = []
+            for rec in cm.commands:
+                if _drawn(rec):
+                    src, dst, label = _ucma_label(cm, rec, hand_over.get(rec.frame))
+                    msgs.append((rec.frame, "ucma", src, dst, label))
+            for x in cm.exchanges:
+                placed.add(id(x))
+                msgs += self._acm(x)
+            if msgs:
+                self.by_cm.append((cm, msgs))
+        for x in view.exchanges:
+            if id(x) not in placed:
+                self.loose += self._acm(x)
+
+    @staticmethod
+    def _acm(x: AcmExchange) -> list[tuple]:
+        out = [(x.request.frame, "acm-request", "resolver", "ibacm", _acm_label(x.request))]
+        if x.response is not None:
+            out.append((x.response.frame, "acm-response", "ibacm", "resolver",
+                        _acm_label(x.response)))
+        return out
+
+    def of(self, res: Resolution) -> list[tuple]:
+        """The messages of the cm_ids that handed over one of the resolution's blobs."""
+        blobs = {b["frame"] for b in res.blobs}
+        return [m for cm, msgs in self.by_cm
+                if any(h.blob is not None and h.blob.frame in blobs for h in cm.hand_overs)
+                for m in msgs]
+
+    def every(self) -> list[tuple]:
+        return [m for _, msgs in self.by_cm for m in msgs] + self.loose
 
 
 class CmIndex:
@@ -185,7 +308,8 @@ def _columns(res: Resolution) -> list[RecordColumn]:
         f = {k: req.get(v) for k, v in _CM_FIELDS.items()}
         f["packet_life_time"] = None  # the REQ carries local_ack_timeout instead
         f["local_ack_timeout"] = req.get("primary_local_ack_timeout")
-        cols.append(RecordColumn("CM REQ", c["frame"], f"CM REQ f{c['frame']} primary", f))
+        cols.append(RecordColumn("CM REQ", c["frame"], f"CM REQ f{c['frame']} primary", f,
+                                 _CM_SHOWN_AS))
     return sorted(cols, key=lambda c: c.frame)
 
 
@@ -243,16 +367,18 @@ def ladders(fa: FileAudit) -> list[Ladder]:
     by_name: dict[str, Ladder] = {}
     frame_owner: dict[int, Ladder] = {}
     others = CmIndex(replay)
+    process = ProcessMessages(process_view(replay) if replay and replay.process else None)
     for res in (replay.resolutions.values() if replay else []):
         lad = Ladder(fa.path, res.name, resolution=res)
-        for n, (frame, kind, src, dst, label) in enumerate(resolution_messages(res, others), 1):
+        for n, (frame, kind, src, dst, label) in enumerate(
+                resolution_messages(res, others, process.of(res)), 1):
             lad.arrows.append(Arrow(n, kind, src, dst, frame, label))
             frame_owner.setdefault(frame, lad)
         for frame in (res.let_go.last_frames if res.let_go else ()):  # its DECODE-LIMIT rests on them
             frame_owner.setdefault(frame, lad)
         by_name[res.name] = lad
         out.append(lad)
-    rest = _unplaced_messages(replay, set(frame_owner), others) if replay else []
+    rest = _unplaced_messages(replay, set(frame_owner), others, process) if replay else []
     placed: dict[int, list[Finding]] = {}
     loose: list[Finding] = []
     for f in fa.findings:
@@ -274,9 +400,11 @@ def ladders(fa: FileAudit) -> list[Ladder]:
     return out
 
 
-def _unplaced_messages(replay: Replay, placed: set[int], others: CmIndex) -> list[tuple]:
+def _unplaced_messages(replay: Replay, placed: set[int], others: CmIndex,
+                       process: ProcessMessages) -> list[tuple]:
     """The messages of a file that belong to no resolution (saquery -p, CM between endpoints
-    whose paths were not resolved in the capture, blobs of no pair), as one ladder."""
+    whose paths were not resolved in the capture, blobs of no pair, a process's route steps
+    that handed over no blob), as one ladder."""
     nobody = Resolution("", "", 0)
     # every SA transaction, of any attribute, but those a resolution let go
     nobody.transactions = ([t for t in replay.done if id(t) not in replay.let_go]
@@ -286,7 +414,8 @@ def _unplaced_messages(replay: Replay, placed: set[int], others: CmIndex) -> lis
         nobody.ls_requests += [e["request"]] if e["request"] else []
         nobody.ls_responses += e["responses"]
     nobody.cm_reqs = list(replay.cm_reqs)
-    msgs = [m for m in resolution_messages(nobody, others, replay.unplaced_arrows)
+    msgs = [m for m in resolution_messages(nobody, others,
+                                           list(replay.unplaced_arrows) + process.every())
             if m[0] not in placed]
     seen = placed | {m[0] for m in msgs}
     # CM messages whose REQ is not in the capture: replies drawn as coming from the remote
@@ -311,8 +440,10 @@ _COL = 14  # characters between two lanes
 def text_ladder(lad: Ladder, max_arrows: int | None = None) -> list[str]:
     """The ladder as plain text lines: a header of lanes, one line per message, and below it
     the severity and rule ID of each finding attached to it (the report lists them in full)."""
-    width = _COL * (len(LANES) - 1) + 1
-    lines = ["   " + "".join(n.ljust(_COL) for n in LANES[:-1]) + LANES[-1]]
+    lanes = lad.lanes
+    titles = [lad.lane_title(n) for n in lanes]
+    width = _COL * (len(lanes) - 1) + 1
+    lines = ["   " + "".join(t.ljust(_COL) for t in titles[:-1]) + titles[-1]]
     if lad.let_go:
         lines.append(f"   ... {let_go_note(lad)}")
     shown = lad.arrows if max_arrows is None else lad.arrows[:max_arrows]
@@ -322,9 +453,9 @@ def text_ladder(lad: Ladder, max_arrows: int | None = None) -> list[str]:
             by_anchor.setdefault(a, []).append(i)
     for a in shown:
         row = [" "] * width
-        for k in range(len(LANES)):
+        for k in range(len(lanes)):
             row[k * _COL] = "|"
-        s, d = LANES.index(a.src) * _COL, LANES.index(a.dst) * _COL
+        s, d = lanes.index(a.src) * _COL, lanes.index(a.dst) * _COL
         lo, hi = min(s, d), max(s, d)
         for x in range(lo + 1, hi):
             row[x] = "-"
@@ -342,5 +473,6 @@ def text_ladder(lad: Ladder, max_arrows: int | None = None) -> list[str]:
     return lines
 
 
-__all__ = ["Arrow", "Ladder", "LANES", "RecordColumn", "ladders", "let_go_note",
+__all__ = ["Arrow", "Ladder", "LANES", "KINDS", "PROCESS_KINDS", "RecordColumn", "ladders",
+           "let_go_note",
            "resolution_messages", "text_ladder", "COMPARED_FIELDS"]

@@ -28,8 +28,8 @@ from ..kernelview import Blob, select_ucma
 from ..layers.pathdata import RECORD_SIZE
 from ..facts.process import AcmFrame, UcmaFrame
 from ..layers.acm import ACM_OP_MASK, ACM_OP_RESOLVE
-from ..layers.ucma import RDMA_USER_CM_QUERY_PATH, QUERY_OPTIONS
-_PATH_QUERY = QUERY_OPTIONS[RDMA_USER_CM_QUERY_PATH]
+from ..layers.ucma import ADDRESS_FAMILIES, AF_IB, RDMA_USER_CM_QUERY_PATH, QUERY_OPTIONS
+PATH_QUERY = QUERY_OPTIONS[RDMA_USER_CM_QUERY_PATH]
 
 # the states of a cm_id the kernel accepts SET_OPTION(IB_PATH) in, or may (the ADDR_RESOLVED
 # event may not have been read yet when the call is made)
@@ -86,6 +86,16 @@ class HandOver:
     def frames(self) -> list[int]:
         return [self.command.frame] + ([self.blob.frame] if self.blob is not None else [])
 
+    def verdict(self) -> str | None:
+        """What the kernel answered: "0" or "-ERRNO" (the blob frame's comment, else the
+        write's errno), or None when the capture does not say."""
+        if self.blob is not None and self.blob.blob.set_option_result is not None:
+            return self.blob.blob.set_option_result
+        call = self.command.call
+        if call is None or call.rc is None:
+            return None
+        return f"-{call.errno}" if call.rc < 0 else "0"
+
 
 @dataclass
 class CmId:
@@ -98,11 +108,24 @@ class CmId:
     commands: list[UcmaFrame] = field(default_factory=list)
     hand_overs: list[HandOver] = field(default_factory=list)
     readbacks: list[tuple[UcmaFrame, HandOver | None]] = field(default_factory=list)
+    # the ACM exchanges whose answer its route steps used or followed (a hand-over, its
+    # RESOLVE_ROUTE, an AF_IB RESOLVE_ADDR), in order
+    exchanges: list[AcmExchange] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         where = f"pid {self.pid} fd {self.fd} " if self.pid is not None else ""
         return f"{where}cm_id {self.id}"
+
+    def frames(self) -> list[int]:
+        """Its commands' frames, its blobs' and its ACM exchanges'."""
+        out = [c.frame for c in self.commands]
+        out += [h.blob.frame for h in self.hand_overs if h.blob is not None]
+        return out + [f for x in self.exchanges for f in x.frames]
+
+    def _uses(self, x: AcmExchange | None) -> None:
+        if x is not None and all(y is not x for y in self.exchanges):
+            self.exchanges.append(x)
 
 
 @dataclass
@@ -123,8 +146,9 @@ def _pid(rec):
     return rec.call.pid if rec.call is not None else None
 
 
-_EVENT_STATES = {"ADDR_RESOLVED": "addr_resolved", "ADDR_ERROR": "idle",
-                 "ROUTE_RESOLVED": "route_resolved", "ROUTE_ERROR": "addr_resolved"}
+# the events that move a cm_id's state, and the state they move it to
+EVENT_STATES = {"ADDR_RESOLVED": "addr_resolved", "ADDR_ERROR": "idle",
+                "ROUTE_RESOLVED": "route_resolved", "ROUTE_ERROR": "addr_resolved"}
 
 
 def build(records: list) -> ProcessView:
@@ -169,16 +193,20 @@ def build(records: list) -> ProcessView:
         cm.commands.append(rec)
         if rec.command in ("RESOLVE_ADDR", "RESOLVE_IP"):
             x = last_acm.get(_pid(rec))
-            view.resolve_addrs.append((rec, x if x is not None and x.response else None))
+            x = x if x is not None and x.response else None
+            view.resolve_addrs.append((rec, x))
+            if x is not None and rec.dst_family == ADDRESS_FAMILIES[AF_IB]:
+                cm._uses(x)  # its AF_IB addresses come from the answer (ucma_resolve_af_ib)
             if not rec.failed:
                 cm.state = "addr_query"
-        elif rec.command == "GET_EVENT" and rec.event in _EVENT_STATES and (
+        elif rec.command == "GET_EVENT" and rec.event in EVENT_STATES and (
                 not rec.status or rec.event.endswith("_ERROR")):  # an error event has a status
-            cm.state = _EVENT_STATES[rec.event]
+            cm.state = EVENT_STATES[rec.event]
         elif rec.command == "SET_OPTION" and rec.level == "IB" and rec.optname == "PATH":
             h = HandOver(rec, cm.state, acm=last_acm.pop(_pid(rec), None))
             if h.acm is not None:
                 h.acm.followed_by = rec
+                cm._uses(h.acm)
             cm.hand_overs.append(h)
             waiting_blob = h
             if not rec.failed:
@@ -187,11 +215,12 @@ def build(records: list) -> ProcessView:
             x = last_acm.pop(_pid(rec), None)
             if x is not None:
                 x.followed_by = rec
+                cm._uses(x)
             if not rec.failed:
                 cm.state = "route_query"
         elif rec.command == "CONNECT" and not rec.failed:
             cm.state = "connect"
-        elif rec.command == "QUERY" and rec.option == _PATH_QUERY and rec.paths is not None:
+        elif rec.command == "QUERY" and rec.option == PATH_QUERY and rec.paths is not None:
             accepted = [h for h in cm.hand_overs if not h.command.failed]
             cm.readbacks.append((rec, accepted[-1] if accepted else None))
     return view
@@ -204,6 +233,20 @@ def process_view(replay) -> ProcessView:
         recs = sorted(replay.process + [b for b in replay.blobs], key=lambda r: r["frame"])
         view = replay._process_view = build(recs)
     return view
+
+
+def frames_by_resolution(view: ProcessView, blob_owner: dict[int, str]) -> dict[int, str]:
+    """The resolution each process frame belongs to: a cm_id's (its commands, blobs and ACM
+    exchanges) is the resolution of the blobs it handed over (`blob_owner`: blob frame ->
+    resolution name); the frames of a cm_id that handed none over belong to none."""
+    out: dict[int, str] = {}
+    for cm in view.cm_ids:
+        name = next((blob_owner[h.blob.frame] for h in cm.hand_overs
+                     if h.blob is not None and h.blob.frame in blob_owner), None)
+        if name is not None:
+            for frame in cm.frames():
+                out.setdefault(frame, name)
+    return out
 
 
 def librdmacm_view(x: AcmExchange) -> dict:

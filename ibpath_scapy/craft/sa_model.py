@@ -15,7 +15,11 @@ What is modelled, from osm_sa_path_record.c and the real exchange in captures/op
   the Reversible component and bit 1, irreversible pairs are dropped, with bit 0 it is "don't
   care"; NumbPath is always answered 0;
 * MTU, rate and PacketLifeTime with selector 2; PacketLifeTime 0 on loopback; hop limit, flow
-  label and QoS class 0; P_Key 0xFFFF unless asked;
+  label and QoS class 0; P_Key 0xFFFF unless asked. What a query selects of MTU, rate and
+  PacketLifeTime with both bits of a pair (pr_rcv_get_path_parms: greater, less, exactly,
+  best) is not modelled: such a query is refused with a ValueError rather than answered
+  wrongly, but for "largest/smallest available" (3), which disqualifies no path; half a pair
+  is answered with the fabric's values, as OpenSM does (tests/test_opensm_oracle.py);
 * Get → one record (GetResp, AttributeOffset 8, RMPP inactive); GetTable → every record,
   NumbPath per port pair when its component is set, segmented by RMPP as the kernel's SAR does;
   an error is the request MAD sent back with the status set (osm_sa_send_error).
@@ -27,7 +31,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from ..layers.mad import ATTR_PATH_RECORD, MAD, METHOD_GET, METHOD_GET_TABLE
-from ..layers.sa import PATH_RECORD_SIZE, SA_MAD_HDR_SIZE, PathRecord
+from ..layers.sa import PATH_RECORD_SIZE, SA_MAD_HDR_SIZE, PathRecord, selector_pairs
 from ..rmpp import segment
 
 # SA status codes (wire-formats.md §1; wire value = class code << 8)
@@ -44,6 +48,7 @@ _OFF_RMPP = 24
 _OFF_ATTR_OFFSET = 44
 _VALID_MTU = range(1, 6)
 _VALID_RATE = range(2, 23)  # IB_MIN_RATE .. IB_MAX_RATE of OpenSM 3.3.23
+_BEST = 3  # the selector "largest available" ("smallest" for PacketLifeTime)
 
 
 def _bit(mask: int, n: int) -> bool:
@@ -125,6 +130,12 @@ class SAModel:
             return STATUS_REQ_INVALID, []
         if _bit(mask, 16) and _bit(mask, 17) and query.mtu not in _VALID_MTU:
             return STATUS_REQ_INVALID, []
+        selected = [v for v, sel, vbit, sbit in selector_pairs()
+                    if _bit(mask, vbit) and _bit(mask, sbit) and getattr(query, sel) != _BEST]
+        if selected:
+            raise ValueError(f"the SA model does not select paths by {', '.join(selected)} "
+                             "(both ComponentMask bits of the pair set): OpenSM's "
+                             "pr_rcv_get_path_parms is not modelled")
         srcs, dsts = list(f.ports), list(f.ports)
         if _bit(mask, 3):
             p = f.port_by_gid(query.sgid)

@@ -479,6 +479,19 @@ def saq_reserved_comp(s: Session) -> None:
     hand_over(s, [(GMP_BIDIR, ans.record)], req=ans.record)
 
 
+@scenario("saq-selector-missing", ("SAQ-SELECTOR-MISSING",))
+def saq_selector_missing(s: Session) -> None:
+    """The forward query asks for MTU 4096 with the MTU ComponentMask bit but not MTU_SELECTOR; OpenSM answers the 2048 path.
+
+    OpenSM reads the MTU only with its selector (pr_rcv_get_path_parms), so the query asked for
+    any MTU and nothing tells the resolver the 4096 was not granted. (ibpath's own
+    PathRecord(mtu=4096) built this mask before issue 39.) The query is the point: no path is
+    handed over, so the stand-in ibacm lab, which has no SA, has no run of it."""
+    q = s.query(mtu=4096)
+    selector_bit = PathRecord.COMPONENTS["mtu_selector"][0]
+    s.ask(q, component_mask=component_mask_for(q) & ~(1 << selector_bit))
+
+
 @scenario("saq-bad-method", ("SAQ-BAD-METHOD", "SAR-STATUS"))
 def saq_bad_method(s: Session) -> None:
     """A PathRecord Set (method 0x02): OpenSM answers GetResp with status 0x000C.

@@ -17,8 +17,14 @@ What a coded field accepts (`PathRecord(mtu=...)`, `CMReq(primary_packet_rate=..
   "1.074 s"`` (any time within 0.5 % of 4.096 µs × 2^n, in s, ms, µs/us or ns).
   A rate in Gb/s is only read from a string: ``rate=10`` is code 10 (120 Gb/s), not 10 Gb/s;
   an integer that is no rate code but a Gb/s value (``rate=40``) raises, naming the code;
+- a selector (PathRecord ``mtu_selector``, ``rate_selector``, ``packet_life_time_selector``):
+  its code 0-3 or its name, ``"greater than"``, ``"less than"``, ``"exactly"``, ``"largest
+  available"`` (``"smallest available"`` for PacketLifeTime);
 - ``RawCode(n)``: any code that fits the field's width, defined or not, written as is (to
   craft a malformed record: ``PathRecord(mtu=RawCode(0))``).
+
+A PathRecord's rate 0 is reserved (OpenSM answers REQ_INVALID to a query for it); 0 is "port
+current" only where the kernel's enum ib_rate is carried, the CM REQ's packet rates.
 
 Anything else raises ValueError naming the field and what it accepts; a value is never
 masked or changed silently.
@@ -36,11 +42,16 @@ from scapy.packet import RawVal
 MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
 MTU_CODES = {code: str(n) for code, n in MTU_BYTES.items()}
 
-# Static rate codes (enum ib_rate, OpenSM IB_PATH_RECORD_RATE_*), Gb/s; 0 = port current.
+# Static rate codes (enum ib_rate, OpenSM IB_PATH_RECORD_RATE_*), Gb/s.
 RATE_GBPS = {2: 2.5, 3: 10, 4: 30, 5: 5, 6: 20, 7: 40, 8: 60, 9: 80, 10: 120, 11: 14, 12: 56,
              13: 112, 14: 168, 15: 25, 16: 100, 17: 200, 18: 300, 19: 28, 20: 50, 21: 400,
              22: 600, 23: 800, 24: 1200, 25: 1600}
-RATE_CODES = {0: "port current", **{c: f"{g:g} Gb/s" for c, g in sorted(RATE_GBPS.items())}}
+# A PathRecord's rate (IBA 15.2.5.16; OpenSM's rates start at IB_MIN_RATE = 2, 2.5 Gb/s, and a
+# query for rate 0 is answered REQ_INVALID): 0 and 1 are reserved.
+PATH_RATE_CODES = {c: f"{g:g} Gb/s" for c, g in sorted(RATE_GBPS.items())}
+# The kernel's enum ib_rate, which the CM REQ's packet rates carry: 0 is IB_RATE_PORT_CURRENT,
+# the rate of the port the connection leaves by.
+RATE_CODES = {0: "port current", **PATH_RATE_CODES}
 
 TIME_UNIT = 4.096e-6  # seconds: a time exponent n stands for 4.096 µs × 2^n
 
@@ -197,13 +208,16 @@ class MTUField(CodedField):
 
 
 class RateField(CodedField):
-    """Static rate (6 bits): a code, or Gb/s as text ('100 Gb/s'); integers are codes."""
+    """Static rate (6 bits): a code, or Gb/s as text ('100 Gb/s'); integers are codes.
 
-    ACCEPTS = ("a rate code (0 = port current, 2-25), or Gb/s as text such as '100 Gb/s' "
-               "(an integer is always the code: rate=10 is 120 Gb/s)")
+    `codes`: the field's table, RATE_CODES (the kernel's enum ib_rate, 0 = port current: the
+    CM REQ's packet rates) or PATH_RATE_CODES (a PathRecord's rate, where 0 is reserved)."""
 
-    def __init__(self, name, default, size):
-        super().__init__(name, default, size, RATE_CODES)
+    def __init__(self, name, default, size, codes: dict = RATE_CODES):
+        current = "0 = port current, " if 0 in codes else ""
+        accepts = (f"a rate code ({current}{min(RATE_GBPS)}-{max(RATE_GBPS)}), or Gb/s as text "
+                   "such as '100 Gb/s' (an integer is always the code: rate=10 is 120 Gb/s)")
+        super().__init__(name, default, size, codes, accepts)
 
     def _human(self, x):
         if not isinstance(x, str):
@@ -213,7 +227,7 @@ class RateField(CodedField):
         if kernel:
             s = f"{kernel.group(1)}.{kernel.group(2) or 0} Gb/s"
         if s.upper() == "IB_RATE_PORT_CURRENT":
-            return 0
+            return 0 if 0 in self.i2s else None
         m = _GBPS.fullmatch(s)
         if not m:
             return None
@@ -223,6 +237,16 @@ class RateField(CodedField):
     def _int_hint(self, x):
         code = next((c for c, g in RATE_GBPS.items() if g == x), None)
         return f" ({x} Gb/s is rate='{x} Gb/s', code {code})" if code is not None else ""
+
+
+class SelectorField(CodedField):
+    """A 2-bit selector of a PathRecord's MTU, rate or PacketLifeTime (enum ib_sa_selector,
+    OpenSM IB_PATH_SELECTOR_*): the code 0-3 or its name, as `names` gives them."""
+
+    def __init__(self, name, default, names: dict):
+        accepts = ("a selector code 0-3 or its name: "
+                   + ", ".join(f"'{n}' ({c})" for c, n in sorted(names.items())))
+        super().__init__(name, default, 2, names, accepts)
 
 
 class TimeExponentField(CodedField):
@@ -249,6 +273,7 @@ class TimeExponentField(CodedField):
         return None
 
 
-__all__ = ["CheckedBits", "LIDField", "MTU_BYTES", "MTU_CODES", "RATE_GBPS", "RATE_CODES", "RawCode", "CodedField",
-           "raw_values", "MTUField", "RateField", "TimeExponentField", "time_exponent_seconds",
+__all__ = ["CheckedBits", "LIDField", "MTU_BYTES", "MTU_CODES", "RATE_GBPS", "RATE_CODES",
+           "PATH_RATE_CODES", "RawCode", "CodedField", "raw_values", "MTUField", "RateField",
+           "SelectorField", "TimeExponentField", "time_exponent_seconds",
            "time_exponent_text", "format_seconds", "coded_text"]

@@ -299,6 +299,22 @@ class WhenActiveField(Computed, ByteEnumField):
         return ByteEnumField.i2repr(self, pkt, self.effective(pkt))
 
 
+class SegmentNumberField(Computed, IntField):
+    """RMPP SegmentNumber; None (the default) is 1 on an active DATA MAD, the number the
+    kernel's RMPP sender gives a transfer's first segment (mad_rmpp.c send_next_seg counts
+    from 1, as rmpp.segment() does), else 0. An explicit value is always kept."""
+
+    def effective(self, pkt) -> int:
+        x = getattr(pkt, self.name)
+        if x is not None:
+            return x
+        data = pkt.get_field("rmpp_type").effective(pkt) == RMPP_TYPE_DATA
+        return 1 if data and int(pkt.rmpp_flags) & RMPP_ACTIVE else 0
+
+    def computed_repr(self, pkt) -> str:
+        return str(self.effective(pkt))
+
+
 class PayloadLengthField(Computed, IntField):
     """RMPP PayloadLength; None (the default) is computed by RMPP.post_build."""
 
@@ -310,7 +326,9 @@ class RMPP(CheckedBits, Packet):
     """RMPP header (IBA Vol1 §13.6.2.1, 12 bytes): 5-bit RRespTime above 3 flag bits.
 
     rmpp_version and rmpp_type left unset are 1 and DATA on an active MAD (what the kernel's
-    RMPP layer requires of one), 0 otherwise. For ACK segments payload_length carries
+    RMPP layer requires of one), 0 otherwise; segment_number left unset is 1 on an active
+    DATA MAD (a transfer's first segment, or its only one), 0 otherwise. For ACK segments
+    payload_length carries
     NewWindowLast. payload_length=None is computed
     for an active DATA MAD as the kernel's RMPP sender fills it (mad_rmpp.c send_next_seg,
     wire-formats.md §2), from the class header and data above this header (MAD padding not
@@ -328,7 +346,7 @@ class RMPP(CheckedBits, Packet):
         BitField("r_resp_time", 0, 5),
         FlagsField("rmpp_flags", 0, 3, RMPP_FLAG_NAMES),
         ByteEnumField("rmpp_status", 0, RMPP_STATUS),
-        IntField("segment_number", 0),
+        SegmentNumberField("segment_number", None),
         PayloadLengthField("payload_length", None),
     ]
 
@@ -369,6 +387,8 @@ class RMPP(CheckedBits, Packet):
         if self.rmpp_version is None or self.rmpp_type is None:
             p = bytes([self.get_field("rmpp_version").effective(self),
                        self.get_field("rmpp_type").effective(self)]) + p[2:]
+        if self.segment_number is None:
+            p = p[:4] + self.get_field("segment_number").effective(self).to_bytes(4, "big") + p[8:]
         if self.payload_length is None:
             p = p[:8] + self.built_payload_length(pay).to_bytes(4, "big") + p[12:]
         return p + pay

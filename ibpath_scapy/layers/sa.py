@@ -7,7 +7,6 @@ OpenSM ib_types.h, rdma-core libibverbs/sa.h. See wire-formats.md §2-3.
 import socket
 
 from scapy.fields import (
-    BitEnumField,
     BitField,
     ByteField,
     Field,
@@ -27,12 +26,14 @@ from ..hints import ListHint
 from .coded import (  # noqa: F401  (MTU_*/RATE_* re-exported: sa.py was their home)
     MTU_BYTES,
     MTU_CODES,
+    PATH_RATE_CODES,
     CheckedBits,
     RATE_CODES,
     RATE_GBPS,
     LIDField,
     MTUField,
     RateField,
+    SelectorField,
     TimeExponentField,
     time_exponent_seconds,
 )
@@ -56,8 +57,10 @@ SA_DATA_SIZE = 200
 SA_MAD_HDR_SIZE = 56  # MAD 24 + RMPP 12 + SA 20
 PATH_RECORD_SIZE = 64
 
-# Selectors (enum ib_sa_selector).
-SELECTORS = {0: "greater than", 1: "less than", 2: "exactly", 3: "largest/smallest available"}
+# Selectors (enum ib_sa_selector, OpenSM IB_PATH_SELECTOR_*; wire-formats.md §3): 3 is the
+# best there is, the largest MTU or rate and the smallest PacketLifeTime.
+SELECTORS = {0: "greater than", 1: "less than", 2: "exactly", 3: "largest available"}
+LIFETIME_SELECTORS = {**SELECTORS, 3: "smallest available"}
 SELECTOR_EXACTLY = 2
 
 
@@ -100,11 +103,11 @@ class PathRecord(CheckedBits, Packet):
         XShortField("pkey", 0xFFFF),
         XBitField("qos_class", 0, 12),
         BitField("sl", 0, 4),
-        BitEnumField("mtu_selector", SELECTOR_EXACTLY, 2, SELECTORS),
+        SelectorField("mtu_selector", SELECTOR_EXACTLY, SELECTORS),
         MTUField("mtu", 4, 6),
-        BitEnumField("rate_selector", SELECTOR_EXACTLY, 2, SELECTORS),
-        RateField("rate", 3, 6),
-        BitEnumField("packet_life_time_selector", SELECTOR_EXACTLY, 2, SELECTORS),
+        SelectorField("rate_selector", SELECTOR_EXACTLY, SELECTORS),
+        RateField("rate", 3, 6, PATH_RATE_CODES),
+        SelectorField("packet_life_time_selector", SELECTOR_EXACTLY, LIFETIME_SELECTORS),
         TimeExponentField("packet_life_time", 18, 6),
         ByteField("preference", 0),
         XBitField("reserved_464", 0, 48),
@@ -135,6 +138,11 @@ class PathRecord(CheckedBits, Packet):
         "packet_life_time": (21,),
         "preference": (22,),
     }
+    # The components OpenSM reads only with their selector (osm_sa_path_record.c
+    # pr_rcv_get_path_parms: MTU, rate and PacketLifeTime are judged when both the value's and
+    # the selector's bits are set; either alone is ignored): value field -> selector field.
+    SELECTED = {"mtu": "mtu_selector", "rate": "rate_selector",
+                "packet_life_time": "packet_life_time_selector"}
 
     def extract_padding(self, s):
         return b"", s
@@ -144,7 +152,7 @@ class PathRecord(CheckedBits, Packet):
         rev = " reversible" if self.reversible else ""
         return (f"PathRecord {self.sgid} > {self.dgid} slid {self.slid} dlid {self.dlid} "
                 f"pkey 0x{self.pkey:04x} mtu {MTU_CODES.get(self.mtu, self.mtu)} "
-                f"rate {RATE_CODES.get(self.rate, self.rate)}{rev}")
+                f"rate {PATH_RATE_CODES.get(self.rate, self.rate)}{rev}")
 
 
 def _component_names() -> list[str]:
@@ -162,12 +170,27 @@ COMPONENT_MASK_NAMES = _component_names()
 RESERVED_COMPONENT_BITS = tuple(i for i, n in enumerate(COMPONENT_MASK_NAMES) if n.startswith("reserved"))
 
 
+def selector_pairs(record_cls=PathRecord) -> list[tuple[str, str, int, int]]:
+    """(value field, selector field, value bit, selector bit) of each component OpenSM reads
+    only with its selector (PathRecord.SELECTED)."""
+    comps = record_cls.COMPONENTS
+    return [(v, s, comps[v][0], comps[s][0]) for v, s in getattr(record_cls, "SELECTED", {}).items()]
+
+
 def component_mask_for(record: Packet) -> int:
-    """ComponentMask for the fields a user set explicitly on a query record."""
+    """ComponentMask for the fields a user set explicitly on a query record. A value OpenSM
+    reads only with its selector (MTU, rate, PacketLifeTime) brings its selector's bit, and a
+    selector its value's: the pair is one question, asked with the selector field's value
+    ("exactly" unless set) about the value field's (the default unless set)."""
+    comps = getattr(record, "COMPONENTS", {})
+    partner = {}
+    for value, selector in getattr(record, "SELECTED", {}).items():
+        partner[value], partner[selector] = selector, value
     mask = 0
     for field in record.fields:
-        for bit in getattr(record, "COMPONENTS", {}).get(field, ()):
-            mask |= 1 << bit
+        for name in (field, partner.get(field)):
+            for bit in comps.get(name, ()):
+                mask |= 1 << bit
     return mask
 
 
@@ -371,7 +394,7 @@ class SAHeader(Packet):
         out = "SA " + (mad_title(mad.mgmt_class, mad.method, mad.attribute_id) if mad else "")
         rmpp = self._rmpp()
         if self.is_segment():
-            return f"{out} RMPP segment {rmpp.segment_number}"
+            return f"{out} RMPP segment {rmpp.get_field('segment_number').effective(rmpp)}"
         if self.record_class() is None:
             out += " (records not decoded)"
         else:

@@ -41,17 +41,6 @@ _ROCE_UNKEPT = {"dlid", "slid"}
 _ROUTE_RESOLVED = 1
 
 
-def _verdict(h) -> str | None:
-    """What the kernel answered a hand-over: "0" or "-ERRNO" (the blob frame's comment, else
-    the write's errno), or None when the capture does not say."""
-    if h.blob is not None and h.blob.blob.set_option_result is not None:
-        return h.blob.blob.set_option_result
-    call = h.command.call
-    if call is None or call.rc is None:
-        return None
-    return f"-{call.errno}" if call.rc < 0 else "0"
-
-
 def _is_roce(path_record) -> bool:
     """A RoCEv2 path over IPv4: its GIDs are IPv4-mapped addresses (rdma_ip2gid)."""
     try:
@@ -84,7 +73,7 @@ def set_option_state(subject):
         for h in cm.hand_overs:
             if h.state in SET_PATH_STATES or h.state == "unknown":
                 continue
-            verdict = _verdict(h)
+            verdict = h.verdict()
             said = {None: "", "-EINVAL": ": the kernel returned -EINVAL"}.get(
                 verdict, f": the kernel returned {verdict}, not the EINVAL rdma_set_ib_path "
                 "gives (another kernel?)")
@@ -106,7 +95,7 @@ def set_option_verdict(subject):
     replay, _ = subject
     for cm in process_view(replay).cm_ids:
         for h in cm.hand_overs:
-            verdict = _verdict(h)
+            verdict = h.verdict()
             if verdict is None or h.blob is None or h.state == "unknown":
                 continue
             ucma = kernel_view_of(h.blob).get("ucma")

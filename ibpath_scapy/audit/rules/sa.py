@@ -9,10 +9,13 @@ from __future__ import annotations
 import ipaddress
 
 from ...layers.mad import METHOD_RESP, SA_STATUS, status_text
+from ...layers.sa import PathRecord, selector_pairs
+from ...render import field_text
 from ...facts.problems import RMPP_CODES, Code, of_code
 from ...facts.records import Fact
 from ...rmpp import MAX_SEGMENTS, RMPP_DATA_SIZE
 from ... import sources
+from ..conditions import packet_rule
 from ..model import rule
 from ..replay import Transaction
 
@@ -20,8 +23,7 @@ from ..replay import Transaction
 _EXACT = ["service_id", "dgid", "sgid", "dlid", "slid", "raw_traffic", "flow_label", "hop_limit",
           "tclass", "pkey", "qos_class", "sl"]
 # (value field, selector field): selector 0 greater than, 1 less than, 2 exactly, 3 best
-_SELECTED = [("mtu", "mtu_selector"), ("rate", "rate_selector"),
-             ("packet_life_time", "packet_life_time_selector")]
+_SELECTED = list(PathRecord.SELECTED.items())
 
 
 def _same(name: str, a, b) -> bool:
@@ -53,6 +55,51 @@ def response_method(t: Transaction):
                    f"response method 0x{r['mad']['method']:02x} to request method "
                    f"0x{t.request['mad']['method']:02x} (expected 0x{want:02x})")
             return
+
+
+# SAQ-SELECTOR-MISSING: the plugin's expert info and this check decide by one Expr
+# (packet_rules.PACKET_RULES); the check says which half pair and what the SA answered
+_SELECTOR_MISSING = packet_rule("SAQ-SELECTOR-MISSING")[1]
+_PAIRS = selector_pairs()
+_SELECTOR_NAMES = {f.name: f.i2s for f in PathRecord.fields_desc
+                   if f.name in PathRecord.SELECTED.values()}
+
+
+@rule("SAQ-SELECTOR-MISSING", "warning", "transaction", sources.OPENSM_PR_SELECTED)
+def selector_missing(t: Transaction):
+    """A PathRecord query has MTU, rate or PacketLifeTime without its selector bit, or the converse.
+
+    OpenSM ignores either half of such a pair: it judges a path's MTU, rate and
+    PacketLifeTime against a query only when both bits of the pair are set
+    (pr_rcv_get_path_parms: "we silently ignore cases where only the MTU selector is
+    defined", and the value alone is not read either), so the query asks for any MTU, rate
+    or lifetime and is answered with whatever the path has: a resolver asking for MTU 4096
+    with the MTU bit alone gets a 2048-byte path without being told. Each half pair is named
+    with the value asked and, when the SA answered, what it answered.
+    Source: OpenSM osm_sa_path_record.c pr_rcv_get_path_parms; IBA 15.2.5.16 Table 205.
+    """
+    r = t.request
+    sa = r.sa if r is not None else None
+    if sa is None or not _SELECTOR_MISSING({"MAD": r.mad, "SAHeader": sa}, sa):
+        return
+    mask, q = sa.component_mask, t.query
+    halves = []
+    for value, selector, vbit, sbit in _PAIRS:
+        has_value, has_selector = mask >> vbit & 1, mask >> sbit & 1
+        if has_value == has_selector:
+            continue
+        half = (f"{value} (bit {vbit}) without {selector} (bit {sbit})" if has_value else
+                f"{selector} (bit {sbit}) without {value} (bit {vbit})")
+        if q is not None:
+            how = _SELECTOR_NAMES[selector].get(q[selector], f"selector {q[selector]}")
+            half += f", so {value} {how} {field_text(value, q[value])} is not asked"
+        got = sorted({field_text(value, rec[value]) for rec in t.records})
+        if got:
+            half += f" (the answer, frame {t.completing_frame}, has {', '.join(got)})"
+        halves.append(half)
+    yield [x.frame for x in t.requests], (
+        f"PathRecord query tid 0x{t.tid:016x}, ComponentMask 0x{mask:x}: "
+        + "; ".join(halves) + ": OpenSM reads neither half of a pair alone")
 
 
 @rule("SAQ-NO-RESPONSE", "warning", "transaction",
