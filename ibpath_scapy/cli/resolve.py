@@ -112,8 +112,8 @@ def run(args) -> int:
             role, tid = exc.args
             _save_record(args, port, None, "")
             return _err(f"no answer from the SA at LID {info.sm_lid} to the {role} query (tid "
-                        f"0x{tid:08x}): {args.retries + 1} tries of {args.timeout} ms "
-                        "(ibacm's timeout and retries) timed out", EXIT_NO_SA)
+                        f"0x{tid:08x}, sent with a timeout of {args.timeout} ms and "
+                        f"{args.retries} retries, ibacm's): {transport.failure}", EXIT_NO_SA)
         except BadAnswer as exc:
             _save_record(args, port, None, "")
             return _err(str(exc), EXIT_SA_ERROR)

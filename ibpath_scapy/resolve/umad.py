@@ -211,6 +211,7 @@ class UmadTransport:
     timeout_ms: int = IBACM_TIMEOUT_MS
     retries: int = IBACM_RETRIES
     skipped: list[bytes] = field(default_factory=list)
+    failure: str = ""  # how the last exchange without an answer ended
 
     @property
     def sa_lid(self) -> int:
@@ -225,17 +226,24 @@ class UmadTransport:
         did not answer in time."""
         tid = MAD(mad).transaction_id & UMAD_TID_LOW
         self.port.send(mad, self.timeout_ms, self.retries)
-        end = time.monotonic() + self.wait_s()
+        start = time.monotonic()
+        end = start + self.wait_s()
         while (left := end - time.monotonic()) > 0:
             got = self.port.recv(int(left * 1000))
             if got is None:
-                return None
+                break
             hdr = UserMad(got[:UMAD_HDR_SIZE])
             answer = got[UMAD_HDR_SIZE:]
             if len(answer) < MAD_HDR_SIZE or MAD(answer).transaction_id & UMAD_TID_LOW != tid:
                 self.skipped.append(got)  # not ours (a late answer to an earlier request)
                 continue
-            if hdr.status:  # the kernel handed the request back: every try timed out
+            if hdr.status:
+                # the request handed back: the kernel does it when its last try timed out,
+                # ibsim at once when nothing on the SA's LID takes the class
+                name = errno_mod.errorcode.get(hdr.status, str(hdr.status))
+                self.failure = (f"the request came back with status {name} after "
+                                f"{time.monotonic() - start:.1f} s")
                 return None
             return got
+        self.failure = f"nothing came back within {self.wait_s():.1f} s"
         return None
