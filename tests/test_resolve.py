@@ -9,6 +9,7 @@ transport replaced, not the algorithm.
 from __future__ import annotations
 
 import itertools
+import shutil
 import json
 import subprocess
 import sys
@@ -281,3 +282,67 @@ def test_kernel_choice_from_the_release(release, profiles):
     assert target.profile == "ucma" and list(target.covered) == profiles
     assert target.to_dict()["capability_file"] is None
     assert choose("ls-legacy", release).overridden
+
+
+# -- ib_acme through `acm serve --resolve` -----------------------------------------------------
+
+IB_ACME = shutil.which("ib_acme")
+
+
+def _shown_by_ib_acme(p: dict) -> dict:
+    """What ib_acme's show_path (acme.c) prints of a path, from saquery's fields: mtu, rate
+    and packet lifetime masked with 0x1f, as it prints them."""
+    return {"dgid": p["dgid"], "sgid": p["sgid"], "dlid": str(p["dlid"]),
+            "slid": str(p["slid"]), "flow label": hex(p["flow_label"]),
+            "hop limit": str(p["hop_limit"]), "tclass": str(p["tclass"]),
+            "reversible": str(p["reversible"]), "pkey": hex(p["pkey"]), "sl": str(p["sl"]),
+            "mtu": str(p["mtu"] & 0x1F), "rate": str(p["rate"] & 0x1F),
+            "packet lifetime": str(p["packet_life_time"] & 0x1F)}
+
+
+@needs_fabric
+@pytest.mark.skipif(IB_ACME is None, reason="ib_acme is not installed (Debian package ibacm)")
+def test_ib_acme_gets_the_seeds_array_from_opensm(fabric, tmp_path):
+    """`acm serve --resolve` on Hca2 (through umad2sim), ib_acme -f i by IP address: each path
+    ib_acme prints is saquery's answer for the pair the hosts file maps the addresses to; an
+    address of no fabric port gives OpenSM's NO_RECORDS as ENODATA, one not in the file
+    EDESTADDR."""
+    from test_acmserve import path_info
+
+    n = fabric.nodes
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# ADDRESS GID\n" + "".join(
+        f"10.0.0.{k} {n[h].gid}\n" for k, h in enumerate(HOSTS, 1))
+        + f"10.0.0.9 {n['Hca3'].gid.rsplit(':', 1)[0]}:99\n")
+    sock, log = tmp_path / "acm.sock", tmp_path / "serve.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "ibpath_scapy", "acm", "serve", "--resolve",
+                             "--hosts", str(hosts), "--socket", str(sock), "--log", str(log)],
+                            env=fabric.env("Hca2"), stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        line = proc.stderr.readline()
+        assert "listening on" in line and f"GID {n['Hca2'].gid}" in line, line
+
+        def acme(dst: str, status: int = 0) -> str:
+            r = subprocess.run([IB_ACME, "-S", str(sock), "-f", "i", "-s", "10.0.0.2", "-d",
+                                dst], capture_output=True, text=True, timeout=60)
+            assert r.returncode == status, r.stdout + r.stderr
+            return r.stdout
+        for k, host in ((1, "Hca1"), (3, "Hca3")):
+            shown = path_info(acme(f"10.0.0.{k}"))
+            assert shown == _shown_by_ib_acme(
+                saquery_path(fabric, "Hca2", n["Hca2"].gid, n[host].gid))
+        assert "ib_acm_resolve_ip failed: No data available" in acme("10.0.0.9", 255)
+        assert "ib_acm_resolve_ip failed: Cannot assign requested address" in acme(
+            "10.0.0.7", 255)
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    logged = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [x["answer"]["status"] for x in logged] == ["SUCCESS", "SUCCESS", "ENODATA",
+                                                        "EDESTADDR"]
+    assert [e["flags"] for e in logged[0]["answer"]["entries"]] == [0x2B]
+    # one TID counter across the resolutions
+    tids = [int(note.split()[3], 16) for x in logged[:3] for note in x["notes"][:1]]
+    assert len(set(tids)) == 3
