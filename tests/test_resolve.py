@@ -168,6 +168,8 @@ def test_sa_that_never_answers_times_out_with_exit_2(tmp_path):
     with Fabric(DEFAULT_TOPOLOGY, sm_host="Hca1") as fab:
         fab.opensm.stop()
         r = resolve_on(fab, "Hca2", fab.nodes["Hca3"].gid, "--record", str(rec))
+        j = resolve_on(fab, "Hca2", fab.nodes["Hca3"].gid, "--format", "json")
+    assert j.returncode == 2 and json.loads(j.stdout)["error"]["kind"] == "timeout"
     assert r.returncode == 2, r.stdout.decode() + r.stderr.decode()
     (line,) = r.stderr.decode().strip().splitlines()
     assert "no answer from the SA at LID 1 to the forward query" in line

@@ -110,15 +110,14 @@ def run(args) -> int:
             out = resolve(sa, args.layout, target)
         except SATimeout as exc:
             role, tid = exc.args
-            _save_record(args, port, None, "")
-            return _err(f"no answer from the SA at LID {info.sm_lid} to the {role} query (tid "
-                        f"0x{tid:08x}, sent with a timeout of {args.timeout} ms and "
-                        f"{args.retries} retries, ibacm's): {transport.failure}", EXIT_NO_SA)
+            return _fail(args, port, sa, "timeout", EXIT_NO_SA,
+                         f"no answer from the SA at LID {info.sm_lid} to the {role} query (tid "
+                         f"0x{tid:08x}, sent with a timeout of {args.timeout} ms and "
+                         f"{args.retries} retries, ibacm's): {transport.failure}")
         except BadAnswer as exc:
-            _save_record(args, port, None, "")
-            return _err(str(exc), EXIT_SA_ERROR)
+            return _fail(args, port, sa, "bad-answer", EXIT_SA_ERROR, str(exc))
         except UmadError as exc:
-            return _err(str(exc), EXIT_NO_SA)
+            return _fail(args, port, sa, "umad", EXIT_NO_SA, str(exc))
         problem = _save(args, port, out)
         if problem:
             return _err(problem, EXIT_NO_SA)
@@ -131,6 +130,16 @@ def run(args) -> int:
         return out.exit_status
     finally:
         port.close()
+
+
+def _fail(args, port: SaPort, sa: LiveSA, kind: str, status: int, msg: str) -> int:
+    """A resolution that ended without an SA answer to judge: the recording of what was
+    sent, the JSON object with the error (--format json), the one line."""
+    problem = _save_record(args, port, None, "")
+    if args.format == "json":
+        print(json.dumps({"sgid": sa.sgid, "dgid": sa.dgid, "error": {
+            "kind": kind, "message": msg}}, indent=2))
+    return _err(msg + (f"; {problem}" if problem else ""), status)
 
 
 def _save_record(args, port: SaPort, out: Outcome | None, what: str) -> str | None:
