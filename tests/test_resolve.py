@@ -348,3 +348,34 @@ def test_ib_acme_gets_the_seeds_array_from_opensm(fabric, tmp_path):
     # one TID counter across the resolutions
     tids = [int(note.split()[3], 16) for x in logged[:3] for note in x["notes"][:1]]
     assert len(set(tids)) == 3
+
+
+def test_an_answer_longer_than_a_mad_is_read_whole():
+    """libibumad's umad_recv (umad.c): a buffer too small fails with ENOSPC and `length` set
+    to the message's size; SaPort reads again with that size, as saquery's sa_query does. The
+    fake library below behaves as that code does for a 64 + 600-byte RMPP answer."""
+    import ctypes
+    import errno
+
+    from ibpath_scapy.resolve.umad import SaPort
+
+    message = bytes(64) + bytes(range(256)) * 2 + bytes(88)  # header and a 600-byte MAD
+
+    class Lib:
+        reads: list[int] = []
+
+        def umad_recv(self, fd, buf, length, timeout_ms):
+            want = length._obj.value
+            self.reads.append(want)
+            if want < len(message) - 64:
+                length._obj.value = len(message) - 64
+                ctypes.set_errno(errno.ENOSPC)
+                return -errno.ENOSPC
+            ctypes.memmove(buf, message, len(message))
+            length._obj.value = len(message) - 64
+            return 0
+
+    port = SaPort.__new__(SaPort)
+    port.lib, port.fd, port.calls = Lib(), 3, []
+    assert port.recv(100) == message
+    assert Lib.reads == [256, 600] and port.calls[0].data == message
