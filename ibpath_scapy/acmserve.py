@@ -481,8 +481,11 @@ class StandIn:
 
     def __init__(self, plan: Plan, *, socket_path: str | None = DEFAULT_SOCKET,
                  port: int | None = None, log: TextIO | None = None, pcap: str | None = None,
-                 map_endpoints: bool = True, no_answer: bool = False, hold: float = 5.0):
+                 map_endpoints: bool = True, no_answer: bool = False, hold: float = 5.0,
+                 live=None):
         self.plan, self.map_endpoints = plan, map_endpoints
+        # resolve/acm.py LiveAnswers: a plan per RESOLVE from live SA queries (--resolve)
+        self.live = live
         self.no_answer, self.hold = no_answer, hold
         self.log, self.lock = log, threading.Lock()
         self.resolves = 0
@@ -561,17 +564,23 @@ class StandIn:
                         if e.flags & ACM_EP_FLAG_SOURCE:
                             self.endpoint.adopt(e)
             counters = list(self.counters)
-        entry = {"time": time.time(), "scenario": self.plan.scenario, "request": describe(req)}
-        if resolve and self.plan.kind == "timeout":
+        plan, live_notes = self.plan, []
+        if resolve and self.live is not None:
+            plan, live_notes = self.live.plan(req)  # the SA was asked: its time is spent
+            index = 0
+        entry = {"time": time.time(), "scenario": plan.scenario, "request": describe(req)}
+        if resolve and plan.kind == "timeout":
             if self.no_answer:
                 entry["answer"] = None
-                entry["notes"] = [f"no answer; connection closed after {self.hold:g} s"]
+                entry["notes"] = live_notes + [f"no answer; connection closed after "
+                                               f"{self.hold:g} s"]
                 self._record(entry, [req])
                 self._stop.wait(self.hold)
                 return False
-            self._stop.wait(self.plan.delay)
-        resp, notes = answer(req, self.plan, index, map_endpoints=self.map_endpoints,
+            self._stop.wait(plan.delay)
+        resp, notes = answer(req, plan, index, map_endpoints=self.map_endpoints,
                              endpoint=self.endpoint, counters=counters)
+        notes = live_notes + notes
         if notes:
             entry["notes"] = notes
         if resp is None:

@@ -24,6 +24,7 @@ PATH_RECORD attributes are compared with the raw nla_type, so one with RDMA_NLA_
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -134,11 +135,23 @@ class KernelChoice:
 
 @dataclass(frozen=True)
 class Profile:
+    """A kernel consumer of path arrays. `since`/`before`: the Linux versions it describes
+    (before is exclusive; None: no bound), the machine-readable form of `kernels`; a profile of
+    no kernel has since None and before (0,)."""
+
     name: str
     consumer: str
     kernels: str
     source: str
     select: Callable[[Blob], KernelChoice]
+    since: tuple[int, ...] | None = None
+    before: tuple[int, ...] | None = None
+
+    def covers(self, version: tuple[int, ...]) -> bool:
+        """Whether a kernel of this version (major, minor[, patch]) is one the profile
+        describes."""
+        return ((self.since is None or version >= self.since)
+                and (self.before is None or version < self.before))
 
 
 # -- ucma ---------------------------------------------------------------------------------------
@@ -369,18 +382,34 @@ def select_proposal(blob: Blob) -> KernelChoice:
 PROFILES: dict[str, Profile] = {
     p.name: p for p in (
         Profile("ucma", "rdma_set_option(RDMA_OPTION_IB, RDMA_OPTION_IB_PATH)",
-                "all kernels since 2.6.33", _UCMA_SRC, select_ucma),
+                "all kernels since 2.6.33", _UCMA_SRC, select_ucma, since=(2, 6, 33)),
+        # the netlink local service came with "IB/sa: Route SA pathrecord query through
+        # netlink" (4.3)
         Profile("ls-legacy", "RDMA netlink LS RESOLVE response", "kernels < 6.1",
                 "drivers/infiniband/core/sa_query.c ib_nl_process_good_resolve_rsp",
-                select_ls_legacy),
+                select_ls_legacy, since=(4, 3), before=(6, 1)),
         Profile("ls-multi", "RDMA netlink LS RESOLVE response", "kernels ≥ 6.1 (6.3 refactor)",
                 "sa_query.c ib_nl_process_good_resolve_rsp, cma.c cma_query_handler",
-                select_ls_multi),
+                select_ls_multi, since=(6, 1)),
         Profile("proposal", "RDMA_OPTION_IB as the 2009 seed thread proposed", "none (design)",
-                _PROPOSAL_SRC, select_proposal),
+                _PROPOSAL_SRC, select_proposal, before=(0,)),
     )
 }
 PROFILE_NAMES = tuple(PROFILES)
+
+
+def release_version(release: str) -> tuple[int, ...] | None:
+    """(major, minor, patch) of a kernel release string as uname -r prints it
+    ("6.1.0-18-amd64" → (6, 1, 0)); None when it does not start with a version."""
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", release)
+    if not m:
+        return None
+    return tuple(int(g) for g in m.groups(default="0"))
+
+
+def profiles_of(version: tuple[int, ...]) -> list[str]:
+    """The profiles that describe a kernel of this version, in PROFILES order."""
+    return [p.name for p in PROFILES.values() if p.covers(version)]
 
 
 def kernel_view(blob: Blob, profiles: Iterable[str] = PROFILE_NAMES) -> dict[str, KernelChoice]:

@@ -18,7 +18,6 @@ bytes 224 to 255 of what a process reads. A kernel hands a process an RMPP answe
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ from ibpath_scapy.layers.umad import UMAD_TID_LOW
 from ibpath_scapy.record.fabric import Fabric, missing_tools
 
 from ibpath_scapy import tshark_engine
+from saquery_oracle import printed_path_record, saquery_records
 
 TOPOLOGY = """\
 Switch	8 "Switch1"
@@ -53,40 +53,6 @@ pytestmark = pytest.mark.skipif(
 def fabric():
     with Fabric(TOPOLOGY, sm_host="HcaA") as fab:
         yield fab
-
-
-# -- saquery's printout, the oracle ----------------------------------------------------------
-_LINE = re.compile(r"^\s+(\w+)\.+(\S+)\s*$")
-
-
-def saquery_records(text: str, kind: str = "PathRecord") -> list[dict]:
-    """The records saquery printed ("<kind> dump:" blocks), each {field: text}."""
-    out: list[dict] = []
-    for line in text.splitlines():
-        if line.startswith(f"{kind} dump:"):
-            out.append({})
-        elif out and (m := _LINE.match(line)):
-            out[-1][m.group(1)] = m.group(2)
-    return out
-
-
-def printed_path_record(p: dict) -> dict:
-    """saquery's PathRecord fields as ibpath's PathRecord fields: the IBA bytes libibmad
-    prints packed split as IBA 15.2.5.16 packs them."""
-    hop_flow = int(p["hop_flow_raw"], 16)
-    revers = int(p["num_path_revers"], 16)
-    qos_sl = (int(p["qos_class"], 16), int(p["sl"], 16))
-    out = {"service_id": int(p["service_id"], 16), "dgid": p["dgid"], "sgid": p["sgid"],
-           "dlid": int(p["dlid"]), "slid": int(p["slid"]),
-           "raw_traffic": hop_flow >> 31, "flow_label": hop_flow >> 8 & 0xFFFFF,
-           "hop_limit": hop_flow & 0xFF, "tclass": int(p["tclass"], 16),
-           "reversible": revers >> 7, "numb_path": revers & 0x7F,
-           "pkey": int(p["pkey"], 16), "qos_class": qos_sl[0], "sl": qos_sl[1],
-           "preference": int(p["preference"], 16)}
-    for name, printed in (("mtu", "mtu"), ("rate", "rate"), ("packet_life_time", "pkt_life")):
-        v = int(p[printed], 16)
-        out[f"{name}_selector"], out[name] = v >> 6, v & 0x3F
-    return out
 
 
 def decoded(path: Path, engine: str) -> list[dict]:

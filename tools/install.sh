@@ -7,8 +7,9 @@
 # against the stand-in ibacm, tests/test_acmserve.py), ibacm (for its ib_acme, libacm's
 # client: PERF_QUERY, EP_QUERY and RESOLVE against `ibpath acm serve` in
 # tests/test_acmserve.py, on sockets of the tests' own), gcc and python3-dev (the capture
-# readers' optional C loops, ibpath_scapy/fast/_scan.c), zsh (the completion script run by
-# zsh itself, tests/test_completion.py), and the Python package in .venv.
+# readers' optional C loops, ibpath_scapy/fast/_scan.c), libibumad3 (`ibpath resolve` and
+# `acm serve --resolve` load libibumad.so.3 with ctypes to ask the SA), zsh (the completion
+# script run by zsh itself, tests/test_completion.py), and the Python package in .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -19,7 +20,7 @@ if command -v apt-get >/dev/null; then
   echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
   had_ibacm=$(dpkg-query -W -f='${Status}' ibacm 2>/dev/null || true)
   $SUDO apt-get install -y -q --no-install-recommends \
-    tshark lua5.4 strace ibsim-utils libumad2sim0 opensm infiniband-diags python3-venv python3-dev gcc libc6-dev chromium mmdebstrap librdmacm1 ibacm zsh >/dev/null
+    tshark lua5.4 strace ibsim-utils libumad2sim0 opensm infiniband-diags python3-venv python3-dev gcc libc6-dev chromium mmdebstrap librdmacm1 ibacm libibumad3 zsh >/dev/null
   # The package enables ibacm.socket where systemd runs: /run/ibacm.sock and the kernel's
   # netlink path requests would go to a real ibacm. Only ib_acme is wanted here, so a
   # socket unit this install enabled is disabled again (an ibacm installed before is left).

@@ -9,6 +9,8 @@ import signal
 import sys
 
 from ..acmserve import DEFAULT_SOCKET, IBACM_SA_TIMEOUT_S, AcmServeError, StandIn, plan_for
+from ..kernelview import PROFILE_NAMES
+from ..resolve.run import LAYOUT_CHOICES
 
 
 def _port(text: str) -> int:
@@ -26,7 +28,8 @@ def add_parser(sub) -> None:
         "acm", help="a stand-in ibacm answering librdmacm with a craft scenario's paths",
         description="librdmacm asks ibacm for the route of every rdma_resolve_route on an IB "
         "transport port (rxe included) and hands the answer's paths to rdma_set_option. "
-        "`serve` answers those requests with what a craft scenario's resolver handed over.")
+        "`serve` answers those requests with what a craft scenario's resolver handed over, or "
+        "with --resolve what the seed's resolver gets from the real SA (`ibpath resolve`).")
     kinds = p.add_subparsers(dest="acm_command", required=True)
     s = kinds.add_parser(
         "serve", help="answer ACM requests on ibacm's socket until interrupted",
@@ -40,7 +43,23 @@ def add_parser(sub) -> None:
         "and remote GIDs are replaced by the requester's source and destination (RoCE GIDs of "
         "its IP addresses) unless --keep-gids. Each exchange is logged as one JSON line. "
         "Exit status: 0 after Ctrl-C/SIGTERM, 2 when it cannot start.")
-    s.add_argument("--scenario", required=True, metavar="NAME", help="an `ibpath craft` scenario")
+    what = s.add_mutually_exclusive_group(required=True)
+    what.add_argument("--scenario", metavar="NAME", help="an `ibpath craft` scenario")
+    what.add_argument("--resolve", action="store_true",
+                      help="answer each RESOLVE with a live `ibpath resolve` (the seed's "
+                      "resolver asking the real SA through libibumad); needs --hosts")
+    s.add_argument("--hosts", metavar="FILE",
+                   help="with --resolve: 'ADDRESS GID' lines mapping the RESOLVE's addresses "
+                   "to GIDs (a source it lacks is the local port's GID)")
+    s.add_argument("--layout", choices=LAYOUT_CHOICES, default="auto",
+                   help="with --resolve: the layout `ibpath resolve` builds (default auto)")
+    s.add_argument("--kernel", choices=PROFILE_NAMES, metavar="PROFILE",
+                   help="with --resolve: the kernel profile to build for (default: the "
+                   "running kernel's rdma_set_option)")
+    s.add_argument("--ca", metavar="NAME", help="with --resolve: the device (default: "
+                   "saquery's choice)")
+    s.add_argument("--ca-port", type=_port, default=0, metavar="N",
+                   help="with --resolve: the device's port (default: its first active one)")
     where = s.add_mutually_exclusive_group()
     where.add_argument("--socket", default=DEFAULT_SOCKET, metavar="PATH",
                        help=f"unix socket to listen on (default {DEFAULT_SOCKET}, where "
@@ -76,12 +95,47 @@ def _err(msg: str) -> int:
     return 2
 
 
-def run_serve(args) -> int:
+def _live(args):
+    """(plan, LiveAnswers, SA port) for --resolve; raises AcmServeError."""
+    from ..resolve.acm import HostsError, LiveAnswers, read_hosts
+    from ..resolve.kernel import choose
+    from ..resolve.umad import IBACM_RETRIES, IBACM_TIMEOUT_MS, SaPort, UmadError
+    if not args.hosts:
+        raise AcmServeError("--resolve needs --hosts FILE (ADDRESS GID lines)")
     try:
-        plan = plan_for(args.scenario, seed=args.seed, encap=args.encap,
-                        sa_timeout=args.timeout)
+        hosts = read_hosts(args.hosts)
+        port = SaPort(args.ca, args.ca_port)
+    except (HostsError, UmadError) as exc:
+        raise AcmServeError(str(exc)) from None
+    if not port.info.sm_lid:
+        port.close()
+        raise AcmServeError(f"{port.info.ca} port {port.info.port} has no SM LID: no subnet "
+                            "manager has configured it, there is no SA to ask")
+    live = LiveAnswers(port, hosts, choose(args.kernel), layout=args.layout,
+                       timeout_ms=IBACM_TIMEOUT_MS, retries=IBACM_RETRIES)
+    return live.base_plan(), live, port
+
+
+def run_serve(args) -> int:
+    live = port = None
+    try:
+        if args.resolve:
+            plan, live, port = _live(args)
+        else:
+            plan = plan_for(args.scenario, seed=args.seed, encap=args.encap,
+                            sa_timeout=args.timeout)
     except KeyError as exc:
         return _err(exc.args[0])
+    except AcmServeError as exc:
+        return _err(str(exc))
+    try:
+        return _serve(args, plan, live)
+    finally:
+        if port is not None:
+            port.close()
+
+
+def _serve(args, plan, live) -> int:
     log = sys.stdout
     if args.log:
         try:
@@ -90,15 +144,15 @@ def run_serve(args) -> int:
             return _err(f"{args.log}: cannot write the log: {exc.strerror}")
     try:
         server = StandIn(plan, socket_path=args.socket, port=args.port, log=log,
-                         pcap=args.pcap, map_endpoints=not args.keep_gids,
-                         no_answer=args.no_answer, hold=args.hold)
+                         pcap=args.pcap, map_endpoints=not args.keep_gids and live is None,
+                         no_answer=args.no_answer, hold=args.hold, live=live)
     except AcmServeError as exc:
         return _err(str(exc))
 
     def ready():
         # one line on stderr once accepting: scripts wait for "listening"
-        print(f"ibpath acm: listening on {server.where}: {plan.describe()}", file=sys.stderr,
-              flush=True)
+        what = live.describe() if live is not None else plan.describe()
+        print(f"ibpath acm: listening on {server.where}: {what}", file=sys.stderr, flush=True)
 
     def stop(*_):
         raise KeyboardInterrupt

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .. import __version__
-from . import acm, audit, completion, craft, decode, dissector, lab, record
+from . import acm, audit, completion, craft, decode, dissector, lab, record, resolve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,7 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
         "answered, and what path array reached the kernel.")
     parser.add_argument("--version", action="version", version=f"ibpath {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (decode, audit, craft, record, dissector, lab, acm, completion):
+    for module in (decode, audit, craft, record, resolve, dissector, lab, acm, completion):
         module.add_parser(sub)
     return parser
 

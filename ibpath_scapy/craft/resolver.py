@@ -14,11 +14,16 @@
 
 Each returns the records it hands over; the caller decides where they go (a netlink LS
 response, a rdma_set_option blob) so a scenario can damage them on the way.
+
+SeedResolver asks its SA through two calls (PathSA): a craft Session answers with the SA model
+into a crafted capture, and ``ibpath resolve`` (resolve/live.py) answers with a real SA through
+libibumad. The algorithm is this one class in both.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from ..layers.netlink import LS_RESOLVE_PATH_USE_UNIDIRECTIONAL
 from ..layers.pathdata import (
@@ -30,7 +35,9 @@ from ..layers.pathdata import (
     IB_PATH_PRIMARY,
 )
 from ..layers.sa import PathRecord
-from .session import Answer, Session
+
+if TYPE_CHECKING:
+    from .session import Answer, Session
 
 GMP_PRIMARY = IB_PATH_GMP | IB_PATH_PRIMARY                                   # 0x03
 FORWARD_PRIMARY = IB_PATH_PRIMARY | IB_PATH_OUTBOUND                          # 0x0A
@@ -42,6 +49,26 @@ RETURN_SECONDARY = IB_PATH_ALTERNATE | IB_PATH_INBOUND                        # 
 GMP_SECONDARY = IB_PATH_GMP | IB_PATH_ALTERNATE                               # 0x05
 
 Records = list[tuple[int, PathRecord]]
+SEED_PKEY = 0xFFFF  # the default partition the seed's queries name
+
+
+def seed_query(src_gid: str, dst_gid: str, **fields) -> PathRecord:
+    """The seed's PathRecord query template from src_gid to dst_gid: SGID, DGID, P_Key 0xFFFF
+    and NumbPath 1 (ComponentMask DGID|SGID|NUMB_PATH|PKEY, 0x300C, computed from the fields
+    set), plus `fields` (reversible=1 adds the Reversible component: 0x380C)."""
+    base = dict(sgid=src_gid, dgid=dst_gid, pkey=SEED_PKEY, numb_path=1)
+    base.update(fields)
+    return PathRecord(**base)
+
+
+class PathSA(Protocol):
+    """What SeedResolver asks: a query template (forward, or with reverse=True the return
+    direction, SGID and DGID swapped) and an SA transaction whose answer has `status`,
+    `records` and `record` (craft Session, resolve.live.LiveSA)."""
+
+    def query(self, *, reverse: bool = False, **fields) -> PathRecord: ...
+
+    def ask(self, query: PathRecord, *, method: int = ...) -> "Answer": ...
 
 
 @dataclass
@@ -72,11 +99,16 @@ class Resolution:
 
 class SeedResolver:
     """The seed's algorithm. `compat` picks the compatibility layout, `apm` adds alternates,
-    `followups=False` is the faulty resolver that never asks the follow-up queries."""
+    `followups=False` is the faulty resolver that never asks the follow-up queries (one 0x2B
+    record whatever the answer: ``ibpath resolve --layout single``). `split` hands three
+    records even for a reversible forward answer (``--layout seed``): the return path is asked
+    (GIDs swapped) and the reversible forward answer is the GMP record, as it would be of a
+    Reversible query."""
 
-    def __init__(self, s: Session, *, compat: bool = True, apm: bool = False,
-                 followups: bool = True):
+    def __init__(self, s: "PathSA | Session", *, compat: bool = True, apm: bool = False,
+                 followups: bool = True, split: bool = False):
         self.s, self.compat, self.apm, self.followups = s, compat, apm, followups
+        self.split = split
 
     def _get(self, res: Resolution, query: PathRecord) -> PathRecord | None:
         ans = self.s.ask(query)
@@ -96,7 +128,8 @@ class SeedResolver:
         fwd = ask(res, s.query())
         if not fwd:
             return res
-        if fwd[0].reversible and (not self.apm or all(p.reversible for p in fwd)):
+        reversible = fwd[0].reversible and (not self.apm or all(p.reversible for p in fwd))
+        if reversible and not self.split:
             res.records = [(GMP_BIDIR, fwd[0])]
             if self.apm and len(fwd) > 1:
                 res.records.append((GMP_BIDIR_SECONDARY, fwd[1]))
@@ -104,7 +137,8 @@ class SeedResolver:
         if not self.followups:
             res.records = [(GMP_BIDIR, fwd[0])]
             return res
-        gmp = ask(res, s.query(reversible=1))
+        # a reversible forward answer is already the reversible GMP path the query would give
+        gmp = fwd if reversible else ask(res, s.query(reversible=1))
         ret = ask(res, s.query(reverse=True))
         if not gmp or not ret:
             return res

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..layers.mad import METHOD_GET
 from ..layers.sa import PathRecord
 from .builder import CaptureBuilder, Query
+from .resolver import seed_query
 from .sa_model import Fabric, Port, SAModel
 
 ENCAPS = ("ib", "rocev2")
@@ -71,9 +72,7 @@ class Session:
         """A PathRecord query template from local to remote (or back, with reverse) with
         P_Key 0xFFFF and NumbPath 1 (the seed's queries), plus `fields`."""
         src, dst = (self.remote, self.local) if reverse else (self.local, self.remote)
-        base = dict(sgid=src.gid, dgid=dst.gid, pkey=0xFFFF, numb_path=1)
-        base.update(fields)
-        return PathRecord(**base)
+        return seed_query(src.gid, dst.gid, **fields)
 
     def ask(self, query: PathRecord, *, method: int = METHOD_GET, component_mask: int | None = None,
             skip_segments: tuple[int, ...] = (), answer: bool = True) -> Answer:

@@ -24,6 +24,7 @@ import errno as errno_mod
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from ..encap import exported_pdu
 from ..layers.acm import ACM_DISSECTOR, ACM_MSG_HDR_LENGTH, AcmHdr
@@ -297,9 +298,22 @@ def frames_of(records: list[SpoolRecord], name: str = "<spool>") -> tuple[list[_
     return conv.frames, conv.result
 
 
-def write_pcapng(records: list[SpoolRecord], out: str, name: str = "<spool>") -> ConvertResult:
-    """Convert spool records into the pcapng out."""
+def blob_frame(data: bytes, ts_ns: int, lines: list[str], source: str = "ucma") -> _Frame:
+    """A path array as the "ibpath.blob" frame a recording carries, with these comment lines
+    (an rdma_set_option optval has set_option_comment's line first; a blob no call took says
+    so in its own words)."""
+    return _Frame(ts_ns, 1 << 62, source, LINKTYPE_WIRESHARK_UPPER_PDU,
+                  exported_pdu(data, BLOB_DISSECTOR), "\n".join(lines))
+
+
+def write_pcapng(records: list[SpoolRecord], out: str, name: str = "<spool>",
+                 extra: Sequence[_Frame] = ()) -> ConvertResult:
+    """Convert spool records into the pcapng out, with `extra` frames (blob_frame) in their
+    time order among them."""
     frames, result = frames_of(records, name)
+    if extra:
+        frames = sorted(frames + list(extra), key=lambda f: (f.ts_ns, f.order))
+        result.blobs += len(extra)
     with SourceWriter(out) as w:
         for f in frames:
             w.write_source(f.source, f.data, f.linktype, f.ts_ns / 1e9, comment=f.comment)
