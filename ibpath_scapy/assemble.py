@@ -210,6 +210,14 @@ def umad_direction(umad: Umad, mad: Mad) -> str:
     return "read" if mad.method & METHOD_RESP else "write"
 
 
+def umad_send_returned(umad: Umad, mad: Mad) -> bool:
+    """Whether a umad read is a send the kernel hands back, not a MAD that arrived: a request
+    whose answer timed out comes back with its MAD header alone and hdr.status ETIMEDOUT
+    (user_mad.c send_handler: packet->length = IB_MGMT_MAD_HDR)."""
+    return bool(umad.header.status) and umad_direction(umad, mad) == "read" \
+        and not mad.method & METHOD_RESP
+
+
 def umad_where(umad: Umad, mad: Mad) -> tuple:
     """The ADDRESS_KEYS values of a umad MAD: the process's side named by its pid, fd and
     agent, the peer by the LID (and GID, with a GRH) and QP of struct ib_user_mad_hdr, which
@@ -285,8 +293,13 @@ class Assembler:
             # a umad message is no wire MAD: whole, of any length past its headers
             umad = self._umad_paired(mad, umad, number)
             need = umad_headers_size(mad.mgmt_class)
-            short = length is not None and length < need
-            if short:
+            short = False
+            if umad_send_returned(umad, mad):
+                # a copy of what the process sent, not an SA exchange of its own
+                errors.insert(0, problem(Code.UMAD_SEND_STATUS, umad.header.status))
+                sa = cm = cm_req = None
+            elif length is not None and length < need:
+                short = True
                 errors.insert(0, problem(Code.UMAD_SHORT, length, need))
         else:
             if length != MAD_SIZE and length is not None:
@@ -345,9 +358,10 @@ class Assembler:
         read is tied to the request written on the same fd and agent with the same low 32
         bits, and says the TID it was written with where the kernel changed it."""
         call, direction = umad.call, umad_direction(umad, mad)
+        # a send handed back is paired with its request as an answer is
         key = (call.pid if call else None, call.fd if call else None, umad.header.agent_id,
                mad.mgmt_class, mad.transaction_id & UMAD_TID_LOW)
-        if not mad.method & METHOD_RESP:
+        if not mad.method & METHOD_RESP and not umad_send_returned(umad, mad):
             if direction == "write":
                 self.umad_requests[key] = (number, mad.transaction_id)
                 if len(self.umad_requests) > self.UMAD_REQUEST_MEMORY:

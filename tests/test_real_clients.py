@@ -168,3 +168,37 @@ def test_umad2sim_limits_shown_against_opensm_recording(tmp_path):
     assert got["path_records"][:2] == sent["path_records"][:2]
     assert got["path_records"][2] != sent["path_records"][2]
     assert got["path_records"][2]["sgid"] == sent["path_records"][2]["sgid"]  # bytes < 224
+
+
+def test_a_send_the_kernel_hands_back_is_no_new_request(tmp_path):
+    """A request whose answer timed out comes back to the process on its umad fd: its MAD
+    header alone (IB_MGMT_MAD_HDR, 24 bytes) and struct ib_user_mad_hdr's status ETIMEDOUT
+    (user_mad.c send_handler). It is tied to the request and says so; the audit reports the
+    one unanswered request, and nothing malformed."""
+    from ibpath_scapy.craft import CaptureBuilder
+    from ibpath_scapy.layers import MAD, RMPP, PathRecord, SAHeader
+    from ibpath_scapy.layers.umad import UserMad
+
+    request = bytes(MAD(method=0x12, transaction_id=0x1234) / RMPP() / SAHeader(
+        records=[PathRecord(dlid=1, slid=3)]))
+    path = tmp_path / "timeout.pcapng"
+    with CaptureBuilder(str(path)) as b:
+        b.umad(UserMad(timeout_ms=1000, lid=1), request, write=True)
+        b.umad(UserMad(status=110, lid=1, length=64 + 24), request[:24], write=False)
+    recs = [public(x) for x in decode_file(str(path))]
+    assert [x["kind"] for x in recs] == ["sa", "sa"]
+    assert recs[1]["umad"]["request_frame"] == 1
+    assert recs[1]["errors"] == ["the kernel handed this send back with status 110 (ETIMEDOUT): "
+                                 "no answer came for it"]
+    report = _audit_any(path)
+    assert [(f["rule"], f["frames"]) for f in report["findings"]] == [("SAQ-NO-RESPONSE", [1])]
+    assert report["summary"]["transactions"] == 1
+
+
+def _audit_any(path: Path) -> dict:
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "ibpath_scapy", "audit", "--format", "json",
+                        str(path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    return json.loads(r.stdout)

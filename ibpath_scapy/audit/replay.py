@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ..facts.records import Fact, MadFrame
 from ..layers.mad import METHOD_RESP
 from ..layers.umad import UMAD_TID_LOW
+from ..assemble import umad_send_returned
 from ..rmpp import carries_whole_message
 from .arrows import sa_arrows
 from .storage import FrameList, KeptFrames, KeptRecord
@@ -319,6 +320,8 @@ class Replay:
         # an SA record is a facts.records.MadFrame: its declared fields are read directly
         mad = rec.mad
         is_resp = bool(mad.method & METHOD_RESP)
+        if rec.umad is not None and umad_send_returned(rec.umad, mad):
+            return  # the kernel handing back an unanswered request: no request of its own
         requester = rec.dst if is_resp else rec.src
         # on umad the kernel owns the TID's upper 32 bits (the agent's hi_tid): a process's
         # request and the answer it reads share the low 32 (assemble.Assembler._umad_paired)

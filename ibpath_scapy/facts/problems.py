@@ -8,6 +8,8 @@ it; facts.public() renders them at the edge, where a record becomes JSON.
 
 from __future__ import annotations
 
+import errno as errno_mod
+
 from dataclasses import dataclass
 from enum import Enum
 from typing import Callable
@@ -31,6 +33,7 @@ class Code(Enum):
     MAD_LENGTH = "MAD_LENGTH"                # (length,)
     UMAD_SHORT = "UMAD_SHORT"                # (length, bytes its class's headers take)
     UMAD_CUT = "UMAD_CUT"                    # (length, whole records, stride, bytes past them)
+    UMAD_SEND_STATUS = "UMAD_SEND_STATUS"    # (the header's status: an errno)
     ICRC_MISMATCH = "ICRC_MISMATCH"          # ()
     VCRC_MISMATCH = "VCRC_MISMATCH"          # ()
     # records inside a frame
@@ -78,6 +81,9 @@ _TEXT: dict[Code, Callable[..., str]] = {
     Code.MAD_LENGTH: lambda n: f"MAD is {n} bytes; IB MADs are {MAD_SIZE}",
     Code.UMAD_SHORT: lambda n, need: (
         f"umad message of {n} bytes, shorter than its class's headers ({need} bytes)"),
+    Code.UMAD_SEND_STATUS: lambda status: (
+        f"the kernel handed this send back with status {status} "
+        f"({errno_mod.errorcode.get(status, '?')}): no answer came for it"),
     Code.UMAD_CUT: lambda n, records, stride, extra: (
         f"umad message of {n} bytes holds {records} whole record(s) of {stride} bytes and "
         f"{extra} bytes of another: it was cut before the process read it"),
