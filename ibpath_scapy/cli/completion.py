@@ -49,17 +49,14 @@ def mark_paths(parser: argparse.ArgumentParser, shtab) -> None:
                 action.complete = completes[kind]
 
 
-def script(shell: str) -> str:
-    """The completion script of `ibpath` for shell."""
+def script(shell: str, parser: argparse.ArgumentParser) -> str:
+    """The completion script of `ibpath` (its root parser, cli.main.build_parser) for shell."""
     import shtab  # here, not at every start: its imports cost 0.1 s
 
-    from .main import build_parser
-
-    parser = build_parser()
     mark_paths(parser, shtab)
     return shtab.complete(parser, shell=shell)
 
 
 def run(args) -> int:
-    sys.stdout.write(script(args.shell))
+    sys.stdout.write(script(args.shell, args.root_parser))
     return 0

@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (decode, audit, craft, record, resolve, dissector, lab, acm, completion):
         module.add_parser(sub)
+    parser.set_defaults(root_parser=parser)  # `ibpath completion` describes the whole parser
     return parser
 
 

@@ -23,7 +23,7 @@ libibumad. The algorithm is this one class in both.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..layers.netlink import LS_RESOLVE_PATH_USE_UNIDIRECTIONAL
 from ..layers.pathdata import (
@@ -36,8 +36,6 @@ from ..layers.pathdata import (
 )
 from ..layers.sa import PathRecord
 
-if TYPE_CHECKING:
-    from .session import Answer, Session
 
 GMP_PRIMARY = IB_PATH_GMP | IB_PATH_PRIMARY                                   # 0x03
 FORWARD_PRIMARY = IB_PATH_PRIMARY | IB_PATH_OUTBOUND                          # 0x0A
@@ -61,6 +59,14 @@ def seed_query(src_gid: str, dst_gid: str, **fields) -> PathRecord:
     return PathRecord(**base)
 
 
+class SAAnswer(Protocol):
+    """One SA transaction as a resolver reads it (craft.session.Answer, resolve.live's)."""
+
+    status: int
+    records: list
+    record: PathRecord | None
+
+
 class PathSA(Protocol):
     """What SeedResolver asks: a query template (forward, or with reverse=True the return
     direction, SGID and DGID swapped) and an SA transaction whose answer has `status`,
@@ -68,7 +74,7 @@ class PathSA(Protocol):
 
     def query(self, *, reverse: bool = False, **fields) -> PathRecord: ...
 
-    def ask(self, query: PathRecord, *, method: int = ...) -> "Answer": ...
+    def ask(self, query: PathRecord, *, method: int = ...) -> SAAnswer: ...
 
 
 @dataclass
@@ -76,7 +82,7 @@ class Resolution:
     """What a resolver did: its SA transactions (forward first) and the records it hands over
     (None when it gives up)."""
 
-    answers: list[Answer] = field(default_factory=list)
+    answers: list[SAAnswer] = field(default_factory=list)
     records: Records | None = None
 
     @property
@@ -105,7 +111,7 @@ class SeedResolver:
     (GIDs swapped) and the reversible forward answer is the GMP record, as it would be of a
     Reversible query."""
 
-    def __init__(self, s: "PathSA | Session", *, compat: bool = True, apm: bool = False,
+    def __init__(self, s: PathSA, *, compat: bool = True, apm: bool = False,
                  followups: bool = True, split: bool = False):
         self.s, self.compat, self.apm, self.followups = s, compat, apm, followups
         self.split = split
@@ -155,9 +161,10 @@ class SeedResolver:
 
 
 class Ibacm:
-    """ibacm's acmp provider answering the kernel's netlink RESOLVE requests."""
+    """ibacm's acmp provider answering the kernel's netlink RESOLVE requests, on a craft
+    Session `s` (its endpoints and its SA model)."""
 
-    def __init__(self, s: Session):
+    def __init__(self, s):
         self.s = s
 
     def query(self) -> PathRecord:
