@@ -260,7 +260,9 @@ class Assembler:
         self.rmpp = Reassembler()
         self.stats = DecodeStats()
         self.ls_requests: OrderedDict[int, tuple[int, int]] = OrderedDict()
-        self.umad_requests: OrderedDict[tuple, tuple[int, int]] = OrderedDict()
+        self.umad_requests: OrderedDict[tuple, list] = OrderedDict()
+        # requests let go unanswered from those memories: what -> [first frame, count, memory]
+        self.let_go: dict[str, list] = {}
 
     # -- MADs ---------------------------------------------------------------------------------
     def mad_frame(self, number: int, time: float, addr: dict, mad: Mad, length: int | None,
@@ -363,14 +365,17 @@ class Assembler:
                mad.mgmt_class, mad.transaction_id & UMAD_TID_LOW)
         if not mad.method & METHOD_RESP and not umad_send_returned(umad, mad):
             if direction == "write":
-                self.umad_requests[key] = (number, mad.transaction_id)
+                self.umad_requests[key] = [number, mad.transaction_id, False]
                 if len(self.umad_requests) > self.UMAD_REQUEST_MEMORY:
-                    self.umad_requests.popitem(last=False)
+                    _, (frame, _, answered) = self.umad_requests.popitem(last=False)
+                    if not answered:
+                        self._let_go("umad request", self.UMAD_REQUEST_MEMORY, frame)
             return umad
         request = self.umad_requests.get(key) if direction == "read" else None
         if request is None:
             return umad
-        frame, tid = request
+        frame, tid, _ = request
+        request[2] = True
         return Umad(direction=umad.direction, header=umad.header, call=umad.call,
                     request_frame=frame,
                     written_tid=tid if tid != mad.transaction_id else None)
@@ -413,9 +418,11 @@ class Assembler:
     # -- RDMA netlink ---------------------------------------------------------------------------
     def remember_ls_request(self, seq: int, path_use: int, number: int) -> None:
         """An LS RESOLVE request, for the answer of the same sequence number."""
-        self.ls_requests[seq] = (path_use, number)
+        self.ls_requests[seq] = [path_use, number, False]
         if len(self.ls_requests) > self.LS_REQUEST_MEMORY:
-            self.ls_requests.popitem(last=False)
+            _, (_, frame, answered) = self.ls_requests.popitem(last=False)
+            if not answered:
+                self._let_go("LS request", self.LS_REQUEST_MEMORY, frame)
 
     def link_ls_request(self, seq: int, ls: dict) -> int | None:
         """Tie an LS answer to the request of its sequence number: that request's frame and
@@ -423,9 +430,16 @@ class Assembler:
         matched = self.ls_requests.get(seq)
         if matched is None:
             return None
-        path_use, ls["request_frame"] = matched
+        path_use, ls["request_frame"], _ = matched
+        matched[2] = True
         ls["request_path_use"] = path_use
         return path_use
+
+    def _let_go(self, what: str, memory: int, frame: int) -> None:
+        """Count an unanswered request pushed out of a bounded memory (DECODE-LIMIT at the
+        end of the file, limit_records): an answer to it, if one comes, is not tied to it."""
+        seen = self.let_go.setdefault(what, [frame, 0, memory])
+        seen[1] += 1
 
     def netlink_empty(self, base: dict, problems: list[Problem]) -> NetlinkFrame:
         """A netlink record that holds no message: its problems together."""
@@ -461,7 +475,8 @@ class Assembler:
     # -- the end of a file ------------------------------------------------------------------------
     def finish(self) -> Iterator[Fact]:
         """The records made at the end of a file: RMPP transfers never completed, link types
-        not decoded, a capture whose ICRCs are all zero."""
+        not decoded, a capture whose ICRCs are all zero, requests let go unanswered from the
+        bounded memories (LS requests, umad requests)."""
         stats = self.stats
         for key, t in self.rmpp.pending():
             frames = t.all_frames()
@@ -472,6 +487,10 @@ class Assembler:
             yield Unsupported(frame=first, linktype=linktype, count=count,
                               error=problem(Code.LINKTYPE_UNSUPPORTED, linktype, count, first))
         yield from crc_records(stats)
+        for what, (first, count, memory) in sorted(self.let_go.items()):
+            stats.malformed += 1
+            yield FrameLimit(frame=first, limit=f"{what} memory",
+                             error=problem(Code.REQUESTS_LET_GO, what, count, memory, first))
 
     def note_unsupported(self, linktype: int, frame_no: int) -> None:
         """Count a frame of a link type no layer reads."""

@@ -250,6 +250,33 @@ def test_evicted_unanswered_sa_transactions_are_reported(tmp_path, monkeypatch):
     assert "evicted unanswered" in next(f.message for f in findings if f.rule == "DECODE-LIMIT")
 
 
+def test_ls_requests_let_go_unanswered_are_reported(tmp_path, monkeypatch):
+    """The decoder remembers the last LS_REQUEST_MEMORY LS requests for their answers; an
+    unanswered one pushed out is counted in one DECODE-LIMIT finding at its frame (answered
+    ones leave silently), in both engines (the assembler is theirs)."""
+    from ibpath_scapy.assemble import Assembler
+    from ibpath_scapy.layers.pathdata import GMP_PRIMARY_BIDIRECTIONAL
+
+    monkeypatch.setattr(Assembler, "LS_REQUEST_MEMORY", 2)
+    path = tmp_path / "ls.pcapng"
+    with CaptureBuilder(str(path)) as b:
+        b.ls_request(1, path_use=0, sgid="fe80::1", dgid="fe80::2")  # frame 1, answered
+        b.ls_response(1, [(GMP_PRIMARY_BIDIRECTIONAL, PathRecord(sgid="fe80::1",
+                                                                 dgid="fe80::2"))])
+        for seq in (2, 3, 4, 5):  # frames 3..6: 2 and 3 are pushed out unanswered
+            b.ls_request(seq, path_use=0, sgid="fe80::1", dgid="fe80::3")
+    _, findings = audit(path)
+    (limit,) = [f for f in findings if f.rule == "DECODE-LIMIT"]
+    assert limit.frames == (3,)
+    assert limit.message.startswith("2 unanswered LS request(s) let go from the decoder's "
+                                    "memory of the last 2 (the first at frame 3)")
+    if tshark_path() is not None:
+        from ibpath_scapy.tshark_engine import tshark_records
+        recs = list(tshark_records(str(path)))
+        findings = audit_records(str(path), recs, AuditOptions()).findings
+        assert [f.frames for f in findings if f.rule == "DECODE-LIMIT"] == [(3,)]
+
+
 # -- regression inputs the fuzzer found -------------------------------------------------------
 
 def test_empty_blob_pdu_is_a_blob_frame():

@@ -34,6 +34,7 @@ class Code(Enum):
     UMAD_SHORT = "UMAD_SHORT"                # (length, bytes its class's headers take)
     UMAD_CUT = "UMAD_CUT"                    # (length, whole records, stride, bytes past them)
     UMAD_SEND_STATUS = "UMAD_SEND_STATUS"    # (the header's status: an errno)
+    REQUESTS_LET_GO = "REQUESTS_LET_GO"      # (what, how many, the memory's size, first frame)
     ICRC_MISMATCH = "ICRC_MISMATCH"          # ()
     VCRC_MISMATCH = "VCRC_MISMATCH"          # ()
     # records inside a frame
@@ -81,6 +82,9 @@ _TEXT: dict[Code, Callable[..., str]] = {
     Code.MAD_LENGTH: lambda n: f"MAD is {n} bytes; IB MADs are {MAD_SIZE}",
     Code.UMAD_SHORT: lambda n, need: (
         f"umad message of {n} bytes, shorter than its class's headers ({need} bytes)"),
+    Code.REQUESTS_LET_GO: lambda what, n, memory, first: (
+        f"{n} unanswered {what}(s) let go from the decoder's memory of the last {memory} "
+        f"(the first at frame {first}): an answer to one of them is not tied to it"),
     Code.UMAD_SEND_STATUS: lambda status: (
         f"the kernel handed this send back with status {status} "
         f"({errno_mod.errorcode.get(status, '?')}): no answer came for it"),

@@ -43,7 +43,9 @@ def decode_limit(rec: dict):
     over the size limit (decode.MAX_FRAME_BYTES, MAX_LIST_FRAME_BYTES), an RMPP transfer over
     its segment limit or evicted from the open-transfer table (rmpp.py caps), an unanswered SA
     transaction evicted from the open-transaction table (Replay.MAX_OPEN_TRANSACTIONS), a
-    resolution's oldest transactions let go (Replay.RESOLUTION_HISTORY)."""
+    resolution's oldest transactions let go (Replay.RESOLUTION_HISTORY), unanswered LS or
+    umad requests let go from the decoder's memory of them (Assembler.LS_REQUEST_MEMORY,
+    UMAD_REQUEST_MEMORY)."""
     if getattr(rec, "limit", None) if isinstance(rec, Fact) else rec.get("limit"):
         error = rec.get("error")
         yield rec.get("frames", [rec["frame"]]), str(error) if error else rec["limit"]
