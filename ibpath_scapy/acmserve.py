@@ -101,6 +101,13 @@ PORT_FILE = "/run/ibacm.port"  # IBACM_PORT_FILE: librdmacm uses TCP when it hol
 # acmp.c: `static int timeout = 2000; static int retries = 2;` (ms, tries = retries + 1)
 IBACM_SA_TIMEOUT_S = 2.0 * 3
 MAX_MESSAGE = ACM_MSG_HDR_LENGTH + ACM_MSG_DATA_LENGTH  # sizeof(struct acm_msg)
+# ibacm keeps its clients in an array of FD_SETSIZE - 1 and turns a client away when it is full
+# (acm.c acm_svr_accept: "all connections busy - rejecting"); the stand-in does the same
+MAX_CLIENTS = 1023
+# A client that sends nothing for this long is let go, so that a stalled or hostile client
+# (one byte at a time, a header and no body) cannot hold a thread forever; librdmacm sends a
+# whole request in one send()
+CLIENT_IDLE_S = 30.0
 RECORD = 72
 PROVIDER = "ibpath"  # the provider name EP_QUERY gives: the stand-in's, not acmp's "ibacmp"
 DEFAULT_PKEY = 0xFFFF  # the default partition's, which the scenarios query with
@@ -492,6 +499,8 @@ class StandIn:
         self.counters = [0] * ACM_MAX_COUNTER  # ACM_CNTR_* order, kept as ibacm keeps its own
         self.endpoint = endpoint_for(plan)
         self.exchanges: list[dict] = []
+        self.clients = 0  # connections being served (MAX_CLIENTS at most)
+        self.idle = CLIENT_IDLE_S
         self.socket_path = socket_path if port is None else None
         self.writer = None
         self._stop = threading.Event()
@@ -532,6 +541,17 @@ class StandIn:
                 self.writer.f.flush()
 
     def _client(self, conn: socket.socket) -> None:
+        try:
+            self._serve_client(conn)
+        except socket.timeout:
+            self._record({"time": time.time(), "error": f"nothing received for {self.idle:g} s: "
+                          "closing"}, [])
+        finally:
+            conn.close()
+            with self.lock:
+                self.clients -= 1
+
+    def _serve_client(self, conn: socket.socket) -> None:
         with conn:
             while not self._stop.is_set():
                 head = _recv_exact(conn, ACM_MSG_HDR_LENGTH)
@@ -613,7 +633,15 @@ class StandIn:
                 continue
             except OSError:
                 break
-            conn.settimeout(None)
+            with self.lock:
+                full = self.clients >= MAX_CLIENTS
+                self.clients += not full
+            if full:
+                conn.close()
+                self._record({"time": time.time(), "error": f"all {MAX_CLIENTS} connections "
+                              "busy - rejecting"}, [])
+                continue
+            conn.settimeout(self.idle)
             threading.Thread(target=self._client, args=(conn,), daemon=True).start()
 
     def stop(self) -> None:
@@ -629,10 +657,14 @@ class StandIn:
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
+    """n bytes, or None when the client closed or failed; socket.timeout (a client idle
+    for the connection's timeout) goes to the caller."""
     buf = b""
     while len(buf) < n:
         try:
             part = conn.recv(n - len(buf))
+        except socket.timeout:
+            raise
         except OSError:
             return None
         if not part:

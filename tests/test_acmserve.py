@@ -591,3 +591,61 @@ def test_ib_acme_recorded_decodes_and_audits(tmp_path):
         assert [same(r) for r in tshark_records(str(rec), render=True)] == \
             [same(r) for r in records]
         assert_no_malformed(str(rec), str(CHECKOUT_PLUGIN))
+
+
+def test_hostile_clients_leave_the_stand_in_answering(tmp_path, monkeypatch):
+    """Random bytes, a truncated header, a length of 0xFFFF, one byte at a time, a header and
+    no body, 300 connections at once and more than MAX_CLIENTS: the stand-in closes what it
+    cannot read (logged), lets an idle client go after its idle time, turns clients away over
+    its cap as ibacm does, and still answers librdmacm's RESOLVE afterwards."""
+    import random
+
+    from ibpath_scapy import acmserve
+
+    monkeypatch.setattr(acmserve, "MAX_CLIENTS", 40)
+    rnd = random.Random(43)
+    with Running(tmp_path, plan_for("conform-ucma"), map_endpoints=False) as s:
+        s.server.idle = 0.5
+
+        def connect():
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(s.path)  # blocking: waits for a place in the listen backlog
+            c.settimeout(5)
+            return c
+
+        def closed(c) -> bool:
+            """The stand-in closed the connection (a reset where bytes were left unread)."""
+            try:
+                return c.recv(64) == b""
+            except ConnectionResetError:
+                return True
+
+        good = librdmacm_request("10.0.0.1", "10.0.0.2")
+        for data in (rnd.randbytes(4096), good[:7], good[:6] + b"\xff\xff" + good[8:16],
+                     good[:16]):
+            with connect() as c:
+                c.sendall(data)
+                assert closed(c)  # unreadable, or idle past 0.5 s
+        with connect() as c:  # one byte at a time still makes a request
+            for b in good:
+                c.sendall(bytes([b]))
+            assert HDR.unpack(read_message(c)[:16])[1] == 0x81
+        many = [connect() for _ in range(300)]  # over the cap: the rest are turned away
+        turned_away = 0
+        for c in many:
+            c.settimeout(2)
+            try:
+                turned_away += closed(c)
+            except socket.timeout:
+                pass  # held open, idle: let go later
+        for c in many:
+            c.close()
+        assert turned_away >= 300 - 40
+        time.sleep(1)  # the idle ones are let go
+        answer = s.ask(good)
+        assert HDR.unpack(answer[:16])[1:3] == (0x81, 0)
+        errors = [e["error"] for e in s.server.exchanges if "error" in e]
+    assert any("outside 16..592" in e for e in errors)
+    assert any("nothing received for 0.5 s" in e for e in errors)
+    assert any("connections busy - rejecting" in e for e in errors)
+    assert s.server.clients == 0
