@@ -91,6 +91,11 @@ class Transaction:
         """The first request's frame (the first frame, if no request was seen)."""
         return self.requests[0].frame if self.requests else self.frames[0]
 
+    @property
+    def request_count(self) -> int:
+        """How many times the request was sent (1 + its retries with the same TID)."""
+        return len(self.requests)
+
     def asks_reversible(self) -> bool:
         q = self.query
         return q is not None and "reversible" in self.components and q.reversible == 1
@@ -104,7 +109,7 @@ class ClosedTransaction:
 
     __slots__ = ("requester", "tid", "attribute_id", "records", "answered", "completing_frame",
                  "query", "components", "component_mask", "status", "first_frame", "_frames",
-                 "arrows")
+                 "arrows", "request_count")
 
     def __init__(self, t: Transaction):
         self.requester, self.tid, self.attribute_id = t.requester, t.tid, t.attribute_id
@@ -113,6 +118,7 @@ class ClosedTransaction:
         self.component_mask = t.component_mask
         self.components = _components(t.request)
         self.first_frame = t.first_frame
+        self.request_count = t.request_count
         self._frames = array("Q", t.frames)
         self.arrows: list[tuple] | None = None  # its ladder messages (Replay.arrows)
 
@@ -144,19 +150,30 @@ def _components(request) -> frozenset:
 class LetGo:
     """The oldest SA transactions a resolution let go (Replay.RESOLUTION_HISTORY): how many,
     their messages (frames, which a ladder no longer draws), the first of those frames, and
-    the frames of the last transaction let go (its DECODE-LIMIT finding rests on them)."""
+    the frames of the last transaction let go (its DECODE-LIMIT finding rests on them); and
+    what the resolutions table counts of them (requests sent, answers, Reversible asked)."""
 
     transactions: int = 0
     messages: int = 0
     first_frame: int = 0
     last_frames: list[int] = field(default_factory=list)
+    requests: int = 0
+    retries: int = 0
+    answered: int = 0
+    reversible_asked: int = 0
 
-    def add(self, frames: list[int]) -> None:
+    def add(self, t) -> None:
+        """Count a transaction (or its ClosedTransaction) let go."""
+        frames = t.frames
         if not self.transactions:
             self.first_frame = frames[0]
         self.transactions += 1
         self.messages += len(frames)
         self.last_frames = frames
+        self.requests += t.request_count
+        self.retries += max(t.request_count - 1, 0)
+        self.answered += bool(t.answered)
+        self.reversible_asked += t.asks_reversible()
 
 
 @dataclass
@@ -523,7 +540,7 @@ class Replay:
                 old = res.transactions.pop(0)
                 if res.let_go is None:
                     res.let_go = LetGo()
-                res.let_go.add(old.frames)
+                res.let_go.add(old)
                 if self.keep_closed:  # self.done keeps it: not drawn with no resolution either
                     self.let_go.add(id(old))
         return res

@@ -21,6 +21,7 @@ from .engine import FileAudit, audit_records
 from .model import AuditOptions
 from .progress import Progress
 from .replay import extra_blob_record
+from .tables import read_capture_facts
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,8 @@ def audit_one(path: str, options: AuditOptions, engine: str = "scapy",
         return fa, f"ibpath: {path}: {why}"
     fa.frames = decoder.stats.frames
     fa.seconds = time.monotonic() - start
+    if options.tables and path != STDIN:  # read again where it is (read_capture_facts)
+        read_capture_facts(fa, path)
     if records.error is not None:
         fa.error = str(records.error)
         return fa, f"ibpath: {records.error}"
@@ -252,17 +255,22 @@ def _audit_in_worker(args) -> tuple[FileAudit, str | None]:
 
 def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
                 quiet: bool = False, jobs: int = 1, as_blob: bool = False,
-                messages: list[str] | None = None, live=None) -> tuple[list[FileAudit], list[str]]:
+                messages: list[str] | None = None, live=None,
+                dask: str | None = None) -> tuple[list[FileAudit], list[str]]:
     """Audit each input in order; an unreadable one is reported on stderr (file and reason)
     and its findings up to the damage are kept. The blobs of options.extra_blobs (--blob)
     join the replay of every other file, without being counted as its frames. With jobs > 1
-    the files are audited in that many processes; the audits, their order and the stderr
-    lines are those of a serial run. messages, when given, receives the stderr lines instead
-    of stderr. live: see audit_one (streams are audited in this process)."""
+    the files are audited in that many processes, with dask (a scheduler's address) by that
+    Dask cluster's workers (audit/cluster.py); the audits, their order and the stderr lines
+    are those of a serial run. messages, when given, receives the stderr lines instead of
+    stderr. live: see audit_one (streams are audited in this process)."""
     with paced():
         extras = extra_blobs(options.extra_blobs)
     tasks = [(p, options, engine, extras, as_blob, False) for p in paths]
-    if jobs > 1 and len(paths) > 1 and STDIN not in paths:
+    if dask and STDIN not in paths:
+        from .cluster import audit_on_cluster
+        results = audit_on_cluster(dask, tasks, quiet)
+    elif jobs > 1 and len(paths) > 1 and STDIN not in paths:
         with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
             results = list(pool.map(_audit_in_worker, tasks))
     else:
