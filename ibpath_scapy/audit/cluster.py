@@ -31,7 +31,6 @@ from .engine import FileAudit
 # tries of a file beyond the first when its task raises (a worker lost mid-task is retried by
 # the scheduler, not counted here)
 RETRIES = 2
-CONNECT_TIMEOUT = "20s"
 
 # The audit's module state (the rule registry loaded on first use, the cycle collector's
 # pacing, decoder caches) is a process's, not a thread's, and the audit holds the GIL: a
@@ -120,7 +119,8 @@ def audit_on_cluster(address: str, tasks: list[tuple], quiet: bool = False
     from the workers of the scheduler at `address`."""
     distributed = need("distributed", "--dask")
     try:
-        client = distributed.Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+        # the connect timeout is Dask's own setting (distributed.comm.timeouts.connect, 30 s)
+        client = distributed.Client(address, set_as_default=False)
     except Exception as exc:  # OSError, TimeoutError, ValueError of a bad address
         raise ClusterError(f"--dask {address}: cannot reach the scheduler: {exc}") from None
     run_id = uuid.uuid4().hex[:12]
@@ -132,7 +132,7 @@ def audit_on_cluster(address: str, tasks: list[tuple], quiet: bool = False
                    for i, task in enumerate(sent)}
         bar = _Progress(address, len(tasks), not quiet)
         try:
-            for fut in distributed.as_completed(list(futures)):
+            for fut in distributed.as_completed(list(futures), loop=client.loop):
                 i = futures[fut]
                 try:
                     results[i] = _as_given(fut.result(), tasks[i][0], sent[i][0])
