@@ -147,33 +147,51 @@ def _components(request) -> frozenset:
 
 
 @dataclass
-class LetGo:
-    """The oldest SA transactions a resolution let go (Replay.RESOLUTION_HISTORY): how many,
-    their messages (frames, which a ladder no longer draws), the first of those frames, and
-    the frames of the last transaction let go (its DECODE-LIMIT finding rests on them); and
-    what the resolutions table counts of them (requests sent, answers, Reversible asked)."""
+class Tally:
+    """What the resolutions table counts of SA transactions (audit/tables.py): how many,
+    the requests sent (retries with the same TID included), the retries, the answered ones
+    and those whose query asked for a reversible path."""
 
     transactions: int = 0
-    messages: int = 0
-    first_frame: int = 0
-    last_frames: list[int] = field(default_factory=list)
     requests: int = 0
     retries: int = 0
     answered: int = 0
     reversible_asked: int = 0
+
+    def count(self, t) -> None:
+        """Count a transaction (or its ClosedTransaction)."""
+        self.transactions += 1
+        self.requests += t.request_count
+        self.retries += max(t.request_count - 1, 0)
+        self.answered += bool(t.answered)
+        self.reversible_asked += bool(t.asks_reversible())
+
+    def merge(self, other: "Tally | None") -> "Tally":
+        if other is not None:
+            for f in ("transactions", "requests", "retries", "answered", "reversible_asked"):
+                setattr(self, f, getattr(self, f) + getattr(other, f))
+        return self
+
+
+@dataclass
+class LetGo(Tally):
+    """The oldest SA transactions a resolution let go (Replay.RESOLUTION_HISTORY): how many
+    and what the resolutions table counts of them (Tally), their messages (frames, which a
+    ladder no longer draws), the first of those frames, and the frames of the last
+    transaction let go (its DECODE-LIMIT finding rests on them)."""
+
+    messages: int = 0
+    first_frame: int = 0
+    last_frames: list[int] = field(default_factory=list)
 
     def add(self, t) -> None:
         """Count a transaction (or its ClosedTransaction) let go."""
         frames = t.frames
         if not self.transactions:
             self.first_frame = frames[0]
-        self.transactions += 1
+        self.count(t)
         self.messages += len(frames)
         self.last_frames = frames
-        self.requests += t.request_count
-        self.retries += max(t.request_count - 1, 0)
-        self.answered += bool(t.answered)
-        self.reversible_asked += t.asks_reversible()
 
 
 @dataclass
@@ -193,6 +211,25 @@ class Resolution:
     extra_blobs: list[dict] = field(default_factory=list)
     # its oldest transactions, let go (Replay.RESOLUTION_HISTORY), or None
     let_go: LetGo | None = None
+    # its transactions folded into counts once judged, where nothing draws them (fold())
+    folded: Tally | None = None
+
+    def fold(self) -> None:
+        """Let the judged transactions go, keeping what the resolutions table counts of them:
+        what a process hands back of an audit no ladder is drawn from (audit/run.py), a
+        hundredth of the bytes of an SA storm's summaries."""
+        if self.transactions:
+            self.folded = Tally().merge(self.folded)
+            for t in self.transactions:
+                self.folded.count(t)
+            self.transactions = []
+
+    def tally(self) -> Tally:
+        """The counts of all its SA transactions: kept, folded and let go."""
+        total = Tally().merge(self.let_go).merge(self.folded)
+        for t in self.transactions:
+            total.count(t)
+        return total
 
     @property
     def name(self) -> str:
@@ -558,5 +595,5 @@ class Replay:
         return None
 
 
-__all__ = ["ClosedTransaction", "FrameList", "KeptFrames", "KeptRecord", "Replay", "Resolution",
-           "Transaction", "extra_blob_record"]
+__all__ = ["ClosedTransaction", "FrameList", "KeptFrames", "KeptRecord", "LetGo", "Replay",
+           "Resolution", "Tally", "Transaction", "extra_blob_record"]

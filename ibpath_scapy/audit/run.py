@@ -238,19 +238,25 @@ def audit_one(path: str, options: AuditOptions, engine: str = "scapy",
     return fa, None
 
 
-def _portable(fa: FileAudit) -> FileAudit:
+def _portable(fa: FileAudit, options: AuditOptions) -> FileAudit:
     """A FileAudit another process can hand back: the replay's callbacks (closures of the
-    audit that made it, used no more) dropped."""
+    audit that made it, used no more) dropped, and where no ladder is drawn of it, its
+    resolutions' judged transactions folded into the counts the reports read
+    (Resolution.fold): what crosses to the other process is then ~27 KB for an SA storm of
+    60,000 frames instead of 3 MB."""
     if fa.replay is not None:
         fa.replay.on_close = None
         fa.replay.keep_frame_record = None
+        if not (options.ladder_arrows or options.keep_transactions):  # (the library's keeps)
+            for res in fa.replay.resolutions.values():
+                res.fold()
     return fa
 
 
 def _audit_in_worker(args) -> tuple[FileAudit, str | None]:
     with paced():
         fa, message = audit_one(*args)
-    return _portable(fa), message
+    return _portable(fa, args[1]), message
 
 
 def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",

@@ -145,24 +145,18 @@ def resolution_rows(audits: list[FileAudit], profile: str, label: str | None = N
                 c = counts.setdefault(f.resolution, dict.fromkeys(SEVERITIES, 0))
                 c[f.severity] += 1
         for res in a.replay.resolutions.values():
-            ts, gone = res.transactions, res.let_go
+            t = res.tally()
             c = counts.get(res.name, dict.fromkeys(SEVERITIES, 0))
             worst = next((s for s in SEVERITIES if c[s]), "ok")
             yield {
                 "file": a.path, "host": who, "profile": profile, "local_gid": res.local,
-                "remote_gid": res.remote, "pkey": res.pkey,
-                "transactions": len(ts) + (gone.transactions if gone else 0),
-                "sa_requests": sum(t.request_count for t in ts) + (gone.requests if gone else 0),
-                "sa_retries": sum(max(t.request_count - 1, 0) for t in ts)
-                + (gone.retries if gone else 0),
-                "answered": sum(bool(t.answered) for t in ts) + (gone.answered if gone else 0),
-                "reversible_queries": sum(bool(t.asks_reversible()) for t in ts)
-                + (gone.reversible_asked if gone else 0),
+                "remote_gid": res.remote, "pkey": res.pkey, "transactions": t.transactions,
+                "sa_requests": t.requests, "sa_retries": t.retries, "answered": t.answered,
+                "reversible_queries": t.reversible_asked,
                 "blobs": len(res.blobs), "ls_requests": len(res.ls_requests),
                 "ls_responses": len(res.ls_responses), "cm_reqs": len(res.cm_reqs),
                 "errors": c["error"], "warnings": c["warning"], "infos": c["info"],
                 "verdict": worst}
-
 
 def markdown() -> str:
     """docs/parquet.md: the two tables' columns (a test fails when the page is stale)."""
