@@ -26,7 +26,7 @@ import stat
 import struct
 import sys
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator, Protocol
+from typing import BinaryIO, Callable, Iterator, Mapping, Protocol, Sequence
 
 from .native import extension as _native_scan  # (tests swap it for a lambda: None)
 
@@ -50,6 +50,11 @@ _EPB_HEAD = {e: struct.Struct(e + "7I").unpack_from for e in "<>"}
 _EPB_DATA = struct.calcsize("<7I")  # where its packet data starts
 # pcapng interface options: if_name, if_tsresol, if_tsoffset
 _IF_NAME, _IF_TSRESOL, _IF_TSOFFSET = 2, 9, 14
+# and those that say where a capture was made: if_description, if_os, if_hardware; the section
+# header's shb_hardware, shb_os, shb_userappl; opt_comment, of any block
+_IF_DESCRIPTION, _IF_OS, _IF_HARDWARE = 3, 12, 15
+_SHB_HARDWARE, _SHB_OS, _SHB_USERAPPL = 2, 3, 4
+_OPT_COMMENT = 1
 MAX_BLOCK = 256 * 1024 * 1024  # refuse absurd lengths instead of allocating them
 READ_BLOCK = 4 * 1024 * 1024  # captures are read in blocks of this size (pcap and pcapng)
 
@@ -928,6 +933,243 @@ def take(b, s, e):
 
 
 # --------------------------------------------------------------------------------------------
+# Where a capture was made, frame times, and an annotated copy
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Origin:
+    """What a capture says of the machine that made it: its first section's shb_hardware,
+    shb_os and shb_userappl, and the if_name, if_description, if_hardware and if_os of that
+    section's interfaces (pcapng; a classic pcap says none of it, nor do captures whose writer
+    left the options out)."""
+
+    hardware: str | None = None
+    os: str | None = None
+    application: str | None = None
+    interfaces: tuple[dict, ...] = ()
+
+
+def _texts(raw: bytes, endian: str, codes: dict[int, str]) -> dict[str, str]:
+    """The options of `codes` (code -> name) in an options area, as text (the first of each)."""
+    out: dict[str, str] = {}
+    for code, val in _options(raw, endian):
+        name = codes.get(code)
+        if name is not None and name not in out:
+            out[name] = val.rstrip(b"\x00").decode("utf-8", "replace")
+    return out
+
+
+def origin(src: "str | Input") -> Origin:
+    """The Origin of a capture, read from its first blocks: the section header and the
+    interface blocks before the first packet. A classic pcap, or a file that is neither,
+    gives an empty Origin; a pcapng damaged there raises CaptureError."""
+    with opened(src) as f:
+        path = f.name
+        if sniff_format(f.head(4)) != "pcapng":
+            return Origin()
+        head = _read_exact(f, 12, path, "section header", 0)
+        endian = "<" if struct.unpack("<I", head[8:12])[0] == _BYTE_ORDER_MAGIC else ">"
+        blen = _check_len(path, struct.unpack(endian + "I", head[4:8])[0], 0, 0)
+        body = _read_exact(f, blen - 12, path, "section header", 0)
+        shb = _texts(body[12:-4], endian, {_SHB_HARDWARE: "hardware", _SHB_OS: "os",
+                                           _SHB_USERAPPL: "application"})
+        ifaces = []
+        off = blen
+        while True:
+            hdr = f.read(8)
+            if len(hdr) < 8:
+                break
+            btype, blen = struct.unpack(endian + "II", hdr)
+            if btype != _IDB:  # the first packet, or the next section: all that is said
+                break
+            raw = _read_exact(f, _check_len(path, blen, off, 0) - 8, path, "interface block", 0)
+            ifaces.append(_texts(raw[8:-4], endian, {
+                _IF_NAME: "name", _IF_DESCRIPTION: "description", _IF_HARDWARE: "hardware",
+                _IF_OS: "os"}))
+            off += blen
+        return Origin(shb.get("hardware"), shb.get("os"), shb.get("application"), tuple(ifaces))
+
+
+class _Numbered:
+    """A FrameClassifier that takes the frames whose numbers are in `wanted`. It has no run
+    test, so the readers ask it about every frame once, in file order: counting the calls
+    numbers the frames without building the others."""
+
+    def __init__(self, wanted: frozenset[int]):
+        self.wanted, self.asked = wanted, 0
+
+    def classifier(self, linktype: int) -> Callable[[bytes, int, int], object]:
+        def classify(b: bytes, s: int, e: int) -> bool | None:
+            self.asked += 1
+            return True if self.asked in self.wanted else None
+        return classify
+
+    @staticmethod
+    def run_test(linktype: int) -> None:
+        return None
+
+    @staticmethod
+    def take_test(linktype: int) -> None:
+        return None
+
+
+def frame_times(src: "str | Input", numbers: "set[int] | frozenset[int]") -> dict[int, float]:
+    """{frame number: Frame.time} of the given frames of a pcap or pcapng file, read up to the
+    last of them (a second, cheap pass: no other frame is built). Frames past the end of the
+    file or its damage are left out; so is every frame of a raw blob (it has no time)."""
+    wanted = frozenset(n for n in numbers if n > 0)
+    times: dict[int, float] = {}
+    if not wanted:
+        return times
+    last = max(wanted)
+    try:
+        for frame, _ in classified_input(src, _Numbered(wanted)):
+            if frame.number in wanted:  # the count and the reader agree, as they must
+                times[frame.number] = frame.time
+            if frame.number >= last:
+                break
+    except CaptureError:
+        pass
+    return times
+
+
+def option_bytes(options: "Sequence[tuple[int, bytes | str]]", endian: str) -> bytes:
+    """pcapng options (code, value: bytes, or text written as UTF-8), each padded to 32 bits,
+    then opt_endofopt; nothing at all for no options."""
+    if not options:
+        return b""
+    out = []
+    for code, val in options:
+        v = val.encode() if isinstance(val, str) else val
+        out.append(struct.pack(endian + "HH", code, len(v)) + v + b"\x00" * ((-len(v)) % 4))
+    return b"".join(out) + b"\x00" * 4
+
+
+def epb_block(endian: str, iface: int, ticks: int, data: bytes, wirelen: int,
+              options: "Sequence[tuple[int, bytes | str]]" = ()) -> bytes:
+    """A whole enhanced packet block."""
+    body = struct.pack(endian + "IIIII", iface, ticks >> 32, ticks & 0xFFFFFFFF, len(data),
+                       wirelen) + data + b"\x00" * ((-len(data)) % 4)
+    body += option_bytes(options, endian)
+    blen = len(body) + 12
+    return struct.pack(endian + "II", _EPB, blen) + body + struct.pack(endian + "I", blen)
+
+
+# the longest comment --annotate writes (an option's length is 16 bits)
+MAX_COMMENT = 60000
+
+
+def annotate(src: str, dst: str, comments: Mapping[int, Sequence[str]]) -> int:
+    """Copy the capture src to dst as pcapng, frame n carrying comments[n] as packet comments
+    (one opt_comment each) after the comments it has; a comment it has already is not added
+    twice. A pcapng keeps every block as it is but the packet blocks that gain comments (an
+    SPB, which has no options, becomes an EPB on interface 0); a classic pcap becomes a pcapng
+    with one interface of its link type, snap length and clock, and the exact timestamps.
+    dst appears whole or not at all. Returns the number of frames that gained a comment.
+    Raises CaptureError for a file that is no capture or cannot be read to its end."""
+    wanted = {n: [c[:MAX_COMMENT] for c in cs] for n, cs in comments.items() if cs}
+    tmp = f"{dst}.part{os.getpid()}"
+    try:
+        with opened(src) as f:
+            kind = sniff_format(f.head(4))
+            if kind == "pcapng":
+                with open(tmp, "wb") as out:
+                    done = _annotate_pcapng(f, out, wanted)
+            elif kind == "pcap":
+                with PcapNgWriter(tmp) as w:
+                    done = _annotate_pcap(f, w, wanted)
+            else:
+                raise CaptureError(f"{f.name}: not a pcap or pcapng file: a raw blob has no "
+                                   "frames to annotate")
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return done
+
+
+def _new(existing: list[str], added: Sequence[str]) -> list[str]:
+    return [c for c in dict.fromkeys(added) if c not in existing]
+
+
+def _annotate_pcap(f: Input, w: "PcapNgWriter", wanted: dict[int, list[str]]) -> int:
+    path = f.name
+    hdr = _read_exact(f, _PCAP_HDR, path, "pcap file header", 0)
+    endian, iface = _pcap_interface(hdr)
+    nano = iface.units == 10 ** 9
+    w.interface(iface.linktype, iface.snaplen, 9 if nano else 6)
+    rec = struct.Struct(endian + "IIII")
+    number = done = 0
+    while True:
+        head = f.read(_REC_HDR)
+        if not head:
+            return done
+        number += 1
+        if len(head) < _REC_HDR:
+            raise _damage(path, number, f"truncated record header at byte offset {f.pos - len(head)}")
+        sec, frac, incl, orig = rec.unpack(head)
+        data = _read_exact(f, incl, path, "packet data", number)
+        added = _new([], wanted.get(number, ()))
+        done += bool(added)
+        w.write_ticks(0, sec * iface.units + frac, data, orig, added)
+
+
+def _annotate_pcapng(f: Input, out: BinaryIO, wanted: dict[int, list[str]]) -> int:
+    path = f.name
+    endian, number, done = "<", 0, 0
+    while True:
+        off = f.pos
+        hdr = f.read(8)
+        if not hdr:
+            return done
+        if len(hdr) < 8:
+            raise _damage(path, number + 1, f"truncated block header at byte offset {off}")
+        if hdr[:4] == PCAPNG_SHB:
+            bom = _read_exact(f, 4, path, "section header", number + 1)
+            endian = "<" if struct.unpack("<I", bom)[0] == _BYTE_ORDER_MAGIC else ">"
+            blen = _check_len(path, struct.unpack(endian + "I", hdr[4:])[0], off, number)
+            out.write(hdr + bom + _read_exact(f, blen - 12, path, "section header", number + 1))
+            continue
+        btype, blen = struct.unpack(endian + "II", hdr)
+        block = hdr + _read_exact(f, _check_len(path, blen, off, number) - 8, path,
+                                  "pcapng block", number + 1)
+        if btype not in (_EPB, _PB, _SPB):
+            out.write(block)
+            continue
+        number += 1
+        if number not in wanted:
+            out.write(block)
+            continue
+        if btype == _SPB:  # no options, no clock: an EPB on interface 0 at time 0
+            orig = struct.unpack(endian + "I", block[8:12])[0]
+            data, iface, ticks, head_len, opts = block[12:12 + orig], 0, 0, None, []
+        else:
+            if btype == _EPB:
+                iface, ts_hi, ts_lo, incl, orig = struct.unpack_from(endian + "5I", block, 8)
+            else:  # the obsolete packet block: interface (16 bits) and drops count
+                iface, _, ts_hi, ts_lo, incl, orig = struct.unpack_from(endian + "HH4I", block, 8)
+            ticks, head_len = (ts_hi << 32) | ts_lo, 28
+            data = block[head_len:head_len + incl]
+            if head_len + incl > blen - 4:
+                raise _damage(path, number, f"packet length {incl} overruns its block at "
+                              f"byte offset {off}")
+            opts = list(_options(block[head_len + ((incl + 3) & ~3):-4], endian))
+        existing = [v.decode("utf-8", "replace") for c, v in opts if c == _OPT_COMMENT]
+        added = _new(existing, wanted[number])
+        if not added:
+            out.write(block)
+            continue
+        done += 1
+        opts += [(_OPT_COMMENT, c) for c in added]
+        if btype == _PB:
+            body = block[8:head_len] + data + b"\x00" * ((-len(data)) % 4) + option_bytes(opts, endian)
+            blen = len(body) + 12
+            out.write(struct.pack(endian + "II", _PB, blen) + body + struct.pack(endian + "I", blen))
+        else:
+            out.write(epb_block(endian, iface, ticks, data, orig, opts))
+
+
+# --------------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------------
 
@@ -947,36 +1189,47 @@ class _Writer:
 
 
 class PcapNgWriter(_Writer):
-    """Write a pcapng with one interface per link type (created on first use)."""
+    """Write a pcapng. write() puts each frame on an interface of its link type (created on
+    first use, nanosecond clock); interface() and write_ticks() give a frame the interface and
+    the exact clock ticks, length on the wire and comments of a frame read elsewhere (the
+    --annotate copy of a classic pcap). options: the section header's, as (code, value)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, options: "Sequence[tuple[int, bytes | str]]" = ()):
         self.f = open(path, "wb")
         self.ifaces: dict[int, int] = {}
+        self._count = 0  # interfaces described so far (write()'s and interface()'s)
         shb_body = struct.pack("<IHHq", _BYTE_ORDER_MAGIC, 1, 0, -1)
-        self._block(0x0A0D0D0A, shb_body)
+        self._block(0x0A0D0D0A, shb_body + option_bytes(options, "<"))
 
     def _block(self, btype: int, body: bytes) -> None:
         body += b"\x00" * ((-len(body)) % 4)
         blen = len(body) + 12
         self.f.write(struct.pack("<II", btype, blen) + body + struct.pack("<I", blen))
 
+    def interface(self, linktype: int, snaplen: int = 0, tsresol: int = 9,
+                  options: "Sequence[tuple[int, bytes | str]]" = ()) -> int:
+        """Describe an interface (if_tsresol as pcapng codes it: 6 microseconds, 9
+        nanoseconds); its ID for write_ticks()."""
+        opts = [(_IF_TSRESOL, bytes([tsresol]))] + list(options)
+        self._block(_IDB, struct.pack("<HHI", linktype, 0, snaplen) + option_bytes(opts, "<"))
+        self._count += 1
+        return self._count - 1
+
     def _iface(self, linktype: int) -> int:
         if linktype not in self.ifaces:
-            tsresol = struct.pack("<HHB3x", 9, 1, 9)  # nanoseconds
-            self._block(_IDB, struct.pack("<HHI", linktype, 0, 0) + tsresol + b"\x00" * 4)
-            self.ifaces[linktype] = len(self.ifaces)
+            self.ifaces[linktype] = self.interface(linktype)
         return self.ifaces[linktype]
 
     def write(self, data: bytes, linktype: int, ts: float = 0.0, comment: str | None = None) -> None:
         iface = self._iface(linktype)
-        t = int(round(ts * 1e9))
-        body = struct.pack("<IIIII", iface, t >> 32, t & 0xFFFFFFFF, len(data), len(data)) + data
-        body += b"\x00" * ((-len(body)) % 4)
-        if comment:
-            c = comment.encode()
-            body += struct.pack("<HH", 1, len(c)) + c + b"\x00" * ((-len(c)) % 4) + b"\x00" * 4
-        self._block(_EPB, body)
+        self.write_ticks(iface, int(round(ts * 1e9)), data, comments=[comment] if comment else ())
 
+    def write_ticks(self, iface: int, ticks: int, data: bytes, wirelen: int | None = None,
+                    comments: "Sequence[str]" = ()) -> None:
+        """One frame on interface `iface`, at `ticks` of its clock, with one opt_comment
+        per comment."""
+        self.f.write(epb_block("<", iface, ticks, data, len(data) if wirelen is None else wirelen,
+                               [(_OPT_COMMENT, c) for c in comments]))
 
 
 class PcapWriter(_Writer):

@@ -168,9 +168,13 @@ def test_label_names_standard_input_in_every_report(tmp_path, bad):  # noqa: F81
     assert "== node7: 5 frames" in text and "node7:1,2,3: error RES-NO-FOLLOWUP" in text
     doc = json.loads(doc)
     assert doc["files"] == ["node7"] and {x["file"] for x in doc["findings"]} == {"node7"}
-    p = subprocess.run(IBPATH + ["--label", "x", str(bad)], capture_output=True, text=True,
+    # a file keeps its own name (--label is then only the Parquet tables' host)
+    p = subprocess.run(IBPATH + ["--label", "x", "--format", "json", str(bad)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and json.loads(p.stdout)["files"] == [str(bad)], p.stderr
+    p = subprocess.run(IBPATH + ["--label", " ", str(bad)], capture_output=True, text=True,
                        timeout=120)
-    assert p.returncode == 2 and "--label names standard input" in p.stderr
+    assert p.returncode == 2 and "--label takes a name that is not blank" in p.stderr
 
 
 def test_junit_cases_findings_lists_the_read_case_and_the_rules_that_found(tmp_path, bad, good):  # noqa: F811,E501

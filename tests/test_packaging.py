@@ -112,11 +112,31 @@ def test_an_audit_starts_without_what_only_other_verbs_need(installed):
     code = ("import sys, _ibpath_launcher\n"
             f"sys.argv = ['ibpath', 'audit', '--quiet', '--format', 'json', {str(CAPTURE)!r}]\n"
             "try:\n    _ibpath_launcher.main()\nexcept SystemExit:\n    pass\n"
-            "late = ['xml.sax.saxutils', 'urllib.request', 'ibpath_scapy.record.process']\n"
+            "late = ['xml.sax.saxutils', 'urllib.request', 'ibpath_scapy.record.process',\n"
+            "        'pyarrow', 'duckdb', 'distributed', 'dask']\n"
             "print('loaded:', [m for m in late if m in sys.modules])\n")
     p = _run([str(bindir / "python"), "-c", code], cwd=work, env=env)
     assert p.stdout.splitlines()[-1] == "loaded: []", p
     assert '"findings"' in p.stdout, p
+
+
+def test_the_fleet_verbs_name_the_missing_extra(installed):
+    """The base install (no extra) has none of pyarrow, duckdb, dask: --format parquet,
+    --resolutions-out and --dask say which extra brings them and exit 2, before any audit;
+    the other formats and --annotate (pcapio's own writer) need none of it."""
+    env, bindir, work = installed
+    p = _run([str(bindir / "python"), "-c", "import importlib.util as u; print([m for m in "
+              "('pyarrow', 'duckdb', 'distributed', 'dask') if u.find_spec(m)])"], cwd=work, env=env)
+    assert p.stdout == "[]\n", p
+    for args, what in ((["--format", "parquet", "-o", work / "f.parquet"], "--format parquet"),
+                       (["--resolutions-out", work / "r.parquet"], "--resolutions-out"),
+                       (["--dask", "tcp://127.0.0.1:1"], "--dask")):
+        p = ibpath(installed, "audit", *args, CAPTURE, ok=(2,))
+        assert what in p.stderr and "pip install 'ibpath_scapy[fleet]'" in p.stderr, p.stderr
+        assert p.stdout == ""
+    assert not (work / "f.parquet").exists() and not (work / "r.parquet").exists()
+    ibpath(installed, "audit", "--annotate", work / "a.pcapng", CAPTURE, ok=(1,))
+    assert (work / "a.pcapng").stat().st_size > CAPTURE.stat().st_size
 
 
 def test_the_installed_package_runs_the_c_loops(installed, wheel):

@@ -33,5 +33,6 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+# the fleet extra too: its tests (Parquet read back by DuckDB, a Dask cluster on 127.0.0.1)
 # PYTHONWARNINGS: setuptools' notice that an editable install is one (printed on every run)
-PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e '.[test]'
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e '.[test,fleet]'

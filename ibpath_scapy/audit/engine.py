@@ -21,6 +21,11 @@ class FileAudit:
     frames: int = 0
     error: str | None = None  # the file could not be read to its end
     seconds: float = 0.0  # how long its audit took (the JUnit report's time)
+    # with AuditOptions.tables (the Parquet tables, audit/tables.py): where the capture says
+    # it was made (pcapio.Origin, None when not read) and {frame: time} of the first frame
+    # of each finding, read where the file is (a worker of --jobs or --dask)
+    origin: object = None
+    times: dict = field(default_factory=dict)
 
 
 def _finding(rule_id: str, r, hit, path: str, resolution: str | None) -> Finding:

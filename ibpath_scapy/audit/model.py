@@ -133,3 +133,6 @@ class AuditOptions:
     # without keep_transactions: draw each transaction's ladder messages as it is let go
     # (Replay.arrows), for ladder diagrams at ~0.2 KB a frame
     ladder_arrows: bool = False
+    # after each file's audit, read where the capture was made and the times of its findings'
+    # first frames (FileAudit.origin, .times): what the Parquet tables add to the findings
+    tables: bool = False

@@ -92,6 +92,11 @@ class Transaction:
         """The first request's frame (the first frame, if no request was seen)."""
         return self.requests[0].frame if self.requests else self.frames[0]
 
+    @property
+    def request_count(self) -> int:
+        """How many times the request was sent (1 + its retries with the same TID)."""
+        return len(self.requests)
+
     def asks_reversible(self) -> bool:
         q = self.query
         return q is not None and "reversible" in self.components and q.reversible == 1
@@ -105,7 +110,7 @@ class ClosedTransaction:
 
     __slots__ = ("requester", "tid", "attribute_id", "records", "answered", "completing_frame",
                  "query", "components", "component_mask", "status", "first_frame", "_frames",
-                 "arrows")
+                 "arrows", "request_count")
 
     def __init__(self, t: Transaction):
         self.requester, self.tid, self.attribute_id = t.requester, t.tid, t.attribute_id
@@ -114,6 +119,7 @@ class ClosedTransaction:
         self.component_mask = t.component_mask
         self.components = _components(t.request)
         self.first_frame = t.first_frame
+        self.request_count = t.request_count
         self._frames = array("Q", t.frames)
         self.arrows: list[tuple] | None = None  # its ladder messages (Replay.arrows)
 
@@ -142,20 +148,49 @@ def _components(request) -> frozenset:
 
 
 @dataclass
-class LetGo:
-    """The oldest SA transactions a resolution let go (Replay.RESOLUTION_HISTORY): how many,
-    their messages (frames, which a ladder no longer draws), the first of those frames, and
-    the frames of the last transaction let go (its DECODE-LIMIT finding rests on them)."""
+class Tally:
+    """What the resolutions table counts of SA transactions (audit/tables.py): how many,
+    the requests sent (retries with the same TID included), the retries, the answered ones
+    and those whose query asked for a reversible path."""
 
     transactions: int = 0
+    requests: int = 0
+    retries: int = 0
+    answered: int = 0
+    reversible_asked: int = 0
+
+    def count(self, t) -> None:
+        """Count a transaction (or its ClosedTransaction)."""
+        self.transactions += 1
+        self.requests += t.request_count
+        self.retries += max(t.request_count - 1, 0)
+        self.answered += bool(t.answered)
+        self.reversible_asked += bool(t.asks_reversible())
+
+    def merge(self, other: "Tally | None") -> "Tally":
+        if other is not None:
+            for f in ("transactions", "requests", "retries", "answered", "reversible_asked"):
+                setattr(self, f, getattr(self, f) + getattr(other, f))
+        return self
+
+
+@dataclass
+class LetGo(Tally):
+    """The oldest SA transactions a resolution let go (Replay.RESOLUTION_HISTORY): how many
+    and what the resolutions table counts of them (Tally), their messages (frames, which a
+    ladder no longer draws), the first of those frames, and the frames of the last
+    transaction let go (its DECODE-LIMIT finding rests on them)."""
+
     messages: int = 0
     first_frame: int = 0
     last_frames: list[int] = field(default_factory=list)
 
-    def add(self, frames: list[int]) -> None:
+    def add(self, t) -> None:
+        """Count a transaction (or its ClosedTransaction) let go."""
+        frames = t.frames
         if not self.transactions:
             self.first_frame = frames[0]
-        self.transactions += 1
+        self.count(t)
         self.messages += len(frames)
         self.last_frames = frames
 
@@ -177,6 +212,25 @@ class Resolution:
     extra_blobs: list[dict] = field(default_factory=list)
     # its oldest transactions, let go (Replay.RESOLUTION_HISTORY), or None
     let_go: LetGo | None = None
+    # its transactions folded into counts once judged, where nothing draws them (fold())
+    folded: Tally | None = None
+
+    def fold(self) -> None:
+        """Let the judged transactions go, keeping what the resolutions table counts of them:
+        what a process hands back of an audit no ladder is drawn from (audit/run.py), a
+        hundredth of the bytes of an SA storm's summaries."""
+        if self.transactions:
+            self.folded = Tally().merge(self.folded)
+            for t in self.transactions:
+                self.folded.count(t)
+            self.transactions = []
+
+    def tally(self) -> Tally:
+        """The counts of all its SA transactions: kept, folded and let go."""
+        total = Tally().merge(self.let_go).merge(self.folded)
+        for t in self.transactions:
+            total.count(t)
+        return total
 
     @property
     def name(self) -> str:
@@ -526,7 +580,7 @@ class Replay:
                 old = res.transactions.pop(0)
                 if res.let_go is None:
                     res.let_go = LetGo()
-                res.let_go.add(old.frames)
+                res.let_go.add(old)
                 if self.keep_closed:  # self.done keeps it: not drawn with no resolution either
                     self.let_go.add(id(old))
         return res
@@ -544,5 +598,5 @@ class Replay:
         return None
 
 
-__all__ = ["ClosedTransaction", "FrameList", "KeptFrames", "KeptRecord", "Replay", "Resolution",
-           "Transaction", "extra_blob_record"]
+__all__ = ["ClosedTransaction", "FrameList", "KeptFrames", "KeptRecord", "LetGo", "Replay",
+           "Resolution", "Tally", "Transaction", "extra_blob_record"]

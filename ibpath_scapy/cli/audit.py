@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import sys
 
-from ..audit import catalogue, report
+from ..audit import annotate, catalogue, report
+from ..audit.cluster import ClusterError
 from ..audit.html import to_html
 from ..audit.model import AuditOptions
 from ..audit.run import audit_paths, expand_inputs
+from ..extras import MissingExtra, need
 from ..gcpace import paced
 from ..pcapio import STDIN
 
@@ -30,16 +32,16 @@ def add_parser(sub) -> None:
     p.add_argument("files", nargs="*", metavar="FILE")
     p.add_argument("--kernel", choices=("ucma", "ls-legacy", "ls-multi", "proposal", "all"),
                    default="all", help="which kernel's use of a blob to judge (default: all)")
-    p.add_argument("--format", choices=("text", "json", "junit", "html"), default="text",
-                   help="html: one self-contained page with a ladder diagram per resolution")
+    p.add_argument("--format", choices=("text", "json", "junit", "html", "parquet"),
+                   default="text",
+                   help="html: one self-contained page with a ladder diagram per resolution; "
+                   "parquet (with -o): one row per finding, for DuckDB (docs/parquet.md; "
+                   "the fleet extra)")
     p.add_argument("--junit-cases", choices=report.JUNIT_CASES, default="all",
                    help="junit format: a test case per rule of the catalogue in every input's "
                    "suite, passed where the rule found nothing (all, the default: CI tools "
                    "then show a finding that goes away as a test fixed), or only the read case "
                    "and the rules with findings (findings)")
-    p.add_argument("--label", metavar="NAME",
-                   help="what the reports call standard input ('-'): the file name in text "
-                   "and JSON, the suite and class name in JUnit (default: '-')")
     p.add_argument("--ladder", action="store_true",
                    help="text format: draw each resolution's ladder diagram (the default when "
                    f"the report goes to a terminal and the inputs are under "
@@ -59,6 +61,22 @@ def add_parser(sub) -> None:
                    "as a second opinion")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                    help="audit the files in N processes (the same report as one process)")
+    p.add_argument("--resolutions-out", metavar="OUT.parquet",
+                   help="also write one row per resolution (its counts and verdict) as Parquet "
+                   "(docs/parquet.md; the fleet extra)")
+    p.add_argument("--label", metavar="NAME",
+                   help="what the reports call standard input ('-'): the file name in text "
+                   "and JSON, the suite and class name in JUnit (default: '-'); and the host "
+                   "column of the Parquet tables (default: what each pcapng's section header "
+                   "says of the machine that made it)")
+    p.add_argument("--annotate", metavar="OUT",
+                   help="write a pcapng copy of the capture whose frames carry the findings "
+                   "that rest on them as packet comments (Wireshark: frame.comment contains "
+                   "\"RES-\"); with several inputs or a directory, OUT is a directory of copies")
+    p.add_argument("--dask", metavar="SCHEDULER",
+                   help="audit the files on the workers of this Dask scheduler "
+                   "(tcp://HOST:PORT), which read them at the same paths; the same report as "
+                   "one process (the fleet extra)")
     p.add_argument("--list-rules", action="store_true", help="print the rule catalogue (--format json: as JSON)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
@@ -97,6 +115,37 @@ def _live_printer(out):
     return live
 
 
+def _refusal(args, files: list[str]) -> str | None:
+    """Why the options cannot be done as given (before any file is audited), or None."""
+    if args.format == "parquet" and not args.output:
+        return "--format parquet writes a file: give -o OUT.parquet"
+    if args.dask and args.jobs > 1:
+        return "--dask and --jobs: the cluster's workers are the processes; give one of them"
+    if args.dask:
+        streams = [f for f in files if _is_stream(f)]
+        if streams:
+            return (f"--dask: {streams[0]} is a stream, read by this process only; give "
+                    "files the workers can read")
+    try:
+        if args.format == "parquet":
+            need("pyarrow", "--format parquet")
+        if args.resolutions_out:
+            need("pyarrow", "--resolutions-out")
+        if args.dask:
+            need("distributed", "--dask")
+    except MissingExtra as exc:
+        return str(exc)
+    return None
+
+
+def _write_tables(args, audits) -> None:
+    from ..audit import parquet  # pyarrow: imported only when a table is asked for
+    if args.format == "parquet":
+        parquet.write_findings(args.output, audits, args.kernel, args.label)
+    if args.resolutions_out:
+        parquet.write_resolutions(args.resolutions_out, audits, args.kernel, args.label)
+
+
 @paced()  # the reports too are written without walking the records again (gcpace)
 def run(args) -> int:
     if args.list_rules:
@@ -108,9 +157,9 @@ def run(args) -> int:
     if args.jobs < 1:
         print("ibpath audit: --jobs takes a number of processes, 1 or more", file=sys.stderr)
         return 2
-    if args.label is not None and (STDIN not in args.files or not args.label.strip()):
-        print("ibpath audit: --label names standard input: give '-' among the FILEs, and a "
-              "name that is not blank", file=sys.stderr)
+    if args.label is not None and not args.label.strip():
+        print("ibpath audit: --label takes a name that is not blank (of standard input, and "
+              "the Parquet tables' host)", file=sys.stderr)
         return 2
     as_blob = args.as_kind == "blob"
     inputs = expand_inputs(args.files, as_blob)
@@ -122,9 +171,20 @@ def run(args) -> int:
         print(f"ibpath audit: no capture or blob file in {', '.join(args.files)}",
               file=sys.stderr)
         return 2
-    out = open(args.output, "w") if args.output else sys.stdout
+    why = _refusal(args, paths)
+    targets = {}
+    if why is None and args.annotate:
+        try:
+            targets = annotate.plan(args.files + args.blob, paths, args.annotate)
+        except annotate.AnnotateError as exc:
+            why = str(exc)
+    if why is not None:
+        print(f"ibpath audit: {why}", file=sys.stderr)
+        return 2
+    binary = args.format == "parquet"
+    out = sys.stdout if binary or not args.output else open(args.output, "w")
     try:
-        tty = out.isatty()
+        tty = out.isatty() and not binary
         ladders, note = args.format == "html" or args.ladder, None
         if args.format == "text" and tty and not args.ladder:
             size = _input_bytes(paths)
@@ -134,29 +194,47 @@ def run(args) -> int:
                         + ("a stream" if size is None else f"{size / 2 ** 20:.0f} MiB of input")
                         + ": --ladder draws them)")
         ladders = ladders and args.format in ("text", "html")
-        # closed transactions are let go; ladder diagrams keep the messages they draw
+        # closed transactions are let go; ladder diagrams keep the messages they draw; the
+        # Parquet tables read each capture's origin and its findings' frame times
         options = AuditOptions(kernel=args.kernel, extra_blobs=args.blob,
-                               keep_transactions=False, ladder_arrows=ladders)
+                               keep_transactions=False, ladder_arrows=ladders,
+                               tables=binary or bool(args.resolutions_out))
         live = None
         if args.format == "text" and any(_is_stream(p) for p in paths):
             live = _live_printer(out)
-        audits, unreadable = audit_paths(paths, options, engine=args.engine, quiet=args.quiet,
-                                         jobs=args.jobs, as_blob=as_blob, live=live,
-                                         unlisted=inputs.unlisted,
-                                         names={STDIN: args.label} if args.label else None)
+        try:
+            audits, unreadable = audit_paths(paths, options, engine=args.engine,
+                                             quiet=args.quiet, jobs=args.jobs, as_blob=as_blob,
+                                             live=live, unlisted=inputs.unlisted,
+                                             names={STDIN: args.label} if args.label else None,
+                                             dask=args.dask)
+        except ClusterError as exc:
+            print(f"ibpath audit: {exc}", file=sys.stderr)
+            return 2
         if args.format == "json":
             out.write(report.to_json(audits, skipped) + "\n")
         elif args.format == "junit":
             out.write(report.to_junit(audits, skipped, cases_of=args.junit_cases))
         elif args.format == "html":
             out.write(to_html(audits))
-        else:
+        elif args.format == "text":
             out.write(report.to_text(audits, colour=tty, ladder=ladders, skipped=skipped))
             if note:
                 out.write(note + "\n")
     finally:
-        if args.output:
+        if out is not sys.stdout:
             out.close()
-    if unreadable:
+    failed = False
+    try:
+        _write_tables(args, audits)
+    except OSError as exc:
+        print(f"ibpath audit: {exc.filename}: cannot write: {exc.strerror}", file=sys.stderr)
+        failed = True
+    if targets:
+        lines, bad = annotate.write(audits, targets, as_blob)
+        for line in lines:
+            print(line, file=sys.stderr)
+        failed = failed or bad
+    if unreadable or failed:
         return 2
     return 1 if any(f.severity == "error" for a in audits for f in a.findings) else 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import struct
 from pathlib import Path
 
 from ..layers.pathdata import blob_pdu, set_option_comment
@@ -27,11 +26,7 @@ class CommentedPcapNgWriter(PcapNgWriter):
     """PcapNgWriter whose section header block carries an opt_comment."""
 
     def __init__(self, path: str, comment: str):
-        self.f = open(path, "wb")
-        self.ifaces = {}
-        c = comment.encode()
-        opts = struct.pack("<HH", 1, len(c)) + c + b"\x00" * ((-len(c)) % 4) + b"\x00" * 4
-        self._block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1) + opts)
+        super().__init__(path, options=[(1, comment)])  # opt_comment
 
 
 def header(meta: dict, what: str) -> str:
