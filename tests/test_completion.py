@@ -86,7 +86,7 @@ def test_bash_completes_verbs_options_values_and_paths(tmp_path):
     assert got["ibpath au"] == {"audit"}
     assert got["ibpath "] == verbs() and "completion" in verbs()
     assert got["ibpath audit --for"] == {"--format"}
-    assert got["ibpath audit --format "] == {"text", "json", "junit", "html"}
+    assert got["ibpath audit --format "] == {"text", "json", "junit", "html", "parquet"}
     assert got["ibpath audit --junit-cases "] == {"all", "findings"}
     assert got["ibpath audit --la"] == {"--label", "--ladder"}
     assert got["ibpath dissector "] == {"generate", "install"}
@@ -134,6 +134,6 @@ def test_zsh_script_parses_and_registers_for_ibpath(tmp_path):
 def test_zsh_completes_verbs_and_option_values(tmp_path):
     folder = script("zsh", tmp_path).parent
     assert zsh_candidates(folder, "ibpath au") == {"audit"}
-    assert zsh_candidates(folder, "ibpath audit --format ") == {"text", "json", "junit", "html"}
+    assert zsh_candidates(folder, "ibpath audit --format ") == {"text", "json", "junit", "html", "parquet"}
     assert zsh_candidates(folder, "ibpath completion ") == {"bash", "zsh"}
     assert verbs() <= zsh_candidates(folder, "ibpath ")
