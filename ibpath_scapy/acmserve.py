@@ -93,7 +93,7 @@ from .layers.acm import (
     AcmResolve,
 )
 from .layers.mad import MAD
-from .layers.pathdata import PathArray, PathRecData
+from .layers.pathdata import RECORD_SIZE, PathArray, PathRecData
 from .layers.sa import PathRecord
 
 DEFAULT_SOCKET = "/run/ibacm.sock"  # IBACM_SERVER_PATH, RUNDIR /run on Debian (config.h.in)
@@ -108,7 +108,6 @@ MAX_CLIENTS = 1023
 # (one byte at a time, a header and no body) cannot hold a thread forever; librdmacm sends a
 # whole request in one send()
 CLIENT_IDLE_S = 30.0
-RECORD = 72
 PROVIDER = "ibpath"  # the provider name EP_QUERY gives: the stand-in's, not acmp's "ibacmp"
 DEFAULT_PKEY = 0xFFFF  # the default partition's, which the scenarios query with
 
@@ -279,7 +278,7 @@ def path_entries(array: bytes, gid_map: dict[bytes, bytes] | None = None
     """The ACM path entries for a path array, the bytes past its last whole record, and
     notes on what could not be carried. gid_map replaces SGIDs/DGIDs (16 raw bytes)."""
     notes = []
-    whole = len(array) - len(array) % RECORD
+    whole = len(array) - len(array) % RECORD_SIZE
     entries = []
     for rec in PathArray(array[:whole]).records:
         path = PathRecord(bytes(rec.path_record))
@@ -338,9 +337,9 @@ def endpoint_for(plan: Plan) -> Endpoint:
     (else the default partition's), the address the scenario's local one."""
     guid = int.from_bytes(_gid_bytes(plan.local_gid)[8:], "big") if plan.local_gid else 0
     pkey = DEFAULT_PKEY
-    whole = [a for a in plan.arrays if len(a) >= RECORD]
+    whole = [a for a in plan.arrays if len(a) >= RECORD_SIZE]
     if whole:
-        pkey = PathArray(whole[0][:RECORD]).records[0].path_record.pkey
+        pkey = PathArray(whole[0][:RECORD_SIZE]).records[0].path_record.pkey
     return Endpoint(guid, pkey, [plan.local_ip] if plan.local_ip else [])
 
 

@@ -23,6 +23,7 @@ import ipaddress
 from typing import Iterable, Iterator
 
 from scapy.config import conf
+from scapy.data import DLT_EN10MB, DLT_IPV4, DLT_IPV6, DLT_LINUX_SLL, DLT_LINUX_SLL2, DLT_RAW_ALT
 from scapy.contrib.roce import BTH, GRH
 from scapy.fields import FlagsField, IP6Field
 from scapy.layers.inet import IP, UDP
@@ -57,7 +58,8 @@ from .kernelview import (
 )
 from .layers import cm as cm_layers
 from .layers import netlink as nl
-from .layers.ib import EXP_PDU_TAG_COL_PROT_TEXT, ERF, LRH, ExportedPDU
+from .layers.ib import EXP_PDU_TAG_COL_PROT_TEXT, ERF, LINKTYPE_ERF, LINKTYPE_INFINIBAND, \
+    LINKTYPE_WIRESHARK_UPPER_PDU, LRH, ExportedPDU
 from .layers.mad import MAD, MAD_SIZE, RMPP
 from .layers.pathdata import (
     RECORD_SIZE,
@@ -88,18 +90,18 @@ from .pcapio import RAW_BLOB_LINKTYPE, Frame, Input, read_input
 conf.debug_dissector = False
 
 LINKTYPE_LAYERS: dict[int, type[Packet]] = {
-    1: Ether,
-    113: CookedLinux,
-    197: ERF,
-    247: LRH,
-    252: ExportedPDU,
+    DLT_EN10MB: Ether,
+    DLT_LINUX_SLL: CookedLinux,
+    LINKTYPE_ERF: ERF,
+    LINKTYPE_INFINIBAND: LRH,
+    LINKTYPE_WIRESHARK_UPPER_PDU: ExportedPDU,
     nl.LINKTYPE_NETLINK: nl.NetlinkCooked,
-    276: CookedLinuxV2,
+    DLT_LINUX_SLL2: CookedLinuxV2,
     RAW_BLOB_LINKTYPE: PathArray,
 }
-_RAW_IP_LINKTYPES = {101, 228, 229}
+_RAW_IP_LINKTYPES = {DLT_RAW_ALT, DLT_IPV4, DLT_IPV6}
 SUPPORTED_LINKTYPES = frozenset(LINKTYPE_LAYERS) | _RAW_IP_LINKTYPES
-_LIST_LINKTYPES = {252, nl.LINKTYPE_NETLINK, RAW_BLOB_LINKTYPE}
+_LIST_LINKTYPES = {LINKTYPE_WIRESHARK_UPPER_PDU, nl.LINKTYPE_NETLINK, RAW_BLOB_LINKTYPE}
 # exported PDUs of ibpath record that carry what a process did (facts.process)
 _PROCESS_DISSECTORS = {UCMA_DISSECTOR: UcmaCmdHdr, ACM_DISSECTOR: AcmHdr}
 

@@ -475,3 +475,9 @@ def header_layout(cls: type) -> HeaderLayout:
             shift=0 if whole else s.nbytes * 8 - s.bit_off - s.bits,
             little_endian=s.little_endian)
     return HeaderLayout(m.key, out, m.static_len if m.static_len is not None else m.fixed_len)
+
+
+def field_offset(cls: type, name: str) -> int:
+    """The byte a field of a header starts in, from its layout (a bit field: the byte of
+    its window): the one place code that reads raw bytes takes an offset from."""
+    return header_layout(cls).fields[name].off

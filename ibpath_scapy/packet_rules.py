@@ -92,15 +92,15 @@ _BIDIR = 0x28
 PACKET_RULES += [
     PacketRule("BLOB-LENGTH", "error", "PathArray", (Remaining() % 72) != 0,
                "blob length is not a multiple of 72 (ucma_set_ib_path returns EINVAL)",
-               sources.UCMA_SET_PATH, audit=False),
+               sources.UCMA_SET_PATH + "; sa_query.c ib_nl_policy", audit=False),
     PacketRule("BLOB-UNKNOWN-FLAGS", "error", "PathRecData", (F("flags") & 0xFFFFFFC0) != 0,
                "flag bit outside 0x3F set", sources.UAPI_SA, audit=False),
     PacketRule("BLOB-GMP-NOT-REVERSIBLE", "error", "PathRecord",
                And(_pd.flags & 1, F("reversible") == 0),
                "record flagged GMP carries a PathRecord that is not reversible",
-               sources.SEED_THREAD, audit=False),
+               sources.SEED_LAYOUT + "; IBA 15.2.5.16 Reversible", audit=False),
     PacketRule("BLOB-BIDIR-NOT-REVERSIBLE", "error", "PathRecord",
                And((_pd.flags & _BIDIR) == _BIDIR, F("reversible") == 0),
                "record flagged BIDIRECTIONAL carries a PathRecord that is not reversible",
-               sources.SEED_THREAD, audit=False),
+               sources.SEED_LAYOUT + "; " + sources.UAPI_SA, audit=False),
 ]

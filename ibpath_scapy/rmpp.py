@@ -21,7 +21,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from .facts.problems import Code, Problem, problem
-from .layers.mad import MAD_SIZE, RMPP_ACTIVE, RMPP_FIRST, RMPP_LAST, RMPP_TYPE_DATA
+from .layers.mad import MAD_HDR_SIZE, MAD_SIZE, RMPP, RMPP_ACTIVE, RMPP_DATA_SIZE, RMPP_FIRST, \
+    RMPP_LAST, RMPP_TYPE_DATA
+from .layout_model import field_offset
 
 # RMPP types of the control MADs (IBA 13.6.2.1; kernel ib_mad.h IB_MGMT_RMPP_TYPE_*)
 RMPP_TYPE_ACK, RMPP_TYPE_STOP, RMPP_TYPE_ABORT = 2, 3, 4
@@ -29,14 +31,10 @@ RMPP_TYPE_ACK, RMPP_TYPE_STOP, RMPP_TYPE_ABORT = 2, 3, 4
 COMPLETE_LINGER = 10.0
 from .layers.sa import SA_DATA_SIZE, SA_HDR_SIZE, SA_MAD_HDR_SIZE
 
-RMPP_DATA_SIZE = MAD_SIZE - 36  # 220: what PayloadLength counts per segment (SA header + data)
-
-# Offsets inside a MAD (the 12-byte RMPP header starts at 24).
-_OFF_RMPP_VERSION = 24
-_OFF_RMPP_TYPE = 25
-_OFF_RMPP_FLAGS = 26
-_OFF_SEGMENT = 28
-_OFF_PAYLEN = 32
+# Offsets inside a MAD of the RMPP header's fields (it follows the MAD header), from its layout
+_OFF_RMPP_VERSION, _OFF_RMPP_TYPE, _OFF_RMPP_FLAGS, _OFF_SEGMENT, _OFF_PAYLEN = (
+    MAD_HDR_SIZE + field_offset(RMPP, name) for name in (
+        "rmpp_version", "rmpp_type", "rmpp_flags", "segment_number", "payload_length"))
 
 # Caps that keep a hostile capture from holding unbounded memory or time (Reassembler). A
 # transfer that hits one is reported as unfinished with Transfer.limit set (rule DECODE-LIMIT).

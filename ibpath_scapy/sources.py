@@ -8,6 +8,8 @@ SEED_THREAD = ('linux-rdma thread "Re: [PATCH 1/2] rdma/cm: support option to al
 CATALOGUE = "ibpath rule catalogue"
 UAPI_SA = "include/uapi/rdma/ib_user_sa.h (IB_PATH_*, struct ib_path_rec_data)"
 UCMA_SET_PATH = "drivers/infiniband/core/ucma.c ucma_set_ib_path"
+# the layout the seed thread proposes, which the blob rules hold arrays to
+SEED_LAYOUT = SEED_THREAD + " (GMP_PRIMARY | FORWARD_PRIMARY | RETURN_PRIMARY_REV)"
 LS_RESPONSE = ("drivers/infiniband/core/sa_query.c ib_nl_handle_resolve_resp / "
                "ib_nl_process_good_resolve_rsp")
 OPENSM_PR = "OpenSM osm_sa_path_record.c osm_pr_rcv_process, pr_rcv_build_pr"

@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..facts.records import Fact, MadFrame
-from ..layers.mad import METHOD_RESP
+from ..layers.mad import ATTR_PATH_RECORD, METHOD_RESP, MGMT_CLASS_SA
 from ..layers.umad import UMAD_TID_LOW
 from ..assemble import umad_send_returned
 from ..rmpp import carries_whole_message
@@ -19,11 +19,11 @@ from .arrows import sa_arrows
 from .storage import FrameList, KeptFrames, KeptRecord
 
 
-PATH_RECORD_ATTR = 0x0035
+PATH_RECORD_ATTR = ATTR_PATH_RECORD
 # records about the file as a whole that decoders make at its end (assemble.Assembler.finish):
 # judged by the frame rules only
 FILE_KINDS = ("unsupported", "crc")
-SA_CLASS = 0x03
+SA_CLASS = MGMT_CLASS_SA
 
 
 @dataclass

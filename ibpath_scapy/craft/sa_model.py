@@ -30,22 +30,27 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from ..layers.mad import ATTR_PATH_RECORD, MAD, METHOD_GET, METHOD_GET_TABLE
-from ..layers.sa import PATH_RECORD_SIZE, SA_MAD_HDR_SIZE, PathRecord, selector_pairs
+from ..layers.mad import ATTR_PATH_RECORD, MAD, MAD_HDR_SIZE, MAD_SIZE, MAD_STATUS, METHOD_GET, \
+    METHOD_GET_TABLE, RMPP_HDR_SIZE, SA_STATUS
+from ..layers.sa import PATH_RECORD_SIZE, SA_MAD_HDR_SIZE, PathRecord, SAHeader, selector_pairs
+from ..layout_model import field_offset
 from ..rmpp import segment
 
-# SA status codes (wire-formats.md §1; wire value = class code << 8)
-STATUS_OK = 0x0000
-STATUS_UNSUP_METHOD_ATTR = 0x000C
-STATUS_REQ_INVALID = 0x0200
-STATUS_NO_RECORDS = 0x0300
-STATUS_INVALID_GID = 0x0500
-STATUS_INSUF_COMPS = 0x0600
+# The status codes the model answers with, by their names in layers/mad.py (wire-formats.md
+# §1: the common bits, and the SA's class codes << 8)
+_SA_CODE = {name: code for code, name in SA_STATUS.items()}
+STATUS_OK = next(code for code, text in MAD_STATUS.items() if text == "success")
+STATUS_UNSUP_METHOD_ATTR = next(code for code, text in MAD_STATUS.items()
+                                if text == "method/attribute combination not supported")
+STATUS_REQ_INVALID = _SA_CODE["REQ_INVALID"]
+STATUS_NO_RECORDS = _SA_CODE["NO_RECORDS"]
+STATUS_INVALID_GID = _SA_CODE["INVALID_GID"]
+STATUS_INSUF_COMPS = _SA_CODE["INSUF_COMPS"]
 
-_MAD_SIZE = 256
-_OFF_STATUS = 4
-_OFF_RMPP = 24
-_OFF_ATTR_OFFSET = 44
+# where the model edits an answer's bytes: the MAD's status, the RMPP header, AttributeOffset
+_OFF_STATUS = field_offset(MAD, "status")
+_OFF_RMPP = MAD_HDR_SIZE
+_OFF_ATTR_OFFSET = MAD_HDR_SIZE + RMPP_HDR_SIZE + field_offset(SAHeader, "attribute_offset")
 _VALID_MTU = range(1, 6)
 _VALID_RATE = range(2, 23)  # IB_MIN_RATE .. IB_MAX_RATE of OpenSM 3.3.23
 _BEST = 3  # the selector "largest available" ("smallest" for PacketLifeTime)
@@ -189,7 +194,7 @@ class SAModel:
         method = request[3]
         resp_method = (METHOD_GET if method == 0x02 else method) | 0x80
         if status:
-            mad = bytearray(request[:_MAD_SIZE].ljust(_MAD_SIZE, b"\0"))
+            mad = bytearray(request[:MAD_SIZE].ljust(MAD_SIZE, b"\0"))
             mad[3] = resp_method
             mad[_OFF_STATUS:_OFF_STATUS + 2] = status.to_bytes(2, "big")
             mad[36:44] = bytes(8)  # SM_Key: always 0 in a response (C15-0.1.5)
@@ -198,11 +203,11 @@ class SAModel:
             return [bytes(mad)]
         hdr = bytearray(request[:SA_MAD_HDR_SIZE])
         hdr[3] = resp_method
-        hdr[_OFF_RMPP:_OFF_RMPP + 12] = bytes(12)
+        hdr[_OFF_RMPP:_OFF_RMPP + RMPP_HDR_SIZE] = bytes(RMPP_HDR_SIZE)
         hdr[36:44] = bytes(8)
         hdr[_OFF_ATTR_OFFSET:_OFF_ATTR_OFFSET + 2] = (8 if records else 0).to_bytes(2, "big")
         data = b"".join(bytes(r) for r in records)
         if method == METHOD_GET_TABLE:
             return segment(bytes(hdr) + data)
         mad = bytes(hdr) + data[:PATH_RECORD_SIZE]
-        return [mad + bytes(_MAD_SIZE - len(mad))]
+        return [mad + bytes(MAD_SIZE - len(mad))]

@@ -38,7 +38,6 @@ from ..layers.pathdata import PathArray, flags_text, parse_set_option_comment
 from ..layers.ucma import AF_IB, UcmaResolveAddr
 from ..pcapio import read_frames
 
-RECORD = 72
 # The kernel's own route on the lab's rxe ports (captures/rxe/README.md): rate "port
 # current" (0), MTU 1024 (3), hop limit 64, SL 0, traffic class 0.
 KERNEL_ROUTE = {"mtu": 3, "rate": 0, "hop_limit": 64, "sl": 0, "tclass": 0}

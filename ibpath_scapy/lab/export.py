@@ -14,12 +14,11 @@ import json
 import shutil
 from pathlib import Path
 
+from ..layers.ib import LINKTYPE_WIRESHARK_UPPER_PDU
 from ..layers.pathdata import blob_pdu, set_option_comment
 from ..pcapio import PcapNgWriter, read_frames
 from .scenarios import lookup
 
-LINKTYPE_ETHERNET = 1
-LINKTYPE_UPPER_PDU = 252
 
 
 class CommentedPcapNgWriter(PcapNgWriter):
@@ -44,7 +43,7 @@ def scenario_capture(results: Path, name: str, out: Path, meta: dict) -> dict:
         # the test program's own report of its blob; under `ibpath record` the shim's frame
         # of the same call is the capture's (the report stays beside it, NAME.client.json)
         frames.append((client["blob_time"], bytes(blob_pdu(bytes.fromhex(client["blob"]))),
-                       LINKTYPE_UPPER_PDU, set_option_comment(client["set_option"])))
+                       LINKTYPE_WIRESHARK_UPPER_PDU, set_option_comment(client["set_option"])))
     if (d / "record.pcapng").exists():
         # `ibpath record` of an acm run's client: its ucma commands (SET_OPTION path arrays
         # with the kernel's verdict) and ACM messages, on the guest's clock like tcpdump's

@@ -32,6 +32,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from ..layers.cm import CMReq
+from ..layers.coded import PERMISSIVE_LID
 from ..layers.ib import ExportedPDU
 from ..layers.pathdata import PathArray, flags_text, parse_set_option_comment
 from ..layers.ucma import CMD, UcmaCmdHdr, UcmaQuery, UcmaQueryPathResp
@@ -46,7 +47,6 @@ REQ_FIELDS = {
     "mtu": "path_packet_payload_mtu", "pkey": "pkey",
 }
 RXE_CA_ACK_DELAY = 15  # rxe_param.h RXE_LOCAL_CA_ACK_DELAY: the port's local_ca_ack_delay
-LID_PERMISSIVE = 0xFFFF
 
 
 def cm_ack_timeout(ca_ack_delay: int, packet_life_time: int) -> int:
@@ -64,7 +64,7 @@ def derived(rec) -> dict:
     """What cm_format_req puts into a RoCE REQ computed from the path, not copied: the LIDs
     (sa_path_get_slid/dlid are 0 on a RoCE path; 0xFFFF when hop limit > 1), SubnetLocal
     (hop limit <= 1) and the Local ACK Timeout (cm_ack_timeout with rxe's ACK delay)."""
-    lid = 0 if rec.hop_limit <= 1 else LID_PERMISSIVE
+    lid = 0 if rec.hop_limit <= 1 else PERMISSIVE_LID
     return {"primary_local_lid": lid, "primary_remote_lid": lid,
             "primary_subnet_local": int(rec.hop_limit <= 1),
             "primary_local_ack_timeout": cm_ack_timeout(RXE_CA_ACK_DELAY,

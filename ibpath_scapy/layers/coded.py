@@ -79,6 +79,11 @@ def coded_text(table: dict, code: int) -> str:
     return f"{table.get(code, 'Unknown')} ({code})"
 
 
+# The permissive LID (IBA 4.1.2; ib_verbs.h IB_LID_PERMISSIVE): a CM REQ's LIDs off the
+# subnet, a directed-route SMP's
+PERMISSIVE_LID = 0xFFFF
+
+
 class LIDField(ShortField):
     """A 16-bit LID, shown in decimal as infiniband-diags and OpenSM print it; the Wireshark
     plugin adds the hex Wireshark users expect ("58 (0x003a)", `lua_base`)."""

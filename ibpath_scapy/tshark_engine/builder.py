@@ -17,10 +17,10 @@ from ..facts.records import CM_FACTS, CM_REQ_FIELDS, PATH_RECORD_FIELDS, CmReqPa
 from ..facts.records import PathRecord as PathRecordFact
 from ..kernelview import Blob, LsContext, ls_parse_error
 from ..layers import cm as cm_layers, netlink as nl
-from ..layers.ib import LRH
+from ..layers.ib import LNH_IBA_GLOBAL, LRH
 from ..layers.mad import MAD, MAD_SIZE, MGMT_CLASS_SA, RMPP
 from ..layers.pathdata import PathArray, PathRecData, RECORD_SIZE
-from ..layers.roce import DETH
+from ..layers.roce import DETH, UD_SEND_ONLY
 from ..layers.sa import ATTR_PATH_RECORD, PathRecord, SAHeader
 from ..assemble_process import (
     COMMAND_FIELDS,
@@ -42,7 +42,7 @@ from ..layers.acm import (
 )
 from ..layers.ucma import UcmaCmdHdr, UcmaQueryPathResp
 from ..layers.umad import UMAD_DISSECTOR, UMAD_HDR_SIZE, UserMad, umad_headers_size
-from ..layout_model import build_layer
+from ..layout_model import build_layer, header_layout, static_length
 from .tree import _Frame, _all, _fields_of, _first, _int, _pairs, _public, _reserved_set, _values
 
 
@@ -121,8 +121,11 @@ _SA_NODE = _fields_of(SAHeader).node
 _BLOB_NODE = _fields_of(PathArray).node
 _ICRC_FIELD = "ibpath.bth.icrc"
 _WTAP_ENCAP_ERF = 98
-_LRH_BTH_DETH = 8 + 12 + 8  # headers before a native-IB MAD (plus 40 with a GRH)
-_CRC_TRAILERS = 4 + 2  # ICRC and VCRC
+# headers before a native-IB MAD (and a GRH's with LNH "IBA global"), the CRCs after it
+_LRH_BTH_DETH = sum(map(static_length, (LRH, BTH, DETH)))
+_GRH_SIZE = static_length(GRH)
+_CRC_TRAILERS = sum(f.nbytes for c in (BTH, LRH) for f in header_layout(c).fields.values()
+                    if f.trailer)  # ICRC and VCRC
 
 
 def _pdu_payload(pdu) -> tuple[str | None, str | None, str | None]:
@@ -273,7 +276,7 @@ class _Builder(Assembler):
                 n = self._mad_length(fr)
                 yield self.malformed(fr.number, problem(Code.GSI_SHORT,
                                                         max(n, 0) if n is not None else "?"))
-            elif bth.get("opcode") == 0x64 and "src_qp" not in deth:
+            elif bth.get("opcode") == UD_SEND_ONLY and "src_qp" not in deth:
                 yield self.malformed(fr.number, P.UD_NO_DETH)
             return
         length = self._mad_length(fr)
@@ -371,7 +374,7 @@ class _Builder(Assembler):
             span = lrh["pkt_len"] * 4 + 2
         else:
             span = fr.cap_len
-        grh = 40 if lrh.get("lnh") == 3 else 0
+        grh = _GRH_SIZE if lrh.get("lnh") == LNH_IBA_GLOBAL else 0
         return span - _CRC_TRAILERS - _LRH_BTH_DETH - grh
 
     @staticmethod

@@ -57,7 +57,7 @@ LS_PROFILES = ("ls-legacy", "ls-multi")
 _UCMA = sources.UCMA_SET_PATH
 _SAQ = sources.LS_RESPONSE
 _UAPI = sources.UAPI_SA
-_SEED = sources.SEED_THREAD + " (GMP_PRIMARY | FORWARD_PRIMARY | RETURN_PRIMARY_REV)"
+_SEED = sources.SEED_LAYOUT
 _PROFILES = ("ibpath kernel profiles (ucma: ucma_set_ib_path; ls-legacy, ls-multi: "
              "sa_query.c ib_nl_process_good_resolve_rsp; proposal: the 2009 thread)")
 
@@ -109,10 +109,18 @@ def _reserved_records(rec: dict) -> set[int]:
 # The rules the plugin shows as expert infos are declared once, in packet_rules.PACKET_RULES:
 # their Exprs decide here too, over the record's facts (PathArray: the blob's bytes as
 # Remaining(); PathRecData: a blob record; PathRecord: its PathRecord).
-_, _RAGGED = packet_rule("BLOB-LENGTH")
+_LENGTH = packet_rule("BLOB-LENGTH")
+_RAGGED = _LENGTH[1]
 _UNKNOWN_FLAGS = packet_rule("BLOB-UNKNOWN-FLAGS")
 _GMP_NOT_REVERSIBLE = packet_rule("BLOB-GMP-NOT-REVERSIBLE")
 _BIDIR_NOT_REVERSIBLE = packet_rule("BLOB-BIDIR-NOT-REVERSIBLE")
+
+
+def declared(shared) -> tuple[str, str, str, str]:
+    """The rule() arguments of a blob rule the plugin shares: its ID, severity and source as
+    packet_rules declares them, family blob."""
+    pr, _ = shared
+    return pr.rule_id, pr.severity, "blob", pr.source
 
 
 def _on_record(rule, r) -> bool:
@@ -124,7 +132,7 @@ def _on_record(rule, r) -> bool:
 
 # -- BLOB-LENGTH ------------------------------------------------------------------------------
 
-@rule("BLOB-LENGTH", "error", "blob", _UCMA + "; sa_query.c ib_nl_policy")
+@rule(*declared(_LENGTH))
 def blob_length(subject):
     """The blob's length is not a whole number of 72-byte records.
 
@@ -204,7 +212,7 @@ def blob_reserved(subject):
 
 # -- BLOB-UNKNOWN-FLAGS -----------------------------------------------------------------------
 
-@rule("BLOB-UNKNOWN-FLAGS", "error", "blob", _UAPI)
+@rule(*declared(_UNKNOWN_FLAGS))
 def blob_unknown_flags(subject):
     """A record sets a flag bit outside IB_PATH_* (0x3F).
 
@@ -301,7 +309,7 @@ def blob_kernel_reject(subject):
 
 # -- reversibility ----------------------------------------------------------------------------
 
-@rule("BLOB-GMP-NOT-REVERSIBLE", "error", "blob", _SEED + "; IBA 15.2.5.16 Reversible")
+@rule(*declared(_GMP_NOT_REVERSIBLE))
 def blob_gmp_not_reversible(subject):
     """A record flagged GMP carries a PathRecord whose Reversible bit is 0.
 
@@ -318,7 +326,7 @@ def blob_gmp_not_reversible(subject):
                                    "PathRecord is not reversible (Reversible bit 0)")
 
 
-@rule("BLOB-BIDIR-NOT-REVERSIBLE", "error", "blob", _SEED + "; " + _UAPI)
+@rule(*declared(_BIDIR_NOT_REVERSIBLE))
 def blob_bidir_not_reversible(subject):
     """A record flagged BIDIRECTIONAL (OUTBOUND|INBOUND_REVERSE) whose PathRecord is not reversible.
 

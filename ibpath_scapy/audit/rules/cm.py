@@ -37,12 +37,12 @@ from ...layers.pathdata import (
     IB_PATH_PRIMARY,
     flags_text,
 )
+from ...layers.coded import PERMISSIVE_LID
 from ...layers.sa import gid_text
 from ... import sources
 from ..model import rule
 from ..kernel import kernel_view_of
 
-PERMISSIVE_LID = 0xFFFF
 CM_SRC = "drivers/infiniband/core/cm.c cm_format_req, cm_ack_timeout"
 
 # (REQ field without the primary_/alternate_ prefix, PathRecord field)
