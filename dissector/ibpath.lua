@@ -2445,6 +2445,9 @@ local RMPP_FIRST = 0x2
 local RMPP_LAST = 0x4
 -- rmpp.py: segment numbers reassembled
 local MAX_SEGMENTS = 4096
+local RMPP_OPEN_MAX = 4096  -- transfers open at once, as the audit's
+-- The runtime's own bound
+local TID_TRACK_MAX = 2000000  -- TIDs (requests and responses) paired; past it no new one
 -- layers/sa.py
 local SA_HDR_SIZE = 20
 local SA_MAD_HDR_SIZE = 56
@@ -2578,6 +2581,12 @@ local EX_BUILTIN = ProtoExpert.new("ibpath.builtin_malformed", "Wireshark's diss
 EXPERT_LIST[#EXPERT_LIST + 1] = EX_BUILTIN
 EXPERT_LIST[#EXPERT_LIST + 1] = EX_CRC
 EXPERT_LIST[#EXPERT_LIST + 1] = EX_RMPP
+-- Bounded state: a capture of millions of transactions must not grow the plugin's tables
+-- without end. Past TID_TRACK_MAX TIDs (requests and responses) or RMPP_OPEN_MAX transfers
+-- open at once (rmpp.py's MAX_OPEN, the audit's own cap) nothing new is tracked, and the
+-- frame that reached the cap says so.
+local EX_CAP = ProtoExpert.new("ibpath.state_capped", "The plugin's tracking cap was reached", expert.group.SEQUENCE, expert.severity.WARN)
+EXPERT_LIST[#EXPERT_LIST + 1] = EX_CAP
 
 -- ICRC (CRC-32) and VCRC (CRC-16), reflected, table driven (ICRC, VCRC above) --------------
 local function crc_table(poly)
@@ -2727,6 +2736,8 @@ end
 -- tables of their own: no table made per transaction)
 local request_frame, request_time, response_frame = {}, {}, {}
 local rmpp_open, rmpp_done, rmpp_part_of = {}, {}, {}
+local tids_tracked, rmpp_open_count = 0, 0
+local capped_at = {}  -- "tid", "rmpp": the frame that reached that cap
 local MAD_F, RMPP_F = LAYOUT.MAD, LAYOUT.RMPP
 local RMPP_AT = HDR_LEN.MAD  -- the RMPP header follows the MAD header
 local SA_AT = HDR_LEN.MAD + HDR_LEN.RMPP  -- and the SA header the RMPP header
@@ -2764,14 +2775,30 @@ local function track_tid(h, pinfo, number, visited, umad)
   local key = umad and umad_tid_key(h, umad) or tid_key(h)
   local is_resp = ib_band(str_uint(h, 0, MAD_F.method), METHOD_RESP) ~= 0
   if not visited then
-    if is_resp then
+    local known = (is_resp and response_frame or request_frame)[key] ~= nil
+    if not known and tids_tracked >= TID_TRACK_MAX then
+      capped_at.tid = capped_at.tid or number
+    elseif is_resp then
       -- a response's time is never read: its frame number is all that is kept
-      if response_frame[key] == nil then response_frame[key] = number end
-    elseif request_frame[key] == nil then
+      if not known then response_frame[key] = number; tids_tracked = tids_tracked + 1 end
+    elseif not known then
       request_frame[key], request_time[key] = number, pinfo.abs_ts
+      tids_tracked = tids_tracked + 1
     end
   end
   return key, is_resp
+end
+
+-- The expert info of the frame that reached a cap (what: "tid" or "rmpp")
+local function note_cap(t, number, what)
+  if capped_at[what] ~= number then return end
+  if what == "tid" then
+    t:add_proto_expert_info(EX_CAP, string.format("TID tracking cap reached (%d TIDs): later " ..
+      "requests and responses are not paired", TID_TRACK_MAX))
+  else
+    t:add_proto_expert_info(EX_CAP, string.format("RMPP cap reached (%d transfers open): " ..
+      "this and later new transfers are not reassembled", RMPP_OPEN_MAX))
+  end
 end
 
 -- The transfer's addresses: with the frame's bytes s and the offset ip of the IP header (its
@@ -2794,7 +2821,15 @@ local function track_rmpp(h, pinfo, number, visited, s, ip, ipf, tkey)
   if visited then return true end
   local key = transfer_addresses(pinfo, s, ip, ipf) .. ":" .. (tkey or tid_key(h))
   local st = rmpp_open[key]
-  if st == nil then st = {segs = {}, frames = {}, last = nil}; rmpp_open[key] = st end
+  if st == nil then
+    if rmpp_open_count >= RMPP_OPEN_MAX then
+      capped_at.rmpp = capped_at.rmpp or number
+      return true
+    end
+    st = {segs = {}, frames = {}, last = nil}
+    rmpp_open[key] = st
+    rmpp_open_count = rmpp_open_count + 1
+  end
   local n = str_uint(h, RMPP_AT, RMPP_F.segment_number)
   if n >= 1 and n <= MAX_SEGMENTS then
     st.segs[n] = h
@@ -2826,6 +2861,7 @@ local function track_rmpp(h, pinfo, number, visited, s, ip, ipf, tkey)
                        records = math.floor((total - SA_MAD_HDR_SIZE) / stride)}
   for k = 1, st.last do rmpp_part_of[st.frames[k]] = number end
   rmpp_open[key] = nil
+  rmpp_open_count = rmpp_open_count - 1
   return true
 end
 
@@ -2843,6 +2879,7 @@ HOOKS["MAD"] = function(tvb, pinfo, t, off, o, ctx, v)
   if h == nil then return end
   local number = pinfo.number
   local key, is_resp = track_tid(h, pinfo, number, pinfo.visited, ctx.v[UMAD_LAYER])
+  note_cap(t, number, "tid")
   if is_resp then
     local req = request_frame[key]
     if req ~= nil and req < number then
@@ -2880,6 +2917,7 @@ HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
   if h == nil or not track_rmpp(h, pinfo, number, pinfo.visited, ctx.s, ctx.ip, ctx.ipf) then
     return show_record_count(t, pinfo, v)
   end
+  note_cap(t, number, "rmpp")
   local done = note_reassembly(pinfo, number)
   if done == nil then
     local target = rmpp_part_of[number]

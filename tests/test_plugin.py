@@ -402,3 +402,28 @@ def test_netlink_and_blob_fields_equal_scapy_over_generated_messages(tmp_path_fa
     fmap = field_map(PLUGIN_CLASSES + [c for c in classes if c not in PLUGIN_CLASSES])
     assert compare(str(path), LUA, dissected, fmap) > 25 * 5
     assert_no_malformed(str(path), LUA)
+
+
+def test_tracking_caps_are_reached_with_an_expert_info(tmp_path, monkeypatch):
+    """The plugin's state is bounded: past TID_TRACK_MAX TIDs nothing new is paired, past
+    RMPP_OPEN_MAX open transfers nothing new is reassembled, and the frame that reached a cap
+    carries an expert info saying so. Caps lowered here (4 TIDs, no open transfer) on the
+    OpenSM capture: TIDs of frames 1, 2, 18 and 19 are tracked, frame 20's request is the
+    fifth; the 16-segment answer starting at frame 2 is the first transfer."""
+    from ibpath_scapy.luagen import plugin
+
+    monkeypatch.setattr(plugin, "TID_TRACK_MAX", 4)
+    monkeypatch.setattr(plugin, "MAX_OPEN", 0)
+    lua = tmp_path / "capped.lua"
+    lua.write_text(generate_plugin())
+    path = str(CAPTURES / "opensm" / "opensm-saquery.pcap")
+    rows = tshark(["-r", path, "-T", "fields", "-e", "frame.number", "-e", "_ws.expert.message",
+                   "-E", "occurrence=a", "-E", "aggregator=|", "-Y", "frame"], str(lua))
+    capped = {int(n): msg for n, msg in (line.split("\t", 1) for line in rows.stdout.splitlines())
+              if "cap reached" in msg}
+    assert set(capped) == {2, 20}, capped
+    assert "RMPP cap reached (0 transfers open)" in capped[2]
+    assert "TID tracking cap reached (4 TIDs)" in capped[20]
+    # the shipped plugin on the same capture reaches neither
+    rows = tshark(["-r", path, "-T", "fields", "-e", "_ws.expert.message", "-Y", "frame"], LUA)
+    assert "cap reached" not in rows.stdout

@@ -20,7 +20,7 @@ from ..layers.pathdata import PathArray
 from ..layers.ucma import UCMA_COMMANDS, UcmaCmdHdr
 from ..layers.umad import UMAD_TID_LOW, UserMad
 from ..packet_rules import PACKET_RULES
-from ..rmpp import MAX_SEGMENTS
+from ..rmpp import MAX_OPEN, MAX_SEGMENTS
 from .emit import Const, Spec, constants_lua, generate
 from .lua import Hex, lua_str, lua_table
 
@@ -58,6 +58,9 @@ Fields: ibpath.<layer>.<field>. Install: ibpath dissector install"""
 RECORDED_SOURCES = [(UcmaCmdHdr, "ibpath ucma", "cmd", UCMA_COMMANDS),
                     (AcmHdr, "ibpath acm", "opcode", ACM_OPCODES),
                     (UserMad, "ibpath umad", None, None)]
+# The TIDs the plugin pairs at most (a request and its response are two): ~200 bytes of
+# Lua tables each, so about 400 MB for a capture that reaches it
+TID_TRACK_MAX = 2_000_000
 # the runtime's function that fills the columns of a recorded source's frame (runtime.lua)
 RECORDED_COLUMNS = {UserMad: "umad_columns"}
 
@@ -126,6 +129,9 @@ def runtime_constants() -> list[Const]:
         Const("RMPP_FIRST", Hex(mad.RMPP_FIRST)),
         Const("RMPP_LAST", Hex(mad.RMPP_LAST)),
         Const("MAX_SEGMENTS", MAX_SEGMENTS, "rmpp.py: segment numbers reassembled"),
+        Const("RMPP_OPEN_MAX", MAX_OPEN, note="transfers open at once, as the audit's"),
+        Const("TID_TRACK_MAX", TID_TRACK_MAX, "The runtime's own bound",
+              note="TIDs (requests and responses) paired; past it no new one"),
         Const("SA_HDR_SIZE", sa.SA_HDR_SIZE, "layers/sa.py"),
         Const("SA_MAD_HDR_SIZE", sa.SA_MAD_HDR_SIZE),
         Const("SA_DATA_SIZE", sa.SA_DATA_SIZE),
