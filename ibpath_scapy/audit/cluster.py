@@ -120,8 +120,10 @@ def audit_on_cluster(address: str, tasks: list[tuple], quiet: bool = False
     from the workers of the scheduler at `address`."""
     distributed = need("distributed", "--dask")
     # the client's own warnings ("Couldn't gather 1 keys, rescheduling" when a worker is
-    # lost) would land among the report's stderr lines; what befell a file is said per file
-    logging.getLogger("distributed").setLevel(logging.ERROR)
+    # lost) would land among the report's stderr lines; what befell a file is said per file.
+    # Dask's logging config gives distributed.client a level and a handler of its own.
+    for name in [n for n in logging.root.manager.loggerDict if n.split(".")[0] == "distributed"]:
+        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         # the connect timeout is Dask's own setting (distributed.comm.timeouts.connect, 30 s)
         client = distributed.Client(address, set_as_default=False)
