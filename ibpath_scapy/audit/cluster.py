@@ -26,7 +26,6 @@ import time
 import uuid
 
 from ..extras import need
-from . import run
 from .engine import FileAudit
 
 # tries of a file beyond the first when its task raises (a worker lost mid-task is retried by
@@ -44,10 +43,11 @@ class ClusterError(Exception):
     """The cluster cannot be used (scheduler unreachable); the message says which and why."""
 
 
-def audit_task(task: tuple) -> tuple[FileAudit, str | None]:
-    """What a worker runs for one file: run.audit_one's result, portable (run._audit_in_worker)."""
+def audit_task(work, task: tuple) -> tuple[FileAudit, str | None]:
+    """What a worker runs for one file: work(task), one at a time in the worker process
+    (run._audit_in_worker: run.audit_one's result, portable)."""
     with _ONE_AT_A_TIME:
-        return run._audit_in_worker(task)
+        return work(task)
 
 
 class _Progress:
@@ -114,10 +114,11 @@ def _not_read(path: str, exc: BaseException) -> tuple[FileAudit, str]:
     return FileAudit(path, error=why), f"ibpath: {path}: {why}"
 
 
-def audit_on_cluster(address: str, tasks: list[tuple], quiet: bool = False
+def audit_on_cluster(address: str, work, tasks: list[tuple], quiet: bool = False
                      ) -> list[tuple[FileAudit, str | None]]:
     """(FileAudit, stderr line or None) of each task (run.audit_paths' tuples), in order,
-    from the workers of the scheduler at `address`."""
+    from the workers of the scheduler at `address`, which run work(task) (a module-level
+    function, sent by reference: run._audit_in_worker)."""
     distributed = need("distributed", "--dask")
     # the client's own warnings ("Couldn't gather 1 keys, rescheduling" when a worker is
     # lost) would land among the report's stderr lines; what befell a file is said per file.
@@ -133,7 +134,7 @@ def audit_on_cluster(address: str, tasks: list[tuple], quiet: bool = False
     results: list = [None] * len(tasks)
     with client:
         sent = [_for_workers(task) for task in tasks]
-        futures = {client.submit(audit_task, task, key=f"ibpath-audit-{run_id}-{i}",
+        futures = {client.submit(audit_task, work, task, key=f"ibpath-audit-{run_id}-{i}",
                                  retries=RETRIES, pure=False): i
                    for i, task in enumerate(sent)}
         bar = _Progress(address, len(tasks), not quiet)

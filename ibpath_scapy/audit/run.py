@@ -326,7 +326,7 @@ def audit_paths(paths: list[str], options: AuditOptions, engine: str = "scapy",
              for p in paths]
     if dask and STDIN not in paths:
         from .cluster import audit_on_cluster
-        results = audit_on_cluster(dask, tasks, quiet)
+        results = audit_on_cluster(dask, _audit_in_worker, tasks, quiet)
     elif jobs > 1 and len(paths) > 1 and STDIN not in paths:
         with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
             results = list(pool.map(_audit_in_worker, tasks))
