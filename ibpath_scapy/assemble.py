@@ -259,7 +259,7 @@ class Assembler:
     def __init__(self):
         self.rmpp = Reassembler()
         self.stats = DecodeStats()
-        self.ls_requests: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self.ls_requests: OrderedDict[int, list] = OrderedDict()  # [path_use, frame, answered]
         self.umad_requests: OrderedDict[tuple, list] = OrderedDict()
         # requests let go unanswered from those memories: what -> [first frame, count, memory]
         self.let_go: dict[str, list] = {}
