@@ -304,3 +304,44 @@ def test_sockaddr_text():
     assert sockaddr_text(sin6) == "[fe80::20]:7471"
     assert sockaddr_text(b"\0" * 28) == "AF_UNSPEC"
     assert UcmaResolveIp(dst_addr=sin6 + b"\0" * 0).mysummary().endswith("[fe80::20]:7471")
+
+
+# include/uapi/rdma/rdma_user_cm.h and include/rdma/rdma_cm.h as of Linux 6.18, transcribed
+# in declaration order (the enums have no explicit values): Debian 12's linux-libc-dev (6.1)
+# has neither the IB service commands nor their events
+_UAPI_CMDS = """CREATE_ID DESTROY_ID BIND_IP RESOLVE_IP RESOLVE_ROUTE QUERY_ROUTE CONNECT LISTEN
+ACCEPT REJECT DISCONNECT INIT_QP_ATTR GET_EVENT GET_OPTION SET_OPTION NOTIFY JOIN_IP_MCAST
+LEAVE_MCAST MIGRATE_ID QUERY BIND RESOLVE_ADDR JOIN_MCAST RESOLVE_IB_SERVICE
+WRITE_CM_EVENT""".split()
+_CM_EVENTS = """ADDR_RESOLVED ADDR_ERROR ROUTE_RESOLVED ROUTE_ERROR CONNECT_REQUEST
+CONNECT_RESPONSE CONNECT_ERROR UNREACHABLE REJECTED ESTABLISHED DISCONNECTED DEVICE_REMOVAL
+MULTICAST_JOIN MULTICAST_ERROR ADDR_CHANGE TIMEWAIT_EXIT ADDRINFO_RESOLVED
+ADDRINFO_ERROR""".split()
+_QUERY_OPTIONS = "ADDR PATH GID IB_SERVICE".split()
+
+
+def test_ucma_names_are_the_kernels_enums_in_order():
+    from ibpath_scapy.layers.ucma import CM_EVENTS, QUERY_OPTIONS, UCMA_COMMANDS
+    assert UCMA_COMMANDS == dict(enumerate(_UAPI_CMDS))
+    assert CM_EVENTS == dict(enumerate(_CM_EVENTS))
+    assert QUERY_OPTIONS == dict(enumerate(_QUERY_OPTIONS))
+
+
+def test_an_ib_service_resolution_decodes_by_name(tmp_path):
+    """A RESOLVE_IB_SERVICE write and the ADDRINFO_ERROR event as ibpath record writes them
+    (Linux 6.17): named, not "command 23" and "event 17"."""
+    from ibpath_scapy.craft import CaptureBuilder
+    from ibpath_scapy.decode import decode_file
+    from ibpath_scapy.layers.ucma import UcmaCmdHdr, UcmaEventResp, UcmaGetEvent
+    path = tmp_path / "ibs.pcapng"
+    # struct rdma_ucm_resolve_ib_service: u32 id, u32 reserved, then struct rdma_ucm_ib_service
+    # (u64 service_id, char service_name[64], u32 flags, u32 reserved)
+    body = (7).to_bytes(4, "little") + bytes(4) + (0x1234).to_bytes(8, "little") + bytes(64) \
+        + (1).to_bytes(4, "little") + bytes(4)
+    with CaptureBuilder(str(path)) as b:
+        b.ucma(UcmaCmdHdr(cmd=23, in_len=len(body)) / Raw(body))
+        b.ucma(UcmaCmdHdr(out_len=336) / UcmaGetEvent(),
+               response=UcmaEventResp(id=7, event=17, status=(1 << 32) - 61))
+    recs = [r for r in decode_file(str(path)) if r["kind"] == "ucma"]
+    assert [r["command"] for r in recs] == ["RESOLVE_IB_SERVICE", "GET_EVENT"]
+    assert recs[1]["event"] == "ADDRINFO_ERROR" and recs[1]["status"] == -61

@@ -58,6 +58,8 @@ UCMA_COMMANDS = {
     11: "INIT_QP_ATTR", 12: "GET_EVENT", 13: "GET_OPTION", 14: "SET_OPTION", 15: "NOTIFY",
     16: "JOIN_IP_MCAST", 17: "LEAVE_MCAST", 18: "MIGRATE_ID", 19: "QUERY", 20: "BIND",
     21: "RESOLVE_ADDR", 22: "JOIN_MCAST",
+    # Linux 6.17 (810f874eda8e, the ucma side of IB service resolution), then 6.18
+    23: "RESOLVE_IB_SERVICE", 24: "WRITE_CM_EVENT",
 }
 CMD = {name: num for num, name in UCMA_COMMANDS.items()}
 
@@ -67,13 +69,15 @@ CM_EVENTS = {
     4: "CONNECT_REQUEST", 5: "CONNECT_RESPONSE", 6: "CONNECT_ERROR", 7: "UNREACHABLE",
     8: "REJECTED", 9: "ESTABLISHED", 10: "DISCONNECTED", 11: "DEVICE_REMOVAL",
     12: "MULTICAST_JOIN", 13: "MULTICAST_ERROR", 14: "ADDR_CHANGE", 15: "TIMEWAIT_EXIT",
+    # Linux 6.17: rdma_resolve_ib_service's outcome (RDMA_USER_CM_CMD_RESOLVE_IB_SERVICE)
+    16: "ADDRINFO_RESOLVED", 17: "ADDRINFO_ERROR",
 }
 
 # enum rdma_ucm_port_space (rdma_user_cm.h).
 PORT_SPACES = {0x0002: "IPOIB", 0x013F: "IB", 0x0106: "TCP", 0x0111: "UDP"}
 
 # RDMA_USER_CM_QUERY_* (rdma_user_cm.h).
-QUERY_OPTIONS = {0: "ADDR", 1: "PATH", 2: "GID"}
+QUERY_OPTIONS = {0: "ADDR", 1: "PATH", 2: "GID", 3: "IB_SERVICE"}  # IB_SERVICE: Linux 6.17
 RDMA_USER_CM_QUERY_PATH = 1
 
 # Option levels and names (rdma_user_cm.h).
