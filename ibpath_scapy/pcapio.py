@@ -990,10 +990,10 @@ def origin(src: "str | Input") -> Origin:
         return Origin(shb.get("hardware"), shb.get("os"), shb.get("application"), tuple(ifaces))
 
 
-class _Numbered:
+class _Numbered(_KeepAll):
     """A FrameClassifier that takes the frames whose numbers are in `wanted`. It has no run
-    test, so the readers ask it about every frame once, in file order: counting the calls
-    numbers the frames without building the others."""
+    test (_KeepAll's), so the readers ask it about every frame once, in file order: counting
+    the calls numbers the frames without building the others."""
 
     def __init__(self, wanted: frozenset[int]):
         self.wanted, self.asked = wanted, 0
@@ -1003,14 +1003,6 @@ class _Numbered:
             self.asked += 1
             return True if self.asked in self.wanted else None
         return classify
-
-    @staticmethod
-    def run_test(linktype: int) -> None:
-        return None
-
-    @staticmethod
-    def take_test(linktype: int) -> None:
-        return None
 
 
 def frame_times(src: "str | Input", numbers: "set[int] | frozenset[int]") -> dict[int, float]:

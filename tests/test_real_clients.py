@@ -26,9 +26,10 @@ from ibpath_scapy.decode import decode_file
 from ibpath_scapy.facts import public
 from ibpath_scapy.layers.sa import SA_MAD_HDR_SIZE
 from ibpath_scapy.layers.umad import UMAD_TID_LOW
-from ibpath_scapy.record.fabric import Fabric, missing_tools
+from ibpath_scapy.record.fabric import Fabric
 
 from ibpath_scapy import tshark_engine
+from fabric_util import needs_fabric
 from saquery_oracle import printed_path_record, saquery_records
 
 TOPOLOGY = """\
@@ -43,10 +44,7 @@ Hca	1 "HcaB"
 [1]	"Switch1"[2]
 """
 
-_MISSING = missing_tools(("ibsim", "opensm", "saquery", "sminfo", "ibaddr"))
-pytestmark = pytest.mark.skipif(
-    bool(_MISSING), reason="the simulated fabric needs ibsim-utils, libumad2sim0, opensm, "
-    "infiniband-diags and cc (tools/install.sh): missing " + ", ".join(_MISSING))
+pytestmark = needs_fabric
 
 
 @pytest.fixture(scope="module")

@@ -29,13 +29,10 @@ from ibpath_scapy.resolve.live import LiveSA, ModelTransport, SATimeout
 from ibpath_scapy.resolve.report import outcome_dict, outcome_lines
 from ibpath_scapy.resolve.run import EXIT_SA_ERROR, resolve
 from oracles import ibv_path_data
+from fabric_util import FABRIC_MISSING as _MISSING, needs_fabric
 from saquery_oracle import printed_path_record, saquery_records
 
 HOSTS = ("Hca1", "Hca2", "Hca3")
-_MISSING = missing_tools(("ibsim", "opensm", "saquery", "sminfo", "ibaddr"))
-needs_fabric = pytest.mark.skipif(
-    bool(_MISSING), reason="the simulated fabric needs ibsim-utils, libumad2sim0, opensm, "
-    "infiniband-diags and cc (tools/install.sh): missing " + ", ".join(_MISSING))
 
 
 @pytest.fixture(scope="module")

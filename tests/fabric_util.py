@@ -1,0 +1,13 @@
+"""What the tests on the simulated fabric (ibpath_scapy/record/fabric.py) share: whether its
+programs are installed, and the mark that skips a test with the reason where they are not."""
+
+from __future__ import annotations
+
+import pytest
+
+from ibpath_scapy.record.fabric import missing_tools
+
+FABRIC_MISSING = missing_tools(("ibsim", "opensm", "saquery", "sminfo", "ibaddr"))
+needs_fabric = pytest.mark.skipif(
+    bool(FABRIC_MISSING), reason="the simulated fabric needs ibsim-utils, libumad2sim0, opensm, "
+    "infiniband-diags and cc (tools/install.sh): missing " + ", ".join(FABRIC_MISSING))
