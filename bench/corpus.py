@@ -20,12 +20,12 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from ibpath_scapy.crc import native_icrc, rocev2_icrc, vcrc
-from ibpath_scapy.encap import rocev2_frame
+from ibpath_scapy.model.crc import native_icrc, rocev2_icrc, vcrc
+from ibpath_scapy.capture.encap import rocev2_frame
 from ibpath_scapy.layers import MAD, RMPP, CMReq, CMRep, CMRtu, PathRecord, SAHeader
 from ibpath_scapy.layers.ib import ERF, LINKTYPE_ERF, LRH
-from ibpath_scapy.pcapio import PcapWriter
-from ibpath_scapy.rmpp import segment
+from ibpath_scapy.capture.pcapio import PcapWriter
+from ibpath_scapy.facts.rmpp import segment
 
 A, B = "192.168.2.24", "192.168.2.25"
 
@@ -88,7 +88,7 @@ class _Native:
     """RoCEv2 frames of the pools (Ethernet / IPv4 / UDP / BTH ... ICRC) as ERF records of
     native-IB packets: LRH (LIDs from the IPv4 addresses' last bytes, "IBA local") / the
     same BTH and what follows / native ICRC / VCRC. Headers come from the layers, built once
-    per shape; the CRCs are computed per frame with ibpath_scapy.crc."""
+    per shape; the CRCs are computed per frame with ibpath_scapy.model.crc."""
 
     def __init__(self):
         self._lrh: dict[tuple, bytes] = {}

@@ -91,10 +91,11 @@ def entry_test() -> str:
 def floor_postdissectors(capture: Path) -> dict[str, str]:
     """The --floors postdissectors (module docstring), their offsets from the layers and the
     MAD's offset as the audit's pre-filter finds it in the capture's first frame."""
-    from ibpath_scapy import blobsniff, fast
-    from ibpath_scapy.fast.layout import prefix_offsets
-    from ibpath_scapy.fast.prefilter import MadAt
-    from ibpath_scapy.fast.reader import classified_frames
+    from ibpath_scapy.engines.scapy import blobsniff
+    from ibpath_scapy.engines import fast
+    from ibpath_scapy.engines.fast.layout import prefix_offsets
+    from ibpath_scapy.engines.fast.prefilter import MadAt
+    from ibpath_scapy.engines.fast.reader import classified_frames
     from ibpath_scapy.layers.mad import MAD
     from ibpath_scapy.luagen.plugin import runtime_constants
 

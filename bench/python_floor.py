@@ -70,8 +70,8 @@ def rules_alone(path: str) -> tuple[float, int, int]:
     over the file's records, decoded before the clock starts."""
     from ibpath_scapy.audit.engine import audit_records
     from ibpath_scapy.audit.model import AuditOptions
-    from ibpath_scapy.fast import decode_file_fast
-    from ibpath_scapy.gcpace import paced
+    from ibpath_scapy.engines.fast import decode_file_fast
+    from ibpath_scapy.engines.scapy.gcpace import paced
 
     with paced():  # as audit.run does
         records = list(decode_file_fast(path))
@@ -85,7 +85,7 @@ def main() -> None:
     path = sys.argv[1]
     tshark = min(measure(["tshark", "-n", "-r", path])[0] for _ in range(3))
     start = min(measure([sys.executable, "-c", "import ibpath_scapy.cli.main, "
-                         "ibpath_scapy.fast.decoder, ibpath_scapy.audit.engine"])[0]
+                         "ibpath_scapy.engines.fast.decoder, ibpath_scapy.audit.engine"])[0]
                 for _ in range(3))
     best = None
     for _ in range(3):

@@ -127,7 +127,7 @@ def bench_capture(tmp_path_factory):
         key = (kind, frames, encap, pcapng)
         if key not in made:
             if pcapng:
-                from ibpath_scapy.pcapio import PcapNgWriter, read_frames
+                from ibpath_scapy.capture.pcapio import PcapNgWriter, read_frames
                 src = capture(kind, frames, encap)
                 path = src.with_suffix(".pcapng")
                 with PcapNgWriter(str(path)) as w:

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from scapy.fields import ConditionalField, IP6Field, MACField, TrailerField
 
-from ibpath_scapy.layout_model import build_layer, flag_items
+from ibpath_scapy.model.layout import build_layer, flag_items
 from tshark_util import tshark_env
 
 TSHARK = shutil.which("tshark")

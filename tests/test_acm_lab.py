@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from ibpath_scapy.acmserve import MAX_MESSAGE, answer, plan_for
+from ibpath_scapy.acm.serve import MAX_MESSAGE, answer, plan_for
 from ibpath_scapy.lab import acmmatrix
 from ibpath_scapy.lab.scenarios import acm_scenarios
 from ibpath_scapy.layers.acm import AcmHdr
 from ibpath_scapy.layers.ib import ExportedPDU
-from ibpath_scapy.pcapio import read_frames
+from ibpath_scapy.capture.pcapio import read_frames
 
 ROOT = Path(__file__).resolve().parent.parent
 ACM = ROOT / "captures" / "rxe" / "acm"

@@ -33,15 +33,9 @@ from pathlib import Path
 
 import pytest
 
-from ibpath_scapy.acmserve import (
-    DEFAULT_SOCKET,
-    AcmServeError,
-    Plan,
-    StandIn,
-    plan_for,
-)
+from ibpath_scapy.acm.serve import DEFAULT_SOCKET, AcmServeError, Plan, StandIn, plan_for
 from ibpath_scapy.layers.ib import ExportedPDU
-from ibpath_scapy.pcapio import read_frames
+from ibpath_scapy.capture.pcapio import read_frames
 
 IBPATH = [sys.executable, "-m", "ibpath_scapy"]
 
@@ -549,7 +543,7 @@ def test_ib_acme_recorded_decodes_and_audits(tmp_path):
     malformed; the recorded counters and endpoint are what ib_acme printed; the audit finds
     nothing and sees one RESOLVE exchange. The tshark engine (with the plugin) reads the
     same records."""
-    from ibpath_scapy.decode import Decoder, decode_file
+    from ibpath_scapy.engines.scapy.decode import Decoder, decode_file
 
     with Served(tmp_path, "conform-ucma") as s:
         rec = tmp_path / "ib_acme.pcapng"
@@ -582,7 +576,7 @@ def test_ib_acme_recorded_decodes_and_audits(tmp_path):
     doc = json.loads(report.read_text())
     assert doc["findings"] == [] and doc["summary"]["acm_exchanges"] == 1
     if shutil.which("tshark"):
-        from ibpath_scapy.tshark_engine.process import tshark_records
+        from ibpath_scapy.engines.tshark.process import tshark_records
         from plugin_oracle import assert_no_malformed
         from ibpath_scapy.luagen.plugin import CHECKOUT_PLUGIN
 
@@ -600,7 +594,7 @@ def test_hostile_clients_leave_the_stand_in_answering(tmp_path, monkeypatch):
     its cap as ibacm does, and still answers librdmacm's RESOLVE afterwards."""
     import random
 
-    from ibpath_scapy import acmserve
+    from ibpath_scapy.acm import serve as acmserve
 
     monkeypatch.setattr(acmserve, "MAX_CLIENTS", 40)
     rnd = random.Random(43)

@@ -263,7 +263,7 @@ def test_blob_option_reads_any_non_capture_as_a_blob(tmp_path, good):
 
 def _undecodable(path: Path, linktypes: list[int]) -> Path:
     """A pcapng with one frame of each of linktypes, none of which ibpath decodes."""
-    from ibpath_scapy.pcapio import PcapNgWriter
+    from ibpath_scapy.capture.pcapio import PcapNgWriter
     with PcapNgWriter(str(path)) as w:
         for k, lt in enumerate(linktypes):
             w.write(bytes([k]) * 40, lt, float(k))

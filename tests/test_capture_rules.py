@@ -12,14 +12,14 @@ import sys
 
 import pytest
 
-from ibpath_scapy import tshark_engine
+from ibpath_scapy.engines import tshark as tshark_engine
 from ibpath_scapy.audit.engine import audit_records
 from ibpath_scapy.audit.model import RULES, AuditOptions
 from ibpath_scapy.craft import CaptureBuilder
-from ibpath_scapy.decode import decode_file
-from ibpath_scapy.encap import erf_record, native_ib_frame, rocev2_frame
+from ibpath_scapy.engines.scapy.decode import decode_file
+from ibpath_scapy.capture.encap import erf_record, native_ib_frame, rocev2_frame
 from ibpath_scapy.layers import MAD, RMPP, PathRecord, SAHeader
-from ibpath_scapy.pcapio import PcapNgWriter, PcapWriter
+from ibpath_scapy.capture.pcapio import PcapNgWriter, PcapWriter
 
 L, R = "fe80::2:c903:0:1", "fe80::2:c903:0:2"
 needs_tshark = pytest.mark.skipif(tshark_engine.tshark_path() is None, reason="tshark missing")

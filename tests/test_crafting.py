@@ -21,9 +21,9 @@ import sys
 import pytest
 from scapy.packet import Packet, Raw
 
-from ibpath_scapy import rmpp
+from ibpath_scapy.facts import rmpp
 from ibpath_scapy.craft import CaptureBuilder
-from ibpath_scapy.encap import erf_record, exported_pdu, native_ib_frame, rocev2_frame
+from ibpath_scapy.capture.encap import erf_record, exported_pdu, native_ib_frame, rocev2_frame
 from ibpath_scapy.layers import MAD, RMPP, CMReq, PathRecord, SAHeader
 from ibpath_scapy.layers.cm import CMMra, CMRep
 from ibpath_scapy.layers.coded import RawCode

@@ -6,7 +6,8 @@ import struct
 import pytest
 from scapy.utils import RawPcapReader
 
-from ibpath_scapy import crc, crcspec, native
+from ibpath_scapy.model import crc, crcspec
+from ibpath_scapy import native
 from ibpath_scapy.layers import ERF, LRH
 
 # scapy test/contrib/roce.uts "RoCE CNP captured on ConnectX-4 Lx" (wire-formats.md §4.1).
@@ -20,7 +21,7 @@ CNP_FRAME = bytes.fromhex(
 
 @pytest.fixture(params=["c", "python"])
 def engine(request, monkeypatch):
-    """The CRCs computed by fast/_scan.c's crc and by its Python twin (zlib, crcmod): each
+    """The CRCs computed by native/_scan.c's crc and by its Python twin (zlib, crcmod): each
     must give the external vectors' CRCs."""
     r = crc._R or crc._resolve()
     if request.param == "c":

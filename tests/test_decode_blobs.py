@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ibpath_scapy.facts import public
-from ibpath_scapy.decode import PATH_RECORD_FIELDS, Decoder
+from ibpath_scapy.engines.scapy.decode import Decoder
+from ibpath_scapy.facts.records import PATH_RECORD_FIELDS
 from ibpath_scapy.layers.pathdata import blob_pdu, set_option_comment
-from ibpath_scapy.pcapio import RAW_BLOB_LINKTYPE, Frame, PcapNgWriter
-from ibpath_scapy.render import frame_text
+from ibpath_scapy.capture.pcapio import RAW_BLOB_LINKTYPE, Frame, PcapNgWriter
+from ibpath_scapy.facts.render import frame_text
 
 from test_netlink import cooked, nlmsg, resolve_request, resolve_response
 from test_pathdata import pack_record

@@ -4,10 +4,10 @@ import json
 import subprocess
 import sys
 
-from ibpath_scapy.encap import rocev2_frame
+from ibpath_scapy.capture.encap import rocev2_frame
 from ibpath_scapy.layers import MAD, RMPP, PathRecord, SAHeader
-from ibpath_scapy.pcapio import PcapWriter
-from ibpath_scapy.rmpp import segment
+from ibpath_scapy.capture.pcapio import PcapWriter
+from ibpath_scapy.facts.rmpp import segment
 
 
 def decode(path, fmt="json"):
@@ -85,11 +85,11 @@ def test_bytes_past_the_packet_are_not_part_of_it(tmp_path):
     """An Ethernet FCS or trailer past the IP length, and ERF record padding past wlen, are
     not the MAD's: the frame decodes as it does without them (no false "MAD is 260 bytes",
     ICRC or VCRC error), on the Scapy path, the fast path and the tshark engine alike."""
-    from ibpath_scapy.decode import Decoder, decode_file
-    from ibpath_scapy.encap import erf_record, native_ib_frame
-    from ibpath_scapy.fast import FastDecoder, decode_file_fast
-    from ibpath_scapy.pcapio import PcapNgWriter
-    from ibpath_scapy.tshark_engine import tshark_records
+    from ibpath_scapy.engines.scapy.decode import Decoder, decode_file
+    from ibpath_scapy.capture.encap import erf_record, native_ib_frame
+    from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast
+    from ibpath_scapy.capture.pcapio import PcapNgWriter
+    from ibpath_scapy.engines.tshark import tshark_records
 
     roce = bytes(rocev2_frame(query(7), src="10.0.0.1", dst="10.0.0.2"))
     ib = native_ib_frame(query(8), slid=3, dlid=1)

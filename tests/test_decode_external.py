@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from ibpath_scapy.decode import Decoder, decode_file
+from ibpath_scapy.engines.scapy.decode import Decoder, decode_file
 
 
 def run_decode(path, fmt="json"):

@@ -1,7 +1,7 @@
 """`ibpath decode` through the audit's fast path (issue 19 point 6, issue 22).
 
 Oracle: the same command with IBPATH_FASTPATH=0, every frame through the Scapy layers (what
-`ibpath decode` printed before it read through ibpath_scapy.fast). Compared byte for byte:
+`ibpath decode` printed before it read through ibpath_scapy.engines.fast). Compared byte for byte:
 standard output in both formats, standard error and the exit status, on every committed
 capture (captures/, tests/data/fuzz/, the external ones), the bench corpora (RoCEv2 and
 native IB, pcap and pcapng), and damaged files (cut, a raw blob, --as blob, a directory, a
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ibpath_scapy.cli.main import main
-from ibpath_scapy.fast import FastDecoder
+from ibpath_scapy.engines.fast import FastDecoder
 
 from conftest import CAPTURES, ROOT
 
@@ -97,7 +97,7 @@ def test_the_fast_path_takes_the_bench_frames(monkeypatch, bench_corpora):
     """The fast path is what decode runs: the frames of capture 1's RC data are skipped, its
     MADs decoded without the Scapy layers."""
     from ibpath_scapy.cli import decode as cli_decode
-    from ibpath_scapy.pcapio import Input
+    from ibpath_scapy.capture.pcapio import Input
 
     monkeypatch.setenv("IBPATH_FASTPATH", "1")
     fed = []

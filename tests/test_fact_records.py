@@ -11,17 +11,18 @@ from pathlib import Path
 import pytest
 
 import ibpath_scapy
-from ibpath_scapy.decode import Decoder, decode_file
+from ibpath_scapy.engines.scapy.decode import Decoder, decode_file
 from ibpath_scapy.facts import public
 from ibpath_scapy.facts import records as R
-from ibpath_scapy.fast import FastDecoder, decode_file_fast
+from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast
 from ibpath_scapy.layers import cm as cm_layers
 from ibpath_scapy.layers.mad import MAD, RMPP
 from ibpath_scapy.layers.sa import PathRecord
 
 PKG = Path(ibpath_scapy.__file__).parent
 ROOT = PKG.parent
-ENGINES = [PKG / "decode.py", PKG / "fast" / "decoder.py", PKG / "tshark_engine" / "builder.py"]
+ENGINES = [PKG / "engines" / "scapy" / "decode.py", PKG / "engines" / "fast" / "decoder.py",
+           PKG / "engines" / "tshark" / "builder.py"]
 CORPUS = sorted((ROOT / "captures").rglob("*.pcap*"))
 
 

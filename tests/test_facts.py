@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 import ibpath_scapy
-from ibpath_scapy.decode import decode_file
+from ibpath_scapy.engines.scapy.decode import decode_file
 from ibpath_scapy.facts import Code, Problem, public
 from ibpath_scapy.facts import problems as P
 
 PKG = Path(ibpath_scapy.__file__).parent
 ROOT = PKG.parent
 AUDIT = PKG / "audit"
-DECODERS = [PKG / "decode.py", PKG / "fast" / "decoder.py", PKG / "tshark_engine" / "builder.py",
-            PKG / "rmpp.py", PKG / "assemble.py"]
+DECODERS = [PKG / "engines" / "scapy" / "decode.py", PKG / "engines" / "fast" / "decoder.py",
+            PKG / "engines" / "tshark" / "builder.py", PKG / "facts" / "rmpp.py",
+            PKG / "facts" / "assemble.py"]
 
 
 def _error_key(node: ast.AST) -> bool:

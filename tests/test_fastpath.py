@@ -1,4 +1,4 @@
-"""The audit's fast path (ibpath_scapy.fast) against the Scapy path it stands in for.
+"""The audit's fast path (ibpath_scapy.engines.fast) against the Scapy path it stands in for.
 
 Oracles: decode.decode_file (the Scapy layers, frame by frame) for every record and error;
 pcapio.read_frames and tshark for the frame counts; the Scapy decoder's own output per frame
@@ -25,15 +25,15 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw
 
 from ibpath_scapy.facts.problems import ICRC_MISMATCH, VCRC_MISMATCH
-from ibpath_scapy.decode import Decoder, decode_file, dissect
-from ibpath_scapy.encap import erf_record, native_ib_frame, rocev2_frame
-from ibpath_scapy.fast import FastDecoder, decode_file_fast, prefilter
-from ibpath_scapy.fast.prefilter import FULL, IbMadAt, MadAt
+from ibpath_scapy.engines.scapy.decode import Decoder, decode_file, dissect
+from ibpath_scapy.capture.encap import erf_record, native_ib_frame, rocev2_frame
+from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast, prefilter
+from ibpath_scapy.engines.fast.prefilter import FULL, IbMadAt, MadAt
 from ibpath_scapy.layers.ib import ERF, GRH, LRH
 from ibpath_scapy.layers import MAD, RMPP, PathRecord, SAHeader
 from ibpath_scapy.layers.roce import DETH
-from ibpath_scapy.pcapio import CaptureError, Frame, PcapNgWriter, PcapWriter, read_frames
-from ibpath_scapy.rmpp import segment
+from ibpath_scapy.capture.pcapio import CaptureError, Frame, PcapNgWriter, PcapWriter, read_frames
+from ibpath_scapy.facts.rmpp import segment
 
 from conftest import CAPTURES, EXTERNAL, ROOT
 from tshark_util import tshark_env
@@ -113,7 +113,7 @@ def test_identical_on_bench_corpora(bench_corpora):
 def test_identical_on_native_ib_bench_corpora(bench_capture):
     """The bench corpora as ibdump would record them on native IB (ERF): the fast path takes
     their GSI datagrams and skips their RC data, with the Scapy path's records (no ICRC or
-    VCRC error: ibpath_scapy.crc is checked on a real ibdump capture in test_crc.py); tshark
+    VCRC error: ibpath_scapy.model.crc is checked on a real ibdump capture in test_crc.py); tshark
     reads every frame as InfiniBand, with the LIDs the records name."""
     c1 = bench_capture("capture1", 2000, encap="ib")
     c2 = bench_capture("capture2", 600, encap="ib")
@@ -369,7 +369,7 @@ def test_identical_on_truncated_files(edge_pcap, tmp_path, cut):
 
 
 def test_identical_when_a_frame_spans_read_blocks(bench_capture, monkeypatch):
-    from ibpath_scapy import pcapio
+    from ibpath_scapy.capture import pcapio
     monkeypatch.setattr(pcapio, "READ_BLOCK", 1000)  # every frame straddles a block boundary
     assert_identical(bench_capture("capture1", 400))
 

@@ -83,7 +83,7 @@ def test_a_pcap_becomes_a_pcapng_with_its_timestamps(tmp_path):
     """RoCEv2 frames (Ethernet) in a nanosecond pcap. (ERF records are not used here: for
     them Wireshark takes the time in the ERF header from a pcap and the block's from a
     pcapng.)"""
-    from ibpath_scapy.pcapio import PcapWriter, read_frames
+    from ibpath_scapy.capture.pcapio import PcapWriter, read_frames
     pcap = tmp_path / "roce.pcap"
     with PcapWriter(str(pcap), 1, nano=True) as w:
         for f in read_frames(str(CORPUS / "cm-roce-gid.pcapng")):

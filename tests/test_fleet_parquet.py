@@ -219,7 +219,7 @@ def test_resolution_key_columns_name_the_resolution(fleet):
 def test_host_from_the_section_header_as_capinfos_reads_it(tmp_path):
     """A pcapng whose section header names the machine (as dumpcap writes shb_hardware and
     shb_os): the host column is what capinfos reads there."""
-    from ibpath_scapy.pcapio import PcapNgWriter, read_frames
+    from ibpath_scapy.capture.pcapio import PcapNgWriter, read_frames
     if shutil.which("capinfos") is None:
         pytest.skip("capinfos (Wireshark's) is not installed")
     cap = tmp_path / "x.pcapng"

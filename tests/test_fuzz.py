@@ -12,17 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ibpath_scapy.facts import public
-from ibpath_scapy.assemble import ADDRESS_KEYS
+from ibpath_scapy.facts.assemble import ADDRESS_KEYS
 from ibpath_scapy.audit.engine import audit_records
 from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.audit.replay import Replay
 from ibpath_scapy.craft import CaptureBuilder
-from ibpath_scapy.decode import MAX_LIST_FRAME_BYTES, Decoder, decode_file
-from ibpath_scapy.fast import decoder as fast_decoder
+from ibpath_scapy.engines.scapy.decode import MAX_LIST_FRAME_BYTES, Decoder, decode_file
+from ibpath_scapy.engines.fast import decoder as fast_decoder
 from ibpath_scapy.layers import MAD, RMPP, PathRecord, SAHeader
 from ibpath_scapy.layers.pathdata import RECORD_SIZE, PathArray, blob_pdu
-from ibpath_scapy.pcapio import RAW_BLOB_LINKTYPE, CaptureError, Frame, read_frames
-from ibpath_scapy.rmpp import MAX_PROBLEMS, MAX_SEGMENTS, Reassembler, segment
+from ibpath_scapy.capture.pcapio import RAW_BLOB_LINKTYPE, CaptureError, Frame, read_frames
+from ibpath_scapy.facts.rmpp import MAX_PROBLEMS, MAX_SEGMENTS, Reassembler, segment
 
 from conftest import ROOT
 from tools import fuzz
@@ -254,7 +254,7 @@ def test_ls_requests_let_go_unanswered_are_reported(tmp_path, monkeypatch):
     """The decoder remembers the last LS_REQUEST_MEMORY LS requests for their answers; an
     unanswered one pushed out is counted in one DECODE-LIMIT finding at its frame (answered
     ones leave silently), in both engines (the assembler is theirs)."""
-    from ibpath_scapy.assemble import Assembler
+    from ibpath_scapy.facts.assemble import Assembler
     from ibpath_scapy.layers.pathdata import GMP_PRIMARY_BIDIRECTIONAL
 
     monkeypatch.setattr(Assembler, "LS_REQUEST_MEMORY", 2)
@@ -271,7 +271,7 @@ def test_ls_requests_let_go_unanswered_are_reported(tmp_path, monkeypatch):
     assert limit.message.startswith("2 unanswered LS request(s) let go from the decoder's "
                                     "memory of the last 2 (the first at frame 3)")
     if tshark_path() is not None:
-        from ibpath_scapy.tshark_engine import tshark_records
+        from ibpath_scapy.engines.tshark import tshark_records
         recs = list(tshark_records(str(path)))
         findings = audit_records(str(path), recs, AuditOptions()).findings
         assert [f.frames for f in findings if f.rule == "DECODE-LIMIT"] == [(3,)]

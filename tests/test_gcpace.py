@@ -1,4 +1,4 @@
-"""The cycle collector paced by Scapy's frames (ibpath_scapy/gcpace.py): what it rests on,
+"""The cycle collector paced by Scapy's frames (ibpath_scapy/engines/scapy/gcpace.py): what it rests on,
 that the fast path, the replay, the rules and the reports leave no reference cycles behind,
 checked by what a full collection finds after each audit; and that the frames Scapy decodes
 are still collected while automatic collection is off."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ibpath_scapy import gcpace
+from ibpath_scapy.engines.scapy import gcpace
 from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.audit.run import audit_paths
 from ibpath_scapy.cli.main import main as ibpath

@@ -32,7 +32,7 @@ from ibpath_scapy.audit.html import to_html
 from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.audit.run import audit_paths
 from ibpath_scapy.craft.builder import CaptureBuilder
-from ibpath_scapy.decode import Decoder, decode_file
+from ibpath_scapy.engines.scapy.decode import Decoder, decode_file
 from ibpath_scapy.layers.cm import CMRep, CMRtu
 from ibpath_scapy.layers.mad import MAD
 

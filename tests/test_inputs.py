@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ibpath_scapy.craft import CaptureBuilder
-from ibpath_scapy.pcapio import PcapWriter, read_frames
+from ibpath_scapy.capture.pcapio import PcapWriter, read_frames
 
 from test_rules_blob import rec
 from test_rules_resolver import FWD_REV, exchange, query
@@ -103,7 +103,7 @@ def test_stdin_gives_the_files_report(which, capture, capture_pcap):
 # packet after the first, so a test can see a packet processed before the next one exists.
 _WRITER = textwrap.dedent("""
     import os, sys, time
-    from ibpath_scapy.pcapio import Input, sniff_format
+    from ibpath_scapy.capture.pcapio import Input, sniff_format
     data, out, gate = open(sys.argv[1], "rb").read(), sys.argv[2], sys.argv[3] == "1"
     fd = os.open(out, os.O_WRONLY) if out != "-" else 1
     if sniff_format(data[:4]) == "pcap":
@@ -174,7 +174,7 @@ def test_pcapng_stream_through_a_pipe(capture):
 @pytest.mark.parametrize("engine", ["scapy", "tshark"])
 def test_fifo_fed_by_a_writer_process(tmp_path, capture, engine):
     if engine == "tshark":
-        from ibpath_scapy import tshark_engine
+        from ibpath_scapy.engines import tshark as tshark_engine
         if tshark_engine.tshark_path() is None:
             pytest.skip("tshark missing")
     fifo = tmp_path / "live.fifo"

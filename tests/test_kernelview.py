@@ -6,7 +6,7 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ibpath_scapy.kernelview import (
+from ibpath_scapy.facts.kernelview import (
     EINVAL,
     EIO,
     NO_GMP,

@@ -27,13 +27,13 @@ from conftest import CAPTURES
 from test_netlink import tshark_fields
 
 from ibpath_scapy.cli.main import main as ibpath_main
-from ibpath_scapy.decode import decode_file
-from ibpath_scapy.kernelview import blob_from_bytes, select_ucma
+from ibpath_scapy.engines.scapy.decode import decode_file
+from ibpath_scapy.facts.kernelview import blob_from_bytes, select_ucma
 from ibpath_scapy.lab.cpio import CpioWriter
 from ibpath_scapy.lab.guest import modinfo_depends
 from ibpath_scapy.lab.scenarios import BY_NAME, SCENARIOS
 from ibpath_scapy.layers.pathdata import RECORD_SIZE, parse_set_option_comment
-from ibpath_scapy.pcapio import read_frames
+from ibpath_scapy.capture.pcapio import read_frames
 
 RXE = CAPTURES / "rxe"
 LAB = json.loads((RXE / "lab.json").read_text()) if (RXE / "lab.json").exists() else None

@@ -34,15 +34,15 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers
 
-from ibpath_scapy import crcspec
-from ibpath_scapy.expr import F
-from ibpath_scapy.hints import ByteOrderHint, LengthHint, ListHint, WhenHint
+from ibpath_scapy.model import crcspec
+from ibpath_scapy.model.expr import F
+from ibpath_scapy.model.hints import ByteOrderHint, LengthHint, ListHint, WhenHint
 from ibpath_scapy.luagen import GeneratorError, Spec, generate
 from ibpath_scapy.luagen import plugin as luagen_plugin
 from ibpath_scapy.luagen.emit import constants_lua
 from ibpath_scapy.luagen.lua import lua_str
-from ibpath_scapy.layout_model import header_layout
-from ibpath_scapy.pcapio import PcapWriter
+from ibpath_scapy.model.layout import header_layout
+from ibpath_scapy.capture.pcapio import PcapWriter
 
 from plugin_oracle import compare, field_map, tshark
 from tshark_util import tshark_env
@@ -470,7 +470,7 @@ print(string.format("stride %d %d", SA_RECORD_STRIDE({attribute_offset = 0}),
 
 def test_emitted_lua_block_reads_back_as_the_spec_says():
     """The block the plugin carries, run by Lua: its LAYOUT equals the oracle (independent
-    of layout_model), HDR_LEN the header lengths, the CRC tables crcspec, and the constants
+    of model.layout), HDR_LEN the header lengths, the CRC tables crcspec, and the constants
     the spec's values."""
     lua = shutil.which("lua5.4")
     if lua is None:

@@ -1,4 +1,4 @@
-"""The fast path's MAD decoder in C (ibpath_scapy/fast/_mad.c) against the same decoder in
+"""The fast path's MAD decoder in C (ibpath_scapy/native/_mad.c) against the same decoder in
 Python (fast/decoder.py FastDecoder.decode_at without it), which remains the reference: the
 same records, statistics and frames handed back over the project's captures, the fuzz inputs,
 both bench captures in both encapsulations and containers, and Hypothesis' mutations of SA
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ibpath_scapy import crc
-from ibpath_scapy.fast import FastDecoder, decode_file_fast, prefilter
-from ibpath_scapy.fast.decoder import Tables, mad_decoder, mad_plan
-from ibpath_scapy.fast.prefilter import IbMadAt, MadAt
-from ibpath_scapy.gcpace import paced
-from ibpath_scapy.pcapio import CaptureError, Frame, read_frames
+from ibpath_scapy.model import crc
+from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast, prefilter
+from ibpath_scapy.engines.fast.decoder import Tables, mad_decoder, mad_plan
+from ibpath_scapy.engines.fast.prefilter import IbMadAt, MadAt
+from ibpath_scapy.engines.scapy.gcpace import paced
+from ibpath_scapy.capture.pcapio import CaptureError, Frame, read_frames
 
 from conftest import CAPTURES, project_inputs
 
@@ -184,7 +184,7 @@ def test_a_frame_the_c_decoder_hands_back_is_read_in_python(bench_capture):
 def test_the_c_decoder_refuses_a_bad_plan():
     from types import SimpleNamespace
 
-    from ibpath_scapy.fast import _scan
+    from ibpath_scapy.native import _scan
     with pytest.raises(AttributeError):
         _scan.MadDecoder(SimpleNamespace())
     d = FastDecoder()

@@ -1,4 +1,4 @@
-"""The readers' loops over runs of skipped frames in C (ibpath_scapy/fast/_scan.c) against the
+"""The readers' loops over runs of skipped frames in C (ibpath_scapy/native/_scan.c) against the
 same loops in Python (pcapio._SCAN_SOURCE), which remain the reference: the same (pos, k)
 from any buffer, and the same frames, records and findings over the project's captures, the
 fuzz inputs and both bench captures, whichever runs. Also its crc, the CRCs with their
@@ -20,17 +20,19 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ibpath_scapy import blobsniff, crc, pcapio
-from ibpath_scapy.fast import FastDecoder, decode_file_fast, prefilter
-from ibpath_scapy.fast.prefilter import IbMadAt, MadAt
-from ibpath_scapy.fast.reader import classified_frames
+from ibpath_scapy.engines.scapy import blobsniff
+from ibpath_scapy.model import crc
+from ibpath_scapy.capture import pcapio
+from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast, prefilter
+from ibpath_scapy.engines.fast.prefilter import IbMadAt, MadAt
+from ibpath_scapy.engines.fast.reader import classified_frames
 from ibpath_scapy.layers.ib import LINKTYPE_ERF
-from ibpath_scapy.pcapio import CaptureError, RunTest, TakeTest, Term
+from ibpath_scapy.capture.pcapio import CaptureError, RunTest, TakeTest, Term
 
 from conftest import CAPTURES, project_inputs
 
 try:
-    from ibpath_scapy.fast import _scan
+    from ibpath_scapy.native import _scan
 except ImportError:  # a build without a compiler: the Python loops run, nothing to compare
     _scan = None
 
@@ -44,7 +46,7 @@ def test_the_c_loops_are_built_where_a_compiler_is():
     compiled the C loops, and the readers must pick them."""
     if not _can_build:
         pytest.skip("no gcc or no Python.h on this machine: the pure-Python loops are the build")
-    assert _scan is not None, "ibpath_scapy.fast._scan was not built (pip install -e . again)"
+    assert _scan is not None, "ibpath_scapy.native._scan was not built (pip install -e . again)"
     assert pcapio._native_scan() is _scan
 
 
@@ -327,9 +329,9 @@ def _textbook(p, data: bytes) -> int:
 @given(st.binary(max_size=120), st.binary(max_size=60), st.binary(max_size=20),
        st.integers(0, 130), st.integers(0, 130))
 def test_c_crc_is_the_python_one(data, mask, prefix, a, b):
-    """fast/_scan.c's crc against its Python twin (crc.crc_engine without the extension) and a
+    """native/_scan.c's crc against its Python twin (crc.crc_engine without the extension) and a
     textbook CRC of the masked bytes, for both CRCs of crcspec, any slice, mask and prefix."""
-    from ibpath_scapy import crcspec
+    from ibpath_scapy.model import crcspec
     start, end = sorted((a, b))
     for p in (crcspec.ICRC, crcspec.VCRC):
         c, py = crc.crc_engine(p, _scan), crc.crc_engine(p, None)
@@ -348,7 +350,7 @@ def test_c_crc_is_the_python_one(data, mask, prefix, a, b):
 @needs_c
 def test_c_crc_refuses_a_bad_table_and_leaves_its_input_alone():
     from array import array
-    from ibpath_scapy import crcspec
+    from ibpath_scapy.model import crcspec
     table = crc.crc_table(crcspec.ICRC)
     # too short, too short in bytes, the 2048 words off their alignment
     for bad in (table[:2047], table.tobytes()[1:], memoryview(b"\0" + table.tobytes())[1:]):

@@ -21,7 +21,7 @@ import pytest
 from layer_checks import assert_bit_runs_close
 
 from ibpath_scapy.facts import public
-from ibpath_scapy.decode import Decoder
+from ibpath_scapy.engines.scapy.decode import Decoder
 from ibpath_scapy.layers import netlink as nl
 from ibpath_scapy.layers.netlink import (
     LsAttr,
@@ -40,8 +40,8 @@ from ibpath_scapy.layers.netlink import (
     RdmaNLMsgHdr,
 )
 from ibpath_scapy.layers.pathdata import PathRecData
-from ibpath_scapy.pcapio import Frame, PcapNgWriter
-from ibpath_scapy.render import frame_text
+from ibpath_scapy.capture.pcapio import Frame, PcapNgWriter
+from ibpath_scapy.facts.render import frame_text
 
 from test_pathdata import pack_record
 from tshark_util import tshark_env

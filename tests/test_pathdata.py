@@ -30,7 +30,7 @@ from ibpath_scapy.layers.pathdata import (
 )
 from ibpath_scapy.layers.coded import RawCode
 from ibpath_scapy.layers.sa import PathRecord
-from ibpath_scapy.pcapio import PcapNgWriter
+from ibpath_scapy.capture.pcapio import PcapNgWriter
 
 
 from oracles import IBV_PATH_RECORD  # noqa: E402

@@ -19,8 +19,8 @@ import subprocess
 import pytest
 from scapy.utils import RawPcapNgReader, RawPcapReader
 
-from ibpath_scapy import pcapio
-from ibpath_scapy.pcapio import (
+from ibpath_scapy.capture import pcapio
+from ibpath_scapy.capture.pcapio import (
     CaptureError,
     Interface,
     Interfaces,
@@ -335,7 +335,7 @@ def test_every_cut_reads_cleanly_or_names_file_frame_and_reason(capture, tmp_pat
 def mixed(tmp_path_factory):
     """A pcapng of every kind of frame of test_fastpath's edge cases."""
     from test_fastpath import edge_frames, ib_edge_frames
-    from ibpath_scapy.pcapio import PcapNgWriter
+    from ibpath_scapy.capture.pcapio import PcapNgWriter
     path = tmp_path_factory.mktemp("mixed") / "mixed.pcapng"
     with PcapNgWriter(str(path)) as w:
         for i, f in enumerate(edge_frames()):
@@ -367,8 +367,8 @@ def test_fast_path_skips_runs_of_data_blocks_like_the_scapy_path(tmp_path, monke
     from conftest import ROOT
     sys.path.insert(0, str(ROOT / "bench"))
     from corpus import write_capture1
-    from ibpath_scapy.fast import FastDecoder, decode_file_fast
-    from ibpath_scapy.pcapio import PcapNgWriter
+    from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast
+    from ibpath_scapy.capture.pcapio import PcapNgWriter
     if block:
         monkeypatch.setattr(pcapio, "READ_BLOCK", block)
     frames = []

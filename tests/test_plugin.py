@@ -13,8 +13,8 @@ from scapy.fields import StrFixedLenField, _BitField
 from scapy.layers.inet import IP, IPOption_NOP
 from scapy.layers.l2 import Ether
 
-from ibpath_scapy.decode import decode_file
-from ibpath_scapy.encap import erf_record, native_ib_frame, rocev2_frame
+from ibpath_scapy.engines.scapy.decode import decode_file
+from ibpath_scapy.capture.encap import erf_record, native_ib_frame, rocev2_frame
 from ibpath_scapy.layers import (
     BTH, DETH, ERF, LRH, MAD, RMPP, CMDrep, CMDreq, CMRej, CMRep, CMReq, CMRtu, PathRecord,
     SAHeader,
@@ -22,7 +22,7 @@ from ibpath_scapy.layers import (
 from ibpath_scapy.layers.coded import RawCode
 from ibpath_scapy.luagen.emit import reachable
 from ibpath_scapy.luagen.plugin import CHECKOUT_PLUGIN, generate_plugin
-from ibpath_scapy.pcapio import PcapWriter
+from ibpath_scapy.capture.pcapio import PcapWriter
 
 from conftest import CAPTURES, EXTERNAL
 from plugin_oracle import assert_no_malformed, compare, field_map, need_tshark, tshark
@@ -322,7 +322,7 @@ def test_netlink_and_blob_fields_equal_scapy(tmp_path):
     from ibpath_scapy.layers.ib import ExportedPDU
     from ibpath_scapy.layers.netlink import NetlinkCooked, RdmaNLMsgHdr
     from ibpath_scapy.layers.pathdata import PathArray
-    from ibpath_scapy.pcapio import read_frames
+    from ibpath_scapy.capture.pcapio import read_frames
 
     L, R = "fe80::2:c903:0:1", "fe80::2:c903:0:2"
     fwd = PathRecord(sgid=L, dgid=R, slid=1, dlid=2, reversible=1, pkey=0x8001, sl=3, mtu=5)
@@ -392,7 +392,7 @@ def test_netlink_and_blob_fields_equal_scapy_over_generated_messages(tmp_path_fa
     from ibpath_scapy.layers.ib import ExportedPDU
     from ibpath_scapy.layers.netlink import NetlinkCooked, RdmaNLMsgHdr
     from ibpath_scapy.layers.pathdata import PathArray
-    from ibpath_scapy.pcapio import read_frames
+    from ibpath_scapy.capture.pcapio import read_frames
 
     need_tshark()
     path = write_ls_or_blob(tmp_path_factory.mktemp("nl") / "gen.pcapng", items)

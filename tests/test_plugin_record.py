@@ -13,7 +13,7 @@ import re
 import struct
 from pathlib import Path
 
-from ibpath_scapy.encap import exported_pdu
+from ibpath_scapy.capture.encap import exported_pdu
 from ibpath_scapy.layers.acm import (
     ACM_DISSECTOR, ACM_EP_INFO_TYPES, ACM_MSG_EP_LENGTH, ACM_MSG_HDR_LENGTH, AcmEpConfigData,
     AcmHdr, AcmPerfData,
@@ -25,7 +25,7 @@ from ibpath_scapy.layers.ucma import (
 from ibpath_scapy.layers.umad import UMAD_DISSECTOR
 from ibpath_scapy.luagen.emit import reachable
 from ibpath_scapy.luagen.plugin import CHECKOUT_PLUGIN, RECORDED_SOURCES
-from ibpath_scapy.pcapio import PcapNgWriter, read_frames
+from ibpath_scapy.capture.pcapio import PcapNgWriter, read_frames
 from ibpath_scapy.record.opensm import umad_calls
 
 from plugin_oracle import assert_no_malformed, compare, field_map, need_tshark, tshark

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from ibpath_scapy.audit.process import build, librdmacm_view
-from ibpath_scapy.decode import decode_file
-from ibpath_scapy.pcapio import read_frames
-from ibpath_scapy.record.comment import parse_call_comment
+from ibpath_scapy.engines.scapy.decode import decode_file
+from ibpath_scapy.capture.pcapio import read_frames
+from ibpath_scapy.capture.comment import parse_call_comment
 
 from conftest import CAPTURES
 

@@ -13,10 +13,11 @@ import sys
 
 import pytest
 
-from ibpath_scapy import blobsniff, tshark_engine
+from ibpath_scapy.engines.scapy import blobsniff
+from ibpath_scapy.engines import tshark as tshark_engine
 from ibpath_scapy.audit.engine import audit_records
 from ibpath_scapy.audit.model import AuditOptions
-from ibpath_scapy.decode import decode_file
+from ibpath_scapy.engines.scapy.decode import decode_file
 
 from test_rules_blob import GMP_BIDIR, SINGLE, path, rec, swapped_rec
 from test_audit_cli import good  # noqa: F401  (fixture)

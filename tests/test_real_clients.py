@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from ibpath_scapy.decode import decode_file
+from ibpath_scapy.engines.scapy.decode import decode_file
 from ibpath_scapy.facts import public
 from ibpath_scapy.layers.sa import SA_MAD_HDR_SIZE
 from ibpath_scapy.layers.umad import UMAD_TID_LOW
 from ibpath_scapy.record.fabric import Fabric
 
-from ibpath_scapy import tshark_engine
+from ibpath_scapy.engines import tshark as tshark_engine
 from fabric_util import needs_fabric
 from saquery_oracle import printed_path_record, saquery_records
 

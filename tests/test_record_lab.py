@@ -35,7 +35,7 @@ import pytest
 from ibpath_scapy.lab import recordmatrix
 from ibpath_scapy.lab.scenarios import record_scenarios
 from ibpath_scapy.layers.ib import ExportedPDU
-from ibpath_scapy.pcapio import read_frames
+from ibpath_scapy.capture.pcapio import read_frames
 
 ROOT = Path(__file__).resolve().parent.parent
 REC = ROOT / "captures" / "rxe" / "record"

@@ -35,7 +35,7 @@ from ibpath_scapy.layers.ucma import (
     sockaddr_text,
 )
 from ibpath_scapy.layers.umad import UMAD_DISSECTOR, UserMad
-from ibpath_scapy.pcapio import read_frames
+from ibpath_scapy.capture.pcapio import read_frames
 
 from layer_checks import assert_bit_runs_close
 
@@ -331,7 +331,7 @@ def test_an_ib_service_resolution_decodes_by_name(tmp_path):
     """A RESOLVE_IB_SERVICE write and the ADDRINFO_ERROR event as ibpath record writes them
     (Linux 6.17): named, not "command 23" and "event 17"."""
     from ibpath_scapy.craft import CaptureBuilder
-    from ibpath_scapy.decode import decode_file
+    from ibpath_scapy.engines.scapy.decode import decode_file
     from ibpath_scapy.layers.ucma import UcmaCmdHdr, UcmaEventResp, UcmaGetEvent
     path = tmp_path / "ibs.pcapng"
     # struct rdma_ucm_resolve_ib_service: u32 id, u32 reserved, then struct rdma_ucm_ib_service

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from ibpath_scapy.decode import decode_file
-from ibpath_scapy.pcapio import read_frames
+from ibpath_scapy.engines.scapy.decode import decode_file
+from ibpath_scapy.capture.pcapio import read_frames
 from ibpath_scapy.record.netlink import StraceParser, parse_protocol, write_messages
 
 from test_netlink import resolve_request, resolve_response, tshark_fields

@@ -34,7 +34,7 @@ from ibpath_scapy.layers.ucma import (
     UcmaCmdHdr, UcmaCreateIdResp, UcmaEventResp, UcmaQueryPathResp, UcmaResolveAddr,
     UcmaSetOption,
 )
-from ibpath_scapy.pcapio import read_frames
+from ibpath_scapy.capture.pcapio import read_frames
 from ibpath_scapy.record.process import build_shim
 from ibpath_scapy.record.spool import (
     HEADER, KIND_UMAD, MAGIC, PART_CALL, PART_READ, SpoolError, parse_spool,

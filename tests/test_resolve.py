@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ibpath_scapy.craft.sa_model import Fabric as ModelFabric, Port, SAModel
-from ibpath_scapy.decode import decode_file
+from ibpath_scapy.engines.scapy.decode import decode_file
 from ibpath_scapy.facts import public
 from ibpath_scapy.layers.umad import UMAD_TID_LOW
 from ibpath_scapy.record.fabric import (DEFAULT_TOPOLOGY, Daemon, Fabric, abstract_socket_exists,

@@ -6,7 +6,7 @@ import pytest
 
 from ibpath_scapy.layers.mad import MAD, RMPP
 from ibpath_scapy.layers.sa import PathRecord, SAHeader
-from ibpath_scapy.rmpp import Reassembler, reassemble, segment
+from ibpath_scapy.facts.rmpp import Reassembler, reassemble, segment
 
 # (records, segments, pad, PayloadLength of segment 1, PayloadLength of the last segment)
 WORKED_EXAMPLES = [(1, 1, 136, 84, 84), (3, 1, 8, 212, 212), (4, 2, 144, 296, 76),

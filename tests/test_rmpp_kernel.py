@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from ibpath_scapy import tshark_engine
+from ibpath_scapy.engines import tshark as tshark_engine
 from ibpath_scapy.audit.engine import audit_records
 from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.craft import CaptureBuilder
-from ibpath_scapy.decode import decode_file
+from ibpath_scapy.engines.scapy.decode import decode_file
 from ibpath_scapy.layers import MAD, RMPP, PathRecord, SAHeader
-from ibpath_scapy.rmpp import segment
+from ibpath_scapy.facts.rmpp import segment
 
 L, R = "fe80::2:c903:0:1", "fe80::2:c903:0:2"
 N_RECORDS = 8  # 3 segments

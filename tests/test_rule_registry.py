@@ -32,9 +32,9 @@ def test_the_frame_checks_guards_skip_no_finding():
 
     from ibpath_scapy.audit.engine import _frame_finding_test, audit_records
     from ibpath_scapy.audit.model import AuditOptions
-    from ibpath_scapy.decode import decode_file
-    from ibpath_scapy.fast import decode_file_fast
-    from ibpath_scapy.pcapio import CaptureError
+    from ibpath_scapy.engines.scapy.decode import decode_file
+    from ibpath_scapy.engines.fast import decode_file_fast
+    from ibpath_scapy.capture.pcapio import CaptureError
 
     from conftest import EXTERNAL, project_inputs
 

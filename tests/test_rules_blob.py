@@ -25,9 +25,9 @@ from ibpath_scapy.audit.engine import audit_records
 from ibpath_scapy.audit.model import RULES, AuditOptions
 from ibpath_scapy.audit.run import audit_paths
 from ibpath_scapy.craft.builder import CaptureBuilder
-from ibpath_scapy.decode import Decoder
+from ibpath_scapy.engines.scapy.decode import Decoder
 from ibpath_scapy.layers.sa import PathRecord
-from ibpath_scapy.pcapio import RAW_BLOB_LINKTYPE, Frame
+from ibpath_scapy.capture.pcapio import RAW_BLOB_LINKTYPE, Frame
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

@@ -7,7 +7,7 @@ from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.audit.run import audit_paths
 from ibpath_scapy.craft import CaptureBuilder
 from ibpath_scapy.layers import MAD, RMPP, PathRecord, SAHeader
-from ibpath_scapy.pcapio import PcapNgWriter
+from ibpath_scapy.capture.pcapio import PcapNgWriter
 
 L, R = "fe80::2:c903:0:10", "fe80::2:c903:0:20"
 SA_RULES = {"SAQ-SERVICEID-HALF", "SAQ-RESERVED-COMP", "SAQ-BAD-METHOD", "SAQ-NUMBPATH-ZERO",
@@ -205,7 +205,7 @@ def test_decode_malformed(tmp_path):
         b.sa_answer(b.sa_query(query()), [answer()])
     data = path.read_bytes()
     cut = tmp_path / "cut.pcapng"
-    from ibpath_scapy.pcapio import read_frames
+    from ibpath_scapy.capture.pcapio import read_frames
     frames = list(read_frames(str(path)))
     with PcapNgWriter(str(cut)) as w:
         w.write(frames[0].data[:150], 1, 1.0)  # MAD cut after 88 bytes

@@ -35,8 +35,8 @@ from ibpath_scapy.craft.resolver import Ibacm
 from ibpath_scapy.craft.sa_model import Fabric, Port, SAModel
 from ibpath_scapy.craft.scenarios import SCENARIOS
 from ibpath_scapy.craft.session import Session
-from ibpath_scapy.packet_rules import PACKET_RULES
-from ibpath_scapy.pcapio import read_frames
+from ibpath_scapy.audit.packet_rules import PACKET_RULES
+from ibpath_scapy.capture.pcapio import read_frames
 
 from conftest import CAPTURES, ROOT
 from test_opensm_capture import PCAP as OPENSM_PCAP, SESSION as OPENSM_SESSION, read_pcap, split_frame
@@ -291,7 +291,7 @@ def test_blob_records_what_the_kernel_returns(tmp_path):
     real 6.1 kernel's (captures/rxe): 0 for a blob with a 0x2B record, -EINVAL without one or
     with a ragged length."""
     from ibpath_scapy.craft import CaptureBuilder
-    from ibpath_scapy.decode import decode_file
+    from ibpath_scapy.engines.scapy.decode import decode_file
     from ibpath_scapy.layers import PathRecord
 
     rec = PathRecord(sgid="fe80::1", dgid="fe80::2", reversible=1)

@@ -21,7 +21,7 @@ from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.audit.replay import ClosedTransaction, Replay, Transaction
 from ibpath_scapy.audit.run import audit_paths
 from ibpath_scapy.craft import CaptureBuilder
-from ibpath_scapy.decode import decode_file
+from ibpath_scapy.engines.scapy.decode import decode_file
 from ibpath_scapy.layers import PathRecord
 
 from conftest import CAPTURES, EXTERNAL, ROOT
@@ -232,7 +232,7 @@ def test_transaction_seal_fixes_request_and_query():
 
 
 def test_batched_keeps_order_and_the_error_after_the_records_before_it():
-    from ibpath_scapy.batch import batched, batches
+    from ibpath_scapy.capture.batch import batched, batches
 
     def source(n, fail):
         for i in range(n):

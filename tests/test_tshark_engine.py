@@ -1,4 +1,4 @@
-"""The tshark audit engine (ibpath_scapy.tshark_engine) against the Scapy engine (decode.py).
+"""The tshark audit engine (ibpath_scapy.engines.tshark) against the Scapy engine (decode.py).
 
 For every capture of captures/ (recursively), the external captures and the crafted captures
 below, both engines decode the file once and
@@ -31,13 +31,13 @@ import pytest
 from scapy.contrib.roce import BTH, GRH
 from scapy.packet import Raw
 
-from ibpath_scapy import tshark_engine
+from ibpath_scapy.engines import tshark as tshark_engine
 from ibpath_scapy.audit.engine import audit_records
 from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.craft import CaptureBuilder
-from ibpath_scapy.decode import DecodeStats, decode_file
-from ibpath_scapy.encap import erf_record, exported_pdu, native_ib_frame, rocev2_frame
-from ibpath_scapy.kernelview import blob_from_array, blob_from_ls_response
+from ibpath_scapy.engines.scapy.decode import DecodeStats, decode_file
+from ibpath_scapy.capture.encap import erf_record, exported_pdu, native_ib_frame, rocev2_frame
+from ibpath_scapy.facts.kernelview import blob_from_array, blob_from_ls_response
 from ibpath_scapy.layers import DETH, LRH, MAD, RMPP, PathRecord, SAHeader
 from ibpath_scapy.layers.coded import RawCode
 from ibpath_scapy.layers.cm import CM_MESSAGE_CLASSES, CMDrep, CMDreq, CMMra, CMRej, CMRep, CMRtu
@@ -56,9 +56,9 @@ from ibpath_scapy.layers.netlink import (
     RdmaNLMsgHdr,
 )
 from ibpath_scapy.layers.pathdata import PathArray, PathRecData, apm_blob, forward_return_gmp_blob
-from ibpath_scapy.pcapio import CaptureError, PcapWriter, read_frames
-from ibpath_scapy.rmpp import segment
-from ibpath_scapy.tshark_engine import TsharkEngineError, blob_from_records, tshark_records
+from ibpath_scapy.capture.pcapio import CaptureError, PcapWriter, read_frames
+from ibpath_scapy.facts.rmpp import segment
+from ibpath_scapy.engines.tshark import TsharkEngineError, blob_from_records, tshark_records
 
 from tshark_util import tshark_env
 
@@ -418,7 +418,7 @@ def test_known_differences_are_where_the_docstring_says(crafted):
 
 
 def test_stats_are_filled_as_the_decoder_fills_them(crafted):
-    from ibpath_scapy.decode import Decoder
+    from ibpath_scapy.engines.scapy.decode import Decoder
 
     path = str(crafted / "ls.pcapng")
     d = Decoder()

@@ -37,14 +37,14 @@ from scapy.contrib.roce import BTH, GRH
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
-from ibpath_scapy.decode import decode_file
-from ibpath_scapy.encap import erf_record, native_ib_frame, rocev2_frame
+from ibpath_scapy.engines.scapy.decode import decode_file
+from ibpath_scapy.capture.encap import erf_record, native_ib_frame, rocev2_frame
 from ibpath_scapy.layers import (
     DETH, ERF, LRH, MAD, RMPP, CMDrep, CMDreq, CMMra, CMRej, CMRep, CMReq, CMRtu, PathRecord,
     SAHeader,
 )
 from ibpath_scapy.layers.coded import RawCode
-from ibpath_scapy.pcapio import PcapNgWriter, read_frames
+from ibpath_scapy.capture.pcapio import PcapNgWriter, read_frames
 
 from tshark_util import assert_clean, needs_tshark, run_pyshark, run_tshark, tshark_fields
 

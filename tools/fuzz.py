@@ -62,9 +62,9 @@ if str(ROOT) not in sys.path:
 from ibpath_scapy.facts import Code  # noqa: E402
 from ibpath_scapy.audit.engine import audit_records  # noqa: E402
 from ibpath_scapy.audit.model import AuditOptions  # noqa: E402
-from ibpath_scapy.decode import Decoder, dissect  # noqa: E402
-from ibpath_scapy.fast import FastDecoder, decode_file_fast  # noqa: E402
-from ibpath_scapy.pcapio import CaptureError, Frame, read_input  # noqa: E402
+from ibpath_scapy.engines.scapy.decode import Decoder, dissect  # noqa: E402
+from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast  # noqa: E402
+from ibpath_scapy.capture.pcapio import CaptureError, Frame, read_input  # noqa: E402
 from ibpath_scapy.layers.pathdata import PathArray  # noqa: E402
 
 EXTERNAL = ROOT.parent / "shared" / "captures" / "external"
@@ -321,9 +321,9 @@ def netlink_frame(rnd: random.Random) -> tuple:
 def rmpp_transfer(rnd: random.Random) -> list[tuple]:
     """The segments of one GetTableResp, out of order, some repeated, some lost, with hostile
     segment numbers, FIRST/LAST flags and PayloadLengths now and then."""
-    from ibpath_scapy.encap import rocev2_frame
+    from ibpath_scapy.capture.encap import rocev2_frame
     from ibpath_scapy.layers import MAD, RMPP, PathRecord, SAHeader
-    from ibpath_scapy.rmpp import segment
+    from ibpath_scapy.facts.rmpp import segment
 
     tid = rnd.randrange(1 << 64)
     hdr = bytes(MAD(method=0x92, transaction_id=tid) / RMPP(rmpp_version=1, rmpp_type=1)
@@ -372,7 +372,7 @@ class Input:
 
 def write_frames(path: Path, frames: list[tuple]) -> Input:
     """One pcap per link type would hide cross-link-type state bugs; pcapng holds them all."""
-    from ibpath_scapy.pcapio import PcapNgWriter
+    from ibpath_scapy.capture.pcapio import PcapNgWriter
 
     must = set()
     with PcapNgWriter(str(path)) as w:
@@ -462,7 +462,7 @@ def huge_frame_file(work: Path, size: int = 64 << 20, linktypes=LINKTYPES) -> In
     """A pcapng of one `size`-byte frame per link type, each a real frame of its kind (RoCEv2
     MAD, ERF native IB MAD, blob PDU, netlink LS response) padded out, written straight to
     disk a chunk at a time (never two copies in memory)."""
-    from ibpath_scapy.encap import erf_record, native_ib_frame, rocev2_frame
+    from ibpath_scapy.capture.encap import erf_record, native_ib_frame, rocev2_frame
     from ibpath_scapy.layers import MAD, RMPP, PathRecord, SAHeader
     from ibpath_scapy.layers.pathdata import blob_pdu
 
@@ -666,7 +666,7 @@ def _without_refused(tshark: str, inp: Input, timeout: float) -> tuple[Path, int
     record whose header lies, a frame over 262144 bytes), which would hide every later frame
     from the plugin. Drop each refused frame from a copy until tshark reads it all. Returns
     (path, frames dropped, frames tshark counted, its stderr)."""
-    from ibpath_scapy.pcapio import PcapNgWriter, read_frames
+    from ibpath_scapy.capture.pcapio import PcapNgWriter, read_frames
 
     copy = inp.path.with_name(inp.path.stem + ".wiretap.pcapng")
 
@@ -744,8 +744,8 @@ def check_engines(inp: Input) -> tuple[int, int, str | None]:
     frame by frame (kind, malformed, error texts). Returns (frames compared, frames that
     differ, the first difference). Not a problem by itself: the engines are meant to agree,
     and where they do not on hostile input, one of them reads the bytes differently."""
-    from ibpath_scapy.decode import decode_file
-    from ibpath_scapy.tshark_engine import tshark_records
+    from ibpath_scapy.engines.scapy.decode import decode_file
+    from ibpath_scapy.engines.tshark import tshark_records
 
     if shutil.which("tshark") is None or inp.unreadable or inp.damaged:
         return 0, 0, None

@@ -7,7 +7,7 @@
 # against the stand-in ibacm, tests/test_acmserve.py), ibacm (for its ib_acme, libacm's
 # client: PERF_QUERY, EP_QUERY and RESOLVE against `ibpath acm serve` in
 # tests/test_acmserve.py, on sockets of the tests' own), gcc and python3-dev (the capture
-# readers' optional C loops, ibpath_scapy/fast/_scan.c), libibumad3 (`ibpath resolve` and
+# readers' optional C loops, ibpath_scapy/native/_scan.c), libibumad3 (`ibpath resolve` and
 # `acm serve --resolve` load libibumad.so.3 with ctypes to ask the SA), zsh (the completion
 # script run by zsh itself, tests/test_completion.py), and the Python package in .venv.
 set -euo pipefail

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from ..pcapio import STDIN, CaptureError, Input, annotate, sniff_format
+from ..capture.pcapio import STDIN, CaptureError, Input, annotate, sniff_format
 from .engine import FileAudit
 from .model import Finding
 

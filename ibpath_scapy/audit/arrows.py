@@ -5,7 +5,7 @@ that the replay can draw a transaction when it lets it go (Replay.arrows)."""
 from __future__ import annotations
 
 from ..layers.mad import METHOD_RESP
-from ..rmpp import carries_whole_message
+from ..facts.rmpp import carries_whole_message
 
 
 def _rev(records: list[dict]) -> str:

@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 
-from ..extras import need
+from .extras import need
 from .engine import FileAudit
 
 # tries of a file beyond the first when its task raises (a worker lost mid-task is retried by

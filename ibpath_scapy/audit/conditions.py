@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..exprc import compile_expr, part_src, split_name
-from ..packet_rules import PACKET_RULES, PacketRule
+from ..model.exprc import compile_expr, part_src, split_name
+from .packet_rules import PACKET_RULES, PacketRule
 
 _EMPTY: dict = {}
 

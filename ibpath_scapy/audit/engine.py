@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator
 
-from ..batch import batches
+from ..capture.batch import batches
 from ..facts.records import Fact
 from .model import FAMILIES, RULES, AuditOptions, Finding
 from .process import frames_by_resolution, process_view
-from .replay import PATH_RECORD_ATTR, Replay
+from ..layers.mad import ATTR_PATH_RECORD
+from .replay import Replay
 from .rules.frame import packet_rule_hits
 
 
@@ -93,7 +94,7 @@ def transaction_judge(path: str, out: list[Finding]) -> Callable:
     tx_checks = family_checks("transaction")
 
     def judge(t, res) -> None:
-        if t.attribute_id != PATH_RECORD_ATTR:
+        if t.attribute_id != ATTR_PATH_RECORD:
             return
         # _findings, without a generator around the checks' (one per transaction of a storm)
         for rule_id, r, check in tx_checks:
@@ -169,7 +170,7 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
         replay.linger_seconds = LIVE_LINGER_SECONDS
         frame_checks = family_checks("frame")
     for group in batches(records, batch):
-        # the frame checks of a whole batch, then its replay (ibpath_scapy.batch)
+        # the frame checks of a whole batch, then its replay (ibpath_scapy.capture.batch)
         keep = [has_finding(rec) for rec in group]
         for rec, k in zip(group, keep):
             replay.feed(rec, k)

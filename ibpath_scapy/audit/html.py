@@ -33,7 +33,7 @@ from collections import Counter
 from html import escape
 
 from .. import __version__
-from ..render import field_text
+from ..facts.render import field_text
 from .engine import FileAudit
 from .ladder import Arrow, Ladder, ladders, let_go_note
 from .model import Finding

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ..facts.records import Fact, remember
-from ..kernelview import kernel_view_dict
+from ..facts.kernelview import kernel_view_dict
 
 
 def kernel_view_of(rec) -> dict[str, dict]:

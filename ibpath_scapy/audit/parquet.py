@@ -1,7 +1,7 @@
 """Write the audit's tables (audit/tables.py) as Parquet files with pyarrow: `ibpath audit
 --format parquet -o FINDINGS.parquet` and `--resolutions-out RESOLUTIONS.parquet`.
 
-pyarrow is imported here only, from the `fleet` extra (ibpath_scapy.extras). Each file
+pyarrow is imported here only, from the `fleet` extra (ibpath_scapy.audit.extras). Each file
 carries the tables' version and which table it is in its key-value metadata
 ("ibpath.schema_version", "ibpath.table"), which DuckDB's parquet_kv_metadata() reads.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from ..extras import need
+from .extras import need
 from .engine import FileAudit
 from .tables import (FINDING_COLUMNS, RESOLUTION_COLUMNS, SCHEMA_VERSION, Column, finding_rows,
                      resolution_rows)

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import librdmacm
-from ..kernelview import Blob, select_ucma
+from ..facts import librdmacm
+from ..facts.kernelview import Blob, select_ucma
 from ..layers.pathdata import RECORD_SIZE
 from ..facts.process import AcmFrame, UcmaFrame
 from ..layers.acm import ACM_OP_MASK, ACM_OP_RESOLVE

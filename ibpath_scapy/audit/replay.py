@@ -13,17 +13,15 @@ from dataclasses import dataclass, field
 from ..facts.records import Fact, MadFrame
 from ..layers.mad import ATTR_PATH_RECORD, METHOD_RESP, MGMT_CLASS_SA
 from ..layers.umad import UMAD_TID_LOW
-from ..assemble import umad_send_returned
-from ..rmpp import carries_whole_message
+from ..facts.assemble import umad_send_returned
+from ..facts.rmpp import carries_whole_message
 from .arrows import sa_arrows
 from .storage import FrameList, KeptFrames, KeptRecord
 
 
-PATH_RECORD_ATTR = ATTR_PATH_RECORD
 # records about the file as a whole that decoders make at its end (assemble.Assembler.finish):
 # judged by the frame rules only
 FILE_KINDS = ("unsupported", "crc")
-SA_CLASS = MGMT_CLASS_SA
 
 
 @dataclass
@@ -435,7 +433,7 @@ class Replay:
     def _close_answered(self, n: int) -> None:
         """Take out of the open table up to n of the transactions answered longest ago; they
         are closed CLOSE_BATCH at a time (judging a batch in a row, not one transaction
-        between two frames, is what CPython does fastest: see ibpath_scapy.batch)."""
+        between two frames, is what CPython does fastest: see ibpath_scapy.capture.batch)."""
         answered, open_ = self._answered, self.transactions
         while n > 0 and answered:
             key, t, _ = answered.popleft()
@@ -465,7 +463,7 @@ class Replay:
     def _close(self, t: Transaction) -> None:
         t.seal()
         res = None
-        if t.attribute_id == PATH_RECORD_ATTR:
+        if t.attribute_id == ATTR_PATH_RECORD:
             self.sa_count += 1
             res = self._place_transaction(t)
         if self.on_close is not None:

@@ -12,11 +12,12 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .. import blobsniff, fast
-from ..decode import Decoder, decode_file
-from ..gcpace import paced
-from ..fast import FastDecoder, decode_file_fast
-from ..pcapio import MAX_RAW_BLOB, STDIN, CaptureError, Input, sniff_format
+from ..engines.scapy import blobsniff
+from ..engines import fast
+from ..engines.scapy.decode import Decoder, decode_file
+from ..engines.scapy.gcpace import paced
+from ..engines.fast import FastDecoder, decode_file_fast
+from ..capture.pcapio import MAX_RAW_BLOB, STDIN, CaptureError, Input, sniff_format
 from .engine import FileAudit, audit_records
 from .model import AuditOptions
 from .progress import Progress
@@ -118,7 +119,7 @@ def _records(src, decoder: Decoder, engine: str, as_blob: bool):
     or tshark with the generated plugin (src a path: the same facts, so the same rules judge
     both)."""
     if engine == "tshark":
-        from ..tshark_engine import tshark_records
+        from ..engines.tshark import tshark_records
         yield from tshark_records(src, stats=decoder.stats, as_blob=as_blob, render=False)
     elif engine == "scapy":
         if isinstance(decoder, FastDecoder):

@@ -12,7 +12,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from ..pcapio import CaptureError, frame_times, origin
+from ..capture.pcapio import CaptureError, frame_times, origin
 from .engine import FileAudit
 from .model import SEVERITIES
 

@@ -8,8 +8,8 @@ import json
 import signal
 import sys
 
-from ..acmserve import DEFAULT_SOCKET, IBACM_SA_TIMEOUT_S, AcmServeError, StandIn, plan_for
-from ..kernelview import PROFILE_NAMES
+from ..acm.serve import DEFAULT_SOCKET, IBACM_SA_TIMEOUT_S, AcmServeError, StandIn, plan_for
+from ..facts.kernelview import PROFILE_NAMES
 from ..resolve.run import LAYOUT_CHOICES
 
 
@@ -170,7 +170,7 @@ def _serve(args, plan, live) -> int:
 
 
 def run_plan(args) -> int:
-    from ..acmserve import blob_scenarios
+    from ..acm.serve import blob_scenarios
     from ..craft.scenarios import SCENARIOS
     names = list(SCENARIOS) if args.scenarios == ["all"] else \
         blob_scenarios() if args.scenarios == ["blobs"] else args.scenarios

@@ -10,9 +10,9 @@ from ..audit.cluster import ClusterError
 from ..audit.html import to_html
 from ..audit.model import AuditOptions
 from ..audit.run import audit_paths, expand_inputs
-from ..extras import MissingExtra, need
-from ..gcpace import paced
-from ..pcapio import STDIN
+from ..audit.extras import MissingExtra, need
+from ..engines.scapy.gcpace import paced
+from ..capture.pcapio import STDIN
 
 # On a terminal the text report draws ladder diagrams by default, which keep every SA
 # frame's arrow (README "Memory"); past this much input (or for a stream, whose size is not

@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 from typing import Iterator
 
-from .. import fast
-from ..decode import Decoder, DecodeStats, decode_file
+from ..engines import fast
+from ..engines.scapy.decode import Decoder, DecodeStats, decode_file
 from ..facts import public, public_json
-from ..gcpace import paced
-from ..fast import FastDecoder, decode_file_fast
-from ..pcapio import CaptureError, Input
-from ..render import frame_text
+from ..engines.scapy.gcpace import paced
+from ..engines.fast import FastDecoder, decode_file_fast
+from ..capture.pcapio import CaptureError, Input
+from ..facts.render import frame_text
 
 
 def add_parser(sub) -> None:
@@ -40,7 +40,7 @@ def has_error(rec) -> bool:
 def records(src: Input, as_blob: bool = False) -> tuple[Decoder, Iterator]:
     """The decoder and the records of src (the decoder's facts; json_line and text_lines
     show them as facts.public does), read as the audit reads them: through the fast path
-    (ibpath_scapy.fast: the same records, frames it does not take through the Scapy layers)
+    (ibpath_scapy.engines.fast: the same records, frames it does not take through the Scapy layers)
     unless IBPATH_FASTPATH=0, then every frame through the Scapy layers."""
     if fast.enabled():
         decoder = FastDecoder()

@@ -112,7 +112,7 @@ def run_run(args) -> int:
 
 def run_acm_matrix(args) -> int:
     from ..lab import acmmatrix
-    from ..pcapio import CaptureError
+    from ..capture.pcapio import CaptureError
     try:
         table = acmmatrix.write(args.directory)
     except (OSError, ValueError, CaptureError) as exc:

@@ -9,7 +9,7 @@ import ipaddress
 import json
 import sys
 
-from ..kernelview import PROFILE_NAMES
+from ..facts.kernelview import PROFILE_NAMES
 from ..resolve.kernel import choose
 from ..resolve.live import BadAnswer, LiveSA, SATimeout
 from ..resolve.recording import write_recording

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 from scapy.packet import Packet
 
-from ..encap import erf_record, exported_pdu, native_ib_frame, rocev2_frame
-from ..kernelview import blob_from_bytes, select_ucma
+from ..layers.ib import LINKTYPE_WIRESHARK_UPPER_PDU
+from ..capture.encap import erf_record, exported_pdu, native_ib_frame, rocev2_frame
+from ..facts.kernelview import blob_from_bytes, select_ucma
 from ..layers.cm import CMRep, CMReq, CMRtu
 from ..layers.mad import MAD, RMPP
 from ..layers.netlink import (
@@ -43,9 +44,9 @@ from ..layers.sa import PathRecord, SAHeader, component_mask_for
 from ..layers.acm import ACM_DISSECTOR
 from ..layers.ucma import UCMA_COMMANDS, UCMA_DISSECTOR
 from ..layers.umad import UMAD_DISSECTOR
-from ..pcapio import PcapNgWriter
-from ..record.comment import note_pdu, response_line, result_line, where_line
-from ..rmpp import segment
+from ..capture.pcapio import PcapNgWriter
+from ..capture.comment import note_pdu, response_line, result_line, where_line
+from ..facts.rmpp import segment
 
 NLM_F_REQUEST = 0x01
 LS_F_ERR = 0x0100
@@ -195,7 +196,7 @@ class CaptureBuilder:
             set_option = 0 if select_ucma(blob_from_bytes(raw)).accepted else -errno.EINVAL
         comment = None if set_option is None else set_option_comment(set_option)
         # the bytes as given: parsing them into a PathArray first costs seconds for a big blob
-        return self._write(exported_pdu(raw, BLOB_DISSECTOR), 252, comment)
+        return self._write(exported_pdu(raw, BLOB_DISSECTOR), LINKTYPE_WIRESHARK_UPPER_PDU, comment)
 
     # -- what a process did (ibpath record's frames) -----------------------------------------
     def ucma(self, command: Packet, *, response: bytes | Packet = b"", rc: int | None = None,
@@ -212,13 +213,15 @@ class CaptureBuilder:
         if resp and rc >= 0:
             lines.append(response_line(len(resp)))
             raw += resp
-        return self._write(exported_pdu(raw, UCMA_DISSECTOR), 252, "\n".join(lines))
+        return self._write(exported_pdu(raw, UCMA_DISSECTOR),
+                           LINKTYPE_WIRESHARK_UPPER_PDU, "\n".join(lines))
 
     def acm(self, message: Packet | bytes, *, send: bool, pid: int = RECORD_PID,
             fd: int = ACM_FD) -> int:
         """One ACM message on librdmacm's socket to ibacm (send: librdmacm's request)."""
         where = where_line("acm", "send" if send else "recv", pid, pid, fd)
-        return self._write(exported_pdu(bytes(message), ACM_DISSECTOR), 252, where)
+        return self._write(exported_pdu(bytes(message), ACM_DISSECTOR),
+                           LINKTYPE_WIRESHARK_UPPER_PDU, where)
 
     def umad(self, header: Packet, mad: bytes, *, write: bool, pid: int = RECORD_PID,
              fd: int = UMAD_FD) -> int:
@@ -227,11 +230,14 @@ class CaptureBuilder:
         raw = bytes(header) + mad
         lines = [where_line("umad", "write" if write else "read", pid, pid, fd),
                  result_line(len(raw), 0)]
-        return self._write(exported_pdu(raw, UMAD_DISSECTOR), 252, "\n".join(lines))
+        return self._write(exported_pdu(raw, UMAD_DISSECTOR),
+                           LINKTYPE_WIRESHARK_UPPER_PDU, "\n".join(lines))
 
     def recorder_note(self, text: str, pid: int = RECORD_PID) -> int:
         """One of ibpath record's notes, framed as the recorder frames it."""
-        return self._write(note_pdu(text), 252, f"ibpath record: {text}\npid {pid} tid {pid}")
+        return self._write(note_pdu(text),
+                           LINKTYPE_WIRESHARK_UPPER_PDU,
+                           f"ibpath record: {text}\npid {pid} tid {pid}")
 
     def cm_req(self, primary: PathRecord, *, alternate: PathRecord | None = None,
                service_id: int = 0x0106000000000000, local_ack_timeout: int | None = None,

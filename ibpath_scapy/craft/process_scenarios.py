@@ -12,7 +12,7 @@ import errno
 
 from ..layers.acm import ACM_MSG_EP_LENGTH, ACM_MSG_HDR_LENGTH, ACM_STATUS_ENODATA
 from ..layers.sa import PathRecord
-from ..librdmacm import ai_route_bytes
+from ..facts.librdmacm import ai_route_bytes
 from .program import Program, address_entry, path_entry, sockaddr_ib
 from .registry import scenario
 from .resolver import GMP_BIDIR, GMP_BIDIR_SECONDARY

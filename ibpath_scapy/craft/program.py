@@ -15,7 +15,7 @@ import errno
 import ipaddress
 import struct
 
-from ..kernelview import blob_from_bytes, select_ucma
+from ..facts.kernelview import blob_from_bytes, select_ucma
 
 from ..layers.acm import (
     ACM_EP_FLAG_DEST,

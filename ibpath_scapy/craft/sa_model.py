@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from ..layers.mad import ATTR_PATH_RECORD, MAD, MAD_HDR_SIZE, MAD_SIZE, MAD_STATUS, METHOD_GET, \
     METHOD_GET_TABLE, RMPP_HDR_SIZE, SA_STATUS
 from ..layers.sa import PATH_RECORD_SIZE, SA_MAD_HDR_SIZE, PathRecord, SAHeader, selector_pairs
-from ..layout_model import field_offset
-from ..rmpp import segment
+from ..model.layout import field_offset
+from ..facts.rmpp import segment
 
 # The status codes the model answers with, by their names in layers/mad.py (wire-formats.md
 # §1: the common bits, and the SA's class codes << 8)

@@ -1,4 +1,4 @@
--- The tshark engine's helper postdissector (ibpath_scapy/tshark_engine/), loaded beside the
+-- The tshark engine's helper postdissector (ibpath_scapy/engines/tshark/), loaded beside the
 -- plugin with a second -X lua_script. Package data: not part of the Wireshark plugin.
 --
 -- Capture facts the plugin cannot give and tshark's JSON output would drop, from a helper

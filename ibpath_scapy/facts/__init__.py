@@ -8,7 +8,7 @@ kernelview.Blob). What the kernels make of that is policy, judged by the audit
 
 from __future__ import annotations
 
-from ..kernelview import kernel_view_dict
+from .kernelview import kernel_view_dict
 from .problems import Code, Problem, of_code, problem
 from .records import Fact, dumps, plain
 

@@ -3,7 +3,7 @@
 What the decoders establish and the rules read, one class per thing: a layer's values (Mad,
 Rmpp, SaHeader, PathRecord, the CM messages, generated from the layers' fields_desc so that a
 field added to a layer is a fact here with no other edit) and the records of a frame (MadFrame,
-BlobFrame, NetlinkFrame, and the problem records). The one assembler (ibpath_scapy.assemble)
+BlobFrame, NetlinkFrame, and the problem records). The one assembler (ibpath_scapy.facts.assemble)
 makes them; facts.public() turns them into JSON at the edge.
 
 A fact reads like the dict it replaces (`rec["mad"]["method"]`, `rec.get("errors", [])`,
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Any, ClassVar, Iterable
 
-from ..kernelview import kernel_view_dict
+from .kernelview import kernel_view_dict
 from ..layers import cm as cm_layers
 from ..layers.mad import MAD, RMPP
 from ..layers.sa import PathRecord as PathRecordLayer

@@ -29,14 +29,14 @@ from pathlib import Path
 
 from scapy.layers.l2 import Ether
 
-from ..kernelview import blob_from_bytes, select_ucma
-from ..librdmacm import ai_route_bytes
+from ..facts.kernelview import blob_from_bytes, select_ucma
+from ..facts.librdmacm import ai_route_bytes
 from ..layers.acm import ACM_EP_INFO_PATH, ACM_STATUS, AcmHdr, AcmResolve
 from ..layers.cm import CMReq
 from ..layers.ib import ExportedPDU
 from ..layers.pathdata import PathArray, flags_text, parse_set_option_comment
 from ..layers.ucma import AF_IB, UcmaResolveAddr
-from ..pcapio import read_frames
+from ..capture.pcapio import read_frames
 
 # The kernel's own route on the lab's rxe ports (captures/rxe/README.md): rate "port
 # current" (0), MTU 1024 (3), hop limit 64, SL 0, traffic class 0.
@@ -163,7 +163,7 @@ def audit_rules(paths: list[str]) -> dict[str, list[str]]:
 
 def scenario_array(craft: str) -> bytes | None:
     """The craft scenario's own first path array (seed 0, as `ibpath acm serve` runs it)."""
-    from ..acmserve import plan_for
+    from ..acm.serve import plan_for
     plan = plan_for(craft)
     return plan.arrays[0] if plan.kind == "paths" else None
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..layers.ib import LINKTYPE_WIRESHARK_UPPER_PDU
 from ..layers.pathdata import blob_pdu, set_option_comment
-from ..pcapio import PcapNgWriter, read_frames
+from ..capture.pcapio import PcapNgWriter, read_frames
 from .scenarios import lookup
 
 

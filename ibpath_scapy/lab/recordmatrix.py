@@ -36,7 +36,7 @@ from ..layers.coded import PERMISSIVE_LID
 from ..layers.ib import ExportedPDU
 from ..layers.pathdata import PathArray, flags_text, parse_set_option_comment
 from ..layers.ucma import CMD, UcmaCmdHdr, UcmaQuery, UcmaQueryPathResp
-from ..pcapio import read_frames
+from ..capture.pcapio import read_frames
 
 # readback PathRecord field -> CM REQ field that carries it unchanged (cm.c cm_format_req,
 # cm_format_path_lid/gid and friends)

@@ -109,7 +109,7 @@ def acm_scenarios() -> tuple[Scenario, ...]:
     conform-ucma; and
     two error answers (an SA status, an SA that never answers). Not part of "all" (they go
     to captures/rxe/acm/, not captures/rxe/); "acm-all" selects them."""
-    from ..acmserve import blob_scenarios
+    from ..acm.serve import blob_scenarios
     # blob-host-order's record is word-swapped: its GIDs lead nowhere, rdma_connect fails
     runs = [Scenario(f"acm-{n}", "acm", f"stand-in ibacm answers with craft scenario {n}",
                      craft=n, connects=n != "blob-host-order") for n in blob_scenarios()]

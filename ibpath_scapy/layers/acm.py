@@ -58,8 +58,15 @@ from scapy.fields import (
 )
 from scapy.packet import Packet, bind_layers
 
-from ..expr import And, Const, F, Min, Remaining, Under, evaluate_on
-from ..hints import ByteOrderHint, LengthHint, ListHint, NextLayer, WhenHint, next_layer_by_hints
+from ..model.expr import And, Const, F, Min, Remaining, Under, evaluate_on
+from ..model.hints import (
+    ByteOrderHint,
+    LengthHint,
+    ListHint,
+    NextLayer,
+    WhenHint,
+    next_layer_by_hints,
+)
 from .ib import EXPORTED_PDU_DISSECTORS
 from .sa import PathRecord
 

@@ -24,7 +24,7 @@ from scapy.fields import (
 )
 from scapy.packet import Packet, Raw, bind_layers
 
-from .. import crc
+from ..model import crc, crcspec
 from .coded import CheckedBits, LIDField
 
 LINKTYPE_ERF = 197
@@ -238,6 +238,7 @@ class ExportedPDU(Packet):
 
 EXPORTED_PDU_DISSECTORS["infiniband"] = LRH
 
+crcspec.register_lrh(LRH, LNH_IBA_GLOBAL)
 bind_layers(ERF, LRH, type=ERF_TYPE_INFINIBAND)
 bind_layers(LRH, BTH, lnh=LNH_IBA_LOCAL)
 bind_layers(LRH, GRH, lnh=LNH_IBA_GLOBAL)

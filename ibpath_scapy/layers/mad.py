@@ -38,8 +38,10 @@ MGMT_CLASSES = {
     0x21: "CongestionMgt",
     0x2C: "ibacm",
 }
-MGMT_CLASS_SA = 0x03
-MGMT_CLASS_CM = 0x07
+MAD_BASE_VERSION = 1  # IB_MGMT_BASE_VERSION
+SA_CLASS_VERSION = 2  # IB_SA_CLASS_VERSION (the SA's, the MAD's default)
+MGMT_CLASS_SMP, MGMT_CLASS_SMP_DR, MGMT_CLASS_SA, MGMT_CLASS_PERF, MGMT_CLASS_CM = (
+    0x01, 0x81, 0x03, 0x04, 0x07)
 
 # Methods (ib_mad.h IB_MGMT_METHOD_*, ib_sa.h IB_SA_METHOD_*); bit 7 is the R (response) bit.
 METHODS = {
@@ -151,9 +153,9 @@ ATTRIBUTES_BY_CLASS = {
 }
 ATTR_PATH_RECORD = 0x0035
 
-RMPP_TYPES = {0: "none", 1: "DATA", 2: "ACK", 3: "STOP", 4: "ABORT"}
-RMPP_TYPE_DATA = 1
-RMPP_TYPE_ACK = 2
+RMPP_TYPE_DATA, RMPP_TYPE_ACK, RMPP_TYPE_STOP, RMPP_TYPE_ABORT = 1, 2, 3, 4
+RMPP_TYPES = {0: "none", RMPP_TYPE_DATA: "DATA", RMPP_TYPE_ACK: "ACK", RMPP_TYPE_STOP: "STOP",
+              RMPP_TYPE_ABORT: "ABORT"}
 RMPP_VERSION = 1  # IB_MGMT_RMPP_VERSION: the only version the kernel's RMPP layer accepts
 RMPP_STATUS = {
     0: "OK",
@@ -223,9 +225,9 @@ class MAD(Packet):
 
     name = "MAD"
     fields_desc = [
-        ByteField("base_version", 1),
+        ByteField("base_version", MAD_BASE_VERSION),
         ByteEnumField("mgmt_class", MGMT_CLASS_SA, MGMT_CLASSES),
-        ByteField("class_version", 2),
+        ByteField("class_version", SA_CLASS_VERSION),
         ByteEnumField("method", METHOD_GET, METHODS),
         _StatusField("status", 0),
         XShortField("class_specific", 0),

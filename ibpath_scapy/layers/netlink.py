@@ -41,8 +41,8 @@ from scapy.fields import (
 )
 from scapy.packet import Packet, Raw, bind_layers
 
-from ..expr import And, Const, F, Remaining
-from ..hints import LengthHint, ListHint, NextLayer, next_layer_by_hints
+from ..model.expr import And, Const, F, Remaining
+from ..model.hints import LengthHint, ListHint, NextLayer, next_layer_by_hints
 from .pathdata import PathRecData
 from .sa import GIDField
 

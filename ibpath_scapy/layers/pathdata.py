@@ -23,8 +23,8 @@ import errno
 from scapy.fields import FlagsField, PacketField, PacketListField, StrField, XLEIntField
 from scapy.packet import Packet
 
-from ..expr import Const, Remaining
-from ..hints import LengthHint, ListHint
+from ..model.expr import Const, Remaining
+from ..model.hints import LengthHint, ListHint
 from .ib import EXPORTED_PDU_DISSECTORS, ExportedPDU
 from .sa import PathRecord
 

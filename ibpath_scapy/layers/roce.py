@@ -9,8 +9,8 @@ from scapy.contrib.roce import BTH
 from scapy.fields import X3BytesField, XByteField, XIntField
 from scapy.packet import Packet, bind_layers
 
-from ..expr import Under
-from ..hints import NextLayer, next_layer_by_hints
+from ..model.expr import Under
+from ..model.hints import NextLayer, next_layer_by_hints
 from .mad import MAD
 
 UD_SEND_ONLY = 0x64

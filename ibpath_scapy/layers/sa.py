@@ -21,8 +21,8 @@ from scapy.fields import (
 )
 from scapy.packet import Packet, Raw, bind_layers
 
-from ..expr import And, F, If, Max, Min, Not, Remaining, Under, Within, evaluate_on
-from ..hints import ListHint
+from ..model.expr import And, F, If, Max, Min, Not, Remaining, Under, Within, evaluate_on
+from ..model.hints import ListHint
 from .coded import (  # noqa: F401  (MTU_*/RATE_* re-exported: sa.py was their home)
     MTU_BYTES,
     MTU_CODES,

@@ -44,8 +44,8 @@ from scapy.fields import (
 from scapy.packet import Packet, bind_layers
 
 from .ib import EXPORTED_PDU_DISSECTORS
-from ..expr import Const, Remaining
-from ..hints import ListHint
+from ..model.expr import Const, Remaining
+from ..model.hints import ListHint
 from .pathdata import RECORD_SIZE, PathRecData
 from .sa import GIDField
 

@@ -11,21 +11,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..expr import LUA_RUNTIME, Expr, LuaEnv
-from ..hints import ListHint
+from ..model.expr import LUA_RUNTIME, Expr, LuaEnv
+from ..model.hints import ListHint
 from .lua import Hex, Writer, is_lua_name, lua_int, lua_key, lua_str, lua_table, lua_value
-from ..packet_rules import PacketRule as Rule
-from ..layout_model import FieldLayout, GeneratorError, Item, LayerModel, Step, build_layer, header_layout
+from ..audit.packet_rules import PacketRule as Rule
+from ..model.layout import (
+    FieldLayout,
+    GeneratorError,
+    Item,
+    LayerModel,
+    Step,
+    build_layer,
+    header_layout,
+)
+
+from ..engines.tshark.wireshark import EARLIER_COPY, SKIPPED_COPY
 
 MAX_LIST_ITEMS = 4096  # a hostile count cannot make the dissector loop for long
-
-# What a second copy of a plugin says on stderr as it steps aside (an installed copy and one
-# given with -X lua_script:, a personal and a global one: Proto() of a taken name would raise,
-# "Lua: Error during loading"). The Lua writes it with string.format; loaded_copy() reads it.
-SKIPPED_COPY = "{prefix}: skipped {skipped}: the {prefix} plugin is already loaded from {loaded}"
-# `loaded` for a copy generated before this note, which leaves no trace of its file
-EARLIER_COPY = "an earlier copy ({why})"
-
 
 def _once_lua(prefix: str, description: str) -> str:
     """The plugin's first statements: create the main Proto unless a copy of the plugin has
@@ -35,7 +37,7 @@ def _once_lua(prefix: str, description: str) -> str:
     note = SKIPPED_COPY.replace("%", "%%").format(prefix=prefix, skipped="%s", loaded="%s")
     earlier = EARLIER_COPY.replace("%", "%%").format(why="%s")
     return f"""\
--- Loaded once: see SKIPPED_COPY (luagen/emit.py). The key is not a name Lua code could use.
+-- Loaded once: see SKIPPED_COPY (engines/tshark/wireshark.py). The key is not a name Lua code could use.
 local ib_self = debug and (debug.getinfo(1, "S").source:gsub("^@", "")) or "?"
 local ib_loaded = rawget(_G, {key})
 local ib_new, ib_main = false, nil
@@ -49,23 +51,6 @@ if not ib_new then
 end
 rawset(_G, {key}, ib_self)
 """
-
-
-def skipped_copy_pattern(prefix: str) -> "re.Pattern":
-    """A line of SKIPPED_COPY, its groups `skipped` and `loaded`."""
-    pattern = re.escape(SKIPPED_COPY).replace(r"\{prefix\}", re.escape(prefix))
-    pattern = pattern.replace(r"\{skipped\}", "(?P<skipped>.+?)").replace(
-        r"\{loaded\}", "(?P<loaded>.+)")
-    return re.compile("^" + pattern + "$", re.M)
-
-
-def loaded_copy(stderr: str, prefix: str, plugin: str) -> str | None:
-    """The copy tshark loaded instead of plugin, from what plugin said on stderr when it was
-    skipped (SKIPPED_COPY); None when it was not."""
-    for m in skipped_copy_pattern(prefix).finditer(stderr):
-        if m.group("skipped") == plugin:
-            return m.group("loaded")
-    return None
 
 
 @dataclass
@@ -411,7 +396,7 @@ class Emitter:
             w(f"if show and {n} > 0 then t:add({self.pf(s.item)}, tvb(o, {n})) end")
             w(f"o = o + {n}")
         elif s.kind == "packet":
-            from ..layout_model import static_length
+            from ..model.layout import static_length
             size = static_length(s.sub)
             sub = lua_str(s.sub.__name__)
             if size is None:
@@ -447,7 +432,7 @@ class Emitter:
 
         with w.block("do"):
             if h.count is None:
-                from ..layout_model import build_layer as _bl
+                from ..model.layout import build_layer as _bl
                 header = min((_bl(c, "x").fixed_len for _, c in items), default=1) or 1
                 w("local count = 0")
                 with w.block(f"while o + {header} <= limit and count < MAX_LIST_ITEMS do"):
@@ -496,7 +481,7 @@ end
 
 LAYOUT_COMMENT = """\
 Layouts and constants, generated from the Python definitions (layers' fields_desc through
-layout_model.header_layout; the constants' sources are named above each group).
+model.layout.header_layout; the constants' sources are named above each group).
 LAYOUT.<header>.<field>: `len` bytes at `off` from the header's start, read big-endian
 unless `le`; a field narrower than that window is ib_band(ib_rshift(window, shift), mask),
 `bits` wide. A trailer (ICRC, VCRC: `len` bytes) ends the packet. HDR_LEN.<header>: the

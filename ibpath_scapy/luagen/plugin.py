@@ -11,7 +11,8 @@ from scapy.contrib.roce import GRH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 
-from .. import __version__, crcspec
+from .. import __version__
+from ..model import crcspec
 from ..layers import BTH, LRH
 from ..layers import ib, mad, netlink, roce, sa
 from ..layers.acm import ACM_OPCODES, AcmHdr
@@ -19,8 +20,9 @@ from ..layers.netlink import NetlinkCooked, RdmaNLMsgHdr
 from ..layers.pathdata import PathArray
 from ..layers.ucma import UCMA_COMMANDS, UcmaCmdHdr
 from ..layers.umad import UMAD_TID_LOW, UserMad
-from ..packet_rules import PACKET_RULES
-from ..rmpp import MAX_OPEN, MAX_SEGMENTS
+from ..audit.packet_rules import PACKET_RULES
+from ..engines.tshark.wireshark import PREFIX
+from ..facts.rmpp import MAX_OPEN, MAX_SEGMENTS
 from .emit import Const, Spec, constants_lua, generate
 from .lua import Hex, lua_str, lua_table
 
@@ -171,8 +173,6 @@ def runtime_constants() -> list[Const]:
     ]
 
 
-# The plugin's protocol and the first part of every field name (ibpath.<layer>.<field>).
-PREFIX = "ibpath"
 
 
 def plugin_spec() -> Spec:

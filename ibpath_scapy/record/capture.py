@@ -26,15 +26,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..encap import exported_pdu
+from ..capture.encap import exported_pdu
 from ..layers.acm import ACM_DISSECTOR, ACM_MSG_HDR_LENGTH, AcmHdr
 from ..layers.ib import LINKTYPE_WIRESHARK_UPPER_PDU
 from ..layers.netlink import LINKTYPE_NETLINK, NETLINK_RDMA, PACKET_KERNEL, PACKET_USER
 from ..layers.pathdata import BLOB_DISSECTOR, set_option_comment
 from ..layers.ucma import UCMA_COMMANDS, UCMA_DISSECTOR, UcmaCmdHdr
 from ..layers.umad import UMAD_DISSECTOR
-from ..pcapio import _IDB, PcapNgWriter
-from .comment import errno_name, note_pdu, response_line, result_line, where_line
+from ..capture.pcapio import _IDB, PcapNgWriter
+from ..capture.comment import errno_name, note_pdu, response_line, result_line, where_line
 from .netlink import Message
 from .spool import (
     KIND_ACM,

@@ -48,7 +48,7 @@ from ..layers.netlink import (
     PACKET_USER,
     NetlinkCooked,
 )
-from ..pcapio import PcapNgWriter, PcapWriter
+from ..capture.pcapio import PcapNgWriter, PcapWriter
 
 TRACED_SYSCALLS = ("socket", "connect", "sendto", "sendmsg", "sendmmsg", "recvfrom",
                    "recvmsg", "recvmmsg", "read", "write", "readv", "writev")

@@ -37,7 +37,7 @@ from ..layers.ib import ExportedPDU
 from ..layers.mad import MAD_SIZE, MGMT_CLASS_SA, RMPP_ACTIVE
 from ..layers.roce import GSI_QKEY
 from ..layers.umad import UMAD_DISSECTOR, UMAD_HDR_SIZE, UMAD_TID_LOW, UserMad
-from .comment import parse_call_comment
+from ..capture.comment import parse_call_comment
 from .fabric import DEFAULT_TOPOLOGY, Fabric, missing_tools, package_versions
 
 UMAD2SIM_INTACT_BYTES = 224  # MAD bytes that survive umad2sim's receive path intact
@@ -115,7 +115,7 @@ class UmadCall:
 
 def umad_calls(path: str | os.PathLike) -> list[UmadCall]:
     """The umad frames of an `ibpath record` capture, in order."""
-    from ..pcapio import read_frames
+    from ..capture.pcapio import read_frames
 
     out = []
     for f in read_frames(str(path)):
@@ -167,7 +167,7 @@ def sa_wire_mads(sa: Sequence[UmadCall], client: Sequence[UmadCall] = (), *, sa_
                  pkeys: dict[int, int] | None = None) -> list[WireMad]:
     """The SA-class MADs the SA process read (requests) and wrote (answers), in its order,
     as wire MADs. RMPP-active answers are segmented like the kernel does."""
-    from .. import rmpp  # the project's kernel-equivalent segmentation
+    from ..facts import rmpp  # the project's kernel-equivalent segmentation
 
     pkeys = DEFAULT_PKEYS if pkeys is None else pkeys
     writes = _client_writes(client)
@@ -245,9 +245,9 @@ def write_pcap(wire: Sequence[WireMad], path: str | os.PathLike, *,
                epoch: float = FIXED_EPOCH, step: float = FRAME_STEP) -> int:
     """Write wire MADs as ERF type-21 records (pcap link type 197, as ibdump does).
     Frame n (0-based) gets time epoch + n*step.  PSNs count per (SLID, source QP)."""
-    from ..encap import erf_record, native_ib_frame
+    from ..capture.encap import erf_record, native_ib_frame
     from ..layers.ib import LINKTYPE_ERF
-    from ..pcapio import PcapWriter
+    from ..capture.pcapio import PcapWriter
 
     psn: dict[tuple[int, int], int] = {}
     with PcapWriter(str(path), LINKTYPE_ERF) as w:
@@ -487,13 +487,13 @@ client reads every record.
   except TID bytes 8..11 (umad2sim rewrites the TID's upper half on the way, as the kernel
   does with its per-agent hi_tid).
 * **Responses** = what OpenSM wrote, whole. An RMPP-active SA response is segmented exactly as
-  the kernel RMPP sender does (`ibpath_scapy.rmpp.segment`: 56-byte header repeated, 200 data
+  the kernel RMPP sender does (`ibpath_scapy.facts.rmpp.segment`: 56-byte header repeated, 200 data
   bytes per segment, RMPPVersion 1, type DATA, ACTIVE/FIRST/LAST, SegmentNumber,
   PayloadLength first = segments*220 - pad, last = 220 - pad, middle 0). LRH SLID = SA LID,
   DLID / SL / dest QP / Q_Key from the umad header OpenSM wrote. A response OpenSM wrote
   without RMPP ACTIVE (its error responses) goes out as one 256-byte MAD; as OpenSM's error
   response echoes the whole request MAD, its bytes 224..255 are restored like the request's.
-* Framing (`ibpath_scapy.encap.native_ib_frame`): VL 0, LVer 0, LNH 2 (local), BTH opcode
+* Framing (`ibpath_scapy.capture.encap.native_ib_frame`): VL 0, LVer 0, LNH 2 (local), BTH opcode
   0x64 (UD SEND_ONLY), P_Key 0xffff (P_Key index 0), DETH Q_Key {GSI_QKEY:#010x}, PSN counting per
   sender from 0, ICRC and VCRC computed.
 * Timestamps are synthetic: frame n is at 2024-01-01T00:00:00Z + n ms. The TIDs are saquery's

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import threading
 
-from ..acmserve import Plan
+from ..acm.serve import Plan
 from ..layers.acm import (
     ACM_EP_FLAG_DEST,
     ACM_EP_FLAG_SOURCE,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..kernelview import PROFILES, profiles_of, release_version
+from ..facts.kernelview import PROFILES, profiles_of, release_version
 
 NO_CAPABILITY_FILE = ("no kernel exposes the capability file the seed asks for (a sysfs "
                       "location): the kernel's version decides, --kernel overrides it")

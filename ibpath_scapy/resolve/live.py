@@ -23,7 +23,7 @@ from ..craft.sa_model import SAModel
 from ..layers.mad import ATTR_PATH_RECORD, MAD, METHOD_GET, METHOD_RESP, RMPP, status_text
 from ..layers.sa import PathRecord, SAHeader, component_fields
 from ..layers.umad import UMAD_HDR_SIZE, UMAD_TID_LOW, UserMad
-from ..rmpp import reassemble
+from ..facts.rmpp import reassemble
 
 ROLES = ("forward", "gmp", "return")
 

@@ -3,11 +3,11 @@ profile's view of it, as text or as one JSON object."""
 
 from __future__ import annotations
 
-from ..decode import path_record_dict
-from ..kernelview import PROFILE_NAMES
+from ..facts.values import path_record_dict
+from ..facts.kernelview import PROFILE_NAMES
 from ..layers.mad import METHODS, MAD
 from ..layers.pathdata import flags_text
-from ..render import path_record_line, query_line
+from ..facts.render import path_record_line, query_line
 from ..layers.sa import component_fields
 from .kernel import LAYOUTS, NO_CAPABILITY_FILE
 from .live import LiveAnswer

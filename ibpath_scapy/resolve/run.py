@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..craft.resolver import SeedResolver
-from ..kernelview import KernelChoice, blob_from_bytes, kernel_view
+from ..facts.kernelview import KernelChoice, blob_from_bytes, kernel_view
 from ..layers.pathdata import PathArray, PathRecData
 from ..layers.sa import PathRecord
 from .kernel import SEED, SEED_NATIVE, SINGLE, KernelTarget

@@ -33,12 +33,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..layers.mad import MAD, MAD_HDR_SIZE, MAD_SIZE
+from ..layers.mad import MAD, MAD_HDR_SIZE, MAD_SIZE, MGMT_CLASS_SA, RMPP_VERSION, SA_CLASS_VERSION
+from ..layers.roce import GSI_QKEY
 from ..layers.umad import UMAD_HDR_SIZE, UMAD_TID_LOW, UserMad
 
 UMAD_CA_NAME_LEN = 20  # umad.h
-IB_SA_CLASS, IB_SA_CLASS_VERSION, IB_RMPP_VERSION = 0x03, 2, 1
-QP1, QP1_QKEY = 1, 0x80010000  # IB_DEFAULT_QP1_QKEY
+QP1 = 1
 PORT_STATE_ACTIVE = 4
 # ibacm's SA timeout and retries (ibacm/src/acm.c `sa = { 2000, 2, ... }`)
 IBACM_TIMEOUT_MS, IBACM_RETRIES = 2000, 2
@@ -153,8 +153,8 @@ class SaPort:
             self.lib.umad_close_port(self.fd)
             raise UmadError(f"libibumad's umad header is {self.lib.umad_size()} bytes, not the "
                             f"{UMAD_HDR_SIZE} of ABI 5 with the P_Key index; cannot use it")
-        self.agent = self.lib.umad_register(self.fd, IB_SA_CLASS, IB_SA_CLASS_VERSION,
-                                            IB_RMPP_VERSION, None)
+        self.agent = self.lib.umad_register(self.fd, MGMT_CLASS_SA, SA_CLASS_VERSION,
+                                            RMPP_VERSION, None)
         if self.agent < 0:
             self.lib.umad_close_port(self.fd)
             raise UmadError(f"cannot register an SA agent on {self.info.ca} port "
@@ -169,7 +169,7 @@ class SaPort:
         """Write one request MAD to the SA (SM LID, SM SL, QP 1)."""
         buf = ctypes.create_string_buffer(UMAD_HDR_SIZE + len(mad))
         ctypes.memmove(ctypes.addressof(buf) + UMAD_HDR_SIZE, mad, len(mad))
-        self.lib.umad_set_addr(buf, self.info.sm_lid, QP1, self.info.sm_sl, QP1_QKEY)
+        self.lib.umad_set_addr(buf, self.info.sm_lid, QP1, self.info.sm_sl, GSI_QKEY)
         rc = self.lib.umad_send(self.fd, self.agent, buf, len(mad), timeout_ms, retries)
         if rc < 0:
             raise UmadError(f"umad_send to the SA (LID {self.info.sm_lid}) failed: "

@@ -28,10 +28,11 @@ from __future__ import annotations
 import functools
 import ipaddress
 
-from ...blobsniff import wire_anomalies
+from ...engines.scapy.blobsniff import wire_anomalies
 from ...facts.problems import Code, of_code
-from ...decode import PATH_RECORD_FIELDS, path_record_dict, reserved_nonzero
-from ...kernelview import Blob, LsContext, kernel_view
+from ...facts.records import PATH_RECORD_FIELDS
+from ...facts.values import path_record_dict, reserved_nonzero
+from ...facts.kernelview import Blob, LsContext, kernel_view
 from ..conditions import packet_rule
 from ..kernel import kernel_view_of
 from ...layers.coded import raw_values
@@ -48,7 +49,7 @@ from ...layers.pathdata import (
     flags_text,
 )
 from ...layers.sa import SELECTOR_EXACTLY, PathRecord
-from ... import sources
+from ...model import sources
 from ..model import rule
 
 SET_OPTION_PROFILES = ("ucma", "proposal")

@@ -8,7 +8,7 @@ per link type and one for a capture whose ICRCs are all zero at the end of the f
 from __future__ import annotations
 
 from ...facts.problems import CRC_CODES
-from ... import sources
+from ...model import sources
 from ..model import rule
 
 

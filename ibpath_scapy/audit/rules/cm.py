@@ -39,7 +39,7 @@ from ...layers.pathdata import (
 )
 from ...layers.coded import PERMISSIVE_LID
 from ...layers.sa import gid_text
-from ... import sources
+from ...model import sources
 from ..model import rule
 from ..kernel import kernel_view_of
 

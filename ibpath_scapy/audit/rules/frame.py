@@ -6,8 +6,8 @@ from operator import attrgetter, itemgetter
 
 from ...facts.problems import Code
 from ...facts.records import Fact, MadFrame
-from ...packet_rules import PACKET_RULES
-from ... import sources
+from ..packet_rules import PACKET_RULES
+from ...model import sources
 from ..conditions import compile_condition
 from ..model import rule
 

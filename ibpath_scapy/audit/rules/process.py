@@ -21,7 +21,7 @@ from ...layers.pathdata import GMP_PRIMARY_BIDIRECTIONAL, flags_text
 from ...layers.ucma import AF_IB, ADDRESS_FAMILIES
 from ..kernel import kernel_view_of
 from ..model import rule
-from ...librdmacm import ACM_MSG_SIZE
+from ...facts.librdmacm import ACM_MSG_SIZE
 from ..process import SET_PATH_STATES, process_view
 
 RDMA_SET_IB_PATH = "drivers/infiniband/core/cma.c rdma_set_ib_path"

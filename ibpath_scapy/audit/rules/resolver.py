@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...decode import PATH_RECORD_FIELDS
+from ...facts.records import PATH_RECORD_FIELDS
 from ...layers.mad import status_text
 from ...layers.pathdata import (
     GMP_PRIMARY_BIDIRECTIONAL,
@@ -47,7 +47,7 @@ from ...layers.pathdata import (
     flags_text,
 )
 from ...layers.netlink import LS_RESOLVE_PATH_USE_UNIDIRECTIONAL
-from ... import sources
+from ...model import sources
 from ..model import rule
 from ..replay import Resolution, Transaction
 

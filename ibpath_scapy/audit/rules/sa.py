@@ -10,11 +10,11 @@ import ipaddress
 
 from ...layers.mad import METHOD_RESP, SA_STATUS, status_text
 from ...layers.sa import PathRecord, selector_pairs
-from ...render import field_text
+from ...facts.render import field_text
 from ...facts.problems import RMPP_CODES, Code, of_code
 from ...facts.records import Fact
-from ...rmpp import MAX_SEGMENTS, RMPP_DATA_SIZE
-from ... import sources
+from ...facts.rmpp import MAX_SEGMENTS, RMPP_DATA_SIZE
+from ...model import sources
 from ..conditions import packet_rule
 from ..model import rule
 from ..replay import Transaction

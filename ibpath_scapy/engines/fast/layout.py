@@ -1,0 +1,236 @@
+"""Field extractors compiled from the Scapy layers' own definitions.
+
+The layer classes stay the single definition of every format: model.layout walks their
+fields_desc into steps (offset, width, bit position, byte order) for the Lua generator, and
+the same steps are compiled here into one Python function per layer that reads every field of
+a layer at a given offset of a bytes object and returns the dict decode.layer_dict() would
+build from the Scapy packet (same names, same order, same values: GIDs as IPv6 text, flags as
+ints, byte strings as hex). Nothing here knows an offset that a layer defines.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from scapy.fields import ConditionalField, Field, IP6Field, IPField, MACField, StrField, _BitField
+from scapy.packet import Packet
+
+from ...layers.sa import gid_text as _gid_text
+from ...model.layout import GeneratorError, build_layer
+
+
+class NotCompilable(Exception):
+    """A layer (or a field of it) has a shape the extractor compiler does not handle."""
+
+
+_GID_CACHE: dict[bytes, str] = {}
+_GID_CACHE_MAX = 65536
+
+
+def gid_text(b: bytes) -> str:
+    """A 16-byte GID as decode.field_value spells it (layers.sa.gid_text), cached: captures
+    repeat the same few GIDs on every frame."""
+    s = _GID_CACHE.get(b)
+    if s is None:
+        if len(_GID_CACHE) >= _GID_CACHE_MAX:
+            _GID_CACHE.clear()
+        s = _GID_CACHE[b] = _gid_text(b)
+    return s
+
+
+def step_source(step, base: str = "o") -> str:
+    """Python source reading one step's value from `b` at offset `o` (the name of `base`)."""
+    if step.when is not None or step.offset is None:
+        raise NotCompilable(f"{step.name}: conditional or variable position")
+    if step.byte_order is not None:
+        raise NotCompilable(f"{step.name}: its byte order is decided by the message")
+    start = f"{base} + {step.offset}" if step.offset else base
+    end = f"{base} + {step.offset + step.nbytes}"
+    order = "little" if step.little_endian else "big"
+    if step.kind == "ipv6":
+        return f"_gid(b[{start}:{end}])"
+    if step.kind == "bytes":
+        return f"b[{start}:{end}].hex()"
+    if step.kind == "int":
+        return f"b[{start}]" if step.nbytes == 1 else f"_fb(b[{start}:{end}], '{order}')"
+    if step.kind in ("bitint", "flags"):
+        word = f"b[{start}]" if step.nbytes == 1 else f"_fb(b[{start}:{end}], '{order}')"
+        shift = step.nbytes * 8 - step.bit_off - step.bits
+        mask = (1 << step.bits) - 1
+        return f"(({word} >> {shift}) & {mask:#x})" if shift else f"({word} & {mask:#x})"
+    raise NotCompilable(f"{step.name}: {step.kind} field")
+
+
+def layer_steps(cls: type[Packet]) -> dict:
+    """Step of every field of a layer, by name (model.layout)."""
+    try:
+        model = build_layer(cls, "fast")
+    except GeneratorError as exc:
+        raise NotCompilable(str(exc)) from exc
+    return {s.name: s for s in model.steps}
+
+
+def static_length(cls: type[Packet]) -> int:
+    """Bytes of a layer whose fields all have fixed sizes (model.layout)."""
+    try:
+        n = build_layer(cls, "fast").static_len
+    except GeneratorError as exc:
+        raise NotCompilable(str(exc)) from exc
+    if n is None:
+        raise NotCompilable(f"{cls.__name__} has variable-length fields")
+    return n
+
+
+def default_names(cls: type[Packet], reserved: bool = False) -> list[str]:
+    """The fields decode.layer_dict() shows by default: all but "records" and reserved_*."""
+    return [f.name for f in cls.fields_desc
+            if f.name != "records" and (reserved or not f.name.startswith("reserved"))]
+
+
+_STRUCT_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+def _windows(steps: list) -> dict[str, tuple[int, int, int]] | None:
+    """The byte windows one struct.Struct reads: the steps' windows, overlapping ones merged
+    (bit fields that share bytes). Returns {field: (window index, window offset, window
+    length)} plus the windows under the key "" as a list of (offset, length, struct code),
+    or None for a shape read field by field (little-endian groups, variable fields, a GID
+    or byte string sharing bytes with another field)."""
+    spans = []
+    for st in steps:
+        if st.when is not None or st.offset is None or st.little_endian or st.byte_order:
+            return None
+        if st.kind not in ("ipv6", "bytes", "int", "bitint", "flags"):
+            return None
+        spans.append((st.offset, st.offset + st.nbytes, st))
+    spans.sort(key=lambda x: (x[0], x[1]))
+    merged: list[list] = []  # [start, end, [steps]]
+    for a, e, st in spans:
+        if merged and a < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+            merged[-1][2].append(st)
+        else:
+            merged.append([a, e, [st]])
+    out: dict = {"": []}
+    for i, (a, e, sts) in enumerate(merged):
+        n = e - a
+        raw = any(st.kind in ("ipv6", "bytes") for st in sts)
+        if raw and len(sts) > 1:
+            return None
+        code = f"{n}s" if raw else _STRUCT_CODES.get(n, f"{n}s")
+        out[""].append((a, n, code))
+        for st in sts:
+            out[st.name] = (i, a, n)
+    return out
+
+
+def _struct_value_src(step, index: int, w_off: int, w_len: int, code: str) -> str:
+    w = f"w[{index}]"
+    if step.kind == "ipv6":
+        return f"_gid({w})"
+    if step.kind == "bytes":
+        return f"{w}.hex()"
+    if code.endswith("s"):  # an integer window of odd width (3, 5, 6 bytes)
+        w = f"_fb({w}, 'big')"
+    # bits below the field: those of its own window, then the window's bytes after it
+    shift = step.nbytes * 8 - step.bit_off - step.bits if step.kind != "int" else 0
+    shift += 8 * ((w_off + w_len) - (step.offset + step.nbytes))
+    bits = step.bits if step.kind != "int" else step.nbytes * 8
+    if not shift and bits == w_len * 8:
+        return w
+    mask = (1 << bits) - 1
+    return f"(({w} >> {shift}) & {mask:#x})" if shift else f"({w} & {mask:#x})"
+
+
+def compile_extractor(cls: type[Packet], names: Iterable[str] | None = None,
+                      as_tuple: bool = False) -> Callable[[bytes, int], dict]:
+    """A function (b, o) → {name: value} for the fields `names` (default: decode.layer_dict's
+    choice) of layer `cls` starting at offset o of b; as_tuple: the values alone, in the
+    order of `names` (a fact made of them positionally binds no keywords).
+
+    When the fields' byte windows tile the layer, one struct.Struct reads them all in one
+    call (then shifts and masks cut the bit fields out); otherwise each field is read alone."""
+    import struct
+
+    steps = layer_steps(cls)
+    names = list(names) if names is not None else default_names(cls)
+    for n in names:
+        if n not in steps:
+            raise NotCompilable(f"{cls.__name__}.{n}: no step")
+    wins = _windows([steps[n] for n in names])
+    extra = {}
+    if wins:
+        fmt, pos = ">", 0
+        for off, n, code in wins[""]:
+            fmt += (f"{off - pos}x" if off > pos else "") + code
+            pos = off + n
+        extra["_unpack"] = struct.Struct(fmt).unpack_from
+        items = []
+        for n in names:
+            i, w_off, w_len = wins[n]
+            code = wins[""][i][2]
+            items.append((n, _struct_value_src(steps[n], i, w_off, w_len, code)))
+        head = "def extract(b, o):\n    w = _unpack(b, o)\n"
+    else:
+        items = [(n, step_source(steps[n])) for n in names]
+        head = "def extract(b, o):\n"
+    if as_tuple:
+        src = head + "    return (" + "".join(f"{v}, " for _, v in items) + ")\n"
+    else:
+        src = head + "    return {" + ", ".join(f"{n!r}: {v}" for n, v in items) + "}\n"
+    fn = _define(src, "extract", f"extractor {cls.__name__}", **extra)
+    fn.source = src
+    return fn
+
+
+def _define(src: str, name: str, label: str, **extra) -> Callable:
+    """The function `name` that the Python source src defines (with the field sources'
+    helpers, and `extra`, in scope), compiled under a label tracebacks and profiles show."""
+    ns = {"_fb": int.from_bytes, "_gid": gid_text, **extra}
+    exec(compile(src, f"<{label}>", "exec"), ns)
+    return ns[name]
+
+
+def compile_reader(cls: type[Packet], name: str) -> Callable[[bytes, int], int]:
+    """A function (b, o) → value of one field of layer `cls` at offset o."""
+    src = f"def read(b, o):\n    return {step_source(layer_steps(cls)[name])}\n"
+    return _define(src, "read", f"reader {cls.__name__}.{name}")
+
+
+def compile_readers(cls: type[Packet], names: Iterable[str]) -> Callable[[bytes, int], tuple]:
+    """A function (b, o) → the tuple of the values of the fields `names` of layer `cls`."""
+    steps = layer_steps(cls)
+    src = "def read(b, o):\n    return (" + "".join(f"{step_source(steps[n])}, " for n in names) + ")\n"
+    return _define(src, "read", f"readers {cls.__name__}")
+
+
+def compile_nonzero(cls: type[Packet], names: Iterable[str]) -> Callable[[bytes, int], bool]:
+    """A function (b, o) → True when any of the fields `names` is non-zero (the reserved-bit
+    checks of decode.reserved_nonzero)."""
+    steps = layer_steps(cls)
+    terms = [step_source(steps[n]) for n in names] or ["0"]
+    src = "def nonzero(b, o):\n    return bool(" + " or ".join(terms) + ")\n"
+    return _define(src, "nonzero", f"nonzero {cls.__name__}")
+
+
+def prefix_offsets(cls: type[Packet]) -> dict[str, tuple[int, int, int]]:
+    """(byte offset, bit offset in that byte, bits) of each field of a layer's fixed-size
+    prefix, up to its first field of variable size (e.g. IPv4 up to its options): for Scapy's
+    own layers that model.layout does not model."""
+    out, bit = {}, 0
+    for fld in cls.fields_desc:
+        fld = getattr(fld, "fld", fld) if type(fld).__name__ == "Emph" else fld
+        if isinstance(fld, (ConditionalField, StrField)) or getattr(fld, "islist", 0):
+            break
+        if isinstance(fld, _BitField):
+            size = fld.size
+        elif isinstance(fld, (IPField, IP6Field, MACField)):
+            size = fld.sz * 8
+        elif isinstance(fld, Field) and isinstance(getattr(fld, "sz", None), int) and fld.sz > 0 \
+                and fld.fmt[-1] not in "sp":
+            size = fld.sz * 8
+        else:
+            break
+        out[fld.name] = (bit // 8, bit % 8, size)
+        bit += size
+    return out

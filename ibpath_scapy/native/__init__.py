@@ -1,0 +1,19 @@
+"""The package's optional C extension (native/_scan.c, _mad.c), or None: where it was built
+without a compiler, or IBPATH_NATIVE_SCAN=0 (or "no"/"off"/"false") asks for the Python twins
+of its functions (pcapio's loops over skipped and taken frames, crc's CRCs, the fast path's
+MAD decoder)."""
+
+from __future__ import annotations
+
+import os
+
+
+def extension():
+    """ibpath_scapy.native._scan, or None (see the module)."""
+    if os.environ.get("IBPATH_NATIVE_SCAN", "1").strip().lower() in ("0", "no", "off", "false"):
+        return None
+    try:
+        from . import _scan
+    except ImportError:
+        return None
+    return _scan

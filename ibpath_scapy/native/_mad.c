@@ -1,0 +1,885 @@
+/* The fast path's MAD decoder in C: FastDecoder.decode_at (fast/decoder.py) for the SA and
+ * classless MADs of the frames the pre-filter took as plain GSI datagrams (MadAt, IbMadAt).
+ *
+ * Format-agnostic, as _scan.c is: every offset, length and mask comes in a plan the Python
+ * decoder builds from the layers (fast/decoder.py mad_decoder), and every value is the Python decoder's:
+ * its flyweight tables, and the functions that make an entry on a miss (the compiled
+ * extractors of fast/layout.py). What is left to this code is what the Python loop spent
+ * its time on: cutting the keys, looking them up, checking the CRCs and building the tuples
+ * the assembler takes. A frame it does not take (a CM MAD, a MAD class without a layer
+ * here, a plan entry it lacks) comes back as None, and the Python decoder reads it.
+ * tests/test_native_scan.py checks both give the same records.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_crc.h"
+
+enum { KEY_MAX = 96, MAX_RANGES = 8, MAX_IHL = 16, MAX_STEPS = 16 };
+/* what the routes table says of a MAD class and attribute: fast/decoder.py ROUTE_* */
+enum { ROUTE_PYTHON = 0, ROUTE_SA_PATH = 1, ROUTE_SA_OTHER = 2, ROUTE_PLAIN = 3 };
+/* the MAD header fields the route and the names are told by (Tables.mad_plan's which) */
+enum { WHICH_METHOD, WHICH_CLASS, WHICH_ATTRIBUTE, WHICH_STATUS, WHICH_N };
+
+typedef struct { Py_ssize_t at, off, len; } Range; /* len bytes at at_tuple[at] + off */
+/* one field of a fixed layout (layout_model's step): nbytes at off, then shifted and masked */
+typedef struct { Py_ssize_t off, nbytes, shift; uint64_t mask; int little; } Step;
+typedef struct { Py_ssize_t n; Range r[MAX_RANGES]; } KeySpec;
+typedef struct { Py_buffer t; uint32_t init, xorout; } Crc;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *mads, *rmpps, *sas, *prs, *wheres; /* flyweight tables */
+    PyObject *make_rmpp, *make_sa, *make_pr, *make_where;
+    /* the Mad fact: its class, its fields' steps, its names (made by make_names on a miss),
+     * and where the frame goes by its class and attribute (made by route_of on a miss) */
+    PyObject *mad_class, *names, *make_names, *routes, *route_of;
+    Step mad_steps[MAX_STEPS];
+    Py_ssize_t n_mad_steps, which[WHICH_N];
+    /* the names key and the route key pack those fields' values by their widths */
+    int names_shift[WHICH_N], route_shift;
+    /* an SA MAD's RMPP and SA header facts, its record count and stride (made by count and
+     * stride on a miss), by its header bytes, route, remaining bytes and the MAD fields
+     * count and stride read (count_reads) */
+    PyObject *shapes, *count, *stride, *whole_python;
+    Step count_reads[MAX_STEPS];
+    Py_ssize_t n_count_reads;
+    PyObject *madat, *ibmadat, *saparts;
+    PyObject *errors[4]; /* no error, ICRC, VCRC, both */
+    PyObject *mad_size_obj, *prefix, *ipv4_masks, *ipv6_mask;
+    PyObject *local_mask, *global_mask, *global_short_mask;
+    Py_ssize_t cache_max, mad_len, sa_start, data_start, pr_len, mad_size;
+    Py_ssize_t version_off, version_shift, version_mask, ipv4_version;
+    Py_ssize_t ihl_off, ihl_shift, ihl_mask, lnh_off, lnh_shift, lnh_mask, lnh_global;
+    Py_ssize_t grh_end, icrc_len, vcrc_len;
+    KeySpec where_v4, where_v6, where_local, where_global;
+    Crc icrc, vcrc;
+    int crcs_held;
+} MadDecoder;
+
+/* -- the plan ------------------------------------------------------------------------------ */
+static PyObject *plan_get(PyObject *plan, const char *name)
+{
+    return PyObject_GetAttrString(plan, name); /* new reference, or NULL with the error */
+}
+
+static int plan_int(PyObject *plan, const char *name, Py_ssize_t *out)
+{
+    PyObject *v = plan_get(plan, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int plan_obj(PyObject *plan, const char *name, PyObject **out)
+{
+    *out = plan_get(plan, name);
+    return *out == NULL ? -1 : 0;
+}
+
+/* The plan's sequence `name` as a fast sequence (a new reference) of at most `most` items,
+ * their count in *n; NULL with the error set. */
+static PyObject *plan_seq(PyObject *plan, const char *name, Py_ssize_t most, Py_ssize_t *n)
+{
+    PyObject *v = plan_get(plan, name);
+    PyObject *seq = v ? PySequence_Fast(v, name) : NULL;
+    Py_XDECREF(v);
+    if (seq != NULL && (*n = PySequence_Fast_GET_SIZE(seq)) > most) {
+        PyErr_Format(PyExc_ValueError, "%s: more than %zd items", name, most);
+        Py_CLEAR(seq);
+    }
+    return seq;
+}
+
+/* A key's ranges: a sequence of (at index, offset, length). */
+static int plan_key(PyObject *plan, const char *name, KeySpec *spec)
+{
+    PyObject *seq = plan_seq(plan, name, MAX_RANGES, &spec->n);
+    Py_ssize_t total = 1, i = 0;
+    for (; seq != NULL && i < spec->n; i++) {
+        Range *r = &spec->r[i];
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nnn", &r->at, &r->off,
+                              &r->len))
+            break;
+        if (r->at < 0 || r->off < 0 || r->len <= 0) {
+            PyErr_Format(PyExc_ValueError, "%s: a range out of bounds", name);
+            break;
+        }
+        total += r->len;
+    }
+    if (seq != NULL && i == spec->n && total > KEY_MAX)
+        PyErr_Format(PyExc_ValueError, "%s: a key over %d bytes", name, KEY_MAX);
+    Py_XDECREF(seq);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* A fixed layout's steps: a sequence of (offset, nbytes, shift, mask, little-endian). */
+static int plan_steps(PyObject *plan, const char *name, Step *steps, Py_ssize_t *n)
+{
+    PyObject *seq = plan_seq(plan, name, MAX_STEPS, n);
+    for (Py_ssize_t i = 0; seq != NULL && i < *n; i++) {
+        Step *st = &steps[i];
+        unsigned long long mask;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nnnKi", &st->off, &st->nbytes,
+                              &st->shift, &mask, &st->little))
+            break;
+        st->mask = mask;
+        if (st->off < 0 || st->nbytes < 1 || st->nbytes > 8 || st->shift < 0
+                || st->shift >= 64) {
+            PyErr_Format(PyExc_ValueError, "%s: a step out of bounds", name);
+            break;
+        }
+    }
+    Py_XDECREF(seq);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static int bits_of(uint64_t mask)
+{
+    int n = 0;
+    while (mask) {
+        n++;
+        mask >>= 1;
+    }
+    return n;
+}
+
+/* Where each WHICH_* field goes in the names key (method, class, attribute, status, from
+ * the top) and the class in the route key (above the attribute): 0, or -1 with the error
+ * set when they do not fit 64 bits. */
+static int key_shifts(MadDecoder *self)
+{
+    int at = 0;
+    for (int i = WHICH_N - 1; i >= 0; i--) {
+        self->names_shift[i] = at;
+        at += bits_of(self->mad_steps[self->which[i]].mask);
+    }
+    self->route_shift = bits_of(self->mad_steps[self->which[WHICH_ATTRIBUTE]].mask);
+    if (at > 64 || self->route_shift + bits_of(self->mad_steps[self->which[WHICH_CLASS]].mask) > 64) {
+        PyErr_SetString(PyExc_ValueError, "mad_which: the fields do not fit a 64-bit key");
+        return -1;
+    }
+    return 0;
+}
+
+/* The positions, among the steps, of the fields WHICH_* names. */
+static int plan_which(PyObject *plan, const char *name, Py_ssize_t *which, Py_ssize_t n)
+{
+    PyObject *v = plan_get(plan, name);
+    if (v == NULL)
+        return -1;
+    int ok = PyArg_ParseTuple(v, "nnnn", &which[0], &which[1], &which[2], &which[3]) ? 0 : -1;
+    Py_DECREF(v);
+    for (int i = 0; ok == 0 && i < WHICH_N; i++)
+        if (which[i] < 0 || which[i] >= n) {
+            PyErr_Format(PyExc_ValueError, "%s: a field beyond the steps", name);
+            ok = -1;
+        }
+    return ok;
+}
+
+static int plan_crc(PyObject *plan, const char *name, Crc *c)
+{
+    PyObject *v = plan_get(plan, name);
+    PyObject *tables;
+    unsigned long init, xorout;
+    int ok = -1;
+    if (v == NULL)
+        return -1;
+    if (PyArg_ParseTuple(v, "Okk", &tables, &init, &xorout)
+            && PyObject_GetBuffer(tables, &c->t, PyBUF_SIMPLE) == 0) {
+        if (c->t.len != CRC_TABLE_WORDS * (Py_ssize_t)sizeof(uint32_t)
+                || (uintptr_t)c->t.buf % sizeof(uint32_t)) {
+            PyBuffer_Release(&c->t);
+            PyErr_Format(PyExc_ValueError, "%s: eight aligned 256-word tables", name);
+        } else {
+            c->init = (uint32_t)init;
+            c->xorout = (uint32_t)xorout;
+            ok = 0;
+        }
+    }
+    Py_DECREF(v);
+    return ok;
+}
+
+static int init(MadDecoder *self, PyObject *args, PyObject *kw)
+{
+    PyObject *plan, *errors = NULL;
+    if (!PyArg_ParseTuple(args, "O", &plan))
+        return -1;
+    if (plan_obj(plan, "mads", &self->mads) || plan_obj(plan, "rmpps", &self->rmpps)
+            || plan_obj(plan, "sas", &self->sas) || plan_obj(plan, "prs", &self->prs)
+            || plan_obj(plan, "wheres", &self->wheres)
+            || plan_obj(plan, "mad_class", &self->mad_class)
+            || plan_obj(plan, "names", &self->names)
+            || plan_obj(plan, "make_names", &self->make_names)
+            || plan_obj(plan, "routes", &self->routes)
+            || plan_obj(plan, "route_of", &self->route_of)
+            || plan_steps(plan, "mad_steps", self->mad_steps, &self->n_mad_steps)
+            || plan_which(plan, "mad_which", self->which, self->n_mad_steps)
+            || key_shifts(self)
+            || plan_obj(plan, "make_rmpp", &self->make_rmpp)
+            || plan_obj(plan, "make_sa", &self->make_sa)
+            || plan_obj(plan, "make_pr", &self->make_pr)
+            || plan_obj(plan, "make_where", &self->make_where)
+            || plan_obj(plan, "shapes", &self->shapes)
+            || plan_steps(plan, "count_reads", self->count_reads, &self->n_count_reads)
+            || plan_obj(plan, "count", &self->count) || plan_obj(plan, "stride", &self->stride)
+            || plan_obj(plan, "whole_python", &self->whole_python)
+            || plan_obj(plan, "madat", &self->madat)
+            || plan_obj(plan, "ibmadat", &self->ibmadat)
+            || plan_obj(plan, "saparts", &self->saparts)
+            || plan_obj(plan, "prefix", &self->prefix)
+            || plan_obj(plan, "ipv4_masks", &self->ipv4_masks)
+            || plan_obj(plan, "ipv6_mask", &self->ipv6_mask)
+            || plan_obj(plan, "local_mask", &self->local_mask)
+            || plan_obj(plan, "global_mask", &self->global_mask)
+            || plan_obj(plan, "global_short_mask", &self->global_short_mask)
+            || plan_int(plan, "cache_max", &self->cache_max)
+            || plan_int(plan, "mad_len", &self->mad_len)
+            || plan_int(plan, "sa_start", &self->sa_start)
+            || plan_int(plan, "data_start", &self->data_start)
+            || plan_int(plan, "pr_len", &self->pr_len)
+            || plan_int(plan, "mad_size", &self->mad_size)
+            || plan_int(plan, "version_off", &self->version_off)
+            || plan_int(plan, "version_shift", &self->version_shift)
+            || plan_int(plan, "version_mask", &self->version_mask)
+            || plan_int(plan, "ipv4_version", &self->ipv4_version)
+            || plan_int(plan, "ihl_off", &self->ihl_off)
+            || plan_int(plan, "ihl_shift", &self->ihl_shift)
+            || plan_int(plan, "ihl_mask", &self->ihl_mask)
+            || plan_int(plan, "lnh_off", &self->lnh_off)
+            || plan_int(plan, "lnh_shift", &self->lnh_shift)
+            || plan_int(plan, "lnh_mask", &self->lnh_mask)
+            || plan_int(plan, "lnh_global", &self->lnh_global)
+            || plan_int(plan, "grh_end", &self->grh_end)
+            || plan_int(plan, "icrc_len", &self->icrc_len)
+            || plan_int(plan, "vcrc_len", &self->vcrc_len)
+            || plan_key(plan, "where_v4", &self->where_v4)
+            || plan_key(plan, "where_v6", &self->where_v6)
+            || plan_key(plan, "where_local", &self->where_local)
+            || plan_key(plan, "where_global", &self->where_global)
+            || plan_obj(plan, "errors", &errors))
+        goto fail;
+    if (!PyDict_CheckExact(self->mads) || !PyDict_CheckExact(self->rmpps)
+            || !PyDict_CheckExact(self->sas) || !PyDict_CheckExact(self->prs)
+            || !PyDict_CheckExact(self->wheres) || !PyDict_CheckExact(self->names)
+            || !PyDict_CheckExact(self->routes) || !PyType_Check(self->mad_class)
+            || !PyDict_CheckExact(self->shapes)
+            || self->data_start - self->mad_len + 1 + 8 * (1 + self->n_count_reads) > KEY_MAX
+            || !PyType_Check(self->madat)
+            || !PyType_Check(self->ibmadat) || !PyType_Check(self->saparts)
+            || !PyType_IsSubtype((PyTypeObject *)self->saparts, &PyTuple_Type)
+            || !PyBytes_Check(self->prefix) || !PyTuple_Check(self->ipv4_masks)
+            || PyTuple_GET_SIZE(self->ipv4_masks) != MAX_IHL || !PyBytes_Check(self->ipv6_mask)
+            || !PyBytes_Check(self->local_mask) || !PyBytes_Check(self->global_mask)
+            || !PyBytes_Check(self->global_short_mask) || !PyTuple_Check(errors)
+            || PyTuple_GET_SIZE(errors) != 4 || self->cache_max < 1
+            || (self->icrc_len != 4 && self->icrc_len != 2)
+            || (self->vcrc_len != 4 && self->vcrc_len != 2)) {
+        PyErr_SetString(PyExc_ValueError, "MadDecoder: a plan entry of the wrong kind");
+        goto fail;
+    }
+    for (int i = 0; i < 4; i++) {
+        self->errors[i] = PyTuple_GET_ITEM(errors, i);
+        Py_INCREF(self->errors[i]);
+    }
+    Py_CLEAR(errors);
+    if (plan_crc(plan, "icrc", &self->icrc))
+        goto fail;
+    if (plan_crc(plan, "vcrc", &self->vcrc)) {
+        PyBuffer_Release(&self->icrc.t);
+        goto fail;
+    }
+    self->crcs_held = 1;
+    self->mad_size_obj = PyLong_FromSsize_t(self->mad_size);
+    return self->mad_size_obj == NULL ? -1 : 0;
+fail:
+    Py_XDECREF(errors);
+    return -1;
+}
+
+static void dealloc(MadDecoder *self)
+{
+    PyObject **objs[] = {
+        &self->mads, &self->rmpps, &self->sas, &self->prs, &self->wheres, &self->mad_class,
+        &self->names, &self->make_names, &self->routes, &self->route_of, &self->make_rmpp, &self->make_sa, &self->make_pr, &self->make_where, &self->shapes, &self->count,
+        &self->stride, &self->whole_python, &self->madat, &self->ibmadat, &self->saparts,
+        &self->errors[0], &self->errors[1], &self->errors[2], &self->errors[3],
+        &self->mad_size_obj, &self->prefix, &self->ipv4_masks, &self->ipv6_mask,
+        &self->local_mask, &self->global_mask, &self->global_short_mask,
+    };
+    for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
+        Py_CLEAR(*objs[i]);
+    if (self->crcs_held) {
+        PyBuffer_Release(&self->icrc.t);
+        PyBuffer_Release(&self->vcrc.t);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* -- per frame ------------------------------------------------------------------------------- */
+/* table[key], made by make(arg, at) on a miss (the table emptied first when full, as the
+ * Python decoder's _remember does). A new reference, or NULL with an error set. */
+static PyObject *flyweight(MadDecoder *self, PyObject *table, PyObject *key, PyObject *make,
+                           PyObject *arg, PyObject *at)
+{
+    PyObject *v = PyDict_GetItemWithError(table, key);
+    if (v != NULL) {
+        Py_INCREF(v);
+        return v;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    v = PyObject_CallFunctionObjArgs(make, arg, at, NULL);
+    if (v == NULL)
+        return NULL;
+    if (PyDict_GET_SIZE(table) >= self->cache_max)
+        PyDict_Clear(table);
+    if (PyDict_SetItem(table, key, v) < 0) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* table[data[at:at+len]], made by make(data, at) on a miss. */
+static PyObject *flyweight_at(MadDecoder *self, PyObject *table, PyObject *make, PyObject *data,
+                              const char *b, Py_ssize_t at, Py_ssize_t len)
+{
+    PyObject *key = PyBytes_FromStringAndSize(b + at, len);
+    if (key == NULL)
+        return NULL;
+    PyObject *pos = PyLong_FromSsize_t(at);
+    PyObject *v = pos == NULL ? NULL : flyweight(self, table, key, make, data, pos);
+    Py_XDECREF(pos);
+    Py_DECREF(key);
+    return v;
+}
+
+static uint32_t le(const unsigned char *p, Py_ssize_t n)
+{
+    return n == 4 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16
+                        | (uint32_t)p[3] << 24
+                  : (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+
+static uint32_t crc_of(const Crc *c, PyObject *prefix, PyObject *mask, const unsigned char *d,
+                       Py_ssize_t n)
+{
+    return crc_masked(c->t.buf, c->init, c->xorout,
+                      prefix ? (const unsigned char *)PyBytes_AS_STRING(prefix) : NULL,
+                      prefix ? PyBytes_GET_SIZE(prefix) : 0,
+                      mask ? (const unsigned char *)PyBytes_AS_STRING(mask) : NULL,
+                      mask ? PyBytes_GET_SIZE(mask) : 0, d, n);
+}
+
+/* The at-tuple's offsets, as C integers; -1 with no error where an item is not an int. */
+static int offsets(PyObject *at, Py_ssize_t *out, Py_ssize_t n)
+{
+    if (PyTuple_GET_SIZE(at) != n)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(at, i));
+        if (out[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+/* The where tuple (assemble.ADDRESS_KEYS) of the frame: the wheres table by the bytes its
+ * values are read from, made by make_where(data, at) on a miss. */
+static PyObject *where_of(MadDecoder *self, PyObject *data, PyObject *at, const KeySpec *spec,
+                          const Py_ssize_t *offs, Py_ssize_t noffs, int which)
+{
+    unsigned char key[KEY_MAX];
+    const char *b = PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data), k = 1;
+    key[0] = (unsigned char)which; /* the shape: keys of two shapes never meet */
+    for (Py_ssize_t i = 0; i < spec->n; i++) {
+        const Range *r = &spec->r[i];
+        if (r->at >= noffs || offs[r->at] < 0 || offs[r->at] + r->off + r->len > n)
+            return Py_None; /* borrowed sentinel: the Python decoder reads this frame */
+        memcpy(key + k, b + offs[r->at] + r->off, r->len);
+        k += r->len;
+    }
+    PyObject *kb = PyBytes_FromStringAndSize((const char *)key, k);
+    if (kb == NULL)
+        return NULL;
+    PyObject *v = flyweight(self, self->wheres, kb, self->make_where, data, at);
+    Py_DECREF(kb);
+    return v;
+}
+
+static uint64_t step_value(const Step *st, const unsigned char *p)
+{
+    uint64_t v = 0;
+    p += st->off;
+    for (Py_ssize_t i = 0; i < st->nbytes; i++)
+        v |= (uint64_t)p[i] << (8 * (st->little ? i : st->nbytes - 1 - i));
+    return (v >> st->shift) & st->mask;
+}
+
+/* table[key] for an integer key, made by make(*args) on a miss. */
+static PyObject *by_int(MadDecoder *self, PyObject *table, uint64_t k, PyObject *make,
+                        PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *key = PyLong_FromUnsignedLongLong(k);
+    if (key == NULL)
+        return NULL;
+    PyObject *v = PyDict_GetItemWithError(table, key);
+    if (v != NULL) {
+        Py_INCREF(v);
+    } else if (!PyErr_Occurred() && (v = PyObject_Vectorcall(make, args, nargs, NULL))) {
+        if (PyDict_GET_SIZE(table) >= self->cache_max)
+            PyDict_Clear(table);
+        if (PyDict_SetItem(table, key, v) < 0)
+            Py_CLEAR(v);
+    }
+    Py_DECREF(key);
+    return v;
+}
+
+/* The Mad fact of the MAD header at p: its fields by the steps, then its names (the names
+ * table by method, class, attribute and status), made as assemble.mad_fact_of makes it. */
+static PyObject *make_mad(MadDecoder *self, const unsigned char *p)
+{
+    PyObject *args[MAX_STEPS + 3] = {NULL};
+    PyObject *out = NULL, *names = NULL;
+    uint64_t which[WHICH_N];
+    Py_ssize_t n = self->n_mad_steps;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((args[i] = PyLong_FromUnsignedLongLong(step_value(&self->mad_steps[i], p))) == NULL)
+            goto out;
+    for (int i = 0; i < WHICH_N; i++)
+        which[i] = step_value(&self->mad_steps[self->which[i]], p);
+    PyObject *named[WHICH_N] = {args[self->which[0]], args[self->which[1]],
+                                args[self->which[2]], args[self->which[3]]};
+    uint64_t key = 0;
+    for (int i = 0; i < WHICH_N; i++)
+        key |= which[i] << self->names_shift[i];
+    names = by_int(self, self->names, key, self->make_names, named, WHICH_N);
+    if (names == NULL)
+        goto out;
+    if (!PyTuple_Check(names) || PyTuple_GET_SIZE(names) != 3) {
+        PyErr_SetString(PyExc_TypeError, "make_names: three names expected");
+        goto out;
+    }
+    for (int i = 0; i < 3; i++) {
+        args[n + i] = PyTuple_GET_ITEM(names, i);
+        Py_INCREF(args[n + i]);
+    }
+    out = PyObject_Vectorcall(self->mad_class, args, n + 3, NULL);
+out:
+    for (Py_ssize_t i = 0; i < n + 3; i++)
+        Py_XDECREF(args[i]);
+    Py_XDECREF(names);
+    return out;
+}
+
+/* (RMPP fact, SA header fact, record count, stride) of the SA MAD at b[o:], from the shapes
+ * table: what the Python decoder's Tables.sa makes of the same bytes, its header_expr
+ * functions called only on a miss (an SA storm repeats a few header shapes). */
+static PyObject *shape_of(MadDecoder *self, PyObject *data, Py_ssize_t o, PyObject *m,
+                          int route, Py_ssize_t remaining)
+{
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(data);
+    unsigned char key[KEY_MAX];
+    Py_ssize_t k = self->data_start - self->mad_len;
+    memcpy(key, b + o + self->mad_len, k);
+    key[k++] = (unsigned char)route;
+    uint64_t vals[1 + MAX_STEPS];
+    vals[0] = (uint64_t)remaining;
+    for (Py_ssize_t i = 0; i < self->n_count_reads; i++)
+        vals[1 + i] = step_value(&self->count_reads[i], b + o);
+    memcpy(key + k, vals, 8 * (1 + self->n_count_reads));
+    k += 8 * (1 + self->n_count_reads);
+    PyObject *kb = PyBytes_FromStringAndSize((const char *)key, k);
+    if (kb == NULL)
+        return NULL;
+    PyObject *shape = PyDict_GetItemWithError(self->shapes, kb);
+    if (shape != NULL || PyErr_Occurred()) {
+        Py_XINCREF(shape);
+        Py_DECREF(kb);
+        return shape;
+    }
+    const char *c = (const char *)b;
+    PyObject *r = NULL, *h = NULL, *n = NULL, *stride = NULL, *rem = NULL;
+    r = flyweight_at(self, self->rmpps, self->make_rmpp, data, c, o + self->mad_len,
+                     self->sa_start - self->mad_len);
+    if (r == NULL)
+        goto out;
+    h = flyweight_at(self, self->sas, self->make_sa, data, c, o + self->sa_start,
+                     self->data_start - self->sa_start);
+    if (h == NULL)
+        goto out;
+    if (route == ROUTE_SA_OTHER) {
+        n = PyLong_FromLong(0); /* no records to read (Tables.sa: None) */
+    } else if ((rem = PyLong_FromSsize_t(remaining)) != NULL) {
+        n = PyObject_CallFunctionObjArgs(self->count, m, r, h, rem, NULL);
+    }
+    if (n == NULL)
+        goto out;
+    Py_ssize_t count = PyLong_AsSsize_t(n);
+    if (count == -1 && PyErr_Occurred())
+        goto out;
+    /* (one record: no stride to compute, as Tables.sa) */
+    stride = count > 1 ? PyObject_CallFunctionObjArgs(self->stride, m, r, h, NULL)
+                       : PyLong_FromLong(0);
+    if (stride == NULL)
+        goto out;
+    shape = PyTuple_Pack(4, r, h, n, stride);
+    if (shape == NULL)
+        goto out;
+    if (PyDict_GET_SIZE(self->shapes) >= self->cache_max)
+        PyDict_Clear(self->shapes);
+    if (PyDict_SetItem(self->shapes, kb, shape) < 0)
+        Py_CLEAR(shape);
+out:
+    Py_XDECREF(r);
+    Py_XDECREF(h);
+    Py_XDECREF(n);
+    Py_XDECREF(stride);
+    Py_XDECREF(rem);
+    Py_DECREF(kb);
+    return shape;
+}
+
+/* The PathRecord facts of `shape` (shape_of's) in b[start:end] and whether each has reserved
+ * bits set (an empty tuple when none has), from the prs table: 1, 0 when the records do not
+ * fit (the Python decoder reads them), -1 with the error set. */
+static int records_of(MadDecoder *self, PyObject *data, PyObject *shape, Py_ssize_t start,
+                      Py_ssize_t end, PyObject **records, PyObject **reserved)
+{
+    const char *b = PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 2));
+    Py_ssize_t stride = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 3));
+    *records = *reserved = NULL;
+    if ((n == -1 || stride == -1) && PyErr_Occurred())
+        return -1;
+    if (n < 0 || stride < 0 || (n > 0 && start + (n - 1) * stride + self->pr_len > end))
+        return 0;
+    if ((*reserved = PyTuple_New(0)) == NULL || (*records = PyList_New(n)) == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *known = flyweight_at(self, self->prs, self->make_pr, data, b,
+                                       start + i * stride, self->pr_len);
+        if (known == NULL)
+            goto fail;
+        if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 2) {
+            Py_DECREF(known);
+            PyErr_SetString(PyExc_TypeError, "make_pr: (fact, reserved) expected");
+            goto fail;
+        }
+        PyObject *fact = PyTuple_GET_ITEM(known, 0);
+        int bits = PyObject_IsTrue(PyTuple_GET_ITEM(known, 1));
+        Py_INCREF(fact);
+        PyList_SET_ITEM(*records, i, fact);
+        Py_DECREF(known);
+        if (bits < 0)
+            goto fail;
+        if (bits) {
+            if (!PyList_Check(*reserved)) { /* the first record with reserved bits */
+                Py_DECREF(*reserved);
+                if ((*reserved = PyList_New(n)) == NULL)
+                    goto fail;
+                for (Py_ssize_t j = 0; j < n; j++) {
+                    Py_INCREF(Py_False);
+                    PyList_SET_ITEM(*reserved, j, Py_False);
+                }
+            }
+            Py_INCREF(Py_True);
+            Py_SETREF(PyList_GET_ITEM(*reserved, i), Py_True);
+        }
+    }
+    return 1;
+fail:
+    Py_CLEAR(*records);
+    Py_CLEAR(*reserved);
+    return -1;
+}
+
+/* SaParts of the SA MAD at b[o:o + mad_size]: its RMPP and SA headers, PathRecords (route
+ * ROUTE_SA_PATH) and their reserved flags, its bytes and the reader of a whole message (this
+ * decoder: see whole). */
+static PyObject *sa_parts(MadDecoder *self, PyObject *data, Py_ssize_t o, PyObject *m,
+                          int route)
+{
+    PyObject *shape, *records = NULL, *reserved = NULL, *segment = NULL, *out = NULL;
+    Py_ssize_t end = o + self->mad_size, start = o + self->data_start;
+    shape = shape_of(self, data, o, m, route, end > start ? end - start : 0);
+    if (shape == NULL)
+        return NULL;
+    if (route == ROUTE_SA_OTHER) {
+        records = Py_None;
+        Py_INCREF(records);
+        if ((reserved = PyTuple_New(0)) == NULL)
+            goto out;
+    } else {
+        int got = records_of(self, data, shape, start, end, &records, &reserved);
+        if (got <= 0) {
+            if (got == 0) { /* not a shape this code takes: the Python decoder reads it */
+                out = Py_None;
+                Py_INCREF(out);
+            }
+            goto out;
+        }
+    }
+    segment = PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + o, self->mad_size);
+    if (segment == NULL)
+        goto out;
+    PyTypeObject *t = (PyTypeObject *)self->saparts;
+    out = t->tp_alloc(t, 6);
+    if (out == NULL)
+        goto out;
+    PyObject *items[6] = {PyTuple_GET_ITEM(shape, 0), PyTuple_GET_ITEM(shape, 1), records,
+                          reserved, segment, (PyObject *)self};
+    for (int i = 0; i < 6; i++) {
+        Py_INCREF(items[i]);
+        PyTuple_SET_ITEM(out, i, items[i]);
+    }
+out:
+    Py_DECREF(shape);
+    Py_XDECREF(records);
+    Py_XDECREF(reserved);
+    Py_XDECREF(segment);
+    return out;
+}
+
+/* The Mad fact of the header at b[o:], from the mads table (made in C on a miss). */
+static PyObject *mad_of(MadDecoder *self, const unsigned char *b, Py_ssize_t o)
+{
+    PyObject *key = PyBytes_FromStringAndSize((const char *)b + o, self->mad_len);
+    if (key == NULL)
+        return NULL;
+    PyObject *mad = PyDict_GetItemWithError(self->mads, key);
+    if (mad != NULL) {
+        Py_INCREF(mad);
+    } else if (!PyErr_Occurred() && (mad = make_mad(self, b + o)) != NULL) {
+        if (PyDict_GET_SIZE(self->mads) >= self->cache_max)
+            PyDict_Clear(self->mads);
+        if (PyDict_SetItem(self->mads, key, mad) < 0)
+            Py_CLEAR(mad);
+    }
+    Py_DECREF(key);
+    return mad;
+}
+
+/* ROUTE_* of the MAD at b[o:], by its class and attribute; -1 with the error set. */
+static long route_at(MadDecoder *self, const unsigned char *b, Py_ssize_t o)
+{
+    uint64_t mgmt_class = step_value(&self->mad_steps[self->which[WHICH_CLASS]], b + o);
+    uint64_t attribute = step_value(&self->mad_steps[self->which[WHICH_ATTRIBUTE]], b + o);
+    PyObject *dispatch[2] = {PyLong_FromUnsignedLongLong(mgmt_class),
+                             PyLong_FromUnsignedLongLong(attribute)};
+    PyObject *r = NULL;
+    if (dispatch[0] && dispatch[1])
+        r = by_int(self, self->routes, mgmt_class << self->route_shift | attribute,
+                   self->route_of, dispatch, 2);
+    Py_XDECREF(dispatch[0]);
+    Py_XDECREF(dispatch[1]);
+    if (r == NULL)
+        return -1;
+    long route = PyLong_AsLong(r);
+    Py_DECREF(r);
+    return route;
+}
+
+/* decoder(message) -> (records, reserved): the PathRecords of a reassembled SA answer, as
+ * Tables.whole reads them (SaParts.whole); where this code does not take the message, what
+ * the plan's whole_python makes of it. */
+static PyObject *whole(MadDecoder *self, PyObject *args, PyObject *kw)
+{
+    PyObject *msg;
+    if (!PyArg_ParseTuple(args, "S", &msg))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(msg);
+    Py_ssize_t n = PyBytes_GET_SIZE(msg);
+    if (n < self->data_start)
+        return PyObject_CallOneArg(self->whole_python, msg);
+    long route = route_at(self, b, 0);
+    if (route == -1 && PyErr_Occurred())
+        return NULL;
+    if (route != ROUTE_SA_PATH && route != ROUTE_SA_OTHER)
+        return PyObject_CallOneArg(self->whole_python, msg);
+    if (route == ROUTE_SA_OTHER)
+        return Py_BuildValue("([]())");  /* Tables.whole: no PathRecords */
+    PyObject *m = mad_of(self, b, 0), *shape = NULL, *records, *reserved, *out = NULL;
+    if (m == NULL)
+        return NULL;
+    shape = shape_of(self, msg, 0, m, (int)route, n - self->data_start);
+    if (shape != NULL) {
+        int got = records_of(self, msg, shape, self->data_start, n, &records, &reserved);
+        if (got > 0) {
+            out = PyTuple_Pack(2, records, reserved);
+            Py_DECREF(records);
+            Py_DECREF(reserved);
+        } else if (got == 0) {
+            out = PyObject_CallOneArg(self->whole_python, msg);
+        }
+    }
+    Py_XDECREF(shape);
+    Py_DECREF(m);
+    return out;
+}
+
+/* decode(data, at) -> (where, mad, length, crc_errors, icrc, sa) | None */
+static PyObject *decode(MadDecoder *self, PyObject *args)
+{
+    PyObject *data, *at;
+    if (!PyArg_ParseTuple(args, "SO!", &data, &PyTuple_Type, &at))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data), offs[6], o;
+    int native = Py_TYPE(at) == (PyTypeObject *)self->ibmadat;
+    if (!native && Py_TYPE(at) != (PyTypeObject *)self->madat)
+        Py_RETURN_NONE;
+    if (offsets(at, offs, native ? 5 : 6) < 0) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    o = offs[native ? 4 : 5];
+    if (o < 0 || o + self->mad_size > n)
+        Py_RETURN_NONE;
+
+    /* where the frame goes, by its class and attribute: the MAD's own to read, or Python's */
+    long route = route_at(self, b, o);
+    if (route == -1 && PyErr_Occurred())
+        return NULL;
+    if (route != ROUTE_SA_PATH && route != ROUTE_SA_OTHER && route != ROUTE_PLAIN)
+        Py_RETURN_NONE;
+    /* the Mad fact, shared by the frames of one header (the segments of an answer) */
+    PyObject *mad = mad_of(self, b, o);
+    if (mad == NULL)
+        return NULL;
+
+    /* the addresses and the CRC verdicts */
+    PyObject *where, *errors, *icrc;
+    if (native) {
+        Py_ssize_t lrh = offs[0], vcrc_at = n - self->vcrc_len, icrc_at = vcrc_at - self->icrc_len;
+        if (lrh < 0 || icrc_at < lrh)
+            goto python;
+        where = where_of(self, data, at, offs[1] >= 0 ? &self->where_global : &self->where_local,
+                         offs, 5, offs[1] >= 0 ? 3 : 2);
+        if (where == NULL)
+            goto fail_mad;
+        if (where == Py_None)
+            goto python;
+        PyObject *mask = self->local_mask;
+        Py_ssize_t len = icrc_at - lrh;
+        if (len > self->lnh_off
+                && ((b[lrh + self->lnh_off] >> self->lnh_shift) & self->lnh_mask) == self->lnh_global)
+            mask = len >= self->grh_end ? self->global_mask : self->global_short_mask;
+        int bad_i = crc_of(&self->icrc, NULL, mask, b + lrh, len) != le(b + icrc_at, self->icrc_len);
+        int bad_v = crc_of(&self->vcrc, NULL, NULL, b + lrh, vcrc_at - lrh)
+                    != le(b + vcrc_at, self->vcrc_len);
+        errors = self->errors[bad_i | bad_v << 1];
+        icrc = PyBytes_FromStringAndSize((const char *)b + icrc_at, self->icrc_len);
+    } else {
+        Py_ssize_t ip = offs[0], version = offs[1], icrc_at = n - self->icrc_len;
+        PyObject *mask;
+        if (ip < 0 || ip + self->ihl_off >= n || ip + self->version_off >= n)
+            goto python;
+        if (((b[ip + self->version_off] >> self->version_shift) & self->version_mask)
+                == self->ipv4_version) {
+            Py_ssize_t ihl = (b[ip + self->ihl_off] >> self->ihl_shift) & self->ihl_mask;
+            mask = PyTuple_GET_ITEM(self->ipv4_masks, ihl & (MAX_IHL - 1));
+        } else {
+            mask = self->ipv6_mask;
+        }
+        if (mask == Py_None || icrc_at - ip < PyBytes_GET_SIZE(mask))
+            goto python;
+        where = where_of(self, data, at, version == 4 ? &self->where_v4 : &self->where_v6,
+                         offs, 6, version == 4 ? 0 : 1);
+        if (where == NULL)
+            goto fail_mad;
+        if (where == Py_None)
+            goto python;
+        int bad = crc_of(&self->icrc, self->prefix, mask, b + ip, icrc_at - ip)
+                  != le(b + icrc_at, self->icrc_len);
+        errors = self->errors[bad];
+        icrc = PyBytes_FromStringAndSize((const char *)b + icrc_at, self->icrc_len);
+    }
+    if (icrc == NULL) {
+        Py_DECREF(where);
+        goto fail_mad;
+    }
+
+    PyObject *sa;
+    if (route == ROUTE_PLAIN) {
+        sa = Py_None;
+        Py_INCREF(sa);
+    } else {
+        sa = sa_parts(self, data, o, mad, (int)route);
+        if (sa == NULL || sa == Py_None) {
+            Py_DECREF(where);
+            Py_DECREF(icrc);
+            Py_DECREF(mad);
+            return sa;
+        }
+    }
+    Py_INCREF(errors);
+    Py_INCREF(self->mad_size_obj);
+    PyObject *out = PyTuple_New(6);
+    if (out == NULL) {
+        Py_DECREF(where);
+        Py_DECREF(mad);
+        Py_DECREF(errors);
+        Py_DECREF(self->mad_size_obj);
+        Py_DECREF(icrc);
+        Py_DECREF(sa);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, where);
+    PyTuple_SET_ITEM(out, 1, mad);
+    PyTuple_SET_ITEM(out, 2, self->mad_size_obj);
+    PyTuple_SET_ITEM(out, 3, errors);
+    PyTuple_SET_ITEM(out, 4, icrc);
+    PyTuple_SET_ITEM(out, 5, sa);
+    return out;
+python:
+    Py_DECREF(mad);
+    Py_RETURN_NONE;
+fail_mad:
+    Py_DECREF(mad);
+    return NULL;
+}
+
+static PyMethodDef decoder_methods[] = {
+    {"decode", (PyCFunction)decode, METH_VARARGS,
+     "decode(data, at) -> (where, mad, length, crc_errors, icrc, sa), what the assembler's "
+     "mad_frame_at takes after the frame number and time, or None: the Python decoder "
+     "reads the frame."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject MadDecoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ibpath_scapy.native._scan.MadDecoder",
+    .tp_doc = "MadDecoder(plan): FastDecoder.decode_at in C, from a plan of the layers "
+              "(fast/decoder.py mad_decoder).",
+    .tp_basicsize = sizeof(MadDecoder),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)init,
+    .tp_dealloc = (destructor)dealloc,
+    .tp_methods = decoder_methods,
+    .tp_call = (ternaryfunc)whole,
+};
+
+int add_mad_decoder(PyObject *module)
+{
+    if (PyType_Ready(&MadDecoderType) < 0)
+        return -1;
+    Py_INCREF(&MadDecoderType);
+    if (PyModule_AddObject(module, "MadDecoder", (PyObject *)&MadDecoderType) < 0) {
+        Py_DECREF(&MadDecoderType);
+        return -1;
+    }
+    return 0;
+}
