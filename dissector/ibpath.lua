@@ -2237,8 +2237,8 @@ D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
     ft:add(PF[358], tvb(off + 12 + 4, 4))
   end
   do
-    local count = math.floor((ib_truthy(ib_and(ib_band(ib_under(ctx, "MAD", "method"), 128), ib_bool((ib_under(ctx, "MAD", "status") ~= 0)))) and 0 or (ib_truthy(ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 1)) and (ib_truthy(((ctx.v["UserMad"] ~= nil) and 1 or 0)) and ib_idiv((limit - o), math.max((ib_val(v, "attribute_offset") * 8), 64)) or (ib_truthy(ib_and(ib_bool((ib_under(ctx, "RMPP", "rmpp_type") == 1)), ib_bool((ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 6) == 6)))) and ib_idiv(math.min(math.max((ib_under(ctx, "RMPP", "payload_length") - 20), 0), (limit - o)), math.max((ib_val(v, "attribute_offset") * 8), 64)) or 0)) or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "method") == 146))) and (ib_truthy(ib_and(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), 64))), ib_bool((ib_val(v, "attribute_offset") ~= 0)))) and 1 or 0) or (ib_truthy(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), 64)))) and 1 or 0)))))
-    local stride = math.floor(math.max((ib_val(v, "attribute_offset") * 8), 64))
+    local count = math.floor((ib_truthy(ib_and(ib_band(ib_under(ctx, "MAD", "method"), 128), ib_bool((ib_under(ctx, "MAD", "status") ~= 0)))) and 0 or (ib_truthy(ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 1)) and (ib_truthy(((ctx.v["UserMad"] ~= nil) and 1 or 0)) and ib_idiv((limit - o), math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))) or (ib_truthy(ib_and(ib_bool((ib_under(ctx, "RMPP", "rmpp_type") == 1)), ib_bool((ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 6) == 6)))) and ib_idiv(math.min(math.max((ib_under(ctx, "RMPP", "payload_length") - 20), 0), (limit - o)), math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))) or 0)) or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "method") == 146))) and (ib_truthy(ib_and(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)))), ib_bool((ib_val(v, "attribute_offset") ~= 0)))) and 1 or 0) or (ib_truthy(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))))) and 1 or 0)))))
+    local stride = math.floor(math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)))
     local sel = ib_under(ctx, "MAD", "attribute_id")
     if stride < 1 then count = 0 end
     if count > MAX_LIST_ITEMS then t:add_proto_expert_info(EX.count); count = MAX_LIST_ITEMS end
@@ -2266,7 +2266,7 @@ end
 
 ----------------------------------------------------------------------------------------------
 -- Layouts and constants, generated from the Python definitions (layers' fields_desc through
--- layout_model.header_layout; the constants' sources are named above each group).
+-- model.layout.header_layout; the constants' sources are named above each group).
 -- LAYOUT.<header>.<field>: `len` bytes at `off` from the header's start, read big-endian
 -- unless `le`; a field narrower than that window is ib_band(ib_rshift(window, shift), mask),
 -- `bits` wide. A trailer (ICRC, VCRC: `len` bytes) ends the packet. HDR_LEN.<header>: the
@@ -2452,7 +2452,7 @@ local TID_TRACK_MAX = 2000000  -- TIDs (requests and responses) paired; past it 
 local SA_HDR_SIZE = 20
 local SA_MAD_HDR_SIZE = 56
 local SA_DATA_SIZE = 200
-local function SA_RECORD_STRIDE(v) return math.max((ib_val(v, "attribute_offset") * 8), 64) end
+local function SA_RECORD_STRIDE(v, ctx) return math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)) end
 -- layers/roce.py
 local UD_SEND_ONLY = 0x64
 local ROCEV2_UDP_PORT_BE = "\018\183"
@@ -2856,9 +2856,10 @@ local function track_rmpp(h, pinfo, number, visited, s, ip, ipf, tkey)
     parts[k + 1] = string.sub(st.segs[k], SA_MAD_HDR_SIZE + 1, SA_MAD_HDR_SIZE + len)
   end
   local msg = table.concat(parts)
-  local stride = SA_RECORD_STRIDE({attribute_offset = str_uint(head, SA_AT, LAYOUT.SAHeader.attribute_offset)})
+  local stride = SA_RECORD_STRIDE({attribute_offset = str_uint(head, SA_AT, LAYOUT.SAHeader.attribute_offset)},
+                                  {v = {MAD = {attribute_id = str_uint(head, 0, MAD_F.attribute_id)}}})
   rmpp_done[number] = {bytes = msg, frames = st.frames, last = st.last,
-                       records = math.floor((total - SA_MAD_HDR_SIZE) / stride)}
+                       records = stride > 0 and math.floor((total - SA_MAD_HDR_SIZE) / stride) or 0}
   for k = 1, st.last do rmpp_part_of[st.frames[k]] = number end
   rmpp_open[key] = nil
   rmpp_open_count = rmpp_open_count - 1

@@ -111,6 +111,7 @@ def test_decoders_write_no_sentences():
 
 def test_every_code_renders():
     samples = {Code.PR_RESERVED: ((1, 2),), Code.BLOB_RESERVED: ((0,),),
+               Code.SA_RECORD_RESERVED: ("NodeRecord", (0, 3)),
                Code.ATTR_BAD: ("attribute 0 (DGID)", (P.problem(Code.ATTR_FLAGS, 0x8001),)),
                Code.JOINED: ((P.problem(Code.NL_ARPHRD, 1), P.problem(Code.NL_TRAILING, 3)),)}
     for code in Code:

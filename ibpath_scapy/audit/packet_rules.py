@@ -10,13 +10,16 @@ from ..model import sources
 from ..model.expr import And, Expr, F, Not, Or, Remaining, Under
 from ..layers.mad import (
     ATTR_PATH_RECORD,
+    MGMT_CLASS_SA,
+    SA_CLASS_VERSION,
     METHOD_GET,
     METHOD_GET_RESP,
     METHOD_GET_TABLE,
     METHOD_GET_TABLE_RESP,
     METHOD_RESP,
 )
-from ..layers.sa import selector_pairs
+from ..layers.pathdata import IB_PATH_BIDIRECTIONAL, IB_PATH_GMP, KNOWN_FLAGS, RECORD_SIZE
+from ..layers.sa import PATH_RECORD_SIZE, selector_pairs
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,8 @@ class PacketRule:
 
 
 _mad = Under("MAD")
-_is_pr_query = And(_mad.mgmt_class == 3, _mad.attribute_id == ATTR_PATH_RECORD,
+_PR_WORDS = PATH_RECORD_SIZE // 8  # AttributeOffset of a PathRecord answer
+_is_pr_query = And(_mad.mgmt_class == MGMT_CLASS_SA, _mad.attribute_id == ATTR_PATH_RECORD,
                    Not(_mad.method & METHOD_RESP))
 _comp = F("component_mask__lo")
 _NUMB_PATH_BIT = 1 << 12
@@ -60,8 +64,8 @@ PACKET_RULES = [
                "without its value's: OpenSM ignores both halves",
                sources.OPENSM_PR_SELECTED, audit=False),
     PacketRule("SAQ-BAD-METHOD", "error", "SAHeader",
-               And(_mad.mgmt_class == 3, _mad.attribute_id == ATTR_PATH_RECORD,
-                   Or(_mad.class_version != 2,
+               And(_mad.mgmt_class == MGMT_CLASS_SA, _mad.attribute_id == ATTR_PATH_RECORD,
+                   Or(_mad.class_version != SA_CLASS_VERSION,
                       And(Not(_mad.method & METHOD_RESP),
                           Not(Or(_mad.method == METHOD_GET, _mad.method == METHOD_GET_TABLE))))),
                "PathRecord MAD with a method other than Get/GetTable or class version not 2",
@@ -75,28 +79,28 @@ PACKET_RULES = [
                sources.OPENSM_PR + " (NumbPath 0 with the component bit: zero iterations)"),
     PacketRule("SAR-GET-MULTI", "error", "SAHeader",
                And(_mad.method == METHOD_GET_RESP, _mad.attribute_id == ATTR_PATH_RECORD,
-                   _mad.status == 0, F("attribute_offset") != 0, F("attribute_offset") != 8),
+                   _mad.status == 0, F("attribute_offset") != 0, F("attribute_offset") != _PR_WORDS),
                "GetResp whose AttributeOffset does not match the PathRecord size (8 words)",
                "IBA 15.2.1.1 AttributeOffset; OpenSM osm_sa.c osm_sa_respond "
                "(ib_get_attr_offset)"),
     PacketRule("SAR-TABLE-OFFSET", "warning", "SAHeader",
                And(_mad.method == METHOD_GET_TABLE_RESP, _mad.attribute_id == ATTR_PATH_RECORD,
-                   _mad.status == 0, F("attribute_offset") != 0, F("attribute_offset") != 8),
+                   _mad.status == 0, F("attribute_offset") != 0, F("attribute_offset") != _PR_WORDS),
                "GetTableResp whose AttributeOffset is not the PathRecord size (8 words): "
                "saquery counts and steps through the records by it",
                "IBA 15.2.1.1 AttributeOffset; " + sources.SAQUERY_TABLE),
 ]
 
 _pd = Under("PathRecData")
-_BIDIR = 0x28
+_BIDIR = IB_PATH_BIDIRECTIONAL
 PACKET_RULES += [
-    PacketRule("BLOB-LENGTH", "error", "PathArray", (Remaining() % 72) != 0,
+    PacketRule("BLOB-LENGTH", "error", "PathArray", (Remaining() % RECORD_SIZE) != 0,
                "blob length is not a multiple of 72 (ucma_set_ib_path returns EINVAL)",
                sources.UCMA_SET_PATH + "; sa_query.c ib_nl_policy", audit=False),
-    PacketRule("BLOB-UNKNOWN-FLAGS", "error", "PathRecData", (F("flags") & 0xFFFFFFC0) != 0,
+    PacketRule("BLOB-UNKNOWN-FLAGS", "error", "PathRecData", (F("flags") & (0xFFFFFFFF ^ KNOWN_FLAGS)) != 0,
                "flag bit outside 0x3F set", sources.UAPI_SA, audit=False),
     PacketRule("BLOB-GMP-NOT-REVERSIBLE", "error", "PathRecord",
-               And(_pd.flags & 1, F("reversible") == 0),
+               And(_pd.flags & IB_PATH_GMP, F("reversible") == 0),
                "record flagged GMP carries a PathRecord that is not reversible",
                sources.SEED_LAYOUT + "; IBA 15.2.5.16 Reversible", audit=False),
     PacketRule("BLOB-BIDIR-NOT-REVERSIBLE", "error", "PathRecord",

@@ -40,6 +40,7 @@ from .records import (
 )
 from ..model.exprc import compile_expr, part_src, split_name
 from ..layers.mad import (
+    ATTR_PATH_RECORD,
     ATTRIBUTES_BY_CLASS,
     MGMT_CLASS_CM,
     MGMT_CLASS_PERF,
@@ -208,7 +209,7 @@ class SaParts(NamedTuple):
 assert MadFrame.KEYS == (
     "frame", "time", "kind", "encap", "src", "dst", "src_gid", "dst_gid", "dst_qp", "src_qp",
     "mad", "error", "rmpp", "sa", "rmpp_dropped", "rmpp_control", "reassembled_from",
-    "path_records", "cm", "cm_req", "errors", "umad"), MadFrame.KEYS
+    "path_records", "cm", "cm_req", "errors", "umad", "sa_records"), MadFrame.KEYS
 # where a MAD came from, in MadFrame's order: the tuple mad_frame_at takes
 ADDRESS_KEYS = MadFrame.KEYS[MadFrame.KEYS.index("encap"):MadFrame.KEYS.index("mad")]
 
@@ -360,12 +361,18 @@ class Assembler:
                                                mad.method), rmpp.rmpp_type, number)
         if umad is not None and rmpp.rmpp_flags & RMPP_ACTIVE and not mad.status:
             errors += umad_cut(length, hdr.attribute_offset)
-        if records is not None and reserved and any(reserved):
+        others = None
+        if records is not None and mad.attribute_id != ATTR_PATH_RECORD:
+            others, records = records, None  # another attribute of the SA table
+            if reserved and any(reserved):
+                errors += reserved_errors(Code.SA_RECORD_RESERVED, reserved,
+                                          mad.attribute_name)
+        elif records is not None and reserved and any(reserved):
             errors += reserved_errors(Code.PR_RESERVED, reserved)
         # positional, in MadFrame's field order (an SA storm makes one per frame)
         return MadFrame(number, time, kind, encap, src, dst, src_gid, dst_gid, dst_qp, src_qp,
                         mad, None, rmpp, hdr, dropped, control, reassembled, records, None,
-                        None, errors or None, umad)
+                        None, errors or None, umad, others)
 
     def _umad_paired(self, mad: Mad, umad: Umad, number: int) -> Umad:
         """The umad side of a MAD with the pairing the kernel makes: a request a process
@@ -561,12 +568,12 @@ def crc_records(stats: DecodeStats) -> Iterator[CrcCensus]:
                         error=problem(Code.ICRC_ZERO_SOME, stats.icrc_zero, stats.icrc_frames))
 
 
-def reserved_errors(code: Code, reserved: Iterable) -> list[Problem]:
-    """The problem (PR_RESERVED: an SA MAD's PathRecords, BLOB_RESERVED: a blob's or LS
-    answer's records) of records with reserved bits set; reserved: per record, in order,
-    whether it has."""
+def reserved_errors(code: Code, reserved: Iterable, *before) -> list[Problem]:
+    """The problem (PR_RESERVED: an SA MAD's PathRecords, SA_RECORD_RESERVED: its records of
+    another attribute, named in `before`; BLOB_RESERVED: a blob's or LS answer's records) of
+    records with reserved bits set; reserved: per record, in order, whether it has."""
     bad = tuple(i for i, r in enumerate(reserved) if r)
-    return [problem(code, bad)] if bad else []
+    return [problem(code, *before, bad)] if bad else []
 
 
 def joined(problems: list[Problem]) -> Problem:

@@ -39,6 +39,7 @@ class Code(Enum):
     VCRC_MISMATCH = "VCRC_MISMATCH"          # ()
     # records inside a frame
     PR_RESERVED = "PR_RESERVED"              # (record indexes,) of an SA answer's PathRecords
+    SA_RECORD_RESERVED = "SA_RECORD_RESERVED"  # (attribute name, record indexes) of another SA attribute
     BLOB_RESERVED = "BLOB_RESERVED"          # (record indexes,) of a blob's or LS answer's records
     BLOB_LENGTH = "BLOB_LENGTH"              # (length, trailing bytes)
     BLOB_EMPTY = "BLOB_EMPTY"                # ()
@@ -94,6 +95,7 @@ _TEXT: dict[Code, Callable[..., str]] = {
     Code.ICRC_MISMATCH: lambda: "ICRC mismatch",
     Code.VCRC_MISMATCH: lambda: "VCRC mismatch",
     Code.PR_RESERVED: lambda idx: f"reserved PathRecord bits set in record(s) {list(idx)}",
+    Code.SA_RECORD_RESERVED: lambda name, idx: f"reserved {name} bits set in record(s) {list(idx)}",
     Code.BLOB_RESERVED: lambda idx: f"reserved PathRecord bits set in blob record(s) {list(idx)}",
     Code.BLOB_LENGTH: lambda length, trailing: (
         f"blob length {length} is not a multiple of {RECORD_SIZE} (struct ib_path_rec_data): "

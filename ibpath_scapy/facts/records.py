@@ -368,6 +368,17 @@ Mad = layer_fact("Mad", MAD, derived=("method_name", "attribute_name", "status_t
 Rmpp = layer_fact("Rmpp", RMPP)
 PATH_RECORD_FIELDS = public_names(PathRecordLayer)
 PathRecord = layer_fact("PathRecord", PathRecordLayer)
+# The fact class of each SA record class (layers.sa's attribute table), made on first use
+_SA_RECORD_FACTS: dict[type, type[Fact]] = {PathRecordLayer: PathRecord}
+
+
+def sa_record_fact(layer: type) -> type[Fact]:
+    """The fact class of the records of an SA attribute's layer class: PathRecord's for the
+    PathRecord, one made from the layer's public fields for any other."""
+    fact = _SA_RECORD_FACTS.get(layer)
+    if fact is None:
+        fact = _SA_RECORD_FACTS[layer] = layer_fact(layer.__name__, layer)
+    return fact
 SaHeader = layer_fact("SaHeader", SAHeader, derived=("components",),
                       doc="The SA header: SM_Key, AttributeOffset, ComponentMask and the names "
                           "of the ComponentMask bits set.")
@@ -535,9 +546,12 @@ class MadFrame(Record):
     cm_req: Any = None
     errors: Any = None
     umad: Any = None  # a MAD of ibpath record's umad source: the umad side (Umad)
+    # the records of an SA attribute other than PathRecord (layers.sa's attribute table),
+    # facts of sa_record_fact(its layer class); PathRecords are path_records
+    sa_records: Any = None
     # the fields an SA MAD adds (the rest are the frame's place, its MAD header, its problems)
     SA_FIELDS: ClassVar[tuple] = ("rmpp", "sa", "rmpp_dropped", "rmpp_control",
-                                  "reassembled_from", "path_records")
+                                  "reassembled_from", "path_records", "sa_records")
 
 
 @_fact

@@ -103,6 +103,10 @@ def frame_text(d: dict) -> list[str]:
     for i, rec in enumerate(d.get("path_records", [])):
         text = query_line(rec, sa["components"]) if is_query and sa else path_record_line(rec)
         lines.append(f"        PathRecord[{i}] {text}")
+    name = mad.get("attribute_name", "record") if mad else "record"
+    for i, rec in enumerate(d.get("sa_records", [])):
+        text = " ".join(f"{k}={field_text(k, v)}" for k, v in rec.items())
+        lines.append(f"        {name}[{i}] {text}")
     lines += blob_lines(d)
     req = d.get("cm_req")
     if req:

@@ -21,7 +21,8 @@ from scapy.fields import (
 )
 from scapy.packet import Packet, Raw, bind_layers
 
-from ..model.expr import And, F, If, Max, Min, Not, Remaining, Under, Within, evaluate_on
+from ..model.expr import (And, Const, Expr, F, If, Max, Min, Not, Remaining, Under, Within,
+                          evaluate_on)
 from ..model.hints import ListHint
 from .coded import (  # noqa: F401  (MTU_*/RATE_* re-exported: sa.py was their home)
     MTU_BYTES,
@@ -50,6 +51,7 @@ from .mad import (
     RMPP_FIRST,
     RMPP_LAST,
     RMPP_TYPE_DATA,
+    SA_ATTRIBUTES,
 )
 
 SA_HDR_SIZE = 20  # SM_Key, AttributeOffset, Reserved, ComponentMask
@@ -233,8 +235,42 @@ class AttributeOffsetField(Computed, ShortField):
         return str(pkt.built_attribute_offset())
 
 
-# Record class per SA AttributeID; records of other attributes stay raw bytes.
-SA_RECORD_CLASSES = {ATTR_PATH_RECORD: PathRecord}
+# The SA attribute table: the record class of each SA AttributeID whose records ibpath reads
+# (records of other attributes stay raw bytes). Every engine reads its records through this
+# table (the Scapy layers, the fast path and its C decoder, the plugin, the renderer): a new
+# attribute is a layer class and a register_sa_record call.
+SA_RECORD_CLASSES: dict[int, type] = {}
+
+
+def register_sa_record(attribute_id: int, cls: type, name: str | None = None) -> None:
+    """Read the records of SA attribute `attribute_id` as `cls` (a fixed-size layer), named
+    `name` in MAD titles (default: the class's name). Engines that compile plans from the
+    table compile them again after a change (sa_table_generation)."""
+    _NAMES_BEFORE.setdefault(attribute_id, SA_ATTRIBUTES.get(attribute_id))
+    SA_RECORD_CLASSES[attribute_id] = cls
+    SA_ATTRIBUTES[attribute_id] = name or SA_ATTRIBUTES.get(attribute_id) or cls.__name__
+    _rebuild_records_hint()
+
+
+def unregister_sa_record(attribute_id: int) -> None:
+    """Undo register_sa_record (a test's toy attribute)."""
+    SA_RECORD_CLASSES.pop(attribute_id, None)
+    before = _NAMES_BEFORE.pop(attribute_id, None)
+    if before is None:
+        SA_ATTRIBUTES.pop(attribute_id, None)
+    else:
+        SA_ATTRIBUTES[attribute_id] = before
+    _rebuild_records_hint()
+
+
+_NAMES_BEFORE: dict[int, str | None] = {}
+
+_GENERATION = [0]
+
+
+def sa_table_generation() -> int:
+    """A number that changes with every change of the SA attribute table."""
+    return _GENERATION[0]
 
 
 class SARecordListField(Field):
@@ -290,22 +326,45 @@ _FIRST_LAST = RMPP_FIRST | RMPP_LAST
 IN_UMAD = Within("UserMad")
 IS_SEGMENT = And(Not(IN_UMAD), _rmpp.rmpp_flags & RMPP_ACTIVE, _rmpp.rmpp_type == RMPP_TYPE_DATA,
                  (_rmpp.rmpp_flags & _FIRST_LAST) != _FIRST_LAST)
-_STRIDE = Max(F("attribute_offset") * 8, PATH_RECORD_SIZE)
-# How many records an SA MAD carries (wire-formats.md §2): none on an error response; a umad
-# message with RMPP active is whole: every record its data holds; on the wire, with RMPP
-# active, what PayloadLength covers of a whole (FIRST|LAST) DATA transfer, none on a lone
-# segment; a non-RMPP GetTableResp is not IBA-conformant: its first record is shown when
-# AttributeOffset is set; otherwise one record (a query template or GetResp).
-RECORD_COUNT = If(
-    And(_mad.method & METHOD_RESP, _mad.status != 0), 0,
-    If(_rmpp.rmpp_flags & RMPP_ACTIVE,
-       If(IN_UMAD, Remaining() // _STRIDE,
-          If(And(_rmpp.rmpp_type == RMPP_TYPE_DATA,
-                 (_rmpp.rmpp_flags & _FIRST_LAST) == _FIRST_LAST),
-             Min(Max(_rmpp.payload_length - SA_HDR_SIZE, 0), Remaining()) // _STRIDE, 0)),
-       If(_mad.method == METHOD_GET_TABLE_RESP,
-          If(And(Remaining() >= _STRIDE, F("attribute_offset") != 0), 1, 0),
-          If(Remaining() >= _STRIDE, 1, 0))))
+
+
+def record_size() -> Expr:
+    """The size of the record class the MAD's attribute selects (0: none), from the table."""
+    size: Expr = Const(0)
+    for attr, cls in sorted(SA_RECORD_CLASSES.items(), reverse=True):
+        size = If(_mad.attribute_id == attr, len(cls()), size)
+    return size
+
+
+def record_stride() -> Expr:
+    """Records lie AttributeOffset × 8 bytes apart, never closer than their own size (a query
+    or GetResp says AttributeOffset 0)."""
+    return Max(F("attribute_offset") * 8, record_size())
+
+
+def record_count(stride: Expr) -> Expr:
+    """How many records an SA MAD carries (wire-formats.md §2): none on an error response; a
+    umad message with RMPP active is whole: every record its data holds; on the wire, with
+    RMPP active, what PayloadLength covers of a whole (FIRST|LAST) DATA transfer, none on a
+    lone segment; a non-RMPP GetTableResp is not IBA-conformant: its first record is shown
+    when AttributeOffset is set; otherwise one record (a query template or GetResp)."""
+    return If(
+        And(_mad.method & METHOD_RESP, _mad.status != 0), 0,
+        If(_rmpp.rmpp_flags & RMPP_ACTIVE,
+           If(IN_UMAD, Remaining() // stride,
+              If(And(_rmpp.rmpp_type == RMPP_TYPE_DATA,
+                     (_rmpp.rmpp_flags & _FIRST_LAST) == _FIRST_LAST),
+                 Min(Max(_rmpp.payload_length - SA_HDR_SIZE, 0), Remaining()) // stride, 0)),
+           If(_mad.method == METHOD_GET_TABLE_RESP,
+              If(And(Remaining() >= stride, F("attribute_offset") != 0), 1, 0),
+              If(Remaining() >= stride, 1, 0))))
+
+
+def records_hint() -> ListHint:
+    """SAHeader's `records`: counted, strided and chosen by the SA attribute table."""
+    stride = record_stride()
+    return ListHint(count=record_count(stride), stride=stride, selector=_mad.attribute_id,
+                    classes=SA_RECORD_CLASSES)
 
 
 class SAHeader(Packet):
@@ -325,8 +384,7 @@ class SAHeader(Packet):
         ComponentMaskField("component_mask", None),
         SARecordListField("records"),
     ]
-    field_hints = {"records": ListHint(count=RECORD_COUNT, stride=_STRIDE,
-                                       selector=_mad.attribute_id, classes=SA_RECORD_CLASSES)}
+    field_hints = {"records": None}  # records_hint(), made when the table changes
 
     # -- context from the layers below --------------------------------------------------
     def _mad(self):
@@ -407,6 +465,13 @@ class SAHeader(Packet):
             out += f" status 0x{mad.status:04x}"
         return out
 
+
+def _rebuild_records_hint() -> None:
+    SAHeader.field_hints = {**SAHeader.field_hints, "records": records_hint()}
+    _GENERATION[0] += 1
+
+
+register_sa_record(ATTR_PATH_RECORD, PathRecord)
 
 bind_layers(MAD, RMPP, mgmt_class=0x03)
 bind_layers(RMPP, SAHeader)

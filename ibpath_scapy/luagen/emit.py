@@ -529,7 +529,8 @@ def constants_lua(layouts: list[type], constants: list[Const],
         source = c.source or source
         note = f"  -- {c.note}" if c.note else ""
         if isinstance(c.value, Expr):
-            w(f"local function {c.name}(v) return {c.value.lua(_lua_env('0'))} end{note}")
+            # v: the values of the layer's fields; ctx.v: those of the layers below (Under)
+            w(f"local function {c.name}(v, ctx) return {c.value.lua(_lua_env('0'))} end{note}")
         else:
             _assign(w, c.name, c.value, note)
     return w.text()

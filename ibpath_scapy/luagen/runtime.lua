@@ -357,9 +357,10 @@ local function track_rmpp(h, pinfo, number, visited, s, ip, ipf, tkey)
     parts[k + 1] = string.sub(st.segs[k], SA_MAD_HDR_SIZE + 1, SA_MAD_HDR_SIZE + len)
   end
   local msg = table.concat(parts)
-  local stride = SA_RECORD_STRIDE({attribute_offset = str_uint(head, SA_AT, LAYOUT.SAHeader.attribute_offset)})
+  local stride = SA_RECORD_STRIDE({attribute_offset = str_uint(head, SA_AT, LAYOUT.SAHeader.attribute_offset)},
+                                  {v = {MAD = {attribute_id = str_uint(head, 0, MAD_F.attribute_id)}}})
   rmpp_done[number] = {bytes = msg, frames = st.frames, last = st.last,
-                       records = math.floor((total - SA_MAD_HDR_SIZE) / stride)}
+                       records = stride > 0 and math.floor((total - SA_MAD_HDR_SIZE) / stride) or 0}
   for k = 1, st.last do rmpp_part_of[st.frames[k]] = number end
   rmpp_open[key] = nil
   rmpp_open_count = rmpp_open_count - 1

@@ -19,7 +19,8 @@
 
 enum { KEY_MAX = 96, MAX_RANGES = 8, MAX_IHL = 16, MAX_STEPS = 16 };
 /* what the routes table says of a MAD class and attribute: fast/decoder.py ROUTE_* */
-enum { ROUTE_PYTHON = 0, ROUTE_SA_PATH = 1, ROUTE_SA_OTHER = 2, ROUTE_PLAIN = 3 };
+/* an SA MAD whose records record plan k reads has route ROUTE_SA_RECORDS + k */
+enum { ROUTE_PYTHON = 0, ROUTE_SA_OTHER = 1, ROUTE_PLAIN = 2, ROUTE_SA_RECORDS = 3 };
 /* the MAD header fields the route and the names are told by (Tables.mad_plan's which) */
 enum { WHICH_METHOD, WHICH_CLASS, WHICH_ATTRIBUTE, WHICH_STATUS, WHICH_N };
 
@@ -31,8 +32,11 @@ typedef struct { Py_buffer t; uint32_t init, xorout; } Crc;
 
 typedef struct {
     PyObject_HEAD
-    PyObject *mads, *rmpps, *sas, *prs, *wheres; /* flyweight tables */
-    PyObject *make_rmpp, *make_sa, *make_pr, *make_where;
+    PyObject *mads, *rmpps, *sas, *wheres; /* flyweight tables */
+    PyObject *make_rmpp, *make_sa, *make_where;
+    /* per entry of the SA attribute table, (records table, make, record size): the
+     * flyweight table of its records, what makes (fact, reserved) on a miss, its size */
+    PyObject *record_plans;
     /* the Mad fact: its class, its fields' steps, its names (made by make_names on a miss),
      * and where the frame goes by its class and attribute (made by route_of on a miss) */
     PyObject *mad_class, *names, *make_names, *routes, *route_of;
@@ -50,7 +54,7 @@ typedef struct {
     PyObject *errors[4]; /* no error, ICRC, VCRC, both */
     PyObject *mad_size_obj, *prefix, *ipv4_masks, *ipv6_mask;
     PyObject *local_mask, *global_mask, *global_short_mask;
-    Py_ssize_t cache_max, mad_len, sa_start, data_start, pr_len, mad_size;
+    Py_ssize_t cache_max, mad_len, sa_start, data_start, mad_size;
     Py_ssize_t version_off, version_shift, version_mask, ipv4_version;
     Py_ssize_t ihl_off, ihl_shift, ihl_mask, lnh_off, lnh_shift, lnh_mask, lnh_global;
     Py_ssize_t grh_end, icrc_len, vcrc_len;
@@ -206,13 +210,40 @@ static int plan_crc(PyObject *plan, const char *name, Crc *c)
     return ok;
 }
 
+/* record_plans: a tuple of (dict, callable, size > 0) */
+static int record_plans_ok(PyObject *plans)
+{
+    if (plans == NULL || !PyTuple_Check(plans) || PyTuple_GET_SIZE(plans) > 255 - ROUTE_SA_RECORDS)
+        return 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(plans); k++) {
+        PyObject *p = PyTuple_GET_ITEM(plans, k);
+        if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 3
+                || !PyDict_CheckExact(PyTuple_GET_ITEM(p, 0))
+                || !PyCallable_Check(PyTuple_GET_ITEM(p, 1))
+                || !PyLong_Check(PyTuple_GET_ITEM(p, 2))
+                || PyLong_AsSsize_t(PyTuple_GET_ITEM(p, 2)) < 1)
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether a route reads records (and of a plan there is), an SA MAD without records, or a
+ * MAD with no layer above it: the routes this code takes. */
+static int route_taken(MadDecoder *self, long route)
+{
+    return route == ROUTE_SA_OTHER || route == ROUTE_PLAIN
+        || (route >= ROUTE_SA_RECORDS
+            && route - ROUTE_SA_RECORDS < PyTuple_GET_SIZE(self->record_plans));
+}
+
 static int init(MadDecoder *self, PyObject *args, PyObject *kw)
 {
     PyObject *plan, *errors = NULL;
     if (!PyArg_ParseTuple(args, "O", &plan))
         return -1;
     if (plan_obj(plan, "mads", &self->mads) || plan_obj(plan, "rmpps", &self->rmpps)
-            || plan_obj(plan, "sas", &self->sas) || plan_obj(plan, "prs", &self->prs)
+            || plan_obj(plan, "sas", &self->sas)
+            || plan_obj(plan, "record_plans", &self->record_plans)
             || plan_obj(plan, "wheres", &self->wheres)
             || plan_obj(plan, "mad_class", &self->mad_class)
             || plan_obj(plan, "names", &self->names)
@@ -224,7 +255,6 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
             || key_shifts(self)
             || plan_obj(plan, "make_rmpp", &self->make_rmpp)
             || plan_obj(plan, "make_sa", &self->make_sa)
-            || plan_obj(plan, "make_pr", &self->make_pr)
             || plan_obj(plan, "make_where", &self->make_where)
             || plan_obj(plan, "shapes", &self->shapes)
             || plan_steps(plan, "count_reads", self->count_reads, &self->n_count_reads)
@@ -243,7 +273,6 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
             || plan_int(plan, "mad_len", &self->mad_len)
             || plan_int(plan, "sa_start", &self->sa_start)
             || plan_int(plan, "data_start", &self->data_start)
-            || plan_int(plan, "pr_len", &self->pr_len)
             || plan_int(plan, "mad_size", &self->mad_size)
             || plan_int(plan, "version_off", &self->version_off)
             || plan_int(plan, "version_shift", &self->version_shift)
@@ -266,7 +295,7 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
             || plan_obj(plan, "errors", &errors))
         goto fail;
     if (!PyDict_CheckExact(self->mads) || !PyDict_CheckExact(self->rmpps)
-            || !PyDict_CheckExact(self->sas) || !PyDict_CheckExact(self->prs)
+            || !PyDict_CheckExact(self->sas) || !record_plans_ok(self->record_plans)
             || !PyDict_CheckExact(self->wheres) || !PyDict_CheckExact(self->names)
             || !PyDict_CheckExact(self->routes) || !PyType_Check(self->mad_class)
             || !PyDict_CheckExact(self->shapes)
@@ -306,8 +335,9 @@ fail:
 static void dealloc(MadDecoder *self)
 {
     PyObject **objs[] = {
-        &self->mads, &self->rmpps, &self->sas, &self->prs, &self->wheres, &self->mad_class,
-        &self->names, &self->make_names, &self->routes, &self->route_of, &self->make_rmpp, &self->make_sa, &self->make_pr, &self->make_where, &self->shapes, &self->count,
+        &self->mads, &self->rmpps, &self->sas, &self->record_plans, &self->wheres, &self->mad_class,
+        &self->names, &self->make_names, &self->routes, &self->route_of, &self->make_rmpp, &self->make_sa,
+        &self->make_where, &self->shapes, &self->count,
         &self->stride, &self->whole_python, &self->madat, &self->ibmadat, &self->saparts,
         &self->errors[0], &self->errors[1], &self->errors[2], &self->errors[3],
         &self->mad_size_obj, &self->prefix, &self->ipv4_masks, &self->ipv6_mask,
@@ -549,30 +579,33 @@ out:
     return shape;
 }
 
-/* The PathRecord facts of `shape` (shape_of's) in b[start:end] and whether each has reserved
- * bits set (an empty tuple when none has), from the prs table: 1, 0 when the records do not
- * fit (the Python decoder reads them), -1 with the error set. */
-static int records_of(MadDecoder *self, PyObject *data, PyObject *shape, Py_ssize_t start,
-                      Py_ssize_t end, PyObject **records, PyObject **reserved)
+/* The record facts of `shape` (shape_of's) in b[start:end], read by the record plan of
+ * `route`, and whether each has reserved bits set (an empty tuple when none has), from the
+ * plan's table: 1, 0 when the records do not fit (the Python decoder reads them), -1 with
+ * the error set. */
+static int records_of(MadDecoder *self, PyObject *data, PyObject *shape, int route,
+                      Py_ssize_t start, Py_ssize_t end, PyObject **records, PyObject **reserved)
 {
     const char *b = PyBytes_AS_STRING(data);
+    PyObject *plan = PyTuple_GET_ITEM(self->record_plans, route - ROUTE_SA_RECORDS);
+    PyObject *table = PyTuple_GET_ITEM(plan, 0), *make = PyTuple_GET_ITEM(plan, 1);
+    Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 2));
     Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 2));
     Py_ssize_t stride = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 3));
     *records = *reserved = NULL;
     if ((n == -1 || stride == -1) && PyErr_Occurred())
         return -1;
-    if (n < 0 || stride < 0 || (n > 0 && start + (n - 1) * stride + self->pr_len > end))
+    if (n < 0 || stride < 0 || (n > 0 && start + (n - 1) * stride + size > end))
         return 0;
     if ((*reserved = PyTuple_New(0)) == NULL || (*records = PyList_New(n)) == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *known = flyweight_at(self, self->prs, self->make_pr, data, b,
-                                       start + i * stride, self->pr_len);
+        PyObject *known = flyweight_at(self, table, make, data, b, start + i * stride, size);
         if (known == NULL)
             goto fail;
         if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 2) {
             Py_DECREF(known);
-            PyErr_SetString(PyExc_TypeError, "make_pr: (fact, reserved) expected");
+            PyErr_SetString(PyExc_TypeError, "record plan: (fact, reserved) expected");
             goto fail;
         }
         PyObject *fact = PyTuple_GET_ITEM(known, 0);
@@ -603,8 +636,8 @@ fail:
     return -1;
 }
 
-/* SaParts of the SA MAD at b[o:o + mad_size]: its RMPP and SA headers, PathRecords (route
- * ROUTE_SA_PATH) and their reserved flags, its bytes and the reader of a whole message (this
+/* SaParts of the SA MAD at b[o:o + mad_size]: its RMPP and SA headers, records (route
+ * ROUTE_SA_RECORDS + k: plan k's records) and their reserved flags, its bytes and the reader of a whole message (this
  * decoder: see whole). */
 static PyObject *sa_parts(MadDecoder *self, PyObject *data, Py_ssize_t o, PyObject *m,
                           int route)
@@ -620,7 +653,7 @@ static PyObject *sa_parts(MadDecoder *self, PyObject *data, Py_ssize_t o, PyObje
         if ((reserved = PyTuple_New(0)) == NULL)
             goto out;
     } else {
-        int got = records_of(self, data, shape, start, end, &records, &reserved);
+        int got = records_of(self, data, shape, route, start, end, &records, &reserved);
         if (got <= 0) {
             if (got == 0) { /* not a shape this code takes: the Python decoder reads it */
                 out = Py_None;
@@ -689,7 +722,7 @@ static long route_at(MadDecoder *self, const unsigned char *b, Py_ssize_t o)
     return route;
 }
 
-/* decoder(message) -> (records, reserved): the PathRecords of a reassembled SA answer, as
+/* decoder(message) -> (records, reserved): the records of a reassembled SA answer, as
  * Tables.whole reads them (SaParts.whole); where this code does not take the message, what
  * the plan's whole_python makes of it. */
 static PyObject *whole(MadDecoder *self, PyObject *args, PyObject *kw)
@@ -704,16 +737,17 @@ static PyObject *whole(MadDecoder *self, PyObject *args, PyObject *kw)
     long route = route_at(self, b, 0);
     if (route == -1 && PyErr_Occurred())
         return NULL;
-    if (route != ROUTE_SA_PATH && route != ROUTE_SA_OTHER)
+    if (!route_taken(self, route) || route == ROUTE_PLAIN)
         return PyObject_CallOneArg(self->whole_python, msg);
     if (route == ROUTE_SA_OTHER)
-        return Py_BuildValue("([]())");  /* Tables.whole: no PathRecords */
+        return Py_BuildValue("([]())");  /* Tables.whole: no records */
     PyObject *m = mad_of(self, b, 0), *shape = NULL, *records, *reserved, *out = NULL;
     if (m == NULL)
         return NULL;
     shape = shape_of(self, msg, 0, m, (int)route, n - self->data_start);
     if (shape != NULL) {
-        int got = records_of(self, msg, shape, self->data_start, n, &records, &reserved);
+        int got = records_of(self, msg, shape, (int)route, self->data_start, n, &records,
+                             &reserved);
         if (got > 0) {
             out = PyTuple_Pack(2, records, reserved);
             Py_DECREF(records);
@@ -751,7 +785,7 @@ static PyObject *decode(MadDecoder *self, PyObject *args)
     long route = route_at(self, b, o);
     if (route == -1 && PyErr_Occurred())
         return NULL;
-    if (route != ROUTE_SA_PATH && route != ROUTE_SA_OTHER && route != ROUTE_PLAIN)
+    if (!route_taken(self, route))
         Py_RETURN_NONE;
     /* the Mad fact, shared by the frames of one header (the segments of an answer) */
     PyObject *mad = mad_of(self, b, o);

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import socket
 from types import SimpleNamespace
+from typing import Callable, NamedTuple
 
 from scapy.contrib.roce import BTH, GRH
 from scapy.layers.inet import IP
@@ -35,13 +36,14 @@ from ...facts.assemble import (
 )
 from ..scapy.decode import Decoder
 from ...model.exprc import split_name
-from ...facts.records import CM_FACTS, CmReqPaths, Mad, Rmpp
+from ...facts.records import CM_FACTS, PATH_RECORD_FIELDS, CmReqPaths, Mad, Rmpp, public_names, \
+    sa_record_fact
 from ...facts.records import PathRecord as PathRecordFact
 from ...layers import cm as cm_layers
 from ...layers.ib import LRH
 from ...layers.mad import MAD, MAD_SIZE, RMPP
 from ...layers.roce import DETH
-from ...layers.sa import PathRecord, SAHeader
+from ...layers.sa import SAHeader, sa_table_generation
 from ...model.layout import build_layer
 from ...capture.pcapio import Frame
 from .layout import (
@@ -67,10 +69,36 @@ _SA_START = _MAD_LEN + _RMPP_LEN  # SAHeader's offset in a MAD
 _DATA_START = _SA_START + _SA_FIXED
 
 
+class RecordPlan(NamedTuple):
+    """How the fast path reads the records of one entry of the SA attribute table
+    (layers.sa.SA_RECORD_CLASSES): the layer class, its fact class, its size, the extractor
+    of the fact's values and the test of its reserved bits, both compiled from its layout."""
+
+    attribute_id: int
+    layer: type
+    fact: type
+    size: int
+    extract: Callable  # (bytes, start) -> the fact's values, in its field order
+    reserved: Callable  # (bytes, start) -> whether a reserved field is not zero
+
+
+def record_plan(attribute_id: int, layer: type) -> RecordPlan:
+    """The RecordPlan of an SA attribute's record class."""
+    fact = sa_record_fact(layer)
+    names = PATH_RECORD_FIELDS if fact is PathRecordFact else public_names(layer)
+    assert tuple(names) == tuple(fact._INIT), (layer, names)
+    return RecordPlan(attribute_id, layer, fact, static_length(layer),
+                      compile_extractor(layer, fact._INIT, as_tuple=True),
+                      compile_nonzero(layer, [f.name for f in layer.fields_desc
+                                              if f.name.startswith("reserved")]))
+
+
 class _Compiled:
-    """Everything the fast path reads, compiled once from the layers."""
+    """Everything the fast path reads, compiled once from the layers (again when the SA
+    attribute table changes)."""
 
     def __init__(self):
+        self.generation = sa_table_generation()
         # extractors that give a fact's values in its field order, for a positional call
         self.mad = compile_extractor(MAD, MAD_VALUE_FIELDS, as_tuple=True)
         self.mad_dispatch = compile_readers(MAD, ("mgmt_class", "attribute_id"))  # mad_next's key
@@ -90,10 +118,10 @@ class _Compiled:
         self.record_classes = hint.classes
         self.count = header_expr(hint.count)
         self.stride = header_expr(hint.stride)
-        self.path_record = compile_extractor(PathRecord, PathRecordFact._INIT, as_tuple=True)
-        self.pr_len = static_length(PathRecord)
-        self.pr_reserved = compile_nonzero(
-            PathRecord, [f.name for f in PathRecord.fields_desc if f.name.startswith("reserved")])
+        # one plan per entry of the SA attribute table, in a fixed order: the C decoder's
+        # route of an attribute with records is ROUTE_SA_RECORDS + its plan's index
+        self.record_plans = tuple(record_plan(a, cls) for a, cls in sorted(self.record_classes.items()))
+        self.plan_index = {p.attribute_id: k for k, p in enumerate(self.record_plans)}
         self.cm = {}
         for cls in cm_layers.CM_MESSAGE_CLASSES.values():
             fact = CM_FACTS[cls]  # "message", then the layer's fields (private data not)
@@ -109,7 +137,7 @@ _C: _Compiled | None = None
 
 def compiled() -> _Compiled:
     global _C
-    if _C is None:
+    if _C is None or _C.generation != sa_table_generation():
         _C = _Compiled()
     return _C
 
@@ -143,9 +171,10 @@ def _remember(cache: dict, key: bytes, value):
 
 
 # What the C decoder is to do with a MAD header (Tables.route): hand the frame back (a CM
-# message, or a class with a layer it does not read), an SA MAD with PathRecords or another
-# attribute, a MAD with no layer above it. native/_mad.c's ROUTE_*.
-ROUTE_PYTHON, ROUTE_SA_PATH, ROUTE_SA_OTHER, ROUTE_PLAIN = range(4)
+# message, or a class with a layer it does not read), an SA MAD of an attribute without
+# records, a MAD with no layer above it, or an SA MAD whose records plan k reads
+# (ROUTE_SA_RECORDS + k). native/_mad.c's ROUTE_*.
+ROUTE_PYTHON, ROUTE_SA_OTHER, ROUTE_PLAIN, ROUTE_SA_RECORDS = range(4)
 
 
 class Tables:
@@ -160,7 +189,9 @@ class Tables:
         self.mads: dict[bytes, object] = {}
         self.rmpps: dict[bytes, object] = {}
         self.sas: dict[bytes, object] = {}
-        self.prs: dict[bytes, tuple] = {}  # (fact, reserved bits set)
+        # per record plan, (fact, reserved bits set) by the record's bytes
+        self.records: tuple[dict[bytes, tuple], ...] = tuple({} for _ in c.record_plans)
+        self.make_records = tuple(self._maker(p) for p in c.record_plans)
         # the C decoder's: ROUTE_* by class and attribute, a MAD's names by method, class,
         # attribute and status (packed into integers), where tuples by address bytes
         self.routes: dict[int, int] = {}
@@ -183,25 +214,32 @@ class Tables:
     def make_sa(self, b: bytes, s: int):
         return sa_fact(**self.c.sa(b, s))
 
-    def make_pr(self, b: bytes, s: int) -> tuple:
-        c = self.c
-        return PathRecordFact(*c.path_record(b, s)), c.pr_reserved(b, s)
+    @staticmethod
+    def _maker(plan: RecordPlan) -> Callable:
+        """(bytes, start) -> (the record's fact, whether its reserved bits are set)."""
+        fact, extract, reserved = plan.fact, plan.extract, plan.reserved
+
+        def make(b: bytes, s: int) -> tuple:
+            return fact(*extract(b, s)), reserved(b, s)
+
+        return make
 
     def route_of(self, mgmt_class: int, attribute_id: int) -> int:
         """ROUTE_* of a MAD of this class and attribute, for the C decoder's table."""
         c = self.c
         nxt = c.mad_next.resolve((mgmt_class, attribute_id))
         if nxt is RMPP:
-            path = c.record_classes.get(attribute_id) is PathRecord
-            return ROUTE_SA_PATH if path else ROUTE_SA_OTHER
+            k = c.plan_index.get(attribute_id)
+            return ROUTE_SA_OTHER if k is None else ROUTE_SA_RECORDS + k
         return ROUTE_PLAIN if nxt is None else ROUTE_PYTHON
 
     def sa(self, b: bytes, o: int, end: int, m) -> tuple:
-        """(RMPP fact, SA header fact, PathRecord facts, reserved) of the SA MAD at b[o:end]:
-        the records None when its attribute is not a PathRecord; reserved, per record whether
-        its reserved bits are set, () when none is. The facts are flyweights; a PathRecord's
-        reserved verdict is kept with its fact (the same bytes, the same verdict). One reader
-        for a frame's MAD and a reassembled message: a call per SA frame."""
+        """(RMPP fact, SA header fact, record facts, reserved) of the SA MAD at b[o:end]:
+        the records None when its attribute has no entry in the SA attribute table;
+        reserved, per record whether its reserved bits are set, () when none is. The facts
+        are flyweights; a record's reserved verdict is kept with its fact (the same bytes,
+        the same verdict). One reader for a frame's MAD and a reassembled message: a call
+        per SA frame."""
         c = self.c
         key = b[o + _MAD_LEN:o + _SA_START]
         r = self.rmpps.get(key)
@@ -211,21 +249,22 @@ class Tables:
         h = self.sas.get(key)
         if h is None:
             h = _remember(self.sas, key, self.make_sa(b, o + _SA_START))
-        if c.record_classes.get(m.attribute_id) is not PathRecord:
+        k = c.plan_index.get(m.attribute_id)
+        if k is None:
             return r, h, None, ()
         data = o + _DATA_START
         n = c.count(m, r, h, max(end - data, 0))
         records, reserved = [], ()
         if not n:
             return r, h, records, reserved
-        prs, pr_len = self.prs, c.pr_len
+        table, size, make = self.records[k], c.record_plans[k].size, self.make_records[k]
         stride = c.stride(m, r, h) if n > 1 else 0  # (one record: no stride to compute)
         for i in range(n):
             s = data + i * stride
-            key = b[s:s + pr_len]
-            known = prs.get(key)
+            key = b[s:s + size]
+            known = table.get(key)
             if known is None:
-                known = _remember(prs, key, self.make_pr(b, s))
+                known = _remember(table, key, make(b, s))
             if known[1]:
                 if not reserved:
                     reserved = [False] * n
@@ -385,17 +424,19 @@ def mad_plan(tables: Tables) -> SimpleNamespace:
     mad = layer_steps(MAD)
     assert c.mad_next.fields == ("mgmt_class", "attribute_id"), c.mad_next.fields
     return SimpleNamespace(
-        mads=tables.mads, rmpps=tables.rmpps, sas=tables.sas, prs=tables.prs,
+        mads=tables.mads, rmpps=tables.rmpps, sas=tables.sas,
+        record_plans=tuple(zip(tables.records, tables.make_records,
+                               (p.size for p in c.record_plans))),
         wheres=tables.wheres, mad_class=Mad, names=tables.names, make_names=mad_names,
         mad_steps=[_step(mad[f]) for f in MAD_VALUE_FIELDS], mad_which=MAD_NAMED_BY,
         routes=tables.routes, route_of=tables.route_of, make_rmpp=tables.make_rmpp,
-        make_sa=tables.make_sa, make_pr=tables.make_pr, make_where=where,
+        make_sa=tables.make_sa, make_where=where,
         shapes=tables.shapes, count_reads=[_step(mad[f]) for f in _count_reads()],
         count=c.count, stride=c.stride, whole_python=tables.whole, madat=MadAt, ibmadat=IbMadAt,
         saparts=SaParts, errors=((), (ICRC_MISMATCH,), (VCRC_MISMATCH,),
                                  (ICRC_MISMATCH, VCRC_MISMATCH)),
         cache_max=_FLYWEIGHTS, mad_len=_MAD_LEN, sa_start=_SA_START, data_start=_DATA_START,
-        pr_len=c.pr_len, mad_size=MAD_SIZE,
+        mad_size=MAD_SIZE,
         where_v4=[(ip, *_span(*ip4["src"])), (ip, *_span(*ip4["dst"])), *qps],
         where_v6=[(ip, *_span(*ip6["src"])), (ip, *_span(*ip6["dst"])), *qps],
         where_local=local,

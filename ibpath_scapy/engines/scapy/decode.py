@@ -49,7 +49,9 @@ from ...facts.assemble import (
 from ...facts import Code, Problem, problem, public
 from .gcpace import scapy_frame
 from ...facts import problems as P
-from ...facts.records import CM_FACTS, CM_REQ_FIELDS, CmReqPaths, Fact, Rmpp
+from ...facts.records import (CM_FACTS, CM_REQ_FIELDS, PATH_RECORD_FIELDS, CmReqPaths, Fact, Rmpp,
+                               public_names, sa_record_fact)
+from ...facts.records import PathRecord as PathRecordFact
 from ...facts.values import field_value, layer_dict, path_record_fact, reserved_nonzero
 from ...facts.kernelview import blob_from_array, blob_from_ls_response, path_record_attributes
 from ...layers import cm as cm_layers
@@ -134,9 +136,15 @@ def dissect(frame: Frame) -> Packet | None:
 
 
 def _sa_records(sa: Packet) -> tuple[list, list]:
-    """(PathRecord facts, reserved bits set per record) of an SA header's records."""
+    """(record facts, reserved bits set per record) of an SA header's records, each a fact
+    of its attribute's class (sa_record_fact)."""
     records = list(sa.records)
-    return [path_record_fact(r) for r in records], [bool(reserved_nonzero(r)) for r in records]
+    if not records:
+        return [], []
+    fact = sa_record_fact(type(records[0]))
+    names = PATH_RECORD_FIELDS if fact is PathRecordFact else public_names(type(records[0]))
+    return ([fact(**layer_dict(r, names)) for r in records],
+            [bool(reserved_nonzero(r)) for r in records])
 
 
 def _whole_records(message: bytes) -> tuple[list, list]:
@@ -411,7 +419,7 @@ def _mad_parts(mad: Packet, mad_bytes: bytes, whole: int) -> tuple:
         return sa, cm, cm_req
     if mad.haslayer(SAHeader):
         hdr = mad[SAHeader]
-        records, reserved = (_sa_records(hdr) if hdr.record_class() is PathRecord
+        records, reserved = (_sa_records(hdr) if hdr.record_class() is not None
                              else (None, ()))
         sa = SaParts(Rmpp(**layer_dict(mad[RMPP])),
                      sa_fact(hdr.sm_key, hdr.attribute_offset, int(hdr.component_mask)),

@@ -21,7 +21,8 @@ from ...facts.assemble import (
     sa_fact,
 )
 from ...facts import Code, problem, problems as P
-from ...facts.records import CM_FACTS, CM_REQ_FIELDS, PATH_RECORD_FIELDS, CmReqPaths, Rmpp
+from ...facts.records import (CM_FACTS, CM_REQ_FIELDS, PATH_RECORD_FIELDS, CmReqPaths, Rmpp,
+                               sa_record_fact)
 from ...facts.records import PathRecord as PathRecordFact
 from ...facts.kernelview import Blob, LsContext, ls_parse_error
 from ...layers import cm as cm_layers, netlink as nl
@@ -29,7 +30,7 @@ from ...layers.ib import LNH_IBA_GLOBAL, LRH
 from ...layers.mad import MAD, MAD_SIZE, MGMT_CLASS_SA, RMPP
 from ...layers.pathdata import PathArray, PathRecData, RECORD_SIZE
 from ...layers.roce import DETH, UD_SEND_ONLY
-from ...layers.sa import ATTR_PATH_RECORD, PathRecord, SAHeader
+from ...layers.sa import SA_RECORD_CLASSES, PathRecord, SAHeader
 from ...facts.assemble_process import (
     COMMAND_FIELDS,
     COMMAND_LAYERS,
@@ -419,14 +420,16 @@ class _Builder(Assembler):
         sa = _values(sa_node, SAHeader)
         header = sa_fact(sa.get("sm_key", 0), sa.get("attribute_offset", 0),
                          sa.get("component_mask", 0))
-        is_pr = mad["attribute_id"] == ATTR_PATH_RECORD
+        layer = SA_RECORD_CLASSES.get(mad["attribute_id"])  # the SA attribute table's entry
 
         def records_of(node) -> tuple[list, list] | tuple[None, tuple]:
-            if not is_pr:
+            if layer is None:
                 return None, ()
-            values = [_values(r, PathRecord) for r in _all(node, _PATHRECORD)]
-            return ([PathRecordFact(**{n: v[n] for n in PATH_RECORD_FIELDS}) for v in values
-                     if all(n in v for n in PATH_RECORD_FIELDS)],
+            fact = sa_record_fact(layer)
+            names = fact._INIT
+            values = [_values(r, layer) for r in _all(node, _fields_of(layer).node)]
+            return ([fact(**{n: v[n] for n in names}) for v in values
+                     if all(n in v for n in names)],
                     [_reserved_set(v) for v in values])
 
         def whole(_message: bytes) -> tuple[list, list]:
