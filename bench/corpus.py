@@ -1,5 +1,9 @@
 """Deterministic benchmark inputs, built with the project's layers.
 
+capture3 (write_capture3): an SA storm of distinct paths, as after a fabric event: every
+source asks every destination, so nearly every PathRecord is new, with a transaction ID of
+its own per query (issue 45).
+
 capture1: RoCEv2, `mad_share` of the frames QP1 MADs (SA PathRecord queries and answers, CM
 REQ/REP/RTU), the rest RC RDMA WRITE / SEND / ACK data frames. capture2: SA PathRecord queries
 and their (mostly multi-segment RMPP GetTableResp) answers only. Either can be written as
@@ -23,6 +27,10 @@ from scapy.packet import Raw
 from ibpath_scapy.model.crc import native_icrc, rocev2_icrc, vcrc
 from ibpath_scapy.capture.encap import rocev2_frame
 from ibpath_scapy.layers import MAD, RMPP, CMReq, CMRep, CMRtu, PathRecord, SAHeader
+from ibpath_scapy.layers.mad import METHOD_GET, METHOD_GET_RESP, METHOD_GET_TABLE, \
+    METHOD_GET_TABLE_RESP
+from ibpath_scapy.layers.sa import SA_MAD_HDR_SIZE
+from ibpath_scapy.model.layout import field_offset
 from ibpath_scapy.layers.ib import ERF, LINKTYPE_ERF, LRH
 from ibpath_scapy.capture.pcapio import PcapWriter
 from ibpath_scapy.facts.rmpp import segment
@@ -153,4 +161,105 @@ def write_capture2(path: Path, frames: int, seed: int = 2, encap: str = "rocev2"
     with w:
         for i in range(frames):
             w.write(native(_cycle(sa, i), i * 1e-6), i * 1e-6)
+    return path
+
+
+# capture 3: an all-to-all SA storm (issue 45). 3,000 sources ask 97 destinations each; the
+# k-th query is from source k mod 3000 to destination (k div 3000) mod 97, so a pair comes
+# back only after 291,000 queries. 60 % are Gets (GetResp, one record, no RMPP), 40 %
+# GetTables answered over RMPP with 1, 3 or 4 records (4 make two segments).
+STORM_SOURCES, STORM_DESTINATIONS = 3000, 97
+_PR_SIZE = len(PathRecord())
+_PR_AT = {name: field_offset(PathRecord, name) for name in ("sgid", "dgid", "slid", "dlid")}
+_TID_AT = field_offset(MAD, "transaction_id")
+
+
+def _storm_ip(side: int, i: int) -> bytes:
+    return bytes((10, side, i >> 8, i & 0xFF))
+
+
+def _storm_gid(side: int, i: int) -> bytes:
+    return bytes.fromhex("fe80000000000000") + bytes((0, 0, 0, 0, 0, side, i >> 8, i & 0xFF))
+
+
+def _storm_lid(side: int, i: int) -> bytes:
+    return (side << 12 | i).to_bytes(2, "big")
+
+
+class _Storm:
+    """The frames of capture 3, made from templates the layers build once: per frame only
+    the addresses, GIDs, LIDs and transaction IDs are written in, and the IPv4 checksum and
+    the ICRC computed."""
+
+    def __init__(self):
+        pr = PathRecord(sgid="fe80::1", dgid="fe80::2", slid=1, dlid=2, pkey=0xFFFF,
+                        reversible=1, numb_path=1, mtu=4, rate=16, packet_life_time=18)
+        self.record = bytes(pr)
+        self.query = {m: bytes(MAD(method=m) / RMPP() / SAHeader(records=[PathRecord(
+            sgid="fe80::1", dgid="fe80::2", pkey=0xFFFF, numb_path=1, reversible=1)]))
+            for m in (METHOD_GET, METHOD_GET_TABLE)}
+        self.get_resp = bytes(MAD(method=METHOD_GET_RESP) / RMPP()
+                              / SAHeader(attribute_offset=_PR_SIZE // 8, records=[pr]))
+        self.table_hdr = bytes(MAD(method=METHOD_GET_TABLE_RESP) / RMPP(rmpp_version=1,
+                               rmpp_type=1) / SAHeader(attribute_offset=_PR_SIZE // 8,
+                                                       component_mask=0x380F))[:SA_MAD_HDR_SIZE]
+        frame = bytes(rocev2_frame(self.get_resp, src="10.0.0.1", dst="10.0.0.2"))
+        self.mad_at = len(frame) - 4 - len(self.get_resp)
+        self.ip_at = len(Ether(dst="ff:ff:ff:ff:ff:ff"))
+        self.head = bytearray(frame[:self.mad_at])
+
+    def _record(self, rec: bytes, src: int, dst: int, fill: bool) -> bytes:
+        b = bytearray(rec)
+        b[_PR_AT["sgid"]:_PR_AT["sgid"] + 16] = _storm_gid(1, src)
+        b[_PR_AT["dgid"]:_PR_AT["dgid"] + 16] = _storm_gid(2, dst)
+        if fill:
+            b[_PR_AT["slid"]:_PR_AT["slid"] + 2] = _storm_lid(1, src)
+            b[_PR_AT["dlid"]:_PR_AT["dlid"] + 2] = _storm_lid(2, dst)
+        return bytes(b)
+
+    def _frame(self, mad: bytes, tid: int, src_ip: bytes, dst_ip: bytes) -> bytes:
+        m = bytearray(mad)
+        m[_TID_AT:_TID_AT + 8] = tid.to_bytes(8, "big")
+        h = self.head
+        ip = self.ip_at
+        h[ip + 12:ip + 16], h[ip + 16:ip + 20] = src_ip, dst_ip
+        h[ip + 10:ip + 12] = b"\0\0"
+        words = sum(int.from_bytes(h[k:k + 2], "big") for k in range(ip, ip + 20, 2))
+        while words >> 16:
+            words = (words & 0xFFFF) + (words >> 16)
+        h[ip + 10:ip + 12] = (~words & 0xFFFF).to_bytes(2, "big")
+        f = bytes(h) + bytes(m)
+        return f + rocev2_icrc(f[ip:] + bytes(4))
+
+    def exchange(self, k: int, rnd: random.Random) -> list[bytes]:
+        """The frames of the k-th query and its answer."""
+        src, dst = k % STORM_SOURCES, (k // STORM_SOURCES) % STORM_DESTINATIONS
+        tid = 0x5A00000000000000 | k
+        s_ip, d_ip = _storm_ip(1, src), _storm_ip(2, dst)
+        r = SA_MAD_HDR_SIZE
+        if rnd.random() < 0.6:
+            q = self.query[METHOD_GET]
+            a = [self.get_resp[:r] + self._record(self.get_resp[r:r + _PR_SIZE], src, dst, True)
+                 + self.get_resp[r + _PR_SIZE:]]
+        else:
+            q = self.query[METHOD_GET_TABLE]
+            recs = self._record(self.record, src, dst, True) * rnd.choice((1, 3, 4))
+            a = segment(self.table_hdr + recs)
+        q = q[:r] + self._record(q[r:r + _PR_SIZE], src, dst, False) + q[r + _PR_SIZE:]
+        return [self._frame(q, tid, s_ip, d_ip)] + [self._frame(seg, tid, d_ip, s_ip) for seg in a]
+
+
+def write_capture3(path: Path, frames: int, seed: int = 3, encap: str = "rocev2") -> Path:
+    """An SA storm of distinct paths (see _Storm), RoCEv2 or native IB."""
+    storm, rnd = _Storm(), random.Random(seed)
+    w, native = _writer(path, encap)
+    i = k = 0
+    with w:
+        while i < frames:
+            for f in storm.exchange(k, rnd):
+                if i == frames:
+                    break
+                w.write(native(f, i * 1e-6), i * 1e-6)
+                i += 1
+            k += 1
     return path

@@ -8,7 +8,7 @@
 -- request/response matching by TID, and expert infos for single-packet audit rules.
 -- Fields: ibpath.<layer>.<field>. Install: ibpath dissector install
 
--- Loaded once: see SKIPPED_COPY (engines/tshark/wireshark.py). The key is not a name Lua code could use.
+-- Loaded once: see SKIPPED_COPY (engines/wireshark.py). The key is not a name Lua code could use.
 local ib_self = debug and (debug.getinfo(1, "S").source:gsub("^@", "")) or "?"
 local ib_loaded = rawget(_G, "ibpath plugin")
 local ib_new, ib_main = false, nil

@@ -35,7 +35,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers
 
 from ibpath_scapy.model import crcspec
-from ibpath_scapy.model.expr import F
+from ibpath_scapy.model.expr import F, LUA_RUNTIME
 from ibpath_scapy.model.hints import ByteOrderHint, LengthHint, ListHint, WhenHint
 from ibpath_scapy.luagen import GeneratorError, Spec, generate
 from ibpath_scapy.luagen import plugin as luagen_plugin
@@ -443,7 +443,9 @@ def test_header_layout_equals_the_spec_tables(key):
 
 # What the Lua block says, read back by running it.
 _DUMP = r"""
+-- the Expr runtime --
 local function ib_val(v, k) return v[k] or 0 end
+local function ib_under(ctx, layer, k) local t = ctx.v[layer]; return t and t[k] or 0 end
 -- the block --
 local function keys(t) local k = {} for n in pairs(t) do k[#k + 1] = n end table.sort(k) return k end
 for _, h in ipairs(keys(LAYOUT)) do
@@ -463,8 +465,11 @@ print(string.format("const %d %d %d %d %d %d %d %d %d", MAD_SIZE, METHOD_RESP, U
                     SA_MAD_HDR_SIZE, SA_DATA_SIZE, NETLINK_RDMA, ARPHRD_NETLINK,
                     EXP_PDU_TAG_DISSECTOR_NAME, string.byte(ROCEV2_UDP_PORT_BE, 1) * 256
                     + string.byte(ROCEV2_UDP_PORT_BE, 2)))
-print(string.format("stride %d %d", SA_RECORD_STRIDE({attribute_offset = 0}),
-                    SA_RECORD_STRIDE({attribute_offset = 10})))
+local pr, other = {v = {MAD = {attribute_id = 0x35}}}, {v = {MAD = {attribute_id = 0x11}}}
+print(string.format("stride %d %d %d %d", SA_RECORD_STRIDE({attribute_offset = 0}, pr),
+                    SA_RECORD_STRIDE({attribute_offset = 10}, pr),
+                    SA_RECORD_STRIDE({attribute_offset = 0}, other),
+                    SA_RECORD_STRIDE({attribute_offset = 14}, other)))
 """
 
 
@@ -476,7 +481,8 @@ def test_emitted_lua_block_reads_back_as_the_spec_says():
     if lua is None:
         pytest.skip("lua5.4 not installed")
     block = constants_lua(luagen_plugin.RUNTIME_LAYOUTS, luagen_plugin.runtime_constants())
-    p = subprocess.run([lua, "-"], input=_DUMP.replace("-- the block --", block), capture_output=True, text=True)
+    dump = _DUMP.replace("-- the block --", block).replace("-- the Expr runtime --", LUA_RUNTIME)
+    p = subprocess.run([lua, "-"], input=dump, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     layouts: dict = {}
     lens, variant = {}, {}
@@ -498,7 +504,9 @@ def test_emitted_lua_block_reads_back_as_the_spec_says():
         elif kind == "const":
             assert [int(x) for x in rest] == [256, 0x80, 0x64, 56, 200, 20, 824, 12, 4791]
         elif kind == "stride":
-            assert [int(x) for x in rest] == [64, 80]  # AttributeOffset in 8-byte words, >= 64
+            # AttributeOffset in 8-byte words, never less than the attribute's record (a
+            # PathRecord: 64 bytes; an attribute of no record class: no floor)
+            assert [int(x) for x in rest] == [64, 80, 0, 112]
     assert sorted(layouts) == sorted(ORACLE)
     for key in ORACLE:
         assert lens[key] == ORACLE[key][1], key

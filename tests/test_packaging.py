@@ -149,9 +149,9 @@ def test_the_installed_package_runs_the_c_loops(installed, wheel):
     if not shutil.which("gcc") or not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
         pytest.skip("no gcc or no Python.h: the wheel is the pure-Python build")
     with zipfile.ZipFile(wheel) as z:
-        assert [n for n in z.namelist() if re.fullmatch(r"ibpath_scapy/engines/fast/_scan\..*\.so", n)]
+        assert [n for n in z.namelist() if re.fullmatch(r"ibpath_scapy/native/_scan\..*\.so", n)]
     env, bindir, work = installed
-    p = _run([str(bindir / "python"), "-c", "from ibpath_scapy import pcapio; "
+    p = _run([str(bindir / "python"), "-c", "from ibpath_scapy.capture import pcapio; "
               "m = pcapio._native_scan(); print(m.__name__, m.__file__)"], cwd=work, env=env)
     name, where = p.stdout.split()
     assert name == "ibpath_scapy.native._scan" and "site-packages" in where, p
@@ -241,7 +241,7 @@ def test_install_default_folder_comes_from_tshark(installed, tmp_path):
 def test_pyshark_helper_gives_the_plugin_fields(installed):
     require_tshark()
     env, bindir, work = installed
-    code = ("from ibpath_scapy.engines.tshark.wireshark import pyshark_capture\n"
+    code = ("from ibpath_scapy.engines.wireshark import pyshark_capture\n"
             f"cap = pyshark_capture({str(CAPTURE)!r}, display_filter='ibpath.sa.record_count')\n"
             "print([int(p['ibpath.sa'].get_field('ibpath_pathrecord_dlid').all_fields[0].show, 0) "
             "for p in cap]); cap.close()\n")

@@ -23,6 +23,7 @@ from ibpath_scapy.capture.pcapio import PcapWriter
 from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast
 from ibpath_scapy.engines.fast import decoder as fast_decoder
 from ibpath_scapy.engines.scapy.decode import Decoder, decode_file
+from ibpath_scapy.engines.tshark import tree as tshark_tree
 from ibpath_scapy.facts import public
 from ibpath_scapy.facts.rmpp import segment
 from ibpath_scapy.layers import MAD, RMPP, SAHeader
@@ -75,6 +76,8 @@ def toy():
         yield ToyRecord
     finally:
         unregister_sa_record(TOY_ATTRIBUTE)
+        # the tshark engine's cache of plugin fields by layer class: the toy's go with it
+        tshark_tree._LAYER_CACHE.pop(ToyRecord, None)
     assert TOY_ATTRIBUTE not in SA_RECORD_CLASSES
 
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ibpath_scapy.layers import ERF
 from ibpath_scapy.capture.pcapio import PcapWriter
-from ibpath_scapy.engines.tshark.wireshark import packaged_plugin
+from ibpath_scapy.engines.wireshark import packaged_plugin
 
 from conftest import CAPTURES
 from test_plugin import NO_SHRINK, frame, ls_or_blob, write_ls_or_blob

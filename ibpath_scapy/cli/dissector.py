@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ..luagen.plugin import default_output, generate_plugin, in_checkout
-from ..engines.tshark.wireshark import Tshark, find_tshark, install_plugin, write_atomically
+from ..engines.wireshark import Tshark, find_tshark, install_plugin, write_atomically
 
 # Where Wireshark 3.x-4.6 look for a user's Lua plugins on Linux; used only when no tshark
 # can be asked (`tshark -G folders`, "Personal Lua Plugins").

@@ -25,7 +25,7 @@ from ..model.layout import (
     header_layout,
 )
 
-from ..engines.tshark.wireshark import EARLIER_COPY, SKIPPED_COPY
+from ..engines.wireshark import EARLIER_COPY, SKIPPED_COPY
 
 MAX_LIST_ITEMS = 4096  # a hostile count cannot make the dissector loop for long
 
@@ -37,7 +37,7 @@ def _once_lua(prefix: str, description: str) -> str:
     note = SKIPPED_COPY.replace("%", "%%").format(prefix=prefix, skipped="%s", loaded="%s")
     earlier = EARLIER_COPY.replace("%", "%%").format(why="%s")
     return f"""\
--- Loaded once: see SKIPPED_COPY (engines/tshark/wireshark.py). The key is not a name Lua code could use.
+-- Loaded once: see SKIPPED_COPY (engines/wireshark.py). The key is not a name Lua code could use.
 local ib_self = debug and (debug.getinfo(1, "S").source:gsub("^@", "")) or "?"
 local ib_loaded = rawget(_G, {key})
 local ib_new, ib_main = false, nil

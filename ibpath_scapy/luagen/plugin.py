@@ -21,7 +21,7 @@ from ..layers.pathdata import PathArray
 from ..layers.ucma import UCMA_COMMANDS, UcmaCmdHdr
 from ..layers.umad import UMAD_TID_LOW, UserMad
 from ..audit.packet_rules import PACKET_RULES
-from ..engines.tshark.wireshark import PREFIX
+from ..engines.wireshark import PREFIX
 from ..facts.rmpp import MAX_OPEN, MAX_SEGMENTS
 from .emit import Const, Spec, constants_lua, generate
 from .lua import Hex, lua_str, lua_table

@@ -25,7 +25,7 @@ from ...capture.pcapio import (
     read_frames,
     sniff_format,
 )
-from .wireshark import (PREFIX, Tshark, find_tshark, loaded_copy, packaged_plugin,
+from ..wireshark import (PREFIX, Tshark, find_tshark, loaded_copy, packaged_plugin,
                         skipped_copy_pattern)
 from .builder import _Builder
 from .clock import _Clock
