@@ -12,6 +12,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <arpa/inet.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -29,6 +30,16 @@ typedef struct { Py_ssize_t at, off, len; } Range; /* len bytes at at_tuple[at] 
 typedef struct { Py_ssize_t off, nbytes, shift; uint64_t mask; int little; } Step;
 typedef struct { Py_ssize_t n; Range r[MAX_RANGES]; } KeySpec;
 typedef struct { Py_buffer t; uint32_t init, xorout; } Crc;
+/* A record plan's reading in C (RecordPlan.c_steps): its fact's fields in order, each an
+ * integer step or a 16-byte GID (gid: text as inet_ntop writes it), and its reserved
+ * fields; the fact made by calling its class. n_steps -1: no C reading (the plan's make). */
+typedef struct { Step st; int gid; } FactStep;
+typedef struct {
+    PyObject *table, *make, *fact; /* borrowed: self->record_plans holds them */
+    Py_ssize_t size, n_steps, n_reserved;
+    FactStep *steps;
+    Step *reserved;
+} RecordPlan;
 
 typedef struct {
     PyObject_HEAD
@@ -37,6 +48,10 @@ typedef struct {
     /* per entry of the SA attribute table, (records table, make, record size): the
      * flyweight table of its records, what makes (fact, reserved) on a miss, its size */
     PyObject *record_plans;
+    RecordPlan *plans;
+    Py_ssize_t n_plans;
+    PyObject *gids; /* GID text by its 16 bytes, shared with fast/layout.py's gid_text */
+    Py_ssize_t gids_max;
     /* the Mad fact: its class, its fields' steps, its names (made by make_names on a miss),
      * and where the frame goes by its class and attribute (made by route_of on a miss) */
     PyObject *mad_class, *names, *make_names, *routes, *route_of;
@@ -210,21 +225,93 @@ static int plan_crc(PyObject *plan, const char *name, Crc *c)
     return ok;
 }
 
-/* record_plans: a tuple of (dict, callable, size > 0) */
-static int record_plans_ok(PyObject *plans)
+/* One step of a plan's sequence: (offset, nbytes, shift, mask, little-endian), bounded by
+ * `size` bytes. */
+static int parse_step(PyObject *item, Step *st, Py_ssize_t size)
 {
-    if (plans == NULL || !PyTuple_Check(plans) || PyTuple_GET_SIZE(plans) > 255 - ROUTE_SA_RECORDS)
-        return 0;
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(plans); k++) {
+    unsigned long long mask;
+    if (!PyArg_ParseTuple(item, "nnnKi", &st->off, &st->nbytes, &st->shift, &mask, &st->little))
+        return -1;
+    st->mask = mask;
+    if (st->off < 0 || st->nbytes < 1 || st->nbytes > 8 || st->shift < 0 || st->shift >= 64
+            || st->off + st->nbytes > size) {
+        PyErr_SetString(PyExc_ValueError, "record plan: a step out of bounds");
+        return -1;
+    }
+    return 0;
+}
+
+/* record_plans: a tuple of (dict, make, size > 0, fact class or None, steps or None,
+ * reserved steps or None); steps: (offset, nbytes, shift, mask, little, gid). Parsed into
+ * self->plans; -1 with the error set. */
+static int parse_record_plans(MadDecoder *self)
+{
+    PyObject *plans = self->record_plans;
+    if (!PyTuple_Check(plans) || PyTuple_GET_SIZE(plans) > 255 - ROUTE_SA_RECORDS)
+        goto bad;
+    self->n_plans = PyTuple_GET_SIZE(plans);
+    self->plans = PyMem_Calloc(self->n_plans ? self->n_plans : 1, sizeof(RecordPlan));
+    if (self->plans == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < self->n_plans; k++) {
         PyObject *p = PyTuple_GET_ITEM(plans, k);
-        if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 3
+        RecordPlan *rp = &self->plans[k];
+        if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 6
                 || !PyDict_CheckExact(PyTuple_GET_ITEM(p, 0))
                 || !PyCallable_Check(PyTuple_GET_ITEM(p, 1))
-                || !PyLong_Check(PyTuple_GET_ITEM(p, 2))
-                || PyLong_AsSsize_t(PyTuple_GET_ITEM(p, 2)) < 1)
-            return 0;
+                || !PyLong_Check(PyTuple_GET_ITEM(p, 2)))
+            goto bad;
+        rp->table = PyTuple_GET_ITEM(p, 0);
+        rp->make = PyTuple_GET_ITEM(p, 1);
+        rp->size = PyLong_AsSsize_t(PyTuple_GET_ITEM(p, 2));
+        rp->n_steps = -1;
+        if (rp->size < 1)
+            goto bad;
+        PyObject *fact = PyTuple_GET_ITEM(p, 3), *steps = PyTuple_GET_ITEM(p, 4),
+                 *reserved = PyTuple_GET_ITEM(p, 5);
+        if (fact == Py_None)
+            continue;
+        if (!PyCallable_Check(fact) || !PyTuple_Check(steps) || !PyTuple_Check(reserved))
+            goto bad;
+        rp->fact = fact;
+        Py_ssize_t n = PyTuple_GET_SIZE(steps), r = PyTuple_GET_SIZE(reserved);
+        rp->steps = PyMem_Calloc(n ? n : 1, sizeof(FactStep));
+        rp->reserved = PyMem_Calloc(r ? r : 1, sizeof(Step));
+        if (rp->steps == NULL || rp->reserved == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *s = PyTuple_GET_ITEM(steps, i);
+            if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) != 6)
+                goto bad;
+            FactStep *fs = &rp->steps[i];
+            fs->gid = PyObject_IsTrue(PyTuple_GET_ITEM(s, 5));
+            if (fs->gid) {  /* a GID: 16 bytes at the offset */
+                fs->st.off = PyLong_AsSsize_t(PyTuple_GET_ITEM(s, 0));
+                if (fs->st.off < 0 || fs->st.off + 16 > rp->size)
+                    goto bad;
+                continue;
+            }
+            PyObject *head = PyTuple_GetSlice(s, 0, 5);
+            int bad_step = head == NULL || parse_step(head, &fs->st, rp->size) < 0;
+            Py_XDECREF(head);
+            if (bad_step)
+                return -1;
+        }
+        for (Py_ssize_t i = 0; i < r; i++)
+            if (parse_step(PyTuple_GET_ITEM(reserved, i), &rp->reserved[i], rp->size) < 0)
+                return -1;
+        rp->n_steps = n;
+        rp->n_reserved = r;
     }
-    return 1;
+    return 0;
+bad:
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "MadDecoder: a record plan of the wrong kind");
+    return -1;
 }
 
 /* Whether a route reads records (and of a plan there is), an SA MAD without records, or a
@@ -232,8 +319,7 @@ static int record_plans_ok(PyObject *plans)
 static int route_taken(MadDecoder *self, long route)
 {
     return route == ROUTE_SA_OTHER || route == ROUTE_PLAIN
-        || (route >= ROUTE_SA_RECORDS
-            && route - ROUTE_SA_RECORDS < PyTuple_GET_SIZE(self->record_plans));
+        || (route >= ROUTE_SA_RECORDS && route - ROUTE_SA_RECORDS < self->n_plans);
 }
 
 static int init(MadDecoder *self, PyObject *args, PyObject *kw)
@@ -244,6 +330,9 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
     if (plan_obj(plan, "mads", &self->mads) || plan_obj(plan, "rmpps", &self->rmpps)
             || plan_obj(plan, "sas", &self->sas)
             || plan_obj(plan, "record_plans", &self->record_plans)
+            || parse_record_plans(self)
+            || plan_obj(plan, "gids", &self->gids)
+            || plan_int(plan, "gids_max", &self->gids_max)
             || plan_obj(plan, "wheres", &self->wheres)
             || plan_obj(plan, "mad_class", &self->mad_class)
             || plan_obj(plan, "names", &self->names)
@@ -295,7 +384,7 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
             || plan_obj(plan, "errors", &errors))
         goto fail;
     if (!PyDict_CheckExact(self->mads) || !PyDict_CheckExact(self->rmpps)
-            || !PyDict_CheckExact(self->sas) || !record_plans_ok(self->record_plans)
+            || !PyDict_CheckExact(self->sas) || !PyDict_CheckExact(self->gids) || self->gids_max < 1
             || !PyDict_CheckExact(self->wheres) || !PyDict_CheckExact(self->names)
             || !PyDict_CheckExact(self->routes) || !PyType_Check(self->mad_class)
             || !PyDict_CheckExact(self->shapes)
@@ -335,7 +424,8 @@ fail:
 static void dealloc(MadDecoder *self)
 {
     PyObject **objs[] = {
-        &self->mads, &self->rmpps, &self->sas, &self->record_plans, &self->wheres, &self->mad_class,
+        &self->mads, &self->rmpps, &self->sas, &self->record_plans, &self->gids, &self->wheres,
+        &self->mad_class,
         &self->names, &self->make_names, &self->routes, &self->route_of, &self->make_rmpp, &self->make_sa,
         &self->make_where, &self->shapes, &self->count,
         &self->stride, &self->whole_python, &self->madat, &self->ibmadat, &self->saparts,
@@ -343,6 +433,12 @@ static void dealloc(MadDecoder *self)
         &self->mad_size_obj, &self->prefix, &self->ipv4_masks, &self->ipv6_mask,
         &self->local_mask, &self->global_mask, &self->global_short_mask,
     };
+    for (Py_ssize_t k = 0; self->plans != NULL && k < self->n_plans; k++) {
+        PyMem_Free(self->plans[k].steps);
+        PyMem_Free(self->plans[k].reserved);
+    }
+    PyMem_Free(self->plans);
+    self->plans = NULL;
     for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
         Py_CLEAR(*objs[i]);
     if (self->crcs_held) {
@@ -579,6 +675,86 @@ out:
     return shape;
 }
 
+/* The text of the GID at p, from the gids table (made with inet_ntop on a miss, as
+ * layers.sa.gid_text makes it): a new reference, or NULL with the error set. */
+static PyObject *gid_of(MadDecoder *self, const unsigned char *p)
+{
+    PyObject *key = PyBytes_FromStringAndSize((const char *)p, 16);
+    if (key == NULL)
+        return NULL;
+    PyObject *v = PyDict_GetItemWithError(self->gids, key);
+    if (v != NULL) {
+        Py_INCREF(v);
+    } else if (!PyErr_Occurred()) {
+        char text[INET6_ADDRSTRLEN];
+        if (inet_ntop(AF_INET6, p, text, sizeof text) == NULL)
+            PyErr_SetFromErrno(PyExc_OSError);
+        else if ((v = PyUnicode_FromString(text)) != NULL) {
+            if (PyDict_GET_SIZE(self->gids) >= self->gids_max)
+                PyDict_Clear(self->gids);
+            if (PyDict_SetItem(self->gids, key, v) < 0)
+                Py_CLEAR(v);
+        }
+    }
+    Py_DECREF(key);
+    return v;
+}
+
+/* (fact, reserved bits set) of the record at p, as the plan's make makes it: the fact's
+ * values read by its steps and its class called with them. */
+static PyObject *make_record(MadDecoder *self, const RecordPlan *rp, const unsigned char *p)
+{
+    PyObject *small[32] = {NULL}, **args = small, *fact = NULL, *out = NULL;
+    Py_ssize_t n = rp->n_steps, made = 0;
+    if (n > 32 && (args = PyMem_Malloc(n * sizeof(PyObject *))) == NULL)
+        return PyErr_NoMemory();
+    for (; made < n; made++) {
+        const FactStep *fs = &rp->steps[made];
+        args[made] = fs->gid ? gid_of(self, p + fs->st.off)
+                             : PyLong_FromUnsignedLongLong(step_value(&fs->st, p));
+        if (args[made] == NULL)
+            goto out;
+    }
+    fact = PyObject_Vectorcall(rp->fact, args, n, NULL);
+    if (fact == NULL)
+        goto out;
+    int reserved = 0;
+    for (Py_ssize_t i = 0; i < rp->n_reserved && !reserved; i++)
+        reserved = step_value(&rp->reserved[i], p) != 0;
+    out = PyTuple_Pack(2, fact, reserved ? Py_True : Py_False);
+out:
+    for (Py_ssize_t i = 0; i < made; i++)
+        Py_DECREF(args[i]);
+    if (args != small)
+        PyMem_Free(args);
+    Py_XDECREF(fact);
+    return out;
+}
+
+/* The plan's (fact, reserved) of the record at b[at:at + size], from its table: made in C
+ * on a miss where the plan has C steps, else by its make. */
+static PyObject *record_at(MadDecoder *self, const RecordPlan *rp, PyObject *data,
+                           const char *b, Py_ssize_t at)
+{
+    if (rp->n_steps < 0)
+        return flyweight_at(self, rp->table, rp->make, data, b, at, rp->size);
+    PyObject *key = PyBytes_FromStringAndSize(b + at, rp->size);
+    if (key == NULL)
+        return NULL;
+    PyObject *v = PyDict_GetItemWithError(rp->table, key);
+    if (v != NULL) {
+        Py_INCREF(v);
+    } else if (!PyErr_Occurred()
+               && (v = make_record(self, rp, (const unsigned char *)b + at)) != NULL) {
+        if (PyDict_GET_SIZE(rp->table) >= self->cache_max)
+            PyDict_Clear(rp->table);
+        if (PyDict_SetItem(rp->table, key, v) < 0)
+            Py_CLEAR(v);
+    }
+    Py_DECREF(key);
+    return v;
+}
+
 /* The record facts of `shape` (shape_of's) in b[start:end], read by the record plan of
  * `route`, and whether each has reserved bits set (an empty tuple when none has), from the
  * plan's table: 1, 0 when the records do not fit (the Python decoder reads them), -1 with
@@ -587,9 +763,8 @@ static int records_of(MadDecoder *self, PyObject *data, PyObject *shape, int rou
                       Py_ssize_t start, Py_ssize_t end, PyObject **records, PyObject **reserved)
 {
     const char *b = PyBytes_AS_STRING(data);
-    PyObject *plan = PyTuple_GET_ITEM(self->record_plans, route - ROUTE_SA_RECORDS);
-    PyObject *table = PyTuple_GET_ITEM(plan, 0), *make = PyTuple_GET_ITEM(plan, 1);
-    Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 2));
+    const RecordPlan *rp = &self->plans[route - ROUTE_SA_RECORDS];
+    Py_ssize_t size = rp->size;
     Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 2));
     Py_ssize_t stride = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 3));
     *records = *reserved = NULL;
@@ -600,7 +775,7 @@ static int records_of(MadDecoder *self, PyObject *data, PyObject *shape, int rou
     if ((*reserved = PyTuple_New(0)) == NULL || (*records = PyList_New(n)) == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *known = flyweight_at(self, table, make, data, b, start + i * stride, size);
+        PyObject *known = record_at(self, rp, data, b, start + i * stride);
         if (known == NULL)
             goto fail;
         if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 2) {

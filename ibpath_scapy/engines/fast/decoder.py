@@ -47,6 +47,8 @@ from ...layers.sa import SAHeader, sa_table_generation
 from ...model.layout import build_layer
 from ...capture.pcapio import Frame
 from .layout import (
+    _GID_CACHE,
+    _GID_CACHE_MAX,
     compile_extractor,
     compile_nonzero,
     compile_reader,
@@ -80,6 +82,10 @@ class RecordPlan(NamedTuple):
     size: int
     extract: Callable  # (bytes, start) -> the fact's values, in its field order
     reserved: Callable  # (bytes, start) -> whether a reserved field is not zero
+    # the same for native/_mad.c: per fact field (offset, bytes, shift, mask, little-endian,
+    # GID), per reserved field a step; None where a field is of a kind C does not read
+    c_steps: tuple | None
+    c_reserved: tuple | None
 
 
 def record_plan(attribute_id: int, layer: type) -> RecordPlan:
@@ -87,10 +93,17 @@ def record_plan(attribute_id: int, layer: type) -> RecordPlan:
     fact = sa_record_fact(layer)
     names = PATH_RECORD_FIELDS if fact is PathRecordFact else public_names(layer)
     assert tuple(names) == tuple(fact._INIT), (layer, names)
+    reserved = [f.name for f in layer.fields_desc if f.name.startswith("reserved")]
+    steps = layer_steps(layer)
+    try:
+        c_steps = tuple((steps[n].offset, 16, 0, 0, 0, 1) if steps[n].kind == "ipv6"
+                        else (*_step(steps[n]), 0) for n in fact._INIT)
+        c_reserved = tuple(_step(steps[n]) for n in reserved)
+    except NotCompilable:
+        c_steps = c_reserved = None
     return RecordPlan(attribute_id, layer, fact, static_length(layer),
                       compile_extractor(layer, fact._INIT, as_tuple=True),
-                      compile_nonzero(layer, [f.name for f in layer.fields_desc
-                                              if f.name.startswith("reserved")]))
+                      compile_nonzero(layer, reserved), c_steps, c_reserved)
 
 
 class _Compiled:
@@ -425,8 +438,11 @@ def mad_plan(tables: Tables) -> SimpleNamespace:
     assert c.mad_next.fields == ("mgmt_class", "attribute_id"), c.mad_next.fields
     return SimpleNamespace(
         mads=tables.mads, rmpps=tables.rmpps, sas=tables.sas,
-        record_plans=tuple(zip(tables.records, tables.make_records,
-                               (p.size for p in c.record_plans))),
+        record_plans=tuple((table, make, p.size, p.fact if p.c_steps is not None else None,
+                            p.c_steps, p.c_reserved)
+                           for table, make, p in zip(tables.records, tables.make_records,
+                                                     c.record_plans)),
+        gids=_GID_CACHE, gids_max=_GID_CACHE_MAX,
         wheres=tables.wheres, mad_class=Mad, names=tables.names, make_names=mad_names,
         mad_steps=[_step(mad[f]) for f in MAD_VALUE_FIELDS], mad_which=MAD_NAMED_BY,
         routes=tables.routes, route_of=tables.route_of, make_rmpp=tables.make_rmpp,
