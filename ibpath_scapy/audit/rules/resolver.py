@@ -149,6 +149,15 @@ def sides(res: Resolution) -> list[Side]:
     return list(by_local.values())
 
 
+def handover_sides(res: Resolution) -> list[Side]:
+    """sides(res) for the rules that judge hand-overs: none when the resolution has no blob
+    and no LS response (an SA storm's resolutions have none, and splitting them is most of
+    those rules' cost there)."""
+    if not res.blobs and not res.ls_responses:
+        return []
+    return sides(res)
+
+
 def same_path(a: dict, b: dict) -> bool:
     return all(a[f] == b[f] for f in PATH_RECORD_FIELDS)
 
@@ -205,7 +214,7 @@ def no_followup(subject):
     Frames: the forward query and its answer, and the hand-over.
     """
     res, _options = subject
-    for side in sides(res):
+    for side in handover_sides(res):
         for h in side.handovers:
             fwd = _no_followup(side, h)
             if fwd is None:
@@ -325,7 +334,7 @@ def blob_shape(subject):
     FORWARD_PRIMARY | RETURN_PRIMARY_REV". A blob RES-NO-FOLLOWUP reports is not reported again.
     """
     res, _options = subject
-    for side in sides(res):
+    for side in handover_sides(res):
         for h in side.handovers:
             if h.unidirectional:
                 continue
@@ -391,7 +400,7 @@ def stale_blob(subject):
     blob cannot come from that answer (a later successful retry makes it current again).
     """
     res, _options = subject
-    for side in sides(res):
+    for side in handover_sides(res):
         for h in side.handovers:
             latest: dict[tuple, Transaction] = {}
             for t in side.transactions:
