@@ -437,6 +437,79 @@ PF[355] = ProtoField.bool("ibpath.sa.component_mask.rate", "Rate", 32, nil, 0x80
 PF[356] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time_selector", "Packet Life Time Selector", 32, nil, 0x100000, "")
 PF[357] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time", "Packet Life Time", 32, nil, 0x200000, "")
 PF[358] = ProtoField.bool("ibpath.sa.component_mask.preference", "Preference", 32, nil, 0x400000, "")
+PF[359] = ProtoField.bool("ibpath.sa.component_mask.service_id", "Service ID", 32, nil, 1, "")
+PF[360] = ProtoField.bool("ibpath.sa.component_mask.service_gid", "Service GID", 32, nil, 2, "")
+PF[361] = ProtoField.bool("ibpath.sa.component_mask.service_pkey", "Service P_Key", 32, nil, 4, "")
+PF[362] = ProtoField.bool("ibpath.sa.component_mask.service_lease", "Service Lease", 32, nil, 0x10, "")
+PF[363] = ProtoField.bool("ibpath.sa.component_mask.service_key", "Service Key", 32, nil, 0x20, "")
+PF[364] = ProtoField.bool("ibpath.sa.component_mask.service_name", "Service Name", 32, nil, 0x40, "")
+PF[365] = ProtoField.bool("ibpath.sa.component_mask.service_data8_0", "Service Data8 0", 32, nil, 0x80, "")
+PF[366] = ProtoField.bool("ibpath.sa.component_mask.service_data8_1", "Service Data8 1", 32, nil, 0x100, "")
+PF[367] = ProtoField.bool("ibpath.sa.component_mask.service_data8_2", "Service Data8 2", 32, nil, 0x200, "")
+PF[368] = ProtoField.bool("ibpath.sa.component_mask.service_data8_3", "Service Data8 3", 32, nil, 0x400, "")
+PF[369] = ProtoField.bool("ibpath.sa.component_mask.service_data8_4", "Service Data8 4", 32, nil, 0x800, "")
+PF[370] = ProtoField.bool("ibpath.sa.component_mask.service_data8_5", "Service Data8 5", 32, nil, 0x1000, "")
+PF[371] = ProtoField.bool("ibpath.sa.component_mask.service_data8_6", "Service Data8 6", 32, nil, 0x2000, "")
+PF[372] = ProtoField.bool("ibpath.sa.component_mask.service_data8_7", "Service Data8 7", 32, nil, 0x4000, "")
+PF[373] = ProtoField.bool("ibpath.sa.component_mask.service_data8_8", "Service Data8 8", 32, nil, 0x8000, "")
+PF[374] = ProtoField.bool("ibpath.sa.component_mask.service_data8_9", "Service Data8 9", 32, nil, 0x10000, "")
+PF[375] = ProtoField.bool("ibpath.sa.component_mask.service_data8_10", "Service Data8 10", 32, nil, 0x20000, "")
+PF[376] = ProtoField.bool("ibpath.sa.component_mask.service_data8_11", "Service Data8 11", 32, nil, 0x40000, "")
+PF[377] = ProtoField.bool("ibpath.sa.component_mask.service_data8_12", "Service Data8 12", 32, nil, 0x80000, "")
+PF[378] = ProtoField.bool("ibpath.sa.component_mask.service_data8_13", "Service Data8 13", 32, nil, 0x100000, "")
+PF[379] = ProtoField.bool("ibpath.sa.component_mask.service_data8_14", "Service Data8 14", 32, nil, 0x200000, "")
+PF[380] = ProtoField.bool("ibpath.sa.component_mask.service_data8_15", "Service Data8 15", 32, nil, 0x400000, "")
+PF[381] = ProtoField.bool("ibpath.sa.component_mask.service_data16_0", "Service Data16 0", 32, nil, 0x800000, "")
+PF[382] = ProtoField.bool("ibpath.sa.component_mask.service_data16_1", "Service Data16 1", 32, nil, 0x1000000, "")
+PF[383] = ProtoField.bool("ibpath.sa.component_mask.service_data16_2", "Service Data16 2", 32, nil, 0x2000000, "")
+PF[384] = ProtoField.bool("ibpath.sa.component_mask.service_data16_3", "Service Data16 3", 32, nil, 0x4000000, "")
+PF[385] = ProtoField.bool("ibpath.sa.component_mask.service_data16_4", "Service Data16 4", 32, nil, 0x8000000, "")
+PF[386] = ProtoField.bool("ibpath.sa.component_mask.service_data16_5", "Service Data16 5", 32, nil, 0x10000000, "")
+PF[387] = ProtoField.bool("ibpath.sa.component_mask.service_data16_6", "Service Data16 6", 32, nil, 0x20000000, "")
+PF[388] = ProtoField.bool("ibpath.sa.component_mask.service_data16_7", "Service Data16 7", 32, nil, 0x40000000, "")
+PF[389] = ProtoField.bool("ibpath.sa.component_mask.service_data32_0", "Service Data32 0", 32, nil, 0x80000000, "")
+PF[390] = ProtoField.bool("ibpath.sa.component_mask.service_data32_1", "Service Data32 1", 32, nil, 1, "")
+PF[391] = ProtoField.bool("ibpath.sa.component_mask.service_data32_2", "Service Data32 2", 32, nil, 2, "")
+PF[392] = ProtoField.bool("ibpath.sa.component_mask.service_data32_3", "Service Data32 3", 32, nil, 4, "")
+PF[393] = ProtoField.bool("ibpath.sa.component_mask.service_data64_0", "Service Data64 0", 32, nil, 8, "")
+PF[394] = ProtoField.bool("ibpath.sa.component_mask.service_data64_1", "Service Data64 1", 32, nil, 0x10, "")
+PF[395] = ProtoField.uint64("ibpath.servicerecord.service_id", "Service ID", base.HEX, nil, nil, "")
+PF[396] = ProtoField.ipv6("ibpath.servicerecord.service_gid", "Service GID", "")
+PF[397] = ProtoField.uint16("ibpath.servicerecord.service_pkey", "Service P_Key", base.HEX, nil, nil, "")
+PF[398] = ProtoField.uint16("ibpath.servicerecord.reserved_208", "Reserved 208", base.HEX, nil, nil, "")
+PF[399] = ProtoField.uint32("ibpath.servicerecord.service_lease", "Service Lease", base.HEX, nil, nil, "")
+PF[400] = ProtoField.bytes("ibpath.servicerecord.service_key", "Service Key", "")
+PF[401] = ProtoField.bytes("ibpath.servicerecord.service_name", "Service Name", "")
+PF[402] = ProtoField.uint8("ibpath.servicerecord.service_data8_0", "Service Data8 0", base.HEX, nil, nil, "")
+PF[403] = ProtoField.uint8("ibpath.servicerecord.service_data8_1", "Service Data8 1", base.HEX, nil, nil, "")
+PF[404] = ProtoField.uint8("ibpath.servicerecord.service_data8_2", "Service Data8 2", base.HEX, nil, nil, "")
+PF[405] = ProtoField.uint8("ibpath.servicerecord.service_data8_3", "Service Data8 3", base.HEX, nil, nil, "")
+PF[406] = ProtoField.uint8("ibpath.servicerecord.service_data8_4", "Service Data8 4", base.HEX, nil, nil, "")
+PF[407] = ProtoField.uint8("ibpath.servicerecord.service_data8_5", "Service Data8 5", base.HEX, nil, nil, "")
+PF[408] = ProtoField.uint8("ibpath.servicerecord.service_data8_6", "Service Data8 6", base.HEX, nil, nil, "")
+PF[409] = ProtoField.uint8("ibpath.servicerecord.service_data8_7", "Service Data8 7", base.HEX, nil, nil, "")
+PF[410] = ProtoField.uint8("ibpath.servicerecord.service_data8_8", "Service Data8 8", base.HEX, nil, nil, "")
+PF[411] = ProtoField.uint8("ibpath.servicerecord.service_data8_9", "Service Data8 9", base.HEX, nil, nil, "")
+PF[412] = ProtoField.uint8("ibpath.servicerecord.service_data8_10", "Service Data8 10", base.HEX, nil, nil, "")
+PF[413] = ProtoField.uint8("ibpath.servicerecord.service_data8_11", "Service Data8 11", base.HEX, nil, nil, "")
+PF[414] = ProtoField.uint8("ibpath.servicerecord.service_data8_12", "Service Data8 12", base.HEX, nil, nil, "")
+PF[415] = ProtoField.uint8("ibpath.servicerecord.service_data8_13", "Service Data8 13", base.HEX, nil, nil, "")
+PF[416] = ProtoField.uint8("ibpath.servicerecord.service_data8_14", "Service Data8 14", base.HEX, nil, nil, "")
+PF[417] = ProtoField.uint8("ibpath.servicerecord.service_data8_15", "Service Data8 15", base.HEX, nil, nil, "")
+PF[418] = ProtoField.uint16("ibpath.servicerecord.service_data16_0", "Service Data16 0", base.HEX, nil, nil, "")
+PF[419] = ProtoField.uint16("ibpath.servicerecord.service_data16_1", "Service Data16 1", base.HEX, nil, nil, "")
+PF[420] = ProtoField.uint16("ibpath.servicerecord.service_data16_2", "Service Data16 2", base.HEX, nil, nil, "")
+PF[421] = ProtoField.uint16("ibpath.servicerecord.service_data16_3", "Service Data16 3", base.HEX, nil, nil, "")
+PF[422] = ProtoField.uint16("ibpath.servicerecord.service_data16_4", "Service Data16 4", base.HEX, nil, nil, "")
+PF[423] = ProtoField.uint16("ibpath.servicerecord.service_data16_5", "Service Data16 5", base.HEX, nil, nil, "")
+PF[424] = ProtoField.uint16("ibpath.servicerecord.service_data16_6", "Service Data16 6", base.HEX, nil, nil, "")
+PF[425] = ProtoField.uint16("ibpath.servicerecord.service_data16_7", "Service Data16 7", base.HEX, nil, nil, "")
+PF[426] = ProtoField.uint32("ibpath.servicerecord.service_data32_0", "Service Data32 0", base.HEX, nil, nil, "")
+PF[427] = ProtoField.uint32("ibpath.servicerecord.service_data32_1", "Service Data32 1", base.HEX, nil, nil, "")
+PF[428] = ProtoField.uint32("ibpath.servicerecord.service_data32_2", "Service Data32 2", base.HEX, nil, nil, "")
+PF[429] = ProtoField.uint32("ibpath.servicerecord.service_data32_3", "Service Data32 3", base.HEX, nil, nil, "")
+PF[430] = ProtoField.uint64("ibpath.servicerecord.service_data64_0", "Service Data64 0", base.HEX, nil, nil, "")
+PF[431] = ProtoField.uint64("ibpath.servicerecord.service_data64_1", "Service Data64 1", base.HEX, nil, nil, "")
 
 P["LRH"] = Proto("ibpath.lrh", "ibpath LRH")
 P["LRH"].fields = {PF[1], PF[2], PF[3], PF[4], PF[5], PF[6], PF[7], PF[8], PF[9], PF[10]}
@@ -551,7 +624,9 @@ P["LsIpv4"].fields = {PF[331]}
 P["LsIpv6"] = Proto("ibpath.ls_ipv6", "ibpath LS IPV6")
 P["LsIpv6"].fields = {PF[332]}
 P["SAHeader"] = Proto("ibpath.sa", "ibpath SA")
-P["SAHeader"].fields = {PF[333], PF[334], PF[335], PF[336], PF[337], PF[338], PF[339], PF[340], PF[341], PF[342], PF[343], PF[344], PF[345], PF[346], PF[347], PF[348], PF[349], PF[350], PF[351], PF[352], PF[353], PF[354], PF[355], PF[356], PF[357], PF[358]}
+P["SAHeader"].fields = {PF[333], PF[334], PF[335], PF[336], PF[337], PF[338], PF[339], PF[340], PF[341], PF[342], PF[343], PF[344], PF[345], PF[346], PF[347], PF[348], PF[349], PF[350], PF[351], PF[352], PF[353], PF[354], PF[355], PF[356], PF[357], PF[358], PF[359], PF[360], PF[361], PF[362], PF[363], PF[364], PF[365], PF[366], PF[367], PF[368], PF[369], PF[370], PF[371], PF[372], PF[373], PF[374], PF[375], PF[376], PF[377], PF[378], PF[379], PF[380], PF[381], PF[382], PF[383], PF[384], PF[385], PF[386], PF[387], PF[388], PF[389], PF[390], PF[391], PF[392], PF[393], PF[394]}
+P["ServiceRecord"] = Proto("ibpath.servicerecord", "ibpath ServiceRecord")
+P["ServiceRecord"].fields = {PF[395], PF[396], PF[397], PF[398], PF[399], PF[400], PF[401], PF[402], PF[403], PF[404], PF[405], PF[406], PF[407], PF[408], PF[409], PF[410], PF[411], PF[412], PF[413], PF[414], PF[415], PF[416], PF[417], PF[418], PF[419], PF[420], PF[421], PF[422], PF[423], PF[424], PF[425], PF[426], PF[427], PF[428], PF[429], PF[430], PF[431]}
 
 EX.short = ProtoExpert.new("ibpath.truncated", "Truncated", expert.group.MALFORMED, expert.severity.ERROR)
 EX.count = ProtoExpert.new("ibpath.list_capped", "List longer than the dissector shows", expert.group.MALFORMED, expert.severity.WARN)
@@ -585,6 +660,40 @@ local function ib_short(tvb, tree, proto, off, limit, need)
     tree:add_proto_expert_info(EX.short, string.format("Truncated: %d bytes needed, none present", need))
   end
   return math.max(limit, off)
+end
+-- layers.sa.name_text: a NUL-terminated UTF-8 name as every ibpath output shows it (the
+-- bytes before the first NUL; a backslash as \\, a byte of no valid UTF-8 sequence (RFC
+-- 3629) or a control character as \xHH; \c after a name no NUL ends)
+local function ib_name_text(range)
+  local s = range:raw()
+  local z = s:find("\0", 1, true)
+  local last = z and z - 1 or #s
+  local out, i = {}, 1
+  while i <= last do
+    local c, len, lo, hi = s:byte(i), 0, 0x80, 0xBF
+    if c == 0x5C then len = -1
+    elseif c >= 0x20 and c < 0x7F then len = 1
+    elseif c >= 0xC2 and c <= 0xDF then len = 2
+    elseif c == 0xE0 then len, lo = 3, 0xA0
+    elseif (c >= 0xE1 and c <= 0xEC) or c == 0xEE or c == 0xEF then len = 3
+    elseif c == 0xED then len, hi = 3, 0x9F
+    elseif c == 0xF0 then len, lo = 4, 0x90
+    elseif c >= 0xF1 and c <= 0xF3 then len = 4
+    elseif c == 0xF4 then len, hi = 4, 0x8F
+    end
+    if len > 1 and i + len - 1 <= last then
+      for j = 1, len - 1 do
+        local b = s:byte(i + j)
+        if b < (j == 1 and lo or 0x80) or b > (j == 1 and hi or 0xBF) then len = 0; break end
+      end
+    elseif len > 1 then
+      len = 0
+    end
+    if len == -1 then out[#out + 1] = "\\\\"; i = i + 1
+    elseif len == 0 then out[#out + 1] = string.format("\\x%02x", c); i = i + 1
+    else out[#out + 1] = s:sub(i, i + len - 1); i = i + len end
+  end
+  return table.concat(out) .. (z and "" or "\\c")
 end
 
 D["LRH"] = function(tvb, pinfo, tree, off, ctx)
@@ -2213,39 +2322,80 @@ D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
   v["component_mask"] = tvb(off + 12, 8):uint64():tonumber()
   if show then
     local ft = t:add(PF[336], tvb(off + 12, 8))
-    ft:add(PF[337], tvb(off + 12 + 4, 4))
-    ft:add(PF[338], tvb(off + 12 + 4, 4))
-    ft:add(PF[339], tvb(off + 12 + 4, 4))
-    ft:add(PF[340], tvb(off + 12 + 4, 4))
-    ft:add(PF[341], tvb(off + 12 + 4, 4))
-    ft:add(PF[342], tvb(off + 12 + 4, 4))
-    ft:add(PF[343], tvb(off + 12 + 4, 4))
-    ft:add(PF[344], tvb(off + 12 + 4, 4))
-    ft:add(PF[345], tvb(off + 12 + 4, 4))
-    ft:add(PF[346], tvb(off + 12 + 4, 4))
-    ft:add(PF[347], tvb(off + 12 + 4, 4))
-    ft:add(PF[348], tvb(off + 12 + 4, 4))
-    ft:add(PF[349], tvb(off + 12 + 4, 4))
-    ft:add(PF[350], tvb(off + 12 + 4, 4))
-    ft:add(PF[351], tvb(off + 12 + 4, 4))
-    ft:add(PF[352], tvb(off + 12 + 4, 4))
-    ft:add(PF[353], tvb(off + 12 + 4, 4))
-    ft:add(PF[354], tvb(off + 12 + 4, 4))
-    ft:add(PF[355], tvb(off + 12 + 4, 4))
-    ft:add(PF[356], tvb(off + 12 + 4, 4))
-    ft:add(PF[357], tvb(off + 12 + 4, 4))
-    ft:add(PF[358], tvb(off + 12 + 4, 4))
+    local sel = ib_under(ctx, "MAD", "attribute_id")
+    if sel == 49 then
+      ft:add(PF[359], tvb(off + 12 + 4, 4))
+      ft:add(PF[360], tvb(off + 12 + 4, 4))
+      ft:add(PF[361], tvb(off + 12 + 4, 4))
+      ft:add(PF[362], tvb(off + 12 + 4, 4))
+      ft:add(PF[363], tvb(off + 12 + 4, 4))
+      ft:add(PF[364], tvb(off + 12 + 4, 4))
+      ft:add(PF[365], tvb(off + 12 + 4, 4))
+      ft:add(PF[366], tvb(off + 12 + 4, 4))
+      ft:add(PF[367], tvb(off + 12 + 4, 4))
+      ft:add(PF[368], tvb(off + 12 + 4, 4))
+      ft:add(PF[369], tvb(off + 12 + 4, 4))
+      ft:add(PF[370], tvb(off + 12 + 4, 4))
+      ft:add(PF[371], tvb(off + 12 + 4, 4))
+      ft:add(PF[372], tvb(off + 12 + 4, 4))
+      ft:add(PF[373], tvb(off + 12 + 4, 4))
+      ft:add(PF[374], tvb(off + 12 + 4, 4))
+      ft:add(PF[375], tvb(off + 12 + 4, 4))
+      ft:add(PF[376], tvb(off + 12 + 4, 4))
+      ft:add(PF[377], tvb(off + 12 + 4, 4))
+      ft:add(PF[378], tvb(off + 12 + 4, 4))
+      ft:add(PF[379], tvb(off + 12 + 4, 4))
+      ft:add(PF[380], tvb(off + 12 + 4, 4))
+      ft:add(PF[381], tvb(off + 12 + 4, 4))
+      ft:add(PF[382], tvb(off + 12 + 4, 4))
+      ft:add(PF[383], tvb(off + 12 + 4, 4))
+      ft:add(PF[384], tvb(off + 12 + 4, 4))
+      ft:add(PF[385], tvb(off + 12 + 4, 4))
+      ft:add(PF[386], tvb(off + 12 + 4, 4))
+      ft:add(PF[387], tvb(off + 12 + 4, 4))
+      ft:add(PF[388], tvb(off + 12 + 4, 4))
+      ft:add(PF[389], tvb(off + 12 + 4, 4))
+      ft:add(PF[390], tvb(off + 12 + 0, 4))
+      ft:add(PF[391], tvb(off + 12 + 0, 4))
+      ft:add(PF[392], tvb(off + 12 + 0, 4))
+      ft:add(PF[393], tvb(off + 12 + 0, 4))
+      ft:add(PF[394], tvb(off + 12 + 0, 4))
+    else
+      ft:add(PF[337], tvb(off + 12 + 4, 4))
+      ft:add(PF[338], tvb(off + 12 + 4, 4))
+      ft:add(PF[339], tvb(off + 12 + 4, 4))
+      ft:add(PF[340], tvb(off + 12 + 4, 4))
+      ft:add(PF[341], tvb(off + 12 + 4, 4))
+      ft:add(PF[342], tvb(off + 12 + 4, 4))
+      ft:add(PF[343], tvb(off + 12 + 4, 4))
+      ft:add(PF[344], tvb(off + 12 + 4, 4))
+      ft:add(PF[345], tvb(off + 12 + 4, 4))
+      ft:add(PF[346], tvb(off + 12 + 4, 4))
+      ft:add(PF[347], tvb(off + 12 + 4, 4))
+      ft:add(PF[348], tvb(off + 12 + 4, 4))
+      ft:add(PF[349], tvb(off + 12 + 4, 4))
+      ft:add(PF[350], tvb(off + 12 + 4, 4))
+      ft:add(PF[351], tvb(off + 12 + 4, 4))
+      ft:add(PF[352], tvb(off + 12 + 4, 4))
+      ft:add(PF[353], tvb(off + 12 + 4, 4))
+      ft:add(PF[354], tvb(off + 12 + 4, 4))
+      ft:add(PF[355], tvb(off + 12 + 4, 4))
+      ft:add(PF[356], tvb(off + 12 + 4, 4))
+      ft:add(PF[357], tvb(off + 12 + 4, 4))
+      ft:add(PF[358], tvb(off + 12 + 4, 4))
+    end
   end
   do
-    local count = math.floor((ib_truthy(ib_and(ib_band(ib_under(ctx, "MAD", "method"), 128), ib_bool((ib_under(ctx, "MAD", "status") ~= 0)))) and 0 or (ib_truthy(ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 1)) and (ib_truthy(((ctx.v["UserMad"] ~= nil) and 1 or 0)) and ib_idiv((limit - o), math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))) or (ib_truthy(ib_and(ib_bool((ib_under(ctx, "RMPP", "rmpp_type") == 1)), ib_bool((ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 6) == 6)))) and ib_idiv(math.min(math.max((ib_under(ctx, "RMPP", "payload_length") - 20), 0), (limit - o)), math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))) or 0)) or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "method") == 146))) and (ib_truthy(ib_and(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)))), ib_bool((ib_val(v, "attribute_offset") ~= 0)))) and 1 or 0) or (ib_truthy(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))))) and 1 or 0)))))
-    local stride = math.floor(math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)))
+    local count = math.floor((ib_truthy(ib_and(ib_band(ib_under(ctx, "MAD", "method"), 128), ib_bool((ib_under(ctx, "MAD", "status") ~= 0)))) and 0 or (ib_truthy(ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 1)) and (ib_truthy(((ctx.v["UserMad"] ~= nil) and 1 or 0)) and ib_idiv((limit - o), math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49))) and 176 or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)))) or (ib_truthy(ib_and(ib_bool((ib_under(ctx, "RMPP", "rmpp_type") == 1)), ib_bool((ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 6) == 6)))) and ib_idiv(math.min(math.max((ib_under(ctx, "RMPP", "payload_length") - 20), 0), (limit - o)), math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49))) and 176 or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)))) or 0)) or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "method") == 146))) and (ib_truthy(ib_and(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49))) and 176 or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))))), ib_bool((ib_val(v, "attribute_offset") ~= 0)))) and 1 or 0) or (ib_truthy(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49))) and 176 or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)))))) and 1 or 0)))))
+    local stride = math.floor(math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49))) and 176 or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))))
     local sel = ib_under(ctx, "MAD", "attribute_id")
     if stride < 1 then count = 0 end
     if count > MAX_LIST_ITEMS then t:add_proto_expert_info(EX.count); count = MAX_LIST_ITEMS end
     for i = 0, count - 1 do
       local s = o + i * stride
       if s + stride > limit then ib_short(tvb, t, P["SAHeader"], s, limit, stride); count = i; break end
-      if sel == 53 then D["PathRecord"](tvb, pinfo, t, s, ib_subctx(ctx, s + stride))
+      if sel == 49 then D["ServiceRecord"](tvb, pinfo, t, s, ib_subctx(ctx, s + stride))
+      elseif sel == 53 then D["PathRecord"](tvb, pinfo, t, s, ib_subctx(ctx, s + stride))
       end
     end
     o = o + math.max(count, 0) * math.max(stride, 0)
@@ -2259,6 +2409,60 @@ D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
   if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_or(ib_bool((ib_under(ctx, "MAD", "class_version") ~= 2)), ib_and(ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128)), ib_not(ib_or(ib_bool((ib_under(ctx, "MAD", "method") == 1)), ib_bool((ib_under(ctx, "MAD", "method") == 18)))))))) then t:add_proto_expert_info(EX[4]) end
   if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 129)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[6]) end
   if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 146)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[7]) end
+  local r = o
+  return r
+end
+
+D["ServiceRecord"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["ServiceRecord"] = v
+  ctx.at["ServiceRecord"] = off
+  if off + 176 > limit then return ib_short(tvb, tree, P["ServiceRecord"], off, limit, 176) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["ServiceRecord"], tvb(off, 176)) end
+  local o = off + 176
+  if show then t:add(PF[395], tvb(off + 0, 8)) end
+  if show then t:add(PF[396], tvb(off + 8, 16)) end
+  if show then t:add(PF[397], tvb(off + 24, 2)) end
+  if show then t:add(PF[398], tvb(off + 26, 2)) end
+  if show then t:add(PF[399], tvb(off + 28, 4)) end
+  if show then t:add(PF[400], tvb(off + 32, 16)) end
+  if show then local r = tvb(off + 48, 64); t:add(PF[401], r):set_text("Service Name: \034" .. ib_name_text(r) .. '"') end
+  if show then t:add(PF[402], tvb(off + 112, 1)) end
+  if show then t:add(PF[403], tvb(off + 113, 1)) end
+  if show then t:add(PF[404], tvb(off + 114, 1)) end
+  if show then t:add(PF[405], tvb(off + 115, 1)) end
+  if show then t:add(PF[406], tvb(off + 116, 1)) end
+  if show then t:add(PF[407], tvb(off + 117, 1)) end
+  if show then t:add(PF[408], tvb(off + 118, 1)) end
+  if show then t:add(PF[409], tvb(off + 119, 1)) end
+  if show then t:add(PF[410], tvb(off + 120, 1)) end
+  if show then t:add(PF[411], tvb(off + 121, 1)) end
+  if show then t:add(PF[412], tvb(off + 122, 1)) end
+  if show then t:add(PF[413], tvb(off + 123, 1)) end
+  if show then t:add(PF[414], tvb(off + 124, 1)) end
+  if show then t:add(PF[415], tvb(off + 125, 1)) end
+  if show then t:add(PF[416], tvb(off + 126, 1)) end
+  if show then t:add(PF[417], tvb(off + 127, 1)) end
+  if show then t:add(PF[418], tvb(off + 128, 2)) end
+  if show then t:add(PF[419], tvb(off + 130, 2)) end
+  if show then t:add(PF[420], tvb(off + 132, 2)) end
+  if show then t:add(PF[421], tvb(off + 134, 2)) end
+  if show then t:add(PF[422], tvb(off + 136, 2)) end
+  if show then t:add(PF[423], tvb(off + 138, 2)) end
+  if show then t:add(PF[424], tvb(off + 140, 2)) end
+  if show then t:add(PF[425], tvb(off + 142, 2)) end
+  if show then t:add(PF[426], tvb(off + 144, 4)) end
+  if show then t:add(PF[427], tvb(off + 148, 4)) end
+  if show then t:add(PF[428], tvb(off + 152, 4)) end
+  if show then t:add(PF[429], tvb(off + 156, 4)) end
+  if show then t:add(PF[430], tvb(off + 160, 8)) end
+  if show then t:add(PF[431], tvb(off + 168, 8)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["ServiceRecord"] then HOOKS["ServiceRecord"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
   return r
 end
@@ -2452,7 +2656,7 @@ local TID_TRACK_MAX = 2000000  -- TIDs (requests and responses) paired; past it 
 local SA_HDR_SIZE = 20
 local SA_MAD_HDR_SIZE = 56
 local SA_DATA_SIZE = 200
-local function SA_RECORD_STRIDE(v, ctx) return math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)) end
+local function SA_RECORD_STRIDE(v, ctx) return math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49))) and 176 or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))) end
 -- layers/roce.py
 local UD_SEND_ONLY = 0x64
 local ROCEV2_UDP_PORT_BE = "\018\183"

@@ -10,7 +10,7 @@ from scapy.layers.inet6 import IPv6  # noqa: F401
 from scapy.layers.l2 import Ether  # noqa: F401
 
 from .mad import MAD, RMPP, MADPadding  # noqa: F401
-from .sa import SAHeader, PathRecord, GIDField  # noqa: F401
+from .sa import SAHeader, PathRecord, ServiceRecord, GIDField  # noqa: F401
 from .cm import CMReq, CMRep, CMRtu, CMRej, CMDreq, CMDrep, CMMra  # noqa: F401
 from .roce import DETH  # noqa: F401
 from .ib import LRH, ERF, ERFExtension, ExportedPDU, ExportedPDUTag  # noqa: F401
@@ -32,7 +32,7 @@ from .umad import UserMad  # noqa: F401
 
 __all__ = [
     "BTH", "GRH", "IP", "IPv6", "UDP", "Ether",
-    "MAD", "RMPP", "MADPadding", "SAHeader", "PathRecord", "GIDField",
+    "MAD", "RMPP", "MADPadding", "SAHeader", "PathRecord", "ServiceRecord", "GIDField",
     "CMReq", "CMRep", "CMRtu", "CMRej", "CMDreq", "CMDrep", "CMMra",
     "DETH", "LRH", "ERF", "ERFExtension", "ExportedPDU", "ExportedPDUTag",
     "PathRecData", "PathArray",

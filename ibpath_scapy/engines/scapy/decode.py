@@ -422,7 +422,8 @@ def _mad_parts(mad: Packet, mad_bytes: bytes, whole: int) -> tuple:
         records, reserved = (_sa_records(hdr) if hdr.record_class() is not None
                              else (None, ()))
         sa = SaParts(Rmpp(**layer_dict(mad[RMPP])),
-                     sa_fact(hdr.sm_key, hdr.attribute_offset, int(hdr.component_mask)),
+                     sa_fact(hdr.sm_key, hdr.attribute_offset, int(hdr.component_mask),
+                             mad.attribute_id),
                      records, reserved, mad_bytes, _whole_records)
         return sa, cm, cm_req
     msg = next((mad.getlayer(c) for c in cm_layers.CM_MESSAGE_CLASSES.values()

@@ -419,7 +419,7 @@ class _Builder(Assembler):
         sa_node = _first(top, _SA_NODE)
         sa = _values(sa_node, SAHeader)
         header = sa_fact(sa.get("sm_key", 0), sa.get("attribute_offset", 0),
-                         sa.get("component_mask", 0))
+                         sa.get("component_mask", 0), mad["attribute_id"])
         layer = SA_RECORD_CLASSES.get(mad["attribute_id"])  # the SA attribute table's entry
 
         def records_of(node) -> tuple[list, list] | tuple[None, tuple]:
