@@ -12,7 +12,7 @@ from ..layers.acm import ACM_COUNTERS
 from ..layers.cm import CMReq
 from ..layers.coded import coded_text, MTU_CODES, RATE_CODES, time_exponent_text
 from ..layers.pathdata import flags_text
-from ..layers.sa import SA_RECORD_CLASSES, SELECTORS, PathRecord
+from ..layers.sa import SA_RECORD_CLASSES, SELECTORS, PathRecord, ServiceRecord
 
 _SEL = {0: ">", 1: "<", 2: "=", 3: "best"}
 _FIELDS = {f.name: f for cls in (CMReq, PathRecord) for f in cls.fields_desc}
@@ -180,11 +180,20 @@ def _process_text(head: str, d: dict) -> list[str]:
         if "level" in d:
             parts.append(f"{d['level']}/{d['optname']} optlen {d['optlen']}")
         if "option" in d:
-            parts.append(d["option"] + (f": {d['num_paths']} path(s)" if "num_paths" in d else ""))
+            parts.append(d["option"] + (f": {d['num_paths']} path(s)" if "num_paths" in d else "")
+                         + (f": {d['num_service_recs']} service record(s), "
+                            f"{len(d['service_records'])} copied"
+                            if "num_service_recs" in d else ""))
+        if "service_flags" in d:
+            parts.append(f"sid 0x{d['service_id']:016x} name \"{d['service_name']}\" flags "
+                         + ("|".join(d["service_flags"]) or "0"))
         lines = [head + "ucma  " + "  ".join(parts) + _call_text(d)]
         for i, rec in enumerate(d.get("paths", [])):
             lines.append(f"        path[{i}] flags 0x{rec['flags']:02x} {flags_text(rec['flags'])}  "
                          + path_record_line(rec["path_record"]))
+        for i, rec in enumerate(d.get("service_records", [])):
+            lines.append(f"        ServiceRecord[{i}] " + " ".join(
+                f"{k}={record_field_text(ServiceRecord, k, v)}" for k, v in rec.items()))
     else:
         a = d["acm"]
         lines = [head + f"acm  {a['opcode_name'] or a['opcode']} status "

@@ -23,7 +23,8 @@ from .netlink import (  # noqa: F401
 from .ucma import (  # noqa: F401
     UcmaCmdHdr, UcmaCreateId, UcmaCreateIdResp, UcmaResolveIp, UcmaResolveAddr,
     UcmaResolveRoute, UcmaConnect, UcmaQuery, UcmaQueryPathResp, UcmaGetEvent, UcmaEventResp,
-    UcmaSetOption, UcmaConnParam, UcmaAhAttr, UcmaUdParam, UcmaEce,
+    UcmaSetOption, UcmaConnParam, UcmaAhAttr, UcmaUdParam, UcmaEce, UcmaIbService,
+    UcmaResolveIbService, UcmaQueryIbServiceResp,
 )
 from .acm import (  # noqa: F401
     AcmCounter, AcmEpAddrData, AcmEpAddress, AcmEpConfigData, AcmHdr, AcmPerfData, AcmResolve,
@@ -43,6 +44,7 @@ __all__ = [
     "UcmaCmdHdr", "UcmaCreateId", "UcmaCreateIdResp", "UcmaResolveIp", "UcmaResolveAddr",
     "UcmaResolveRoute", "UcmaConnect", "UcmaQuery", "UcmaQueryPathResp", "UcmaGetEvent",
     "UcmaEventResp", "UcmaSetOption", "UcmaConnParam", "UcmaAhAttr", "UcmaUdParam", "UcmaEce",
+    "UcmaIbService", "UcmaResolveIbService", "UcmaQueryIbServiceResp",
     "AcmHdr", "AcmEpAddrData", "AcmResolve", "AcmPerfData", "AcmCounter", "AcmEpConfigData",
     "AcmEpAddress",
     "UserMad",
