@@ -648,16 +648,17 @@ EX.short = ProtoExpert.new("ibpath.truncated", "Truncated", expert.group.MALFORM
 EX.count = ProtoExpert.new("ibpath.list_capped", "List longer than the dissector shows", expert.group.MALFORMED, expert.severity.WARN)
 EX[1] = ProtoExpert.new("ibpath.rule.saq_serviceid_half", "SAQ-SERVICEID-HALF: only one of ComponentMask bits 0/1 (ServiceID) set; OpenSM answers INSUF_COMPS", expert.group.PROTOCOL, expert.severity.ERROR)
 EX[2] = ProtoExpert.new("ibpath.rule.saq_reserved_comp", "SAQ-RESERVED-COMP: reserved ComponentMask bit set in a PathRecord query", expert.group.PROTOCOL, expert.severity.WARN)
-EX[3] = ProtoExpert.new("ibpath.rule.saq_selector_missing", "SAQ-SELECTOR-MISSING: MTU, rate or PacketLifeTime component without its selector\039s bit, or a selector without its value\039s: OpenSM ignores both halves", expert.group.PROTOCOL, expert.severity.WARN)
-EX[4] = ProtoExpert.new("ibpath.rule.saq_bad_method", "SAQ-BAD-METHOD: PathRecord MAD with a method other than Get/GetTable or class version not 2", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[5] = ProtoExpert.new("ibpath.rule.saq_numbpath_zero", "SAQ-NUMBPATH-ZERO: GetTable with the NumbPath component set and NumbPath 0: OpenSM returns no record", expert.group.PROTOCOL, expert.severity.WARN)
-EX[6] = ProtoExpert.new("ibpath.rule.sar_get_multi", "SAR-GET-MULTI: GetResp whose AttributeOffset does not match the PathRecord size (8 words)", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[7] = ProtoExpert.new("ibpath.rule.sar_table_offset", "SAR-TABLE-OFFSET: GetTableResp whose AttributeOffset is not the PathRecord size (8 words): saquery counts and steps through the records by it", expert.group.PROTOCOL, expert.severity.WARN)
-EX[8] = ProtoExpert.new("ibpath.rule.blob_length", "BLOB-LENGTH: blob length is not a multiple of 72 (ucma_set_ib_path returns EINVAL)", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[9] = ProtoExpert.new("ibpath.rule.blob_unknown_flags", "BLOB-UNKNOWN-FLAGS: flag bit outside 0x3F set", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[10] = ProtoExpert.new("ibpath.rule.blob_gmp_not_reversible", "BLOB-GMP-NOT-REVERSIBLE: record flagged GMP carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[11] = ProtoExpert.new("ibpath.rule.blob_bidir_not_reversible", "BLOB-BIDIR-NOT-REVERSIBLE: record flagged BIDIRECTIONAL carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
-local EXPERT_LIST = {EX.short, EX.count, EX[1], EX[2], EX[3], EX[4], EX[5], EX[6], EX[7], EX[8], EX[9], EX[10], EX[11]}
+EX[3] = ProtoExpert.new("ibpath.rule.saq_sr_reserved_comp", "SAQ-SR-RESERVED-COMP: reserved ComponentMask bit set in a ServiceRecord request (3 or 37-63)", expert.group.PROTOCOL, expert.severity.WARN)
+EX[4] = ProtoExpert.new("ibpath.rule.saq_selector_missing", "SAQ-SELECTOR-MISSING: MTU, rate or PacketLifeTime component without its selector\039s bit, or a selector without its value\039s: OpenSM ignores both halves", expert.group.PROTOCOL, expert.severity.WARN)
+EX[5] = ProtoExpert.new("ibpath.rule.saq_bad_method", "SAQ-BAD-METHOD: PathRecord MAD with a method other than Get/GetTable or class version not 2", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[6] = ProtoExpert.new("ibpath.rule.saq_numbpath_zero", "SAQ-NUMBPATH-ZERO: GetTable with the NumbPath component set and NumbPath 0: OpenSM returns no record", expert.group.PROTOCOL, expert.severity.WARN)
+EX[7] = ProtoExpert.new("ibpath.rule.sar_get_multi", "SAR-GET-MULTI: GetResp whose AttributeOffset does not match the PathRecord size (8 words)", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[8] = ProtoExpert.new("ibpath.rule.sar_table_offset", "SAR-TABLE-OFFSET: GetTableResp whose AttributeOffset is not the PathRecord size (8 words): saquery counts and steps through the records by it", expert.group.PROTOCOL, expert.severity.WARN)
+EX[9] = ProtoExpert.new("ibpath.rule.blob_length", "BLOB-LENGTH: blob length is not a multiple of 72 (ucma_set_ib_path returns EINVAL)", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[10] = ProtoExpert.new("ibpath.rule.blob_unknown_flags", "BLOB-UNKNOWN-FLAGS: flag bit outside 0x3F set", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[11] = ProtoExpert.new("ibpath.rule.blob_gmp_not_reversible", "BLOB-GMP-NOT-REVERSIBLE: record flagged GMP carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[12] = ProtoExpert.new("ibpath.rule.blob_bidir_not_reversible", "BLOB-BIDIR-NOT-REVERSIBLE: record flagged BIDIRECTIONAL carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
+local EXPERT_LIST = {EX.short, EX.count, EX[1], EX[2], EX[3], EX[4], EX[5], EX[6], EX[7], EX[8], EX[9], EX[10], EX[11], EX[12]}
 
 local function ib_val(v, k) return v[k] or 0 end
 local function ib_under(ctx, layer, k) local t = ctx.v[layer]; return t and t[k] or 0 end
@@ -825,7 +826,7 @@ D["PathArray"] = function(tvb, pinfo, tree, off, ctx)
   o = o + n1
   if show then t:set_len(o - off) end
   if HOOKS["PathArray"] then HOOKS["PathArray"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_truthy(ib_bool((ib_mod((limit - off), 72) ~= 0))) then t:add_proto_expert_info(EX[8]) end
+  if ib_truthy(ib_bool((ib_mod((limit - off), 72) ~= 0))) then t:add_proto_expert_info(EX[9]) end
   local r = o
   return r
 end
@@ -1110,7 +1111,7 @@ D["PathRecData"] = function(tvb, pinfo, tree, off, ctx)
   D["PathRecord"](tvb, pinfo, t, off + 8, ib_subctx(ctx, off + 8 + 64))
   if show then t:set_len(o - off) end
   if HOOKS["PathRecData"] then HOOKS["PathRecData"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_truthy(ib_bool((ib_band(ib_val(v, "flags"), 4294967232) ~= 0))) then t:add_proto_expert_info(EX[9]) end
+  if ib_truthy(ib_bool((ib_band(ib_val(v, "flags"), 4294967232) ~= 0))) then t:add_proto_expert_info(EX[10]) end
   local r = o
   return r
 end
@@ -1681,9 +1682,9 @@ D["PathRecord"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:add(PF[177], tvb(off + 58, 6)) end
   if show then t:set_len(o - off) end
   if HOOKS["PathRecord"] then HOOKS["PathRecord"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 18)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_band(ib_lo(ib_under(ctx, "SAHeader", "component_mask")), 4096) ~= 0)), ib_bool((ib_val(v, "numb_path") == 0)))) then t:add_proto_expert_info(EX[5]) end
-  if ib_truthy(ib_and(ib_band(ib_under(ctx, "PathRecData", "flags"), 1), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[10]) end
-  if ib_truthy(ib_and(ib_bool((ib_band(ib_under(ctx, "PathRecData", "flags"), 40) == 40)), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[11]) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 18)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_band(ib_lo(ib_under(ctx, "SAHeader", "component_mask")), 4096) ~= 0)), ib_bool((ib_val(v, "numb_path") == 0)))) then t:add_proto_expert_info(EX[6]) end
+  if ib_truthy(ib_and(ib_band(ib_under(ctx, "PathRecData", "flags"), 1), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[11]) end
+  if ib_truthy(ib_and(ib_bool((ib_band(ib_under(ctx, "PathRecData", "flags"), 40) == 40)), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[12]) end
   local r = o
   return r
 end
@@ -2556,10 +2557,11 @@ D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
   if HOOKS["SAHeader"] then HOOKS["SAHeader"](tvb, pinfo, t, off, o, ctx, v) end
   if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3) == 1)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3) == 2))))) then t:add_proto_expert_info(EX[1]) end
   if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 4286578816) ~= 0)), ib_bool((ib_hi(ib_val(v, "component_mask")) ~= 0))))) then t:add_proto_expert_info(EX[2]) end
-  if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 196608) == 131072)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 196608) == 65536))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 786432) == 524288)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 786432) == 262144))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3145728) == 2097152)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3145728) == 1048576)))))) then t:add_proto_expert_info(EX[3]) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_or(ib_bool((ib_under(ctx, "MAD", "class_version") ~= 2)), ib_and(ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128)), ib_not(ib_or(ib_bool((ib_under(ctx, "MAD", "method") == 1)), ib_bool((ib_under(ctx, "MAD", "method") == 18)))))))) then t:add_proto_expert_info(EX[4]) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 129)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[6]) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 146)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[7]) end
+  if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 8) ~= 0)), ib_bool((ib_band(ib_hi(ib_val(v, "component_mask")), 4294967264) ~= 0))))) then t:add_proto_expert_info(EX[3]) end
+  if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 196608) == 131072)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 196608) == 65536))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 786432) == 524288)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 786432) == 262144))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3145728) == 2097152)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3145728) == 1048576)))))) then t:add_proto_expert_info(EX[4]) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_or(ib_bool((ib_under(ctx, "MAD", "class_version") ~= 2)), ib_and(ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128)), ib_not(ib_or(ib_bool((ib_under(ctx, "MAD", "method") == 1)), ib_bool((ib_under(ctx, "MAD", "method") == 18)))))))) then t:add_proto_expert_info(EX[5]) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 129)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[7]) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 146)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[8]) end
   local r = o
   return r
 end

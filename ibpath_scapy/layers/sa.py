@@ -114,6 +114,15 @@ def name_text(raw: bytes) -> str:
     return "".join(out) + (UNTERMINATED if end < 0 else "")
 
 
+def name_unterminated(text: str) -> bool:
+    """Whether name_text's text says that no NUL ended the name: it ends in the escape \\c
+    (a backslash of the name is written doubled, so an even run of them precedes the escape)."""
+    if not text.endswith(UNTERMINATED):
+        return False
+    body = text[:-len(UNTERMINATED)]
+    return (len(body) - len(body.rstrip("\\"))) % 2 == 0
+
+
 class NameField(XStrFixedLenField):
     """A fixed-size NUL-terminated UTF-8 name: the bytes on the wire, shown as name_text
     (every engine and the plugin). Set it with text (encoded UTF-8, NUL-padded) or bytes."""

@@ -87,6 +87,7 @@ RDMA_USER_CM_QUERY_IB_SERVICE = 3
 # struct rdma_ucm_ib_service flags (rdma_user_cm.h RDMA_USER_CM_IB_SERVICE_FLAG_*): which of
 # service_id and service_name rdma_resolve_ib_service asks the SA for
 IB_SERVICE_FLAGS = ["ID", "NAME"]  # FLAG_ID 1, FLAG_NAME 2
+IB_SERVICE_FLAG_ID, IB_SERVICE_FLAG_NAME = 1, 2
 RDMA_USER_CM_IB_SERVICE_NAME_SIZE = SERVICE_NAME_SIZE  # the ServiceRecord's ServiceName
 QUERY_IB_SERVICE_RESP_HDR_SIZE = 8  # struct rdma_ucm_query_ib_service_resp without recs[]
 
