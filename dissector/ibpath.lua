@@ -211,232 +211,315 @@ PF[129] = ProtoField.uint16("ibpath.ucma_resolve_addr.dst_size", "Dst Size", bas
 PF[130] = ProtoField.uint32("ibpath.ucma_resolve_addr.reserved", "Reserved", base.HEX, nil, nil, "")
 PF[131] = ProtoField.bytes("ibpath.ucma_resolve_addr.src_addr", "Src Addr", "")
 PF[132] = ProtoField.bytes("ibpath.ucma_resolve_addr.dst_addr", "Dst Addr", "")
-PF[133] = ProtoField.bytes("ibpath.acm_resolve.trailing", "Trailing", "")
-PF[134] = ProtoField.bytes("ibpath.acm_perf.trailing", "Trailing", "")
-PF[135] = ProtoField.uint64("ibpath.acm_ep_config.dev_guid", "Dev GUID", base.HEX, nil, nil, "")
-PF[136] = ProtoField.uint8("ibpath.acm_ep_config.port_num", "Port Num", base.DEC, nil, nil, "")
-PF[137] = ProtoField.uint8("ibpath.acm_ep_config.phys_port_cnt", "Phys Port Cnt", base.DEC, nil, nil, "")
-PF[138] = ProtoField.uint16("ibpath.acm_ep_config.reserved", "Reserved", base.HEX, nil, nil, "")
-PF[139] = ProtoField.uint16("ibpath.acm_ep_config.pkey", "P_Key", base.HEX, nil, nil, "")
-PF[140] = ProtoField.uint16("ibpath.acm_ep_config.addr_cnt", "Addr Cnt", base.DEC, nil, nil, "")
-PF[141] = ProtoField.bytes("ibpath.acm_ep_config.prov_name", "Prov Name", "")
-PF[142] = ProtoField.bytes("ibpath.acm_ep_config.trailing", "Trailing", "")
-PF[143] = ProtoField.uint8("ibpath.mad.base_version", "Base Version", base.DEC, nil, nil, "")
-PF[144] = ProtoField.uint8("ibpath.mad.mgmt_class", "Mgmt Class", base.DEC, VS[11], nil, "")
-PF[145] = ProtoField.uint8("ibpath.mad.class_version", "Class Version", base.DEC, nil, nil, "")
-PF[146] = ProtoField.uint8("ibpath.mad.method", "Method", base.DEC, VS[12], nil, "")
-PF[147] = ProtoField.uint16("ibpath.mad.status", "Status", base.HEX, nil, nil, "")
-PF[148] = ProtoField.uint16("ibpath.mad.class_specific", "Class Specific", base.HEX, nil, nil, "")
-PF[149] = ProtoField.uint64("ibpath.mad.transaction_id", "Transaction ID", base.HEX, nil, nil, "")
-PF[150] = ProtoField.uint16("ibpath.mad.attribute_id", "Attribute ID", base.HEX, nil, nil, "")
-PF[151] = ProtoField.uint16("ibpath.mad.reserved_144", "Reserved 144", base.HEX, nil, nil, "")
-PF[152] = ProtoField.uint32("ibpath.mad.attribute_modifier", "Attribute Modifier", base.HEX, nil, nil, "")
-PF[153] = ProtoField.uint64("ibpath.pathrecord.service_id", "Service ID", base.HEX, nil, nil, "")
-PF[154] = ProtoField.ipv6("ibpath.pathrecord.dgid", "DGID", "")
-PF[155] = ProtoField.ipv6("ibpath.pathrecord.sgid", "SGID", "")
-PF[156] = ProtoField.uint16("ibpath.pathrecord.dlid", "DLID", base.DEC_HEX, nil, nil, "")
-PF[157] = ProtoField.uint16("ibpath.pathrecord.slid", "SLID", base.DEC_HEX, nil, nil, "")
-PF[158] = ProtoField.uint8("ibpath.pathrecord.raw_traffic", "Raw Traffic", base.DEC, nil, 0x80, "")
-PF[159] = ProtoField.uint8("ibpath.pathrecord.reserved_353", "Reserved 353", base.HEX, nil, 0x70, "")
-PF[160] = ProtoField.uint24("ibpath.pathrecord.flow_label", "Flow Label", base.HEX, nil, 0xfffff, "")
-PF[161] = ProtoField.uint8("ibpath.pathrecord.hop_limit", "Hop Limit", base.DEC, nil, nil, "")
-PF[162] = ProtoField.uint8("ibpath.pathrecord.tclass", "TClass", base.HEX, nil, nil, "")
-PF[163] = ProtoField.uint8("ibpath.pathrecord.reversible", "Reversible", base.DEC, nil, 0x80, "")
-PF[164] = ProtoField.uint8("ibpath.pathrecord.numb_path", "Numb Path", base.DEC, nil, 0x7f, "")
-PF[165] = ProtoField.uint16("ibpath.pathrecord.pkey", "P_Key", base.HEX, nil, nil, "")
-PF[166] = ProtoField.uint16("ibpath.pathrecord.qos_class", "QoS Class", base.HEX, nil, 0xfff0, "")
-PF[167] = ProtoField.uint8("ibpath.pathrecord.sl", "SL", base.DEC, nil, 0xf, "")
-PF[168] = ProtoField.uint8("ibpath.pathrecord.mtu_selector", "MTU Selector", base.DEC, VS[13], 0xc0, "")
-PF[169] = ProtoField.uint8("ibpath.pathrecord.mtu", "MTU", base.DEC, VS[14], 0x3f, "")
-PF[170] = ProtoField.uint8("ibpath.pathrecord.rate_selector", "Rate Selector", base.DEC, VS[13], 0xc0, "")
-PF[171] = ProtoField.uint8("ibpath.pathrecord.rate", "Rate", base.DEC, VS[15], 0x3f, "")
-PF[172] = ProtoField.uint8("ibpath.pathrecord.packet_life_time_selector", "Packet Life Time Selector", base.DEC, VS[16], 0xc0, "")
-PF[173] = ProtoField.uint8("ibpath.pathrecord.packet_life_time", "Packet Life Time", base.DEC, VS[17], 0x3f, "")
-PF[174] = ProtoField.uint8("ibpath.pathrecord.preference", "Preference", base.DEC, nil, nil, "")
-PF[175] = ProtoField.uint64("ibpath.pathrecord.reserved_464", "Reserved 464", base.HEX, nil, nil, "")
-PF[176] = ProtoField.uint16("ibpath.ls_attr.nla_len", "NLA Len", base.DEC, nil, nil, "")
-PF[177] = ProtoField.uint16("ibpath.ls_attr.nested", "Nested", base.DEC, nil, 0x8000, "")
-PF[178] = ProtoField.uint16("ibpath.ls_attr.net_byteorder", "Net Byteorder", base.DEC, nil, 0x4000, "")
-PF[179] = ProtoField.uint16("ibpath.ls_attr.mandatory", "Mandatory", base.DEC, nil, 0x2000, "")
-PF[180] = ProtoField.uint16("ibpath.ls_attr.nla_type", "NLA Type", base.DEC, VS[18], 0x1fff, "")
-PF[181] = ProtoField.uint32("ibpath.ucma_create_id_resp.id", "ID", base.DEC, nil, nil, "")
-PF[182] = ProtoField.uint32("ibpath.ucma_conn_param.qp_num", "QP Num", base.HEX, nil, nil, "")
-PF[183] = ProtoField.uint32("ibpath.ucma_conn_param.qkey", "Qkey", base.HEX, nil, nil, "")
-PF[184] = ProtoField.bytes("ibpath.ucma_conn_param.private_data", "Private Data", "")
-PF[185] = ProtoField.uint8("ibpath.ucma_conn_param.private_data_len", "Private Data Len", base.DEC, nil, nil, "")
-PF[186] = ProtoField.uint8("ibpath.ucma_conn_param.srq", "SRQ", base.DEC, nil, nil, "")
-PF[187] = ProtoField.uint8("ibpath.ucma_conn_param.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
-PF[188] = ProtoField.uint8("ibpath.ucma_conn_param.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
-PF[189] = ProtoField.uint8("ibpath.ucma_conn_param.flow_control", "Flow Control", base.DEC, nil, nil, "")
-PF[190] = ProtoField.uint8("ibpath.ucma_conn_param.retry_count", "Retry Count", base.DEC, nil, nil, "")
-PF[191] = ProtoField.uint8("ibpath.ucma_conn_param.rnr_retry_count", "RNR Retry Count", base.DEC, nil, nil, "")
-PF[192] = ProtoField.uint8("ibpath.ucma_conn_param.valid", "Valid", base.DEC, nil, nil, "")
-PF[193] = ProtoField.uint32("ibpath.ucma_ece.vendor_id", "Vendor ID", base.HEX, nil, nil, "")
-PF[194] = ProtoField.uint32("ibpath.ucma_ece.attr_mod", "Attr Mod", base.HEX, nil, nil, "")
-PF[195] = ProtoField.uint64("ibpath.ucma_event_resp.uid", "Uid", base.HEX, nil, nil, "")
-PF[196] = ProtoField.uint32("ibpath.ucma_event_resp.id", "ID", base.DEC, nil, nil, "")
-PF[197] = ProtoField.uint32("ibpath.ucma_event_resp.event", "Event", base.DEC, VS[19], nil, "")
-PF[198] = ProtoField.uint32("ibpath.ucma_event_resp.status", "Status", base.DEC, nil, nil, "")
-PF[199] = ProtoField.bytes("ibpath.ucma_event_resp.param_rest", "Param Rest", "")
-PF[200] = ProtoField.uint32("ibpath.ucma_event_resp.reserved", "Reserved", base.HEX, nil, nil, "")
-PF[201] = ProtoField.uint32("ibpath.ucma_query_path_resp.num_paths", "Num Paths", base.DEC, nil, nil, "")
-PF[202] = ProtoField.uint32("ibpath.ucma_query_path_resp.reserved", "Reserved", base.HEX, nil, nil, "")
-PF[203] = ProtoField.uint32("ibpath.acm_ep_addr_data.flags", "Flags", base.HEX, nil, nil, "")
-PF[204] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.source", "SOURCE", 32, nil, 1, "")
-PF[205] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.dest", "DEST", 32, nil, 2, "")
-PF[206] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.nodelay", "NODELAY", 32, nil, 0x40000000, "")
-PF[207] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.query_sa", "QUERY SA", 32, nil, 0x80000000, "")
-PF[208] = ProtoField.uint16("ibpath.acm_ep_addr_data.type", "Type", base.DEC, VS[20], nil, "")
-PF[209] = ProtoField.uint16("ibpath.acm_ep_addr_data.reserved", "Reserved", base.HEX, nil, nil, "")
-PF[210] = ProtoField.bytes("ibpath.acm_ep_addr_data.info", "Info", "")
-PF[211] = ProtoField.uint64("ibpath.acm_counter.value", "Value", base.DEC, nil, nil, "")
-PF[212] = ProtoField.bytes("ibpath.acm_ep_address.address", "Address", "")
-PF[213] = ProtoField.uint8("ibpath.rmpp.rmpp_version", "RMPP Version", base.DEC, nil, nil, "")
-PF[214] = ProtoField.uint8("ibpath.rmpp.rmpp_type", "RMPP Type", base.DEC, VS[21], nil, "")
-PF[215] = ProtoField.uint8("ibpath.rmpp.r_resp_time", "R Resp Time", base.DEC, nil, 0xf8, "")
-PF[216] = ProtoField.uint8("ibpath.rmpp.rmpp_flags", "RMPP Flags", base.HEX, nil, 7, "")
-PF[217] = ProtoField.bool("ibpath.rmpp.rmpp_flags.active", "Active", 8, nil, 1, "")
-PF[218] = ProtoField.bool("ibpath.rmpp.rmpp_flags.first", "First", 8, nil, 2, "")
-PF[219] = ProtoField.bool("ibpath.rmpp.rmpp_flags.last", "Last", 8, nil, 4, "")
-PF[220] = ProtoField.uint8("ibpath.rmpp.rmpp_status", "RMPP Status", base.DEC, VS[22], nil, "")
-PF[221] = ProtoField.uint32("ibpath.rmpp.segment_number", "Segment Number", base.DEC, nil, nil, "")
-PF[222] = ProtoField.uint32("ibpath.rmpp.payload_length", "Payload Length", base.DEC, nil, nil, "")
-PF[223] = ProtoField.uint32("ibpath.cm_req.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[224] = ProtoField.uint32("ibpath.cm_req.reserved_32", "Reserved 32", base.HEX, nil, nil, "")
-PF[225] = ProtoField.uint64("ibpath.cm_req.service_id", "Service ID", base.HEX, nil, nil, "")
-PF[226] = ProtoField.uint64("ibpath.cm_req.local_ca_guid", "Local CA GUID", base.HEX, nil, nil, "")
-PF[227] = ProtoField.uint32("ibpath.cm_req.reserved_192", "Reserved 192", base.HEX, nil, nil, "")
-PF[228] = ProtoField.uint32("ibpath.cm_req.local_q_key", "Local Q Key", base.HEX, nil, nil, "")
-PF[229] = ProtoField.uint24("ibpath.cm_req.local_qpn", "Local QPN", base.HEX, nil, nil, "")
-PF[230] = ProtoField.uint8("ibpath.cm_req.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
-PF[231] = ProtoField.uint24("ibpath.cm_req.local_eecn", "Local EECN", base.HEX, nil, nil, "")
-PF[232] = ProtoField.uint8("ibpath.cm_req.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
-PF[233] = ProtoField.uint24("ibpath.cm_req.remote_eecn", "Remote EECN", base.HEX, nil, nil, "")
-PF[234] = ProtoField.uint8("ibpath.cm_req.remote_cm_response_timeout", "Remote CM Response Timeout", base.DEC, VS[23], 0xf8, "")
-PF[235] = ProtoField.uint8("ibpath.cm_req.transport_service_type", "Transport Service Type", base.DEC, VS[24], 6, "")
-PF[236] = ProtoField.uint8("ibpath.cm_req.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
-PF[237] = ProtoField.uint24("ibpath.cm_req.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
-PF[238] = ProtoField.uint8("ibpath.cm_req.local_cm_response_timeout", "Local CM Response Timeout", base.DEC, VS[23], 0xf8, "")
-PF[239] = ProtoField.uint8("ibpath.cm_req.retry_count", "Retry Count", base.DEC, nil, 7, "")
-PF[240] = ProtoField.uint16("ibpath.cm_req.pkey", "P_Key", base.HEX, nil, nil, "")
-PF[241] = ProtoField.uint8("ibpath.cm_req.path_packet_payload_mtu", "Path Packet Payload MTU", base.DEC, VS[14], 0xf0, "")
-PF[242] = ProtoField.uint8("ibpath.cm_req.rdc_exists", "RDC Exists", base.DEC, nil, 8, "")
-PF[243] = ProtoField.uint8("ibpath.cm_req.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 7, "")
-PF[244] = ProtoField.uint8("ibpath.cm_req.max_cm_retries", "Max CM Retries", base.DEC, nil, 0xf0, "")
-PF[245] = ProtoField.uint8("ibpath.cm_req.srq", "SRQ", base.DEC, nil, 8, "")
-PF[246] = ProtoField.uint8("ibpath.cm_req.extended_transport_type", "Extended Transport Type", base.DEC, nil, 7, "")
-PF[247] = ProtoField.uint16("ibpath.cm_req.primary_local_lid", "Primary Local LID", base.DEC_HEX, nil, nil, "")
-PF[248] = ProtoField.uint16("ibpath.cm_req.primary_remote_lid", "Primary Remote LID", base.DEC_HEX, nil, nil, "")
-PF[249] = ProtoField.ipv6("ibpath.cm_req.primary_local_gid", "Primary Local GID", "")
-PF[250] = ProtoField.ipv6("ibpath.cm_req.primary_remote_gid", "Primary Remote GID", "")
-PF[251] = ProtoField.uint24("ibpath.cm_req.primary_flow_label", "Primary Flow Label", base.HEX, nil, 0xfffff0, "")
-PF[252] = ProtoField.uint16("ibpath.cm_req.reserved_724", "Reserved 724", base.HEX, nil, 0xfc0, "")
-PF[253] = ProtoField.uint8("ibpath.cm_req.primary_packet_rate", "Primary Packet Rate", base.DEC, VS[25], 0x3f, "")
-PF[254] = ProtoField.uint8("ibpath.cm_req.primary_traffic_class", "Primary Traffic Class", base.HEX, nil, nil, "")
-PF[255] = ProtoField.uint8("ibpath.cm_req.primary_hop_limit", "Primary Hop Limit", base.DEC, nil, nil, "")
-PF[256] = ProtoField.uint8("ibpath.cm_req.primary_sl", "Primary SL", base.DEC, nil, 0xf0, "")
-PF[257] = ProtoField.uint8("ibpath.cm_req.primary_subnet_local", "Primary Subnet Local", base.DEC, nil, 8, "")
-PF[258] = ProtoField.uint8("ibpath.cm_req.reserved_757", "Reserved 757", base.HEX, nil, 7, "")
-PF[259] = ProtoField.uint8("ibpath.cm_req.primary_local_ack_timeout", "Primary Local ACK Timeout", base.DEC, VS[23], 0xf8, "")
-PF[260] = ProtoField.uint8("ibpath.cm_req.reserved_765", "Reserved 765", base.HEX, nil, 4, "")
-PF[261] = ProtoField.uint8("ibpath.cm_req.reserved_766", "Reserved 766", base.HEX, nil, 3, "")
-PF[262] = ProtoField.uint16("ibpath.cm_req.alternate_local_lid", "Alternate Local LID", base.DEC_HEX, nil, nil, "")
-PF[263] = ProtoField.uint16("ibpath.cm_req.alternate_remote_lid", "Alternate Remote LID", base.DEC_HEX, nil, nil, "")
-PF[264] = ProtoField.ipv6("ibpath.cm_req.alternate_local_gid", "Alternate Local GID", "")
-PF[265] = ProtoField.ipv6("ibpath.cm_req.alternate_remote_gid", "Alternate Remote GID", "")
-PF[266] = ProtoField.uint24("ibpath.cm_req.alternate_flow_label", "Alternate Flow Label", base.HEX, nil, 0xfffff0, "")
-PF[267] = ProtoField.uint16("ibpath.cm_req.reserved_1076", "Reserved 1076", base.HEX, nil, 0xfc0, "")
-PF[268] = ProtoField.uint8("ibpath.cm_req.alternate_packet_rate", "Alternate Packet Rate", base.DEC, VS[25], 0x3f, "")
-PF[269] = ProtoField.uint8("ibpath.cm_req.alternate_traffic_class", "Alternate Traffic Class", base.HEX, nil, nil, "")
-PF[270] = ProtoField.uint8("ibpath.cm_req.alternate_hop_limit", "Alternate Hop Limit", base.DEC, nil, nil, "")
-PF[271] = ProtoField.uint8("ibpath.cm_req.alternate_sl", "Alternate SL", base.DEC, nil, 0xf0, "")
-PF[272] = ProtoField.uint8("ibpath.cm_req.alternate_subnet_local", "Alternate Subnet Local", base.DEC, nil, 8, "")
-PF[273] = ProtoField.uint8("ibpath.cm_req.reserved_1109", "Reserved 1109", base.HEX, nil, 7, "")
-PF[274] = ProtoField.uint8("ibpath.cm_req.alternate_local_ack_timeout", "Alternate Local ACK Timeout", base.DEC, VS[23], 0xf8, "")
-PF[275] = ProtoField.uint8("ibpath.cm_req.sap_supported", "SAP Supported", base.DEC, nil, 4, "")
-PF[276] = ProtoField.uint8("ibpath.cm_req.reserved_1118", "Reserved 1118", base.HEX, nil, 3, "")
-PF[277] = ProtoField.bytes("ibpath.cm_req.private_data", "Private Data", "")
-PF[278] = ProtoField.uint32("ibpath.cm_mra.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[279] = ProtoField.uint32("ibpath.cm_mra.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[280] = ProtoField.uint8("ibpath.cm_mra.message_mraed", "Message Mraed", base.DEC, VS[26], 0xc0, "")
-PF[281] = ProtoField.uint8("ibpath.cm_mra.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
-PF[282] = ProtoField.uint8("ibpath.cm_mra.service_timeout", "Service Timeout", base.DEC, VS[23], 0xf8, "")
-PF[283] = ProtoField.uint8("ibpath.cm_mra.reserved_77", "Reserved 77", base.HEX, nil, 7, "")
-PF[284] = ProtoField.bytes("ibpath.cm_mra.private_data", "Private Data", "")
-PF[285] = ProtoField.uint32("ibpath.cm_rej.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[286] = ProtoField.uint32("ibpath.cm_rej.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[287] = ProtoField.uint8("ibpath.cm_rej.message_rejected", "Message Rejected", base.DEC, VS[26], 0xc0, "")
-PF[288] = ProtoField.uint8("ibpath.cm_rej.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
-PF[289] = ProtoField.uint8("ibpath.cm_rej.reject_info_length", "Reject Info Length", base.DEC, nil, 0xfe, "")
-PF[290] = ProtoField.uint8("ibpath.cm_rej.reserved_79", "Reserved 79", base.HEX, nil, 1, "")
-PF[291] = ProtoField.uint16("ibpath.cm_rej.reason", "Reason", base.DEC, VS[27], nil, "")
-PF[292] = ProtoField.bytes("ibpath.cm_rej.ari", "ARI", "")
-PF[293] = ProtoField.bytes("ibpath.cm_rej.private_data", "Private Data", "")
-PF[294] = ProtoField.uint32("ibpath.cm_rep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[295] = ProtoField.uint32("ibpath.cm_rep.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[296] = ProtoField.uint32("ibpath.cm_rep.local_q_key", "Local Q Key", base.HEX, nil, nil, "")
-PF[297] = ProtoField.uint24("ibpath.cm_rep.local_qpn", "Local QPN", base.HEX, nil, nil, "")
-PF[298] = ProtoField.uint8("ibpath.cm_rep.reserved_120", "Reserved 120", base.HEX, nil, nil, "")
-PF[299] = ProtoField.uint24("ibpath.cm_rep.local_ee_context_number", "Local EE Context Number", base.HEX, nil, nil, "")
-PF[300] = ProtoField.uint8("ibpath.cm_rep.reserved_152", "Reserved 152", base.HEX, nil, nil, "")
-PF[301] = ProtoField.uint24("ibpath.cm_rep.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
-PF[302] = ProtoField.uint8("ibpath.cm_rep.reserved_184", "Reserved 184", base.HEX, nil, nil, "")
-PF[303] = ProtoField.uint8("ibpath.cm_rep.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
-PF[304] = ProtoField.uint8("ibpath.cm_rep.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
-PF[305] = ProtoField.uint8("ibpath.cm_rep.target_ack_delay", "Target ACK Delay", base.DEC, VS[23], 0xf8, "")
-PF[306] = ProtoField.uint8("ibpath.cm_rep.failover_accepted", "Failover Accepted", base.DEC, VS[28], 6, "")
-PF[307] = ProtoField.uint8("ibpath.cm_rep.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
-PF[308] = ProtoField.uint8("ibpath.cm_rep.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 0xe0, "")
-PF[309] = ProtoField.uint8("ibpath.cm_rep.srq", "SRQ", base.DEC, nil, 0x10, "")
-PF[310] = ProtoField.uint8("ibpath.cm_rep.reserved_220", "Reserved 220", base.HEX, nil, 0xf, "")
-PF[311] = ProtoField.uint64("ibpath.cm_rep.local_ca_guid", "Local CA GUID", base.HEX, nil, nil, "")
-PF[312] = ProtoField.bytes("ibpath.cm_rep.private_data", "Private Data", "")
-PF[313] = ProtoField.uint32("ibpath.cm_rtu.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[314] = ProtoField.uint32("ibpath.cm_rtu.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[315] = ProtoField.bytes("ibpath.cm_rtu.private_data", "Private Data", "")
-PF[316] = ProtoField.uint32("ibpath.cm_dreq.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[317] = ProtoField.uint32("ibpath.cm_dreq.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[318] = ProtoField.uint24("ibpath.cm_dreq.remote_qpn_eecn", "Remote QPN EECN", base.HEX, nil, nil, "")
-PF[319] = ProtoField.uint8("ibpath.cm_dreq.reserved_88", "Reserved 88", base.HEX, nil, nil, "")
-PF[320] = ProtoField.bytes("ibpath.cm_dreq.private_data", "Private Data", "")
-PF[321] = ProtoField.uint32("ibpath.cm_drep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
-PF[322] = ProtoField.uint32("ibpath.cm_drep.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
-PF[323] = ProtoField.bytes("ibpath.cm_drep.private_data", "Private Data", "")
-PF[324] = ProtoField.uint32("ibpath.ls_timeout.timeout_ms", "Timeout Ms", base.DEC, nil, nil, "")
-PF[325] = ProtoField.uint64("ibpath.ls_service_id.service_id", "Service ID", base.HEX, nil, nil, "")
-PF[326] = ProtoField.ipv6("ibpath.ls_dgid.dgid", "DGID", "")
-PF[327] = ProtoField.ipv6("ibpath.ls_sgid.sgid", "SGID", "")
-PF[328] = ProtoField.uint8("ibpath.ls_tclass.tclass", "TClass", base.HEX, nil, nil, "")
-PF[329] = ProtoField.uint16("ibpath.ls_pkey.pkey", "P_Key", base.HEX, nil, nil, "")
-PF[330] = ProtoField.uint16("ibpath.ls_qos_class.qos_class", "QoS Class", base.DEC, nil, nil, "")
-PF[331] = ProtoField.ipv4("ibpath.ls_ipv4.ipv4", "Ipv4", "")
-PF[332] = ProtoField.ipv6("ibpath.ls_ipv6.ipv6", "Ipv6", "")
-PF[333] = ProtoField.uint64("ibpath.sa.sm_key", "SM Key", base.HEX, nil, nil, "")
-PF[334] = ProtoField.uint16("ibpath.sa.attribute_offset", "Attribute Offset", base.DEC, nil, nil, "")
-PF[335] = ProtoField.uint16("ibpath.sa.reserved_80", "Reserved 80", base.HEX, nil, nil, "")
-PF[336] = ProtoField.uint64("ibpath.sa.component_mask", "Component Mask", base.HEX, nil, nil, "")
-PF[337] = ProtoField.bool("ibpath.sa.component_mask.service_id_msb", "Service ID MSB", 32, nil, 1, "")
-PF[338] = ProtoField.bool("ibpath.sa.component_mask.service_id_lsb", "Service ID LSB", 32, nil, 2, "")
-PF[339] = ProtoField.bool("ibpath.sa.component_mask.dgid", "DGID", 32, nil, 4, "")
-PF[340] = ProtoField.bool("ibpath.sa.component_mask.sgid", "SGID", 32, nil, 8, "")
-PF[341] = ProtoField.bool("ibpath.sa.component_mask.dlid", "DLID", 32, nil, 0x10, "")
-PF[342] = ProtoField.bool("ibpath.sa.component_mask.slid", "SLID", 32, nil, 0x20, "")
-PF[343] = ProtoField.bool("ibpath.sa.component_mask.raw_traffic", "Raw Traffic", 32, nil, 0x40, "")
-PF[344] = ProtoField.bool("ibpath.sa.component_mask.flow_label", "Flow Label", 32, nil, 0x100, "")
-PF[345] = ProtoField.bool("ibpath.sa.component_mask.hop_limit", "Hop Limit", 32, nil, 0x200, "")
-PF[346] = ProtoField.bool("ibpath.sa.component_mask.tclass", "TClass", 32, nil, 0x400, "")
-PF[347] = ProtoField.bool("ibpath.sa.component_mask.reversible", "Reversible", 32, nil, 0x800, "")
-PF[348] = ProtoField.bool("ibpath.sa.component_mask.numb_path", "Numb Path", 32, nil, 0x1000, "")
-PF[349] = ProtoField.bool("ibpath.sa.component_mask.pkey", "P_Key", 32, nil, 0x2000, "")
-PF[350] = ProtoField.bool("ibpath.sa.component_mask.qos_class", "QoS Class", 32, nil, 0x4000, "")
-PF[351] = ProtoField.bool("ibpath.sa.component_mask.sl", "SL", 32, nil, 0x8000, "")
-PF[352] = ProtoField.bool("ibpath.sa.component_mask.mtu_selector", "MTU Selector", 32, nil, 0x10000, "")
-PF[353] = ProtoField.bool("ibpath.sa.component_mask.mtu", "MTU", 32, nil, 0x20000, "")
-PF[354] = ProtoField.bool("ibpath.sa.component_mask.rate_selector", "Rate Selector", 32, nil, 0x40000, "")
-PF[355] = ProtoField.bool("ibpath.sa.component_mask.rate", "Rate", 32, nil, 0x80000, "")
-PF[356] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time_selector", "Packet Life Time Selector", 32, nil, 0x100000, "")
-PF[357] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time", "Packet Life Time", 32, nil, 0x200000, "")
-PF[358] = ProtoField.bool("ibpath.sa.component_mask.preference", "Preference", 32, nil, 0x400000, "")
+PF[133] = ProtoField.uint32("ibpath.ucma_resolve_ib_service.id", "ID", base.DEC, nil, nil, "")
+PF[134] = ProtoField.uint32("ibpath.ucma_resolve_ib_service.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[135] = ProtoField.bytes("ibpath.acm_resolve.trailing", "Trailing", "")
+PF[136] = ProtoField.bytes("ibpath.acm_perf.trailing", "Trailing", "")
+PF[137] = ProtoField.uint64("ibpath.acm_ep_config.dev_guid", "Dev GUID", base.HEX, nil, nil, "")
+PF[138] = ProtoField.uint8("ibpath.acm_ep_config.port_num", "Port Num", base.DEC, nil, nil, "")
+PF[139] = ProtoField.uint8("ibpath.acm_ep_config.phys_port_cnt", "Phys Port Cnt", base.DEC, nil, nil, "")
+PF[140] = ProtoField.uint16("ibpath.acm_ep_config.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[141] = ProtoField.uint16("ibpath.acm_ep_config.pkey", "P_Key", base.HEX, nil, nil, "")
+PF[142] = ProtoField.uint16("ibpath.acm_ep_config.addr_cnt", "Addr Cnt", base.DEC, nil, nil, "")
+PF[143] = ProtoField.bytes("ibpath.acm_ep_config.prov_name", "Prov Name", "")
+PF[144] = ProtoField.bytes("ibpath.acm_ep_config.trailing", "Trailing", "")
+PF[145] = ProtoField.uint8("ibpath.mad.base_version", "Base Version", base.DEC, nil, nil, "")
+PF[146] = ProtoField.uint8("ibpath.mad.mgmt_class", "Mgmt Class", base.DEC, VS[11], nil, "")
+PF[147] = ProtoField.uint8("ibpath.mad.class_version", "Class Version", base.DEC, nil, nil, "")
+PF[148] = ProtoField.uint8("ibpath.mad.method", "Method", base.DEC, VS[12], nil, "")
+PF[149] = ProtoField.uint16("ibpath.mad.status", "Status", base.HEX, nil, nil, "")
+PF[150] = ProtoField.uint16("ibpath.mad.class_specific", "Class Specific", base.HEX, nil, nil, "")
+PF[151] = ProtoField.uint64("ibpath.mad.transaction_id", "Transaction ID", base.HEX, nil, nil, "")
+PF[152] = ProtoField.uint16("ibpath.mad.attribute_id", "Attribute ID", base.HEX, nil, nil, "")
+PF[153] = ProtoField.uint16("ibpath.mad.reserved_144", "Reserved 144", base.HEX, nil, nil, "")
+PF[154] = ProtoField.uint32("ibpath.mad.attribute_modifier", "Attribute Modifier", base.HEX, nil, nil, "")
+PF[155] = ProtoField.uint64("ibpath.pathrecord.service_id", "Service ID", base.HEX, nil, nil, "")
+PF[156] = ProtoField.ipv6("ibpath.pathrecord.dgid", "DGID", "")
+PF[157] = ProtoField.ipv6("ibpath.pathrecord.sgid", "SGID", "")
+PF[158] = ProtoField.uint16("ibpath.pathrecord.dlid", "DLID", base.DEC_HEX, nil, nil, "")
+PF[159] = ProtoField.uint16("ibpath.pathrecord.slid", "SLID", base.DEC_HEX, nil, nil, "")
+PF[160] = ProtoField.uint8("ibpath.pathrecord.raw_traffic", "Raw Traffic", base.DEC, nil, 0x80, "")
+PF[161] = ProtoField.uint8("ibpath.pathrecord.reserved_353", "Reserved 353", base.HEX, nil, 0x70, "")
+PF[162] = ProtoField.uint24("ibpath.pathrecord.flow_label", "Flow Label", base.HEX, nil, 0xfffff, "")
+PF[163] = ProtoField.uint8("ibpath.pathrecord.hop_limit", "Hop Limit", base.DEC, nil, nil, "")
+PF[164] = ProtoField.uint8("ibpath.pathrecord.tclass", "TClass", base.HEX, nil, nil, "")
+PF[165] = ProtoField.uint8("ibpath.pathrecord.reversible", "Reversible", base.DEC, nil, 0x80, "")
+PF[166] = ProtoField.uint8("ibpath.pathrecord.numb_path", "Numb Path", base.DEC, nil, 0x7f, "")
+PF[167] = ProtoField.uint16("ibpath.pathrecord.pkey", "P_Key", base.HEX, nil, nil, "")
+PF[168] = ProtoField.uint16("ibpath.pathrecord.qos_class", "QoS Class", base.HEX, nil, 0xfff0, "")
+PF[169] = ProtoField.uint8("ibpath.pathrecord.sl", "SL", base.DEC, nil, 0xf, "")
+PF[170] = ProtoField.uint8("ibpath.pathrecord.mtu_selector", "MTU Selector", base.DEC, VS[13], 0xc0, "")
+PF[171] = ProtoField.uint8("ibpath.pathrecord.mtu", "MTU", base.DEC, VS[14], 0x3f, "")
+PF[172] = ProtoField.uint8("ibpath.pathrecord.rate_selector", "Rate Selector", base.DEC, VS[13], 0xc0, "")
+PF[173] = ProtoField.uint8("ibpath.pathrecord.rate", "Rate", base.DEC, VS[15], 0x3f, "")
+PF[174] = ProtoField.uint8("ibpath.pathrecord.packet_life_time_selector", "Packet Life Time Selector", base.DEC, VS[16], 0xc0, "")
+PF[175] = ProtoField.uint8("ibpath.pathrecord.packet_life_time", "Packet Life Time", base.DEC, VS[17], 0x3f, "")
+PF[176] = ProtoField.uint8("ibpath.pathrecord.preference", "Preference", base.DEC, nil, nil, "")
+PF[177] = ProtoField.uint64("ibpath.pathrecord.reserved_464", "Reserved 464", base.HEX, nil, nil, "")
+PF[178] = ProtoField.uint16("ibpath.ls_attr.nla_len", "NLA Len", base.DEC, nil, nil, "")
+PF[179] = ProtoField.uint16("ibpath.ls_attr.nested", "Nested", base.DEC, nil, 0x8000, "")
+PF[180] = ProtoField.uint16("ibpath.ls_attr.net_byteorder", "Net Byteorder", base.DEC, nil, 0x4000, "")
+PF[181] = ProtoField.uint16("ibpath.ls_attr.mandatory", "Mandatory", base.DEC, nil, 0x2000, "")
+PF[182] = ProtoField.uint16("ibpath.ls_attr.nla_type", "NLA Type", base.DEC, VS[18], 0x1fff, "")
+PF[183] = ProtoField.uint32("ibpath.ucma_create_id_resp.id", "ID", base.DEC, nil, nil, "")
+PF[184] = ProtoField.uint32("ibpath.ucma_conn_param.qp_num", "QP Num", base.HEX, nil, nil, "")
+PF[185] = ProtoField.uint32("ibpath.ucma_conn_param.qkey", "Qkey", base.HEX, nil, nil, "")
+PF[186] = ProtoField.bytes("ibpath.ucma_conn_param.private_data", "Private Data", "")
+PF[187] = ProtoField.uint8("ibpath.ucma_conn_param.private_data_len", "Private Data Len", base.DEC, nil, nil, "")
+PF[188] = ProtoField.uint8("ibpath.ucma_conn_param.srq", "SRQ", base.DEC, nil, nil, "")
+PF[189] = ProtoField.uint8("ibpath.ucma_conn_param.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
+PF[190] = ProtoField.uint8("ibpath.ucma_conn_param.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
+PF[191] = ProtoField.uint8("ibpath.ucma_conn_param.flow_control", "Flow Control", base.DEC, nil, nil, "")
+PF[192] = ProtoField.uint8("ibpath.ucma_conn_param.retry_count", "Retry Count", base.DEC, nil, nil, "")
+PF[193] = ProtoField.uint8("ibpath.ucma_conn_param.rnr_retry_count", "RNR Retry Count", base.DEC, nil, nil, "")
+PF[194] = ProtoField.uint8("ibpath.ucma_conn_param.valid", "Valid", base.DEC, nil, nil, "")
+PF[195] = ProtoField.uint32("ibpath.ucma_ece.vendor_id", "Vendor ID", base.HEX, nil, nil, "")
+PF[196] = ProtoField.uint32("ibpath.ucma_ece.attr_mod", "Attr Mod", base.HEX, nil, nil, "")
+PF[197] = ProtoField.uint64("ibpath.ucma_event_resp.uid", "Uid", base.HEX, nil, nil, "")
+PF[198] = ProtoField.uint32("ibpath.ucma_event_resp.id", "ID", base.DEC, nil, nil, "")
+PF[199] = ProtoField.uint32("ibpath.ucma_event_resp.event", "Event", base.DEC, VS[19], nil, "")
+PF[200] = ProtoField.uint32("ibpath.ucma_event_resp.status", "Status", base.DEC, nil, nil, "")
+PF[201] = ProtoField.bytes("ibpath.ucma_event_resp.param_rest", "Param Rest", "")
+PF[202] = ProtoField.uint32("ibpath.ucma_event_resp.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[203] = ProtoField.uint32("ibpath.ucma_query_path_resp.num_paths", "Num Paths", base.DEC, nil, nil, "")
+PF[204] = ProtoField.uint32("ibpath.ucma_query_path_resp.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[205] = ProtoField.uint32("ibpath.ucma_query_ib_service_resp.num_service_recs", "Num Service Recs", base.DEC, nil, nil, "")
+PF[206] = ProtoField.uint32("ibpath.ucma_query_ib_service_resp.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[207] = ProtoField.uint64("ibpath.ucma_ib_service.service_id", "Service ID", base.HEX, nil, nil, "")
+PF[208] = ProtoField.bytes("ibpath.ucma_ib_service.service_name", "Service Name", "")
+PF[209] = ProtoField.uint32("ibpath.ucma_ib_service.flags", "Flags", base.HEX, nil, nil, "")
+PF[210] = ProtoField.bool("ibpath.ucma_ib_service.flags.id", "ID", 32, nil, 1, "")
+PF[211] = ProtoField.bool("ibpath.ucma_ib_service.flags.name", "NAME", 32, nil, 2, "")
+PF[212] = ProtoField.uint32("ibpath.ucma_ib_service.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[213] = ProtoField.uint32("ibpath.acm_ep_addr_data.flags", "Flags", base.HEX, nil, nil, "")
+PF[214] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.source", "SOURCE", 32, nil, 1, "")
+PF[215] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.dest", "DEST", 32, nil, 2, "")
+PF[216] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.nodelay", "NODELAY", 32, nil, 0x40000000, "")
+PF[217] = ProtoField.bool("ibpath.acm_ep_addr_data.flags.query_sa", "QUERY SA", 32, nil, 0x80000000, "")
+PF[218] = ProtoField.uint16("ibpath.acm_ep_addr_data.type", "Type", base.DEC, VS[20], nil, "")
+PF[219] = ProtoField.uint16("ibpath.acm_ep_addr_data.reserved", "Reserved", base.HEX, nil, nil, "")
+PF[220] = ProtoField.bytes("ibpath.acm_ep_addr_data.info", "Info", "")
+PF[221] = ProtoField.uint64("ibpath.acm_counter.value", "Value", base.DEC, nil, nil, "")
+PF[222] = ProtoField.bytes("ibpath.acm_ep_address.address", "Address", "")
+PF[223] = ProtoField.uint8("ibpath.rmpp.rmpp_version", "RMPP Version", base.DEC, nil, nil, "")
+PF[224] = ProtoField.uint8("ibpath.rmpp.rmpp_type", "RMPP Type", base.DEC, VS[21], nil, "")
+PF[225] = ProtoField.uint8("ibpath.rmpp.r_resp_time", "R Resp Time", base.DEC, nil, 0xf8, "")
+PF[226] = ProtoField.uint8("ibpath.rmpp.rmpp_flags", "RMPP Flags", base.HEX, nil, 7, "")
+PF[227] = ProtoField.bool("ibpath.rmpp.rmpp_flags.active", "Active", 8, nil, 1, "")
+PF[228] = ProtoField.bool("ibpath.rmpp.rmpp_flags.first", "First", 8, nil, 2, "")
+PF[229] = ProtoField.bool("ibpath.rmpp.rmpp_flags.last", "Last", 8, nil, 4, "")
+PF[230] = ProtoField.uint8("ibpath.rmpp.rmpp_status", "RMPP Status", base.DEC, VS[22], nil, "")
+PF[231] = ProtoField.uint32("ibpath.rmpp.segment_number", "Segment Number", base.DEC, nil, nil, "")
+PF[232] = ProtoField.uint32("ibpath.rmpp.payload_length", "Payload Length", base.DEC, nil, nil, "")
+PF[233] = ProtoField.uint32("ibpath.cm_req.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[234] = ProtoField.uint32("ibpath.cm_req.reserved_32", "Reserved 32", base.HEX, nil, nil, "")
+PF[235] = ProtoField.uint64("ibpath.cm_req.service_id", "Service ID", base.HEX, nil, nil, "")
+PF[236] = ProtoField.uint64("ibpath.cm_req.local_ca_guid", "Local CA GUID", base.HEX, nil, nil, "")
+PF[237] = ProtoField.uint32("ibpath.cm_req.reserved_192", "Reserved 192", base.HEX, nil, nil, "")
+PF[238] = ProtoField.uint32("ibpath.cm_req.local_q_key", "Local Q Key", base.HEX, nil, nil, "")
+PF[239] = ProtoField.uint24("ibpath.cm_req.local_qpn", "Local QPN", base.HEX, nil, nil, "")
+PF[240] = ProtoField.uint8("ibpath.cm_req.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
+PF[241] = ProtoField.uint24("ibpath.cm_req.local_eecn", "Local EECN", base.HEX, nil, nil, "")
+PF[242] = ProtoField.uint8("ibpath.cm_req.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
+PF[243] = ProtoField.uint24("ibpath.cm_req.remote_eecn", "Remote EECN", base.HEX, nil, nil, "")
+PF[244] = ProtoField.uint8("ibpath.cm_req.remote_cm_response_timeout", "Remote CM Response Timeout", base.DEC, VS[23], 0xf8, "")
+PF[245] = ProtoField.uint8("ibpath.cm_req.transport_service_type", "Transport Service Type", base.DEC, VS[24], 6, "")
+PF[246] = ProtoField.uint8("ibpath.cm_req.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
+PF[247] = ProtoField.uint24("ibpath.cm_req.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
+PF[248] = ProtoField.uint8("ibpath.cm_req.local_cm_response_timeout", "Local CM Response Timeout", base.DEC, VS[23], 0xf8, "")
+PF[249] = ProtoField.uint8("ibpath.cm_req.retry_count", "Retry Count", base.DEC, nil, 7, "")
+PF[250] = ProtoField.uint16("ibpath.cm_req.pkey", "P_Key", base.HEX, nil, nil, "")
+PF[251] = ProtoField.uint8("ibpath.cm_req.path_packet_payload_mtu", "Path Packet Payload MTU", base.DEC, VS[14], 0xf0, "")
+PF[252] = ProtoField.uint8("ibpath.cm_req.rdc_exists", "RDC Exists", base.DEC, nil, 8, "")
+PF[253] = ProtoField.uint8("ibpath.cm_req.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 7, "")
+PF[254] = ProtoField.uint8("ibpath.cm_req.max_cm_retries", "Max CM Retries", base.DEC, nil, 0xf0, "")
+PF[255] = ProtoField.uint8("ibpath.cm_req.srq", "SRQ", base.DEC, nil, 8, "")
+PF[256] = ProtoField.uint8("ibpath.cm_req.extended_transport_type", "Extended Transport Type", base.DEC, nil, 7, "")
+PF[257] = ProtoField.uint16("ibpath.cm_req.primary_local_lid", "Primary Local LID", base.DEC_HEX, nil, nil, "")
+PF[258] = ProtoField.uint16("ibpath.cm_req.primary_remote_lid", "Primary Remote LID", base.DEC_HEX, nil, nil, "")
+PF[259] = ProtoField.ipv6("ibpath.cm_req.primary_local_gid", "Primary Local GID", "")
+PF[260] = ProtoField.ipv6("ibpath.cm_req.primary_remote_gid", "Primary Remote GID", "")
+PF[261] = ProtoField.uint24("ibpath.cm_req.primary_flow_label", "Primary Flow Label", base.HEX, nil, 0xfffff0, "")
+PF[262] = ProtoField.uint16("ibpath.cm_req.reserved_724", "Reserved 724", base.HEX, nil, 0xfc0, "")
+PF[263] = ProtoField.uint8("ibpath.cm_req.primary_packet_rate", "Primary Packet Rate", base.DEC, VS[25], 0x3f, "")
+PF[264] = ProtoField.uint8("ibpath.cm_req.primary_traffic_class", "Primary Traffic Class", base.HEX, nil, nil, "")
+PF[265] = ProtoField.uint8("ibpath.cm_req.primary_hop_limit", "Primary Hop Limit", base.DEC, nil, nil, "")
+PF[266] = ProtoField.uint8("ibpath.cm_req.primary_sl", "Primary SL", base.DEC, nil, 0xf0, "")
+PF[267] = ProtoField.uint8("ibpath.cm_req.primary_subnet_local", "Primary Subnet Local", base.DEC, nil, 8, "")
+PF[268] = ProtoField.uint8("ibpath.cm_req.reserved_757", "Reserved 757", base.HEX, nil, 7, "")
+PF[269] = ProtoField.uint8("ibpath.cm_req.primary_local_ack_timeout", "Primary Local ACK Timeout", base.DEC, VS[23], 0xf8, "")
+PF[270] = ProtoField.uint8("ibpath.cm_req.reserved_765", "Reserved 765", base.HEX, nil, 4, "")
+PF[271] = ProtoField.uint8("ibpath.cm_req.reserved_766", "Reserved 766", base.HEX, nil, 3, "")
+PF[272] = ProtoField.uint16("ibpath.cm_req.alternate_local_lid", "Alternate Local LID", base.DEC_HEX, nil, nil, "")
+PF[273] = ProtoField.uint16("ibpath.cm_req.alternate_remote_lid", "Alternate Remote LID", base.DEC_HEX, nil, nil, "")
+PF[274] = ProtoField.ipv6("ibpath.cm_req.alternate_local_gid", "Alternate Local GID", "")
+PF[275] = ProtoField.ipv6("ibpath.cm_req.alternate_remote_gid", "Alternate Remote GID", "")
+PF[276] = ProtoField.uint24("ibpath.cm_req.alternate_flow_label", "Alternate Flow Label", base.HEX, nil, 0xfffff0, "")
+PF[277] = ProtoField.uint16("ibpath.cm_req.reserved_1076", "Reserved 1076", base.HEX, nil, 0xfc0, "")
+PF[278] = ProtoField.uint8("ibpath.cm_req.alternate_packet_rate", "Alternate Packet Rate", base.DEC, VS[25], 0x3f, "")
+PF[279] = ProtoField.uint8("ibpath.cm_req.alternate_traffic_class", "Alternate Traffic Class", base.HEX, nil, nil, "")
+PF[280] = ProtoField.uint8("ibpath.cm_req.alternate_hop_limit", "Alternate Hop Limit", base.DEC, nil, nil, "")
+PF[281] = ProtoField.uint8("ibpath.cm_req.alternate_sl", "Alternate SL", base.DEC, nil, 0xf0, "")
+PF[282] = ProtoField.uint8("ibpath.cm_req.alternate_subnet_local", "Alternate Subnet Local", base.DEC, nil, 8, "")
+PF[283] = ProtoField.uint8("ibpath.cm_req.reserved_1109", "Reserved 1109", base.HEX, nil, 7, "")
+PF[284] = ProtoField.uint8("ibpath.cm_req.alternate_local_ack_timeout", "Alternate Local ACK Timeout", base.DEC, VS[23], 0xf8, "")
+PF[285] = ProtoField.uint8("ibpath.cm_req.sap_supported", "SAP Supported", base.DEC, nil, 4, "")
+PF[286] = ProtoField.uint8("ibpath.cm_req.reserved_1118", "Reserved 1118", base.HEX, nil, 3, "")
+PF[287] = ProtoField.bytes("ibpath.cm_req.private_data", "Private Data", "")
+PF[288] = ProtoField.uint32("ibpath.cm_mra.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[289] = ProtoField.uint32("ibpath.cm_mra.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[290] = ProtoField.uint8("ibpath.cm_mra.message_mraed", "Message Mraed", base.DEC, VS[26], 0xc0, "")
+PF[291] = ProtoField.uint8("ibpath.cm_mra.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
+PF[292] = ProtoField.uint8("ibpath.cm_mra.service_timeout", "Service Timeout", base.DEC, VS[23], 0xf8, "")
+PF[293] = ProtoField.uint8("ibpath.cm_mra.reserved_77", "Reserved 77", base.HEX, nil, 7, "")
+PF[294] = ProtoField.bytes("ibpath.cm_mra.private_data", "Private Data", "")
+PF[295] = ProtoField.uint32("ibpath.cm_rej.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[296] = ProtoField.uint32("ibpath.cm_rej.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[297] = ProtoField.uint8("ibpath.cm_rej.message_rejected", "Message Rejected", base.DEC, VS[26], 0xc0, "")
+PF[298] = ProtoField.uint8("ibpath.cm_rej.reserved_66", "Reserved 66", base.HEX, nil, 0x3f, "")
+PF[299] = ProtoField.uint8("ibpath.cm_rej.reject_info_length", "Reject Info Length", base.DEC, nil, 0xfe, "")
+PF[300] = ProtoField.uint8("ibpath.cm_rej.reserved_79", "Reserved 79", base.HEX, nil, 1, "")
+PF[301] = ProtoField.uint16("ibpath.cm_rej.reason", "Reason", base.DEC, VS[27], nil, "")
+PF[302] = ProtoField.bytes("ibpath.cm_rej.ari", "ARI", "")
+PF[303] = ProtoField.bytes("ibpath.cm_rej.private_data", "Private Data", "")
+PF[304] = ProtoField.uint32("ibpath.cm_rep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[305] = ProtoField.uint32("ibpath.cm_rep.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[306] = ProtoField.uint32("ibpath.cm_rep.local_q_key", "Local Q Key", base.HEX, nil, nil, "")
+PF[307] = ProtoField.uint24("ibpath.cm_rep.local_qpn", "Local QPN", base.HEX, nil, nil, "")
+PF[308] = ProtoField.uint8("ibpath.cm_rep.reserved_120", "Reserved 120", base.HEX, nil, nil, "")
+PF[309] = ProtoField.uint24("ibpath.cm_rep.local_ee_context_number", "Local EE Context Number", base.HEX, nil, nil, "")
+PF[310] = ProtoField.uint8("ibpath.cm_rep.reserved_152", "Reserved 152", base.HEX, nil, nil, "")
+PF[311] = ProtoField.uint24("ibpath.cm_rep.starting_psn", "Starting PSN", base.HEX, nil, nil, "")
+PF[312] = ProtoField.uint8("ibpath.cm_rep.reserved_184", "Reserved 184", base.HEX, nil, nil, "")
+PF[313] = ProtoField.uint8("ibpath.cm_rep.responder_resources", "Responder Resources", base.DEC, nil, nil, "")
+PF[314] = ProtoField.uint8("ibpath.cm_rep.initiator_depth", "Initiator Depth", base.DEC, nil, nil, "")
+PF[315] = ProtoField.uint8("ibpath.cm_rep.target_ack_delay", "Target ACK Delay", base.DEC, VS[23], 0xf8, "")
+PF[316] = ProtoField.uint8("ibpath.cm_rep.failover_accepted", "Failover Accepted", base.DEC, VS[28], 6, "")
+PF[317] = ProtoField.uint8("ibpath.cm_rep.end_to_end_flow_control", "End To End Flow Control", base.DEC, nil, 1, "")
+PF[318] = ProtoField.uint8("ibpath.cm_rep.rnr_retry_count", "RNR Retry Count", base.DEC, nil, 0xe0, "")
+PF[319] = ProtoField.uint8("ibpath.cm_rep.srq", "SRQ", base.DEC, nil, 0x10, "")
+PF[320] = ProtoField.uint8("ibpath.cm_rep.reserved_220", "Reserved 220", base.HEX, nil, 0xf, "")
+PF[321] = ProtoField.uint64("ibpath.cm_rep.local_ca_guid", "Local CA GUID", base.HEX, nil, nil, "")
+PF[322] = ProtoField.bytes("ibpath.cm_rep.private_data", "Private Data", "")
+PF[323] = ProtoField.uint32("ibpath.cm_rtu.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[324] = ProtoField.uint32("ibpath.cm_rtu.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[325] = ProtoField.bytes("ibpath.cm_rtu.private_data", "Private Data", "")
+PF[326] = ProtoField.uint32("ibpath.cm_dreq.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[327] = ProtoField.uint32("ibpath.cm_dreq.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[328] = ProtoField.uint24("ibpath.cm_dreq.remote_qpn_eecn", "Remote QPN EECN", base.HEX, nil, nil, "")
+PF[329] = ProtoField.uint8("ibpath.cm_dreq.reserved_88", "Reserved 88", base.HEX, nil, nil, "")
+PF[330] = ProtoField.bytes("ibpath.cm_dreq.private_data", "Private Data", "")
+PF[331] = ProtoField.uint32("ibpath.cm_drep.local_comm_id", "Local Comm ID", base.HEX, nil, nil, "")
+PF[332] = ProtoField.uint32("ibpath.cm_drep.remote_comm_id", "Remote Comm ID", base.HEX, nil, nil, "")
+PF[333] = ProtoField.bytes("ibpath.cm_drep.private_data", "Private Data", "")
+PF[334] = ProtoField.uint32("ibpath.ls_timeout.timeout_ms", "Timeout Ms", base.DEC, nil, nil, "")
+PF[335] = ProtoField.uint64("ibpath.ls_service_id.service_id", "Service ID", base.HEX, nil, nil, "")
+PF[336] = ProtoField.ipv6("ibpath.ls_dgid.dgid", "DGID", "")
+PF[337] = ProtoField.ipv6("ibpath.ls_sgid.sgid", "SGID", "")
+PF[338] = ProtoField.uint8("ibpath.ls_tclass.tclass", "TClass", base.HEX, nil, nil, "")
+PF[339] = ProtoField.uint16("ibpath.ls_pkey.pkey", "P_Key", base.HEX, nil, nil, "")
+PF[340] = ProtoField.uint16("ibpath.ls_qos_class.qos_class", "QoS Class", base.DEC, nil, nil, "")
+PF[341] = ProtoField.ipv4("ibpath.ls_ipv4.ipv4", "Ipv4", "")
+PF[342] = ProtoField.ipv6("ibpath.ls_ipv6.ipv6", "Ipv6", "")
+PF[343] = ProtoField.uint64("ibpath.servicerecord.service_id", "Service ID", base.HEX, nil, nil, "")
+PF[344] = ProtoField.ipv6("ibpath.servicerecord.service_gid", "Service GID", "")
+PF[345] = ProtoField.uint16("ibpath.servicerecord.service_pkey", "Service P_Key", base.HEX, nil, nil, "")
+PF[346] = ProtoField.uint16("ibpath.servicerecord.reserved_208", "Reserved 208", base.HEX, nil, nil, "")
+PF[347] = ProtoField.uint32("ibpath.servicerecord.service_lease", "Service Lease", base.HEX, nil, nil, "")
+PF[348] = ProtoField.bytes("ibpath.servicerecord.service_key", "Service Key", "")
+PF[349] = ProtoField.bytes("ibpath.servicerecord.service_name", "Service Name", "")
+PF[350] = ProtoField.uint8("ibpath.servicerecord.service_data8_0", "Service Data8 0", base.HEX, nil, nil, "")
+PF[351] = ProtoField.uint8("ibpath.servicerecord.service_data8_1", "Service Data8 1", base.HEX, nil, nil, "")
+PF[352] = ProtoField.uint8("ibpath.servicerecord.service_data8_2", "Service Data8 2", base.HEX, nil, nil, "")
+PF[353] = ProtoField.uint8("ibpath.servicerecord.service_data8_3", "Service Data8 3", base.HEX, nil, nil, "")
+PF[354] = ProtoField.uint8("ibpath.servicerecord.service_data8_4", "Service Data8 4", base.HEX, nil, nil, "")
+PF[355] = ProtoField.uint8("ibpath.servicerecord.service_data8_5", "Service Data8 5", base.HEX, nil, nil, "")
+PF[356] = ProtoField.uint8("ibpath.servicerecord.service_data8_6", "Service Data8 6", base.HEX, nil, nil, "")
+PF[357] = ProtoField.uint8("ibpath.servicerecord.service_data8_7", "Service Data8 7", base.HEX, nil, nil, "")
+PF[358] = ProtoField.uint8("ibpath.servicerecord.service_data8_8", "Service Data8 8", base.HEX, nil, nil, "")
+PF[359] = ProtoField.uint8("ibpath.servicerecord.service_data8_9", "Service Data8 9", base.HEX, nil, nil, "")
+PF[360] = ProtoField.uint8("ibpath.servicerecord.service_data8_10", "Service Data8 10", base.HEX, nil, nil, "")
+PF[361] = ProtoField.uint8("ibpath.servicerecord.service_data8_11", "Service Data8 11", base.HEX, nil, nil, "")
+PF[362] = ProtoField.uint8("ibpath.servicerecord.service_data8_12", "Service Data8 12", base.HEX, nil, nil, "")
+PF[363] = ProtoField.uint8("ibpath.servicerecord.service_data8_13", "Service Data8 13", base.HEX, nil, nil, "")
+PF[364] = ProtoField.uint8("ibpath.servicerecord.service_data8_14", "Service Data8 14", base.HEX, nil, nil, "")
+PF[365] = ProtoField.uint8("ibpath.servicerecord.service_data8_15", "Service Data8 15", base.HEX, nil, nil, "")
+PF[366] = ProtoField.uint16("ibpath.servicerecord.service_data16_0", "Service Data16 0", base.HEX, nil, nil, "")
+PF[367] = ProtoField.uint16("ibpath.servicerecord.service_data16_1", "Service Data16 1", base.HEX, nil, nil, "")
+PF[368] = ProtoField.uint16("ibpath.servicerecord.service_data16_2", "Service Data16 2", base.HEX, nil, nil, "")
+PF[369] = ProtoField.uint16("ibpath.servicerecord.service_data16_3", "Service Data16 3", base.HEX, nil, nil, "")
+PF[370] = ProtoField.uint16("ibpath.servicerecord.service_data16_4", "Service Data16 4", base.HEX, nil, nil, "")
+PF[371] = ProtoField.uint16("ibpath.servicerecord.service_data16_5", "Service Data16 5", base.HEX, nil, nil, "")
+PF[372] = ProtoField.uint16("ibpath.servicerecord.service_data16_6", "Service Data16 6", base.HEX, nil, nil, "")
+PF[373] = ProtoField.uint16("ibpath.servicerecord.service_data16_7", "Service Data16 7", base.HEX, nil, nil, "")
+PF[374] = ProtoField.uint32("ibpath.servicerecord.service_data32_0", "Service Data32 0", base.HEX, nil, nil, "")
+PF[375] = ProtoField.uint32("ibpath.servicerecord.service_data32_1", "Service Data32 1", base.HEX, nil, nil, "")
+PF[376] = ProtoField.uint32("ibpath.servicerecord.service_data32_2", "Service Data32 2", base.HEX, nil, nil, "")
+PF[377] = ProtoField.uint32("ibpath.servicerecord.service_data32_3", "Service Data32 3", base.HEX, nil, nil, "")
+PF[378] = ProtoField.uint64("ibpath.servicerecord.service_data64_0", "Service Data64 0", base.HEX, nil, nil, "")
+PF[379] = ProtoField.uint64("ibpath.servicerecord.service_data64_1", "Service Data64 1", base.HEX, nil, nil, "")
+PF[380] = ProtoField.uint64("ibpath.sa.sm_key", "SM Key", base.HEX, nil, nil, "")
+PF[381] = ProtoField.uint16("ibpath.sa.attribute_offset", "Attribute Offset", base.DEC, nil, nil, "")
+PF[382] = ProtoField.uint16("ibpath.sa.reserved_80", "Reserved 80", base.HEX, nil, nil, "")
+PF[383] = ProtoField.uint64("ibpath.sa.component_mask", "Component Mask", base.HEX, nil, nil, "")
+PF[384] = ProtoField.bool("ibpath.sa.component_mask.service_id_msb", "Service ID MSB", 32, nil, 1, "")
+PF[385] = ProtoField.bool("ibpath.sa.component_mask.service_id_lsb", "Service ID LSB", 32, nil, 2, "")
+PF[386] = ProtoField.bool("ibpath.sa.component_mask.dgid", "DGID", 32, nil, 4, "")
+PF[387] = ProtoField.bool("ibpath.sa.component_mask.sgid", "SGID", 32, nil, 8, "")
+PF[388] = ProtoField.bool("ibpath.sa.component_mask.dlid", "DLID", 32, nil, 0x10, "")
+PF[389] = ProtoField.bool("ibpath.sa.component_mask.slid", "SLID", 32, nil, 0x20, "")
+PF[390] = ProtoField.bool("ibpath.sa.component_mask.raw_traffic", "Raw Traffic", 32, nil, 0x40, "")
+PF[391] = ProtoField.bool("ibpath.sa.component_mask.flow_label", "Flow Label", 32, nil, 0x100, "")
+PF[392] = ProtoField.bool("ibpath.sa.component_mask.hop_limit", "Hop Limit", 32, nil, 0x200, "")
+PF[393] = ProtoField.bool("ibpath.sa.component_mask.tclass", "TClass", 32, nil, 0x400, "")
+PF[394] = ProtoField.bool("ibpath.sa.component_mask.reversible", "Reversible", 32, nil, 0x800, "")
+PF[395] = ProtoField.bool("ibpath.sa.component_mask.numb_path", "Numb Path", 32, nil, 0x1000, "")
+PF[396] = ProtoField.bool("ibpath.sa.component_mask.pkey", "P_Key", 32, nil, 0x2000, "")
+PF[397] = ProtoField.bool("ibpath.sa.component_mask.qos_class", "QoS Class", 32, nil, 0x4000, "")
+PF[398] = ProtoField.bool("ibpath.sa.component_mask.sl", "SL", 32, nil, 0x8000, "")
+PF[399] = ProtoField.bool("ibpath.sa.component_mask.mtu_selector", "MTU Selector", 32, nil, 0x10000, "")
+PF[400] = ProtoField.bool("ibpath.sa.component_mask.mtu", "MTU", 32, nil, 0x20000, "")
+PF[401] = ProtoField.bool("ibpath.sa.component_mask.rate_selector", "Rate Selector", 32, nil, 0x40000, "")
+PF[402] = ProtoField.bool("ibpath.sa.component_mask.rate", "Rate", 32, nil, 0x80000, "")
+PF[403] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time_selector", "Packet Life Time Selector", 32, nil, 0x100000, "")
+PF[404] = ProtoField.bool("ibpath.sa.component_mask.packet_life_time", "Packet Life Time", 32, nil, 0x200000, "")
+PF[405] = ProtoField.bool("ibpath.sa.component_mask.preference", "Preference", 32, nil, 0x400000, "")
+PF[406] = ProtoField.bool("ibpath.sa.component_mask.service_id", "Service ID", 32, nil, 1, "")
+PF[407] = ProtoField.bool("ibpath.sa.component_mask.service_gid", "Service GID", 32, nil, 2, "")
+PF[408] = ProtoField.bool("ibpath.sa.component_mask.service_pkey", "Service P_Key", 32, nil, 4, "")
+PF[409] = ProtoField.bool("ibpath.sa.component_mask.service_lease", "Service Lease", 32, nil, 0x10, "")
+PF[410] = ProtoField.bool("ibpath.sa.component_mask.service_key", "Service Key", 32, nil, 0x20, "")
+PF[411] = ProtoField.bool("ibpath.sa.component_mask.service_name", "Service Name", 32, nil, 0x40, "")
+PF[412] = ProtoField.bool("ibpath.sa.component_mask.service_data8_0", "Service Data8 0", 32, nil, 0x80, "")
+PF[413] = ProtoField.bool("ibpath.sa.component_mask.service_data8_1", "Service Data8 1", 32, nil, 0x100, "")
+PF[414] = ProtoField.bool("ibpath.sa.component_mask.service_data8_2", "Service Data8 2", 32, nil, 0x200, "")
+PF[415] = ProtoField.bool("ibpath.sa.component_mask.service_data8_3", "Service Data8 3", 32, nil, 0x400, "")
+PF[416] = ProtoField.bool("ibpath.sa.component_mask.service_data8_4", "Service Data8 4", 32, nil, 0x800, "")
+PF[417] = ProtoField.bool("ibpath.sa.component_mask.service_data8_5", "Service Data8 5", 32, nil, 0x1000, "")
+PF[418] = ProtoField.bool("ibpath.sa.component_mask.service_data8_6", "Service Data8 6", 32, nil, 0x2000, "")
+PF[419] = ProtoField.bool("ibpath.sa.component_mask.service_data8_7", "Service Data8 7", 32, nil, 0x4000, "")
+PF[420] = ProtoField.bool("ibpath.sa.component_mask.service_data8_8", "Service Data8 8", 32, nil, 0x8000, "")
+PF[421] = ProtoField.bool("ibpath.sa.component_mask.service_data8_9", "Service Data8 9", 32, nil, 0x10000, "")
+PF[422] = ProtoField.bool("ibpath.sa.component_mask.service_data8_10", "Service Data8 10", 32, nil, 0x20000, "")
+PF[423] = ProtoField.bool("ibpath.sa.component_mask.service_data8_11", "Service Data8 11", 32, nil, 0x40000, "")
+PF[424] = ProtoField.bool("ibpath.sa.component_mask.service_data8_12", "Service Data8 12", 32, nil, 0x80000, "")
+PF[425] = ProtoField.bool("ibpath.sa.component_mask.service_data8_13", "Service Data8 13", 32, nil, 0x100000, "")
+PF[426] = ProtoField.bool("ibpath.sa.component_mask.service_data8_14", "Service Data8 14", 32, nil, 0x200000, "")
+PF[427] = ProtoField.bool("ibpath.sa.component_mask.service_data8_15", "Service Data8 15", 32, nil, 0x400000, "")
+PF[428] = ProtoField.bool("ibpath.sa.component_mask.service_data16_0", "Service Data16 0", 32, nil, 0x800000, "")
+PF[429] = ProtoField.bool("ibpath.sa.component_mask.service_data16_1", "Service Data16 1", 32, nil, 0x1000000, "")
+PF[430] = ProtoField.bool("ibpath.sa.component_mask.service_data16_2", "Service Data16 2", 32, nil, 0x2000000, "")
+PF[431] = ProtoField.bool("ibpath.sa.component_mask.service_data16_3", "Service Data16 3", 32, nil, 0x4000000, "")
+PF[432] = ProtoField.bool("ibpath.sa.component_mask.service_data16_4", "Service Data16 4", 32, nil, 0x8000000, "")
+PF[433] = ProtoField.bool("ibpath.sa.component_mask.service_data16_5", "Service Data16 5", 32, nil, 0x10000000, "")
+PF[434] = ProtoField.bool("ibpath.sa.component_mask.service_data16_6", "Service Data16 6", 32, nil, 0x20000000, "")
+PF[435] = ProtoField.bool("ibpath.sa.component_mask.service_data16_7", "Service Data16 7", 32, nil, 0x40000000, "")
+PF[436] = ProtoField.bool("ibpath.sa.component_mask.service_data32_0", "Service Data32 0", 32, nil, 0x80000000, "")
+PF[437] = ProtoField.bool("ibpath.sa.component_mask.service_data32_1", "Service Data32 1", 32, nil, 1, "")
+PF[438] = ProtoField.bool("ibpath.sa.component_mask.service_data32_2", "Service Data32 2", 32, nil, 2, "")
+PF[439] = ProtoField.bool("ibpath.sa.component_mask.service_data32_3", "Service Data32 3", 32, nil, 4, "")
+PF[440] = ProtoField.bool("ibpath.sa.component_mask.service_data64_0", "Service Data64 0", 32, nil, 8, "")
+PF[441] = ProtoField.bool("ibpath.sa.component_mask.service_data64_1", "Service Data64 1", 32, nil, 0x10, "")
 
 P["LRH"] = Proto("ibpath.lrh", "ibpath LRH")
 P["LRH"].fields = {PF[1], PF[2], PF[3], PF[4], PF[5], PF[6], PF[7], PF[8], PF[9], PF[10]}
@@ -488,85 +571,94 @@ P["UcmaQuery"] = Proto("ibpath.ucma_query", "ibpath UcmaQuery")
 P["UcmaQuery"].fields = {PF[123], PF[124], PF[125]}
 P["UcmaResolveAddr"] = Proto("ibpath.ucma_resolve_addr", "ibpath UcmaResolveAddr")
 P["UcmaResolveAddr"].fields = {PF[126], PF[127], PF[128], PF[129], PF[130], PF[131], PF[132]}
+P["UcmaResolveIbService"] = Proto("ibpath.ucma_resolve_ib_service", "ibpath UcmaResolveIbService")
+P["UcmaResolveIbService"].fields = {PF[133], PF[134]}
 P["AcmResolve"] = Proto("ibpath.acm_resolve", "ibpath AcmResolve")
-P["AcmResolve"].fields = {PF[133]}
+P["AcmResolve"].fields = {PF[135]}
 P["AcmPerfData"] = Proto("ibpath.acm_perf", "ibpath AcmPerfData")
-P["AcmPerfData"].fields = {PF[134]}
+P["AcmPerfData"].fields = {PF[136]}
 P["AcmEpConfigData"] = Proto("ibpath.acm_ep_config", "ibpath AcmEpConfigData")
-P["AcmEpConfigData"].fields = {PF[135], PF[136], PF[137], PF[138], PF[139], PF[140], PF[141], PF[142]}
+P["AcmEpConfigData"].fields = {PF[137], PF[138], PF[139], PF[140], PF[141], PF[142], PF[143], PF[144]}
 P["MAD"] = Proto("ibpath.mad", "ibpath MAD")
-P["MAD"].fields = {PF[143], PF[144], PF[145], PF[146], PF[147], PF[148], PF[149], PF[150], PF[151], PF[152]}
+P["MAD"].fields = {PF[145], PF[146], PF[147], PF[148], PF[149], PF[150], PF[151], PF[152], PF[153], PF[154]}
 P["PathRecord"] = Proto("ibpath.pathrecord", "ibpath PathRecord")
-P["PathRecord"].fields = {PF[153], PF[154], PF[155], PF[156], PF[157], PF[158], PF[159], PF[160], PF[161], PF[162], PF[163], PF[164], PF[165], PF[166], PF[167], PF[168], PF[169], PF[170], PF[171], PF[172], PF[173], PF[174], PF[175]}
+P["PathRecord"].fields = {PF[155], PF[156], PF[157], PF[158], PF[159], PF[160], PF[161], PF[162], PF[163], PF[164], PF[165], PF[166], PF[167], PF[168], PF[169], PF[170], PF[171], PF[172], PF[173], PF[174], PF[175], PF[176], PF[177]}
 P["LsAttr"] = Proto("ibpath.ls_attr", "ibpath LS attribute")
-P["LsAttr"].fields = {PF[176], PF[177], PF[178], PF[179], PF[180]}
+P["LsAttr"].fields = {PF[178], PF[179], PF[180], PF[181], PF[182]}
 P["UcmaCreateIdResp"] = Proto("ibpath.ucma_create_id_resp", "ibpath UcmaCreateIdResp")
-P["UcmaCreateIdResp"].fields = {PF[181]}
+P["UcmaCreateIdResp"].fields = {PF[183]}
 P["UcmaConnParam"] = Proto("ibpath.ucma_conn_param", "ibpath UcmaConnParam")
-P["UcmaConnParam"].fields = {PF[182], PF[183], PF[184], PF[185], PF[186], PF[187], PF[188], PF[189], PF[190], PF[191], PF[192]}
+P["UcmaConnParam"].fields = {PF[184], PF[185], PF[186], PF[187], PF[188], PF[189], PF[190], PF[191], PF[192], PF[193], PF[194]}
 P["UcmaEce"] = Proto("ibpath.ucma_ece", "ibpath UcmaEce")
-P["UcmaEce"].fields = {PF[193], PF[194]}
+P["UcmaEce"].fields = {PF[195], PF[196]}
 P["UcmaEventResp"] = Proto("ibpath.ucma_event_resp", "ibpath UcmaEventResp")
-P["UcmaEventResp"].fields = {PF[195], PF[196], PF[197], PF[198], PF[199], PF[200]}
+P["UcmaEventResp"].fields = {PF[197], PF[198], PF[199], PF[200], PF[201], PF[202]}
 P["UcmaQueryPathResp"] = Proto("ibpath.ucma_query_path_resp", "ibpath UcmaQueryPathResp")
-P["UcmaQueryPathResp"].fields = {PF[201], PF[202]}
+P["UcmaQueryPathResp"].fields = {PF[203], PF[204]}
+P["UcmaQueryIbServiceResp"] = Proto("ibpath.ucma_query_ib_service_resp", "ibpath UcmaQueryIbServiceResp")
+P["UcmaQueryIbServiceResp"].fields = {PF[205], PF[206]}
+P["UcmaIbService"] = Proto("ibpath.ucma_ib_service", "ibpath UcmaIbService")
+P["UcmaIbService"].fields = {PF[207], PF[208], PF[209], PF[210], PF[211], PF[212]}
 P["AcmEpAddrData"] = Proto("ibpath.acm_ep_addr_data", "ibpath AcmEpAddrData")
-P["AcmEpAddrData"].fields = {PF[203], PF[204], PF[205], PF[206], PF[207], PF[208], PF[209], PF[210]}
+P["AcmEpAddrData"].fields = {PF[213], PF[214], PF[215], PF[216], PF[217], PF[218], PF[219], PF[220]}
 P["AcmCounter"] = Proto("ibpath.acm_counter", "ibpath AcmCounter")
-P["AcmCounter"].fields = {PF[211]}
+P["AcmCounter"].fields = {PF[221]}
 P["AcmEpAddress"] = Proto("ibpath.acm_ep_address", "ibpath AcmEpAddress")
-P["AcmEpAddress"].fields = {PF[212]}
+P["AcmEpAddress"].fields = {PF[222]}
 P["RMPP"] = Proto("ibpath.rmpp", "ibpath RMPP")
-P["RMPP"].fields = {PF[213], PF[214], PF[215], PF[216], PF[217], PF[218], PF[219], PF[220], PF[221], PF[222]}
+P["RMPP"].fields = {PF[223], PF[224], PF[225], PF[226], PF[227], PF[228], PF[229], PF[230], PF[231], PF[232]}
 P["CMReq"] = Proto("ibpath.cm_req", "ibpath CM REQ")
-P["CMReq"].fields = {PF[223], PF[224], PF[225], PF[226], PF[227], PF[228], PF[229], PF[230], PF[231], PF[232], PF[233], PF[234], PF[235], PF[236], PF[237], PF[238], PF[239], PF[240], PF[241], PF[242], PF[243], PF[244], PF[245], PF[246], PF[247], PF[248], PF[249], PF[250], PF[251], PF[252], PF[253], PF[254], PF[255], PF[256], PF[257], PF[258], PF[259], PF[260], PF[261], PF[262], PF[263], PF[264], PF[265], PF[266], PF[267], PF[268], PF[269], PF[270], PF[271], PF[272], PF[273], PF[274], PF[275], PF[276], PF[277]}
+P["CMReq"].fields = {PF[233], PF[234], PF[235], PF[236], PF[237], PF[238], PF[239], PF[240], PF[241], PF[242], PF[243], PF[244], PF[245], PF[246], PF[247], PF[248], PF[249], PF[250], PF[251], PF[252], PF[253], PF[254], PF[255], PF[256], PF[257], PF[258], PF[259], PF[260], PF[261], PF[262], PF[263], PF[264], PF[265], PF[266], PF[267], PF[268], PF[269], PF[270], PF[271], PF[272], PF[273], PF[274], PF[275], PF[276], PF[277], PF[278], PF[279], PF[280], PF[281], PF[282], PF[283], PF[284], PF[285], PF[286], PF[287]}
 P["CMMra"] = Proto("ibpath.cm_mra", "ibpath CM MRA")
-P["CMMra"].fields = {PF[278], PF[279], PF[280], PF[281], PF[282], PF[283], PF[284]}
+P["CMMra"].fields = {PF[288], PF[289], PF[290], PF[291], PF[292], PF[293], PF[294]}
 P["CMRej"] = Proto("ibpath.cm_rej", "ibpath CM REJ")
-P["CMRej"].fields = {PF[285], PF[286], PF[287], PF[288], PF[289], PF[290], PF[291], PF[292], PF[293]}
+P["CMRej"].fields = {PF[295], PF[296], PF[297], PF[298], PF[299], PF[300], PF[301], PF[302], PF[303]}
 P["CMRep"] = Proto("ibpath.cm_rep", "ibpath CM REP")
-P["CMRep"].fields = {PF[294], PF[295], PF[296], PF[297], PF[298], PF[299], PF[300], PF[301], PF[302], PF[303], PF[304], PF[305], PF[306], PF[307], PF[308], PF[309], PF[310], PF[311], PF[312]}
+P["CMRep"].fields = {PF[304], PF[305], PF[306], PF[307], PF[308], PF[309], PF[310], PF[311], PF[312], PF[313], PF[314], PF[315], PF[316], PF[317], PF[318], PF[319], PF[320], PF[321], PF[322]}
 P["CMRtu"] = Proto("ibpath.cm_rtu", "ibpath CM RTU")
-P["CMRtu"].fields = {PF[313], PF[314], PF[315]}
+P["CMRtu"].fields = {PF[323], PF[324], PF[325]}
 P["CMDreq"] = Proto("ibpath.cm_dreq", "ibpath CM DREQ")
-P["CMDreq"].fields = {PF[316], PF[317], PF[318], PF[319], PF[320]}
+P["CMDreq"].fields = {PF[326], PF[327], PF[328], PF[329], PF[330]}
 P["CMDrep"] = Proto("ibpath.cm_drep", "ibpath CM DREP")
-P["CMDrep"].fields = {PF[321], PF[322], PF[323]}
+P["CMDrep"].fields = {PF[331], PF[332], PF[333]}
 P["LsTimeout"] = Proto("ibpath.ls_timeout", "ibpath LS TIMEOUT")
-P["LsTimeout"].fields = {PF[324]}
+P["LsTimeout"].fields = {PF[334]}
 P["LsServiceId"] = Proto("ibpath.ls_service_id", "ibpath LS SERVICE_ID")
-P["LsServiceId"].fields = {PF[325]}
+P["LsServiceId"].fields = {PF[335]}
 P["LsDgid"] = Proto("ibpath.ls_dgid", "ibpath LS DGID")
-P["LsDgid"].fields = {PF[326]}
+P["LsDgid"].fields = {PF[336]}
 P["LsSgid"] = Proto("ibpath.ls_sgid", "ibpath LS SGID")
-P["LsSgid"].fields = {PF[327]}
+P["LsSgid"].fields = {PF[337]}
 P["LsTclass"] = Proto("ibpath.ls_tclass", "ibpath LS TCLASS")
-P["LsTclass"].fields = {PF[328]}
+P["LsTclass"].fields = {PF[338]}
 P["LsPkey"] = Proto("ibpath.ls_pkey", "ibpath LS PKEY")
-P["LsPkey"].fields = {PF[329]}
+P["LsPkey"].fields = {PF[339]}
 P["LsQosClass"] = Proto("ibpath.ls_qos_class", "ibpath LS QOS_CLASS")
-P["LsQosClass"].fields = {PF[330]}
+P["LsQosClass"].fields = {PF[340]}
 P["LsIpv4"] = Proto("ibpath.ls_ipv4", "ibpath LS IPV4")
-P["LsIpv4"].fields = {PF[331]}
+P["LsIpv4"].fields = {PF[341]}
 P["LsIpv6"] = Proto("ibpath.ls_ipv6", "ibpath LS IPV6")
-P["LsIpv6"].fields = {PF[332]}
+P["LsIpv6"].fields = {PF[342]}
+P["ServiceRecord"] = Proto("ibpath.servicerecord", "ibpath ServiceRecord")
+P["ServiceRecord"].fields = {PF[343], PF[344], PF[345], PF[346], PF[347], PF[348], PF[349], PF[350], PF[351], PF[352], PF[353], PF[354], PF[355], PF[356], PF[357], PF[358], PF[359], PF[360], PF[361], PF[362], PF[363], PF[364], PF[365], PF[366], PF[367], PF[368], PF[369], PF[370], PF[371], PF[372], PF[373], PF[374], PF[375], PF[376], PF[377], PF[378], PF[379]}
 P["SAHeader"] = Proto("ibpath.sa", "ibpath SA")
-P["SAHeader"].fields = {PF[333], PF[334], PF[335], PF[336], PF[337], PF[338], PF[339], PF[340], PF[341], PF[342], PF[343], PF[344], PF[345], PF[346], PF[347], PF[348], PF[349], PF[350], PF[351], PF[352], PF[353], PF[354], PF[355], PF[356], PF[357], PF[358]}
+P["SAHeader"].fields = {PF[380], PF[381], PF[382], PF[383], PF[384], PF[385], PF[386], PF[387], PF[388], PF[389], PF[390], PF[391], PF[392], PF[393], PF[394], PF[395], PF[396], PF[397], PF[398], PF[399], PF[400], PF[401], PF[402], PF[403], PF[404], PF[405], PF[406], PF[407], PF[408], PF[409], PF[410], PF[411], PF[412], PF[413], PF[414], PF[415], PF[416], PF[417], PF[418], PF[419], PF[420], PF[421], PF[422], PF[423], PF[424], PF[425], PF[426], PF[427], PF[428], PF[429], PF[430], PF[431], PF[432], PF[433], PF[434], PF[435], PF[436], PF[437], PF[438], PF[439], PF[440], PF[441]}
 
 EX.short = ProtoExpert.new("ibpath.truncated", "Truncated", expert.group.MALFORMED, expert.severity.ERROR)
 EX.count = ProtoExpert.new("ibpath.list_capped", "List longer than the dissector shows", expert.group.MALFORMED, expert.severity.WARN)
 EX[1] = ProtoExpert.new("ibpath.rule.saq_serviceid_half", "SAQ-SERVICEID-HALF: only one of ComponentMask bits 0/1 (ServiceID) set; OpenSM answers INSUF_COMPS", expert.group.PROTOCOL, expert.severity.ERROR)
 EX[2] = ProtoExpert.new("ibpath.rule.saq_reserved_comp", "SAQ-RESERVED-COMP: reserved ComponentMask bit set in a PathRecord query", expert.group.PROTOCOL, expert.severity.WARN)
-EX[3] = ProtoExpert.new("ibpath.rule.saq_selector_missing", "SAQ-SELECTOR-MISSING: MTU, rate or PacketLifeTime component without its selector\039s bit, or a selector without its value\039s: OpenSM ignores both halves", expert.group.PROTOCOL, expert.severity.WARN)
-EX[4] = ProtoExpert.new("ibpath.rule.saq_bad_method", "SAQ-BAD-METHOD: PathRecord MAD with a method other than Get/GetTable or class version not 2", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[5] = ProtoExpert.new("ibpath.rule.saq_numbpath_zero", "SAQ-NUMBPATH-ZERO: GetTable with the NumbPath component set and NumbPath 0: OpenSM returns no record", expert.group.PROTOCOL, expert.severity.WARN)
-EX[6] = ProtoExpert.new("ibpath.rule.sar_get_multi", "SAR-GET-MULTI: GetResp whose AttributeOffset does not match the PathRecord size (8 words)", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[7] = ProtoExpert.new("ibpath.rule.sar_table_offset", "SAR-TABLE-OFFSET: GetTableResp whose AttributeOffset is not the PathRecord size (8 words): saquery counts and steps through the records by it", expert.group.PROTOCOL, expert.severity.WARN)
-EX[8] = ProtoExpert.new("ibpath.rule.blob_length", "BLOB-LENGTH: blob length is not a multiple of 72 (ucma_set_ib_path returns EINVAL)", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[9] = ProtoExpert.new("ibpath.rule.blob_unknown_flags", "BLOB-UNKNOWN-FLAGS: flag bit outside 0x3F set", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[10] = ProtoExpert.new("ibpath.rule.blob_gmp_not_reversible", "BLOB-GMP-NOT-REVERSIBLE: record flagged GMP carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
-EX[11] = ProtoExpert.new("ibpath.rule.blob_bidir_not_reversible", "BLOB-BIDIR-NOT-REVERSIBLE: record flagged BIDIRECTIONAL carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
-local EXPERT_LIST = {EX.short, EX.count, EX[1], EX[2], EX[3], EX[4], EX[5], EX[6], EX[7], EX[8], EX[9], EX[10], EX[11]}
+EX[3] = ProtoExpert.new("ibpath.rule.saq_sr_reserved_comp", "SAQ-SR-RESERVED-COMP: reserved ComponentMask bit set in a ServiceRecord request (3 or 37-63)", expert.group.PROTOCOL, expert.severity.WARN)
+EX[4] = ProtoExpert.new("ibpath.rule.saq_selector_missing", "SAQ-SELECTOR-MISSING: MTU, rate or PacketLifeTime component without its selector\039s bit, or a selector without its value\039s: OpenSM ignores both halves", expert.group.PROTOCOL, expert.severity.WARN)
+EX[5] = ProtoExpert.new("ibpath.rule.saq_bad_method", "SAQ-BAD-METHOD: PathRecord MAD with a method other than Get/GetTable or class version not 2", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[6] = ProtoExpert.new("ibpath.rule.saq_numbpath_zero", "SAQ-NUMBPATH-ZERO: GetTable with the NumbPath component set and NumbPath 0: OpenSM returns no record", expert.group.PROTOCOL, expert.severity.WARN)
+EX[7] = ProtoExpert.new("ibpath.rule.sar_get_multi", "SAR-GET-MULTI: GetResp whose AttributeOffset does not match the PathRecord size (8 words)", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[8] = ProtoExpert.new("ibpath.rule.sar_table_offset", "SAR-TABLE-OFFSET: GetTableResp whose AttributeOffset is not the PathRecord size (8 words): saquery counts and steps through the records by it", expert.group.PROTOCOL, expert.severity.WARN)
+EX[9] = ProtoExpert.new("ibpath.rule.blob_length", "BLOB-LENGTH: blob length is not a multiple of 72 (ucma_set_ib_path returns EINVAL)", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[10] = ProtoExpert.new("ibpath.rule.blob_unknown_flags", "BLOB-UNKNOWN-FLAGS: flag bit outside 0x3F set", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[11] = ProtoExpert.new("ibpath.rule.blob_gmp_not_reversible", "BLOB-GMP-NOT-REVERSIBLE: record flagged GMP carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
+EX[12] = ProtoExpert.new("ibpath.rule.blob_bidir_not_reversible", "BLOB-BIDIR-NOT-REVERSIBLE: record flagged BIDIRECTIONAL carries a PathRecord that is not reversible", expert.group.PROTOCOL, expert.severity.ERROR)
+local EXPERT_LIST = {EX.short, EX.count, EX[1], EX[2], EX[3], EX[4], EX[5], EX[6], EX[7], EX[8], EX[9], EX[10], EX[11], EX[12]}
 
 local function ib_val(v, k) return v[k] or 0 end
 local function ib_under(ctx, layer, k) local t = ctx.v[layer]; return t and t[k] or 0 end
@@ -585,6 +677,40 @@ local function ib_short(tvb, tree, proto, off, limit, need)
     tree:add_proto_expert_info(EX.short, string.format("Truncated: %d bytes needed, none present", need))
   end
   return math.max(limit, off)
+end
+-- layers.sa.name_text: a NUL-terminated UTF-8 name as every ibpath output shows it (the
+-- bytes before the first NUL; a backslash as \\, a byte of no valid UTF-8 sequence (RFC
+-- 3629) or a control character as \xHH; \c after a name no NUL ends)
+local function ib_name_text(range)
+  local s = range:raw()
+  local z = s:find("\0", 1, true)
+  local last = z and z - 1 or #s
+  local out, i = {}, 1
+  while i <= last do
+    local c, len, lo, hi = s:byte(i), 0, 0x80, 0xBF
+    if c == 0x5C then len = -1
+    elseif c >= 0x20 and c < 0x7F then len = 1
+    elseif c >= 0xC2 and c <= 0xDF then len = 2
+    elseif c == 0xE0 then len, lo = 3, 0xA0
+    elseif (c >= 0xE1 and c <= 0xEC) or c == 0xEE or c == 0xEF then len = 3
+    elseif c == 0xED then len, hi = 3, 0x9F
+    elseif c == 0xF0 then len, lo = 4, 0x90
+    elseif c >= 0xF1 and c <= 0xF3 then len = 4
+    elseif c == 0xF4 then len, hi = 4, 0x8F
+    end
+    if len > 1 and i + len - 1 <= last then
+      for j = 1, len - 1 do
+        local b = s:byte(i + j)
+        if b < (j == 1 and lo or 0x80) or b > (j == 1 and hi or 0xBF) then len = 0; break end
+      end
+    elseif len > 1 then
+      len = 0
+    end
+    if len == -1 then out[#out + 1] = "\\\\"; i = i + 1
+    elseif len == 0 then out[#out + 1] = string.format("\\x%02x", c); i = i + 1
+    else out[#out + 1] = s:sub(i, i + len - 1); i = i + len end
+  end
+  return table.concat(out) .. (z and "" or "\\c")
 end
 
 D["LRH"] = function(tvb, pinfo, tree, off, ctx)
@@ -700,7 +826,7 @@ D["PathArray"] = function(tvb, pinfo, tree, off, ctx)
   o = o + n1
   if show then t:set_len(o - off) end
   if HOOKS["PathArray"] then HOOKS["PathArray"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_truthy(ib_bool((ib_mod((limit - off), 72) ~= 0))) then t:add_proto_expert_info(EX[8]) end
+  if ib_truthy(ib_bool((ib_mod((limit - off), 72) ~= 0))) then t:add_proto_expert_info(EX[9]) end
   local r = o
   return r
 end
@@ -783,6 +909,7 @@ D["UcmaCmdHdr"] = function(tvb, pinfo, tree, off, ctx)
   elseif ib_val(v, "cmd") == 14 then r = D["UcmaSetOption"](tvb, pinfo, tree, o, ctx)
   elseif ib_val(v, "cmd") == 19 then r = D["UcmaQuery"](tvb, pinfo, tree, o, ctx)
   elseif ib_val(v, "cmd") == 21 then r = D["UcmaResolveAddr"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "cmd") == 23 then r = D["UcmaResolveIbService"](tvb, pinfo, tree, o, ctx)
   end
   return r
 end
@@ -984,7 +1111,7 @@ D["PathRecData"] = function(tvb, pinfo, tree, off, ctx)
   D["PathRecord"](tvb, pinfo, t, off + 8, ib_subctx(ctx, off + 8 + 64))
   if show then t:set_len(o - off) end
   if HOOKS["PathRecData"] then HOOKS["PathRecData"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_truthy(ib_bool((ib_band(ib_val(v, "flags"), 4294967232) ~= 0))) then t:add_proto_expert_info(EX[9]) end
+  if ib_truthy(ib_bool((ib_band(ib_val(v, "flags"), 4294967232) ~= 0))) then t:add_proto_expert_info(EX[10]) end
   local r = o
   return r
 end
@@ -1310,6 +1437,7 @@ D["UcmaQuery"] = function(tvb, pinfo, tree, off, ctx)
   if HOOKS["UcmaQuery"] then HOOKS["UcmaQuery"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
   if ib_val(v, "option") == 1 then r = D["UcmaQueryPathResp"](tvb, pinfo, tree, o, ctx)
+  elseif ib_val(v, "option") == 3 then r = D["UcmaQueryIbServiceResp"](tvb, pinfo, tree, o, ctx)
   end
   return r
 end
@@ -1334,6 +1462,26 @@ D["UcmaResolveAddr"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:add(PF[132], tvb(off + 144, 128)) end
   if show then t:set_len(o - off) end
   if HOOKS["UcmaResolveAddr"] then HOOKS["UcmaResolveAddr"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["UcmaResolveIbService"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaResolveIbService"] = v
+  ctx.at["UcmaResolveIbService"] = off
+  if off + 88 > limit then return ib_short(tvb, tree, P["UcmaResolveIbService"], off, limit, 88) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaResolveIbService"], tvb(off, 88)) end
+  local o = off + 88
+  if show then t:add_le(PF[133], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[134], tvb(off + 4, 4)) end
+  D["UcmaIbService"](tvb, pinfo, t, off + 8, ib_subctx(ctx, off + 8 + 80))
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaResolveIbService"] then HOOKS["UcmaResolveIbService"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
   return r
 end
@@ -1366,7 +1514,7 @@ D["AcmResolve"] = function(tvb, pinfo, tree, off, ctx)
   end
   local n7 = math.max(0, (limit - o))
   if o + n7 > limit then return ib_short(tvb, t, P["AcmResolve"], o, limit, n7) end
-  if show and n7 > 0 then t:add(PF[133], tvb(o, n7)) end
+  if show and n7 > 0 then t:add(PF[135], tvb(o, n7)) end
   o = o + n7
   if show then t:set_len(o - off) end
   if HOOKS["AcmResolve"] then HOOKS["AcmResolve"](tvb, pinfo, t, off, o, ctx, v) end
@@ -1402,7 +1550,7 @@ D["AcmPerfData"] = function(tvb, pinfo, tree, off, ctx)
   end
   local n8 = math.max(0, (limit - o))
   if o + n8 > limit then return ib_short(tvb, t, P["AcmPerfData"], o, limit, n8) end
-  if show and n8 > 0 then t:add(PF[134], tvb(o, n8)) end
+  if show and n8 > 0 then t:add(PF[136], tvb(o, n8)) end
   o = o + n8
   if show then t:set_len(o - off) end
   if HOOKS["AcmPerfData"] then HOOKS["AcmPerfData"](tvb, pinfo, t, off, o, ctx, v) end
@@ -1421,14 +1569,14 @@ D["AcmEpConfigData"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["AcmEpConfigData"], tvb(off, 80)) end
   local o = off + 80
-  if show then t:add(PF[135], tvb(off + 0, 8)) end
-  if show then t:add(PF[136], tvb(off + 8, 1)) end
-  if show then t:add(PF[137], tvb(off + 9, 1)) end
-  if show then t:add(PF[138], tvb(off + 10, 2)) end
-  if show then t:add(PF[139], tvb(off + 12, 2)) end
+  if show then t:add(PF[137], tvb(off + 0, 8)) end
+  if show then t:add(PF[138], tvb(off + 8, 1)) end
+  if show then t:add(PF[139], tvb(off + 9, 1)) end
+  if show then t:add(PF[140], tvb(off + 10, 2)) end
+  if show then t:add(PF[141], tvb(off + 12, 2)) end
   v["addr_cnt"] = tvb(off + 14, 2):uint()
-  if show then t:add(PF[140], tvb(off + 14, 2)) end
-  if show then t:add(PF[141], tvb(off + 16, 64)) end
+  if show then t:add(PF[142], tvb(off + 14, 2)) end
+  if show then t:add(PF[143], tvb(off + 16, 64)) end
   do
     local count = math.floor(math.min(ib_val(v, "addr_cnt"), ib_idiv((limit - o), 64)))
     local stride = math.floor(64)
@@ -1446,7 +1594,7 @@ D["AcmEpConfigData"] = function(tvb, pinfo, tree, off, ctx)
   end
   local n9 = math.max(0, (limit - o))
   if o + n9 > limit then return ib_short(tvb, t, P["AcmEpConfigData"], o, limit, n9) end
-  if show and n9 > 0 then t:add(PF[142], tvb(o, n9)) end
+  if show and n9 > 0 then t:add(PF[144], tvb(o, n9)) end
   o = o + n9
   if show then t:set_len(o - off) end
   if HOOKS["AcmEpConfigData"] then HOOKS["AcmEpConfigData"](tvb, pinfo, t, off, o, ctx, v) end
@@ -1465,22 +1613,22 @@ D["MAD"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["MAD"], tvb(off, 24)) end
   local o = off + 24
-  if show then t:add(PF[143], tvb(off + 0, 1)) end
+  if show then t:add(PF[145], tvb(off + 0, 1)) end
   v["mgmt_class"] = tvb(off + 1, 1):uint()
-  if show then t:add(PF[144], tvb(off + 1, 1)) end
+  if show then t:add(PF[146], tvb(off + 1, 1)) end
   v["class_version"] = tvb(off + 2, 1):uint()
-  if show then t:add(PF[145], tvb(off + 2, 1)) end
+  if show then t:add(PF[147], tvb(off + 2, 1)) end
   v["method"] = tvb(off + 3, 1):uint()
-  if show then t:add(PF[146], tvb(off + 3, 1)) end
+  if show then t:add(PF[148], tvb(off + 3, 1)) end
   v["status"] = tvb(off + 4, 2):uint()
-  if show then t:add(PF[147], tvb(off + 4, 2)) end
-  if show then t:add(PF[148], tvb(off + 6, 2)) end
+  if show then t:add(PF[149], tvb(off + 4, 2)) end
+  if show then t:add(PF[150], tvb(off + 6, 2)) end
   v["transaction_id"] = tvb(off + 8, 8):uint64():tonumber()
-  if show then t:add(PF[149], tvb(off + 8, 8)) end
+  if show then t:add(PF[151], tvb(off + 8, 8)) end
   v["attribute_id"] = tvb(off + 16, 2):uint()
-  if show then t:add(PF[150], tvb(off + 16, 2)) end
-  if show then t:add(PF[151], tvb(off + 18, 2)) end
-  if show then t:add(PF[152], tvb(off + 20, 4)) end
+  if show then t:add(PF[152], tvb(off + 16, 2)) end
+  if show then t:add(PF[153], tvb(off + 18, 2)) end
+  if show then t:add(PF[154], tvb(off + 20, 4)) end
   if show then t:set_len(o - off) end
   if HOOKS["MAD"] then HOOKS["MAD"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1507,36 +1655,36 @@ D["PathRecord"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["PathRecord"], tvb(off, 64)) end
   local o = off + 64
-  if show then t:add(PF[153], tvb(off + 0, 8)) end
-  if show then t:add(PF[154], tvb(off + 8, 16)) end
-  if show then t:add(PF[155], tvb(off + 24, 16)) end
-  if show then t:add(PF[156], tvb(off + 40, 2)) end
-  if show then t:add(PF[157], tvb(off + 42, 2)) end
-  if show then t:add(PF[158], tvb(off + 44, 1)) end
-  if show then t:add(PF[159], tvb(off + 44, 1)) end
-  if show then t:add(PF[160], tvb(off + 44, 3)) end
-  if show then t:add(PF[161], tvb(off + 47, 1)) end
-  if show then t:add(PF[162], tvb(off + 48, 1)) end
+  if show then t:add(PF[155], tvb(off + 0, 8)) end
+  if show then t:add(PF[156], tvb(off + 8, 16)) end
+  if show then t:add(PF[157], tvb(off + 24, 16)) end
+  if show then t:add(PF[158], tvb(off + 40, 2)) end
+  if show then t:add(PF[159], tvb(off + 42, 2)) end
+  if show then t:add(PF[160], tvb(off + 44, 1)) end
+  if show then t:add(PF[161], tvb(off + 44, 1)) end
+  if show then t:add(PF[162], tvb(off + 44, 3)) end
+  if show then t:add(PF[163], tvb(off + 47, 1)) end
+  if show then t:add(PF[164], tvb(off + 48, 1)) end
   v["reversible"] = tvb(off + 49, 1):bitfield(0, 1)
-  if show then t:add(PF[163], tvb(off + 49, 1)) end
+  if show then t:add(PF[165], tvb(off + 49, 1)) end
   v["numb_path"] = tvb(off + 49, 1):bitfield(1, 7)
-  if show then t:add(PF[164], tvb(off + 49, 1)) end
-  if show then t:add(PF[165], tvb(off + 50, 2)) end
-  if show then t:add(PF[166], tvb(off + 52, 2)) end
-  if show then t:add(PF[167], tvb(off + 53, 1)) end
-  if show then t:add(PF[168], tvb(off + 54, 1)) end
-  if show then t:add(PF[169], tvb(off + 54, 1)) end
-  if show then t:add(PF[170], tvb(off + 55, 1)) end
-  if show then t:add(PF[171], tvb(off + 55, 1)) end
-  if show then t:add(PF[172], tvb(off + 56, 1)) end
-  if show then t:add(PF[173], tvb(off + 56, 1)) end
-  if show then t:add(PF[174], tvb(off + 57, 1)) end
-  if show then t:add(PF[175], tvb(off + 58, 6)) end
+  if show then t:add(PF[166], tvb(off + 49, 1)) end
+  if show then t:add(PF[167], tvb(off + 50, 2)) end
+  if show then t:add(PF[168], tvb(off + 52, 2)) end
+  if show then t:add(PF[169], tvb(off + 53, 1)) end
+  if show then t:add(PF[170], tvb(off + 54, 1)) end
+  if show then t:add(PF[171], tvb(off + 54, 1)) end
+  if show then t:add(PF[172], tvb(off + 55, 1)) end
+  if show then t:add(PF[173], tvb(off + 55, 1)) end
+  if show then t:add(PF[174], tvb(off + 56, 1)) end
+  if show then t:add(PF[175], tvb(off + 56, 1)) end
+  if show then t:add(PF[176], tvb(off + 57, 1)) end
+  if show then t:add(PF[177], tvb(off + 58, 6)) end
   if show then t:set_len(o - off) end
   if HOOKS["PathRecord"] then HOOKS["PathRecord"](tvb, pinfo, t, off, o, ctx, v) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 18)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_band(ib_lo(ib_under(ctx, "SAHeader", "component_mask")), 4096) ~= 0)), ib_bool((ib_val(v, "numb_path") == 0)))) then t:add_proto_expert_info(EX[5]) end
-  if ib_truthy(ib_and(ib_band(ib_under(ctx, "PathRecData", "flags"), 1), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[10]) end
-  if ib_truthy(ib_and(ib_bool((ib_band(ib_under(ctx, "PathRecData", "flags"), 40) == 40)), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[11]) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 18)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_band(ib_lo(ib_under(ctx, "SAHeader", "component_mask")), 4096) ~= 0)), ib_bool((ib_val(v, "numb_path") == 0)))) then t:add_proto_expert_info(EX[6]) end
+  if ib_truthy(ib_and(ib_band(ib_under(ctx, "PathRecData", "flags"), 1), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[11]) end
+  if ib_truthy(ib_and(ib_bool((ib_band(ib_under(ctx, "PathRecData", "flags"), 40) == 40)), ib_bool((ib_val(v, "reversible") == 0)))) then t:add_proto_expert_info(EX[12]) end
   local r = o
   return r
 end
@@ -1553,12 +1701,12 @@ D["LsAttr"] = function(tvb, pinfo, tree, off, ctx)
   if show then t = tree:add(P["LsAttr"], tvb(off, 4)) end
   local o = off + 4
   v["nla_len"] = tvb(off + 0, 2):le_uint()
-  if show then t:add_le(PF[176], tvb(off + 0, 2)) end
-  if show then t:add_le(PF[177], tvb(off + 2, 2)) end
-  if show then t:add_le(PF[178], tvb(off + 2, 2)) end
+  if show then t:add_le(PF[178], tvb(off + 0, 2)) end
   if show then t:add_le(PF[179], tvb(off + 2, 2)) end
-  v["nla_type"] = ib_band(ib_rshift(tvb(off + 2, 2):le_uint(), 0), 8191)
   if show then t:add_le(PF[180], tvb(off + 2, 2)) end
+  if show then t:add_le(PF[181], tvb(off + 2, 2)) end
+  v["nla_type"] = ib_band(ib_rshift(tvb(off + 2, 2):le_uint(), 0), 8191)
+  if show then t:add_le(PF[182], tvb(off + 2, 2)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsAttr"] then HOOKS["LsAttr"](tvb, pinfo, t, off, o, ctx, v) end
   local item_len = ib_val(v, "nla_len")
@@ -1592,7 +1740,7 @@ D["UcmaCreateIdResp"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["UcmaCreateIdResp"], tvb(off, 4)) end
   local o = off + 4
-  if show then t:add_le(PF[181], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[183], tvb(off + 0, 4)) end
   if show then t:set_len(o - off) end
   if HOOKS["UcmaCreateIdResp"] then HOOKS["UcmaCreateIdResp"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1610,17 +1758,17 @@ D["UcmaConnParam"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["UcmaConnParam"], tvb(off, 272)) end
   local o = off + 272
-  if show then t:add_le(PF[182], tvb(off + 0, 4)) end
-  if show then t:add_le(PF[183], tvb(off + 4, 4)) end
-  if show then t:add(PF[184], tvb(off + 8, 256)) end
-  if show then t:add(PF[185], tvb(off + 264, 1)) end
-  if show then t:add(PF[186], tvb(off + 265, 1)) end
-  if show then t:add(PF[187], tvb(off + 266, 1)) end
-  if show then t:add(PF[188], tvb(off + 267, 1)) end
-  if show then t:add(PF[189], tvb(off + 268, 1)) end
-  if show then t:add(PF[190], tvb(off + 269, 1)) end
-  if show then t:add(PF[191], tvb(off + 270, 1)) end
-  if show then t:add(PF[192], tvb(off + 271, 1)) end
+  if show then t:add_le(PF[184], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[185], tvb(off + 4, 4)) end
+  if show then t:add(PF[186], tvb(off + 8, 256)) end
+  if show then t:add(PF[187], tvb(off + 264, 1)) end
+  if show then t:add(PF[188], tvb(off + 265, 1)) end
+  if show then t:add(PF[189], tvb(off + 266, 1)) end
+  if show then t:add(PF[190], tvb(off + 267, 1)) end
+  if show then t:add(PF[191], tvb(off + 268, 1)) end
+  if show then t:add(PF[192], tvb(off + 269, 1)) end
+  if show then t:add(PF[193], tvb(off + 270, 1)) end
+  if show then t:add(PF[194], tvb(off + 271, 1)) end
   if show then t:set_len(o - off) end
   if HOOKS["UcmaConnParam"] then HOOKS["UcmaConnParam"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1638,8 +1786,8 @@ D["UcmaEce"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["UcmaEce"], tvb(off, 8)) end
   local o = off + 8
-  if show then t:add_le(PF[193], tvb(off + 0, 4)) end
-  if show then t:add_le(PF[194], tvb(off + 4, 4)) end
+  if show then t:add_le(PF[195], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[196], tvb(off + 4, 4)) end
   if show then t:set_len(o - off) end
   if HOOKS["UcmaEce"] then HOOKS["UcmaEce"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1657,13 +1805,13 @@ D["UcmaEventResp"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["UcmaEventResp"], tvb(off, 336)) end
   local o = off + 336
-  if show then t:add_le(PF[195], tvb(off + 0, 8)) end
-  if show then t:add_le(PF[196], tvb(off + 8, 4)) end
-  if show then t:add_le(PF[197], tvb(off + 12, 4)) end
-  if show then t:add_le(PF[198], tvb(off + 16, 4)) end
+  if show then t:add_le(PF[197], tvb(off + 0, 8)) end
+  if show then t:add_le(PF[198], tvb(off + 8, 4)) end
+  if show then t:add_le(PF[199], tvb(off + 12, 4)) end
+  if show then t:add_le(PF[200], tvb(off + 16, 4)) end
   D["UcmaConnParam"](tvb, pinfo, t, off + 20, ib_subctx(ctx, off + 20 + 272))
-  if show then t:add(PF[199], tvb(off + 292, 32)) end
-  if show then t:add_le(PF[200], tvb(off + 324, 4)) end
+  if show then t:add(PF[201], tvb(off + 292, 32)) end
+  if show then t:add_le(PF[202], tvb(off + 324, 4)) end
   D["UcmaEce"](tvb, pinfo, t, off + 328, ib_subctx(ctx, off + 328 + 8))
   if show then t:set_len(o - off) end
   if HOOKS["UcmaEventResp"] then HOOKS["UcmaEventResp"](tvb, pinfo, t, off, o, ctx, v) end
@@ -1682,8 +1830,8 @@ D["UcmaQueryPathResp"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["UcmaQueryPathResp"], tvb(off, 8)) end
   local o = off + 8
-  if show then t:add_le(PF[201], tvb(off + 0, 4)) end
-  if show then t:add_le(PF[202], tvb(off + 4, 4)) end
+  if show then t:add_le(PF[203], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[204], tvb(off + 4, 4)) end
   do
     local count = math.floor(ib_idiv((limit - o), 72))
     local stride = math.floor(72)
@@ -1705,6 +1853,65 @@ D["UcmaQueryPathResp"] = function(tvb, pinfo, tree, off, ctx)
   return r
 end
 
+D["UcmaQueryIbServiceResp"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaQueryIbServiceResp"] = v
+  ctx.at["UcmaQueryIbServiceResp"] = off
+  if off + 8 > limit then return ib_short(tvb, tree, P["UcmaQueryIbServiceResp"], off, limit, 8) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaQueryIbServiceResp"], tvb(off, 8)) end
+  local o = off + 8
+  if show then t:add_le(PF[205], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[206], tvb(off + 4, 4)) end
+  do
+    local count = math.floor(ib_idiv((limit - o), 176))
+    local stride = math.floor(176)
+    local sel = 0
+    if stride < 1 then count = 0 end
+    if count > MAX_LIST_ITEMS then t:add_proto_expert_info(EX.count); count = MAX_LIST_ITEMS end
+    for i = 0, count - 1 do
+      local s = o + i * stride
+      if s + stride > limit then ib_short(tvb, t, P["UcmaQueryIbServiceResp"], s, limit, stride); count = i; break end
+      if sel == 0 then D["ServiceRecord"](tvb, pinfo, t, s, ib_subctx(ctx, s + stride))
+      end
+    end
+    o = o + math.max(count, 0) * math.max(stride, 0)
+    v["recs_count"] = count
+  end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaQueryIbServiceResp"] then HOOKS["UcmaQueryIbServiceResp"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["UcmaIbService"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["UcmaIbService"] = v
+  ctx.at["UcmaIbService"] = off
+  if off + 80 > limit then return ib_short(tvb, tree, P["UcmaIbService"], off, limit, 80) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["UcmaIbService"], tvb(off, 80)) end
+  local o = off + 80
+  if show then t:add_le(PF[207], tvb(off + 0, 8)) end
+  if show then local r = tvb(off + 8, 64); t:add(PF[208], r):set_text("Service Name: \034" .. ib_name_text(r) .. '"') end
+  if show then
+    local ft = t:add_le(PF[209], tvb(off + 72, 4))
+    ft:add_le(PF[210], tvb(off + 72 + 0, 4))
+    ft:add_le(PF[211], tvb(off + 72 + 0, 4))
+  end
+  if show then t:add_le(PF[212], tvb(off + 76, 4)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["UcmaIbService"] then HOOKS["UcmaIbService"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
 D["AcmEpAddrData"] = function(tvb, pinfo, tree, off, ctx)
   local limit = ctx.limit
   local ctx_limit = limit
@@ -1717,15 +1924,15 @@ D["AcmEpAddrData"] = function(tvb, pinfo, tree, off, ctx)
   if show then t = tree:add(P["AcmEpAddrData"], tvb(off, 8)) end
   local o = off + 8
   if show then
-    local ft = t:add_le(PF[203], tvb(off + 0, 4))
-    ft:add_le(PF[204], tvb(off + 0 + 0, 4))
-    ft:add_le(PF[205], tvb(off + 0 + 0, 4))
-    ft:add_le(PF[206], tvb(off + 0 + 0, 4))
-    ft:add_le(PF[207], tvb(off + 0 + 0, 4))
+    local ft = t:add_le(PF[213], tvb(off + 0, 4))
+    ft:add_le(PF[214], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[215], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[216], tvb(off + 0 + 0, 4))
+    ft:add_le(PF[217], tvb(off + 0 + 0, 4))
   end
   v["type"] = tvb(off + 4, 2):le_uint()
-  if show then t:add_le(PF[208], tvb(off + 4, 2)) end
-  if show then t:add_le(PF[209], tvb(off + 6, 2)) end
+  if show then t:add_le(PF[218], tvb(off + 4, 2)) end
+  if show then t:add_le(PF[219], tvb(off + 6, 2)) end
   if ib_truthy(ib_bool((ib_val(v, "type") == 16))) then
     if o + 64 > limit then return ib_short(tvb, t, P["AcmEpAddrData"], o, limit, 64) end
     D["PathRecord"](tvb, pinfo, t, o, ib_subctx(ctx, o + 64))
@@ -1733,7 +1940,7 @@ D["AcmEpAddrData"] = function(tvb, pinfo, tree, off, ctx)
   end
   if ib_truthy(ib_bool((ib_val(v, "type") ~= 16))) then
     if o + 64 > limit then return ib_short(tvb, t, P["AcmEpAddrData"], o, limit, 64) end
-    if show then t:add(PF[210], tvb(o, 64)) end
+    if show then t:add(PF[220], tvb(o, 64)) end
     o = o + 64
   end
   if show then t:set_len(o - off) end
@@ -1753,7 +1960,7 @@ D["AcmCounter"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["AcmCounter"], tvb(off, 8)) end
   local o = off + 8
-  if show then t:add(PF[211], tvb(off + 0, 8)) end
+  if show then t:add(PF[221], tvb(off + 0, 8)) end
   if show then t:set_len(o - off) end
   if HOOKS["AcmCounter"] then HOOKS["AcmCounter"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1771,7 +1978,7 @@ D["AcmEpAddress"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["AcmEpAddress"], tvb(off, 64)) end
   local o = off + 64
-  if show then t:add(PF[212], tvb(off + 0, 64)) end
+  if show then t:add(PF[222], tvb(off + 0, 64)) end
   if show then t:set_len(o - off) end
   if HOOKS["AcmEpAddress"] then HOOKS["AcmEpAddress"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1789,22 +1996,22 @@ D["RMPP"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["RMPP"], tvb(off, 12)) end
   local o = off + 12
-  if show then t:add(PF[213], tvb(off + 0, 1)) end
+  if show then t:add(PF[223], tvb(off + 0, 1)) end
   v["rmpp_type"] = tvb(off + 1, 1):uint()
-  if show then t:add(PF[214], tvb(off + 1, 1)) end
-  if show then t:add(PF[215], tvb(off + 2, 1)) end
+  if show then t:add(PF[224], tvb(off + 1, 1)) end
+  if show then t:add(PF[225], tvb(off + 2, 1)) end
   v["rmpp_flags"] = tvb(off + 2, 1):bitfield(5, 3)
   if show then
-    local ft = t:add(PF[216], tvb(off + 2, 1))
-    ft:add(PF[217], tvb(off + 2 + 0, 1))
-    ft:add(PF[218], tvb(off + 2 + 0, 1))
-    ft:add(PF[219], tvb(off + 2 + 0, 1))
+    local ft = t:add(PF[226], tvb(off + 2, 1))
+    ft:add(PF[227], tvb(off + 2 + 0, 1))
+    ft:add(PF[228], tvb(off + 2 + 0, 1))
+    ft:add(PF[229], tvb(off + 2 + 0, 1))
   end
-  if show then t:add(PF[220], tvb(off + 3, 1)) end
+  if show then t:add(PF[230], tvb(off + 3, 1)) end
   v["segment_number"] = tvb(off + 4, 4):uint()
-  if show then t:add(PF[221], tvb(off + 4, 4)) end
+  if show then t:add(PF[231], tvb(off + 4, 4)) end
   v["payload_length"] = tvb(off + 8, 4):uint()
-  if show then t:add(PF[222], tvb(off + 8, 4)) end
+  if show then t:add(PF[232], tvb(off + 8, 4)) end
   if show then t:set_len(o - off) end
   if HOOKS["RMPP"] then HOOKS["RMPP"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1824,61 +2031,61 @@ D["CMReq"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMReq"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[223], tvb(off + 0, 4)) end
-  if show then t:add(PF[224], tvb(off + 4, 4)) end
-  if show then t:add(PF[225], tvb(off + 8, 8)) end
-  if show then t:add(PF[226], tvb(off + 16, 8)) end
-  if show then t:add(PF[227], tvb(off + 24, 4)) end
-  if show then t:add(PF[228], tvb(off + 28, 4)) end
-  if show then t:add(PF[229], tvb(off + 32, 3)) end
-  if show then t:add(PF[230], tvb(off + 35, 1)) end
-  if show then t:add(PF[231], tvb(off + 36, 3)) end
-  if show then t:add(PF[232], tvb(off + 39, 1)) end
-  if show then t:add(PF[233], tvb(off + 40, 3)) end
-  if show then t:add(PF[234], tvb(off + 43, 1)) end
-  if show then t:add(PF[235], tvb(off + 43, 1)) end
-  if show then t:add(PF[236], tvb(off + 43, 1)) end
-  if show then t:add(PF[237], tvb(off + 44, 3)) end
-  if show then t:add(PF[238], tvb(off + 47, 1)) end
-  if show then t:add(PF[239], tvb(off + 47, 1)) end
-  if show then t:add(PF[240], tvb(off + 48, 2)) end
-  if show then t:add(PF[241], tvb(off + 50, 1)) end
-  if show then t:add(PF[242], tvb(off + 50, 1)) end
-  if show then t:add(PF[243], tvb(off + 50, 1)) end
-  if show then t:add(PF[244], tvb(off + 51, 1)) end
-  if show then t:add(PF[245], tvb(off + 51, 1)) end
-  if show then t:add(PF[246], tvb(off + 51, 1)) end
-  if show then t:add(PF[247], tvb(off + 52, 2)) end
-  if show then t:add(PF[248], tvb(off + 54, 2)) end
-  if show then t:add(PF[249], tvb(off + 56, 16)) end
-  if show then t:add(PF[250], tvb(off + 72, 16)) end
-  if show then t:add(PF[251], tvb(off + 88, 3)) end
-  if show then t:add(PF[252], tvb(off + 90, 2)) end
-  if show then t:add(PF[253], tvb(off + 91, 1)) end
-  if show then t:add(PF[254], tvb(off + 92, 1)) end
-  if show then t:add(PF[255], tvb(off + 93, 1)) end
-  if show then t:add(PF[256], tvb(off + 94, 1)) end
-  if show then t:add(PF[257], tvb(off + 94, 1)) end
-  if show then t:add(PF[258], tvb(off + 94, 1)) end
-  if show then t:add(PF[259], tvb(off + 95, 1)) end
-  if show then t:add(PF[260], tvb(off + 95, 1)) end
-  if show then t:add(PF[261], tvb(off + 95, 1)) end
-  if show then t:add(PF[262], tvb(off + 96, 2)) end
-  if show then t:add(PF[263], tvb(off + 98, 2)) end
-  if show then t:add(PF[264], tvb(off + 100, 16)) end
-  if show then t:add(PF[265], tvb(off + 116, 16)) end
-  if show then t:add(PF[266], tvb(off + 132, 3)) end
-  if show then t:add(PF[267], tvb(off + 134, 2)) end
-  if show then t:add(PF[268], tvb(off + 135, 1)) end
-  if show then t:add(PF[269], tvb(off + 136, 1)) end
-  if show then t:add(PF[270], tvb(off + 137, 1)) end
-  if show then t:add(PF[271], tvb(off + 138, 1)) end
-  if show then t:add(PF[272], tvb(off + 138, 1)) end
-  if show then t:add(PF[273], tvb(off + 138, 1)) end
-  if show then t:add(PF[274], tvb(off + 139, 1)) end
-  if show then t:add(PF[275], tvb(off + 139, 1)) end
-  if show then t:add(PF[276], tvb(off + 139, 1)) end
-  if show then t:add(PF[277], tvb(off + 140, 92)) end
+  if show then t:add(PF[233], tvb(off + 0, 4)) end
+  if show then t:add(PF[234], tvb(off + 4, 4)) end
+  if show then t:add(PF[235], tvb(off + 8, 8)) end
+  if show then t:add(PF[236], tvb(off + 16, 8)) end
+  if show then t:add(PF[237], tvb(off + 24, 4)) end
+  if show then t:add(PF[238], tvb(off + 28, 4)) end
+  if show then t:add(PF[239], tvb(off + 32, 3)) end
+  if show then t:add(PF[240], tvb(off + 35, 1)) end
+  if show then t:add(PF[241], tvb(off + 36, 3)) end
+  if show then t:add(PF[242], tvb(off + 39, 1)) end
+  if show then t:add(PF[243], tvb(off + 40, 3)) end
+  if show then t:add(PF[244], tvb(off + 43, 1)) end
+  if show then t:add(PF[245], tvb(off + 43, 1)) end
+  if show then t:add(PF[246], tvb(off + 43, 1)) end
+  if show then t:add(PF[247], tvb(off + 44, 3)) end
+  if show then t:add(PF[248], tvb(off + 47, 1)) end
+  if show then t:add(PF[249], tvb(off + 47, 1)) end
+  if show then t:add(PF[250], tvb(off + 48, 2)) end
+  if show then t:add(PF[251], tvb(off + 50, 1)) end
+  if show then t:add(PF[252], tvb(off + 50, 1)) end
+  if show then t:add(PF[253], tvb(off + 50, 1)) end
+  if show then t:add(PF[254], tvb(off + 51, 1)) end
+  if show then t:add(PF[255], tvb(off + 51, 1)) end
+  if show then t:add(PF[256], tvb(off + 51, 1)) end
+  if show then t:add(PF[257], tvb(off + 52, 2)) end
+  if show then t:add(PF[258], tvb(off + 54, 2)) end
+  if show then t:add(PF[259], tvb(off + 56, 16)) end
+  if show then t:add(PF[260], tvb(off + 72, 16)) end
+  if show then t:add(PF[261], tvb(off + 88, 3)) end
+  if show then t:add(PF[262], tvb(off + 90, 2)) end
+  if show then t:add(PF[263], tvb(off + 91, 1)) end
+  if show then t:add(PF[264], tvb(off + 92, 1)) end
+  if show then t:add(PF[265], tvb(off + 93, 1)) end
+  if show then t:add(PF[266], tvb(off + 94, 1)) end
+  if show then t:add(PF[267], tvb(off + 94, 1)) end
+  if show then t:add(PF[268], tvb(off + 94, 1)) end
+  if show then t:add(PF[269], tvb(off + 95, 1)) end
+  if show then t:add(PF[270], tvb(off + 95, 1)) end
+  if show then t:add(PF[271], tvb(off + 95, 1)) end
+  if show then t:add(PF[272], tvb(off + 96, 2)) end
+  if show then t:add(PF[273], tvb(off + 98, 2)) end
+  if show then t:add(PF[274], tvb(off + 100, 16)) end
+  if show then t:add(PF[275], tvb(off + 116, 16)) end
+  if show then t:add(PF[276], tvb(off + 132, 3)) end
+  if show then t:add(PF[277], tvb(off + 134, 2)) end
+  if show then t:add(PF[278], tvb(off + 135, 1)) end
+  if show then t:add(PF[279], tvb(off + 136, 1)) end
+  if show then t:add(PF[280], tvb(off + 137, 1)) end
+  if show then t:add(PF[281], tvb(off + 138, 1)) end
+  if show then t:add(PF[282], tvb(off + 138, 1)) end
+  if show then t:add(PF[283], tvb(off + 138, 1)) end
+  if show then t:add(PF[284], tvb(off + 139, 1)) end
+  if show then t:add(PF[285], tvb(off + 139, 1)) end
+  if show then t:add(PF[286], tvb(off + 139, 1)) end
+  if show then t:add(PF[287], tvb(off + 140, 92)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMReq"] then HOOKS["CMReq"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1896,13 +2103,13 @@ D["CMMra"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMMra"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[278], tvb(off + 0, 4)) end
-  if show then t:add(PF[279], tvb(off + 4, 4)) end
-  if show then t:add(PF[280], tvb(off + 8, 1)) end
-  if show then t:add(PF[281], tvb(off + 8, 1)) end
-  if show then t:add(PF[282], tvb(off + 9, 1)) end
-  if show then t:add(PF[283], tvb(off + 9, 1)) end
-  if show then t:add(PF[284], tvb(off + 10, 222)) end
+  if show then t:add(PF[288], tvb(off + 0, 4)) end
+  if show then t:add(PF[289], tvb(off + 4, 4)) end
+  if show then t:add(PF[290], tvb(off + 8, 1)) end
+  if show then t:add(PF[291], tvb(off + 8, 1)) end
+  if show then t:add(PF[292], tvb(off + 9, 1)) end
+  if show then t:add(PF[293], tvb(off + 9, 1)) end
+  if show then t:add(PF[294], tvb(off + 10, 222)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMMra"] then HOOKS["CMMra"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1920,15 +2127,15 @@ D["CMRej"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMRej"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[285], tvb(off + 0, 4)) end
-  if show then t:add(PF[286], tvb(off + 4, 4)) end
-  if show then t:add(PF[287], tvb(off + 8, 1)) end
-  if show then t:add(PF[288], tvb(off + 8, 1)) end
-  if show then t:add(PF[289], tvb(off + 9, 1)) end
-  if show then t:add(PF[290], tvb(off + 9, 1)) end
-  if show then t:add(PF[291], tvb(off + 10, 2)) end
-  if show then t:add(PF[292], tvb(off + 12, 72)) end
-  if show then t:add(PF[293], tvb(off + 84, 148)) end
+  if show then t:add(PF[295], tvb(off + 0, 4)) end
+  if show then t:add(PF[296], tvb(off + 4, 4)) end
+  if show then t:add(PF[297], tvb(off + 8, 1)) end
+  if show then t:add(PF[298], tvb(off + 8, 1)) end
+  if show then t:add(PF[299], tvb(off + 9, 1)) end
+  if show then t:add(PF[300], tvb(off + 9, 1)) end
+  if show then t:add(PF[301], tvb(off + 10, 2)) end
+  if show then t:add(PF[302], tvb(off + 12, 72)) end
+  if show then t:add(PF[303], tvb(off + 84, 148)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMRej"] then HOOKS["CMRej"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1946,25 +2153,25 @@ D["CMRep"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMRep"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[294], tvb(off + 0, 4)) end
-  if show then t:add(PF[295], tvb(off + 4, 4)) end
-  if show then t:add(PF[296], tvb(off + 8, 4)) end
-  if show then t:add(PF[297], tvb(off + 12, 3)) end
-  if show then t:add(PF[298], tvb(off + 15, 1)) end
-  if show then t:add(PF[299], tvb(off + 16, 3)) end
-  if show then t:add(PF[300], tvb(off + 19, 1)) end
-  if show then t:add(PF[301], tvb(off + 20, 3)) end
-  if show then t:add(PF[302], tvb(off + 23, 1)) end
-  if show then t:add(PF[303], tvb(off + 24, 1)) end
-  if show then t:add(PF[304], tvb(off + 25, 1)) end
-  if show then t:add(PF[305], tvb(off + 26, 1)) end
-  if show then t:add(PF[306], tvb(off + 26, 1)) end
-  if show then t:add(PF[307], tvb(off + 26, 1)) end
-  if show then t:add(PF[308], tvb(off + 27, 1)) end
-  if show then t:add(PF[309], tvb(off + 27, 1)) end
-  if show then t:add(PF[310], tvb(off + 27, 1)) end
-  if show then t:add(PF[311], tvb(off + 28, 8)) end
-  if show then t:add(PF[312], tvb(off + 36, 196)) end
+  if show then t:add(PF[304], tvb(off + 0, 4)) end
+  if show then t:add(PF[305], tvb(off + 4, 4)) end
+  if show then t:add(PF[306], tvb(off + 8, 4)) end
+  if show then t:add(PF[307], tvb(off + 12, 3)) end
+  if show then t:add(PF[308], tvb(off + 15, 1)) end
+  if show then t:add(PF[309], tvb(off + 16, 3)) end
+  if show then t:add(PF[310], tvb(off + 19, 1)) end
+  if show then t:add(PF[311], tvb(off + 20, 3)) end
+  if show then t:add(PF[312], tvb(off + 23, 1)) end
+  if show then t:add(PF[313], tvb(off + 24, 1)) end
+  if show then t:add(PF[314], tvb(off + 25, 1)) end
+  if show then t:add(PF[315], tvb(off + 26, 1)) end
+  if show then t:add(PF[316], tvb(off + 26, 1)) end
+  if show then t:add(PF[317], tvb(off + 26, 1)) end
+  if show then t:add(PF[318], tvb(off + 27, 1)) end
+  if show then t:add(PF[319], tvb(off + 27, 1)) end
+  if show then t:add(PF[320], tvb(off + 27, 1)) end
+  if show then t:add(PF[321], tvb(off + 28, 8)) end
+  if show then t:add(PF[322], tvb(off + 36, 196)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMRep"] then HOOKS["CMRep"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -1982,9 +2189,9 @@ D["CMRtu"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMRtu"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[313], tvb(off + 0, 4)) end
-  if show then t:add(PF[314], tvb(off + 4, 4)) end
-  if show then t:add(PF[315], tvb(off + 8, 224)) end
+  if show then t:add(PF[323], tvb(off + 0, 4)) end
+  if show then t:add(PF[324], tvb(off + 4, 4)) end
+  if show then t:add(PF[325], tvb(off + 8, 224)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMRtu"] then HOOKS["CMRtu"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -2002,11 +2209,11 @@ D["CMDreq"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMDreq"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[316], tvb(off + 0, 4)) end
-  if show then t:add(PF[317], tvb(off + 4, 4)) end
-  if show then t:add(PF[318], tvb(off + 8, 3)) end
-  if show then t:add(PF[319], tvb(off + 11, 1)) end
-  if show then t:add(PF[320], tvb(off + 12, 220)) end
+  if show then t:add(PF[326], tvb(off + 0, 4)) end
+  if show then t:add(PF[327], tvb(off + 4, 4)) end
+  if show then t:add(PF[328], tvb(off + 8, 3)) end
+  if show then t:add(PF[329], tvb(off + 11, 1)) end
+  if show then t:add(PF[330], tvb(off + 12, 220)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMDreq"] then HOOKS["CMDreq"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -2024,9 +2231,9 @@ D["CMDrep"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["CMDrep"], tvb(off, 232)) end
   local o = off + 232
-  if show then t:add(PF[321], tvb(off + 0, 4)) end
-  if show then t:add(PF[322], tvb(off + 4, 4)) end
-  if show then t:add(PF[323], tvb(off + 8, 224)) end
+  if show then t:add(PF[331], tvb(off + 0, 4)) end
+  if show then t:add(PF[332], tvb(off + 4, 4)) end
+  if show then t:add(PF[333], tvb(off + 8, 224)) end
   if show then t:set_len(o - off) end
   if HOOKS["CMDrep"] then HOOKS["CMDrep"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -2044,7 +2251,7 @@ D["LsTimeout"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsTimeout"], tvb(off, 4)) end
   local o = off + 4
-  if show then t:add_le(PF[324], tvb(off + 0, 4)) end
+  if show then t:add_le(PF[334], tvb(off + 0, 4)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsTimeout"] then HOOKS["LsTimeout"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -2062,7 +2269,7 @@ D["LsServiceId"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsServiceId"], tvb(off, 8)) end
   local o = off + 8
-  if show then t:add_le(PF[325], tvb(off + 0, 8)) end
+  if show then t:add_le(PF[335], tvb(off + 0, 8)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsServiceId"] then HOOKS["LsServiceId"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -2080,7 +2287,7 @@ D["LsDgid"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsDgid"], tvb(off, 16)) end
   local o = off + 16
-  if show then t:add(PF[326], tvb(off + 0, 16)) end
+  if show then t:add(PF[336], tvb(off + 0, 16)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsDgid"] then HOOKS["LsDgid"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -2098,7 +2305,7 @@ D["LsSgid"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsSgid"], tvb(off, 16)) end
   local o = off + 16
-  if show then t:add(PF[327], tvb(off + 0, 16)) end
+  if show then t:add(PF[337], tvb(off + 0, 16)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsSgid"] then HOOKS["LsSgid"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -2116,7 +2323,7 @@ D["LsTclass"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsTclass"], tvb(off, 1)) end
   local o = off + 1
-  if show then t:add(PF[328], tvb(off + 0, 1)) end
+  if show then t:add(PF[338], tvb(off + 0, 1)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsTclass"] then HOOKS["LsTclass"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -2134,7 +2341,7 @@ D["LsPkey"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsPkey"], tvb(off, 2)) end
   local o = off + 2
-  if show then t:add_le(PF[329], tvb(off + 0, 2)) end
+  if show then t:add_le(PF[339], tvb(off + 0, 2)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsPkey"] then HOOKS["LsPkey"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -2152,7 +2359,7 @@ D["LsQosClass"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsQosClass"], tvb(off, 2)) end
   local o = off + 2
-  if show then t:add_le(PF[330], tvb(off + 0, 2)) end
+  if show then t:add_le(PF[340], tvb(off + 0, 2)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsQosClass"] then HOOKS["LsQosClass"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -2170,7 +2377,7 @@ D["LsIpv4"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsIpv4"], tvb(off, 4)) end
   local o = off + 4
-  if show then t:add(PF[331], tvb(off + 0, 4)) end
+  if show then t:add(PF[341], tvb(off + 0, 4)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsIpv4"] then HOOKS["LsIpv4"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
@@ -2188,9 +2395,63 @@ D["LsIpv6"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["LsIpv6"], tvb(off, 16)) end
   local o = off + 16
-  if show then t:add(PF[332], tvb(off + 0, 16)) end
+  if show then t:add(PF[342], tvb(off + 0, 16)) end
   if show then t:set_len(o - off) end
   if HOOKS["LsIpv6"] then HOOKS["LsIpv6"](tvb, pinfo, t, off, o, ctx, v) end
+  local r = o
+  return r
+end
+
+D["ServiceRecord"] = function(tvb, pinfo, tree, off, ctx)
+  local limit = ctx.limit
+  local ctx_limit = limit
+  local v = {}
+  ctx.v["ServiceRecord"] = v
+  ctx.at["ServiceRecord"] = off
+  if off + 176 > limit then return ib_short(tvb, tree, P["ServiceRecord"], off, limit, 176) end
+  local show = ctx.show ~= false  -- callers without a tree pass show = false
+  local t = tree
+  if show then t = tree:add(P["ServiceRecord"], tvb(off, 176)) end
+  local o = off + 176
+  if show then t:add(PF[343], tvb(off + 0, 8)) end
+  if show then t:add(PF[344], tvb(off + 8, 16)) end
+  if show then t:add(PF[345], tvb(off + 24, 2)) end
+  if show then t:add(PF[346], tvb(off + 26, 2)) end
+  if show then t:add(PF[347], tvb(off + 28, 4)) end
+  if show then t:add(PF[348], tvb(off + 32, 16)) end
+  if show then local r = tvb(off + 48, 64); t:add(PF[349], r):set_text("Service Name: \034" .. ib_name_text(r) .. '"') end
+  if show then t:add(PF[350], tvb(off + 112, 1)) end
+  if show then t:add(PF[351], tvb(off + 113, 1)) end
+  if show then t:add(PF[352], tvb(off + 114, 1)) end
+  if show then t:add(PF[353], tvb(off + 115, 1)) end
+  if show then t:add(PF[354], tvb(off + 116, 1)) end
+  if show then t:add(PF[355], tvb(off + 117, 1)) end
+  if show then t:add(PF[356], tvb(off + 118, 1)) end
+  if show then t:add(PF[357], tvb(off + 119, 1)) end
+  if show then t:add(PF[358], tvb(off + 120, 1)) end
+  if show then t:add(PF[359], tvb(off + 121, 1)) end
+  if show then t:add(PF[360], tvb(off + 122, 1)) end
+  if show then t:add(PF[361], tvb(off + 123, 1)) end
+  if show then t:add(PF[362], tvb(off + 124, 1)) end
+  if show then t:add(PF[363], tvb(off + 125, 1)) end
+  if show then t:add(PF[364], tvb(off + 126, 1)) end
+  if show then t:add(PF[365], tvb(off + 127, 1)) end
+  if show then t:add(PF[366], tvb(off + 128, 2)) end
+  if show then t:add(PF[367], tvb(off + 130, 2)) end
+  if show then t:add(PF[368], tvb(off + 132, 2)) end
+  if show then t:add(PF[369], tvb(off + 134, 2)) end
+  if show then t:add(PF[370], tvb(off + 136, 2)) end
+  if show then t:add(PF[371], tvb(off + 138, 2)) end
+  if show then t:add(PF[372], tvb(off + 140, 2)) end
+  if show then t:add(PF[373], tvb(off + 142, 2)) end
+  if show then t:add(PF[374], tvb(off + 144, 4)) end
+  if show then t:add(PF[375], tvb(off + 148, 4)) end
+  if show then t:add(PF[376], tvb(off + 152, 4)) end
+  if show then t:add(PF[377], tvb(off + 156, 4)) end
+  if show then t:add(PF[378], tvb(off + 160, 8)) end
+  if show then t:add(PF[379], tvb(off + 168, 8)) end
+  if show then t:set_len(o - off) end
+  if HOOKS["ServiceRecord"] then HOOKS["ServiceRecord"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
   return r
 end
@@ -2206,46 +2467,87 @@ D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
   local t = tree
   if show then t = tree:add(P["SAHeader"], tvb(off, 20)) end
   local o = off + 20
-  if show then t:add(PF[333], tvb(off + 0, 8)) end
+  if show then t:add(PF[380], tvb(off + 0, 8)) end
   v["attribute_offset"] = tvb(off + 8, 2):uint()
-  if show then t:add(PF[334], tvb(off + 8, 2)) end
-  if show then t:add(PF[335], tvb(off + 10, 2)) end
+  if show then t:add(PF[381], tvb(off + 8, 2)) end
+  if show then t:add(PF[382], tvb(off + 10, 2)) end
   v["component_mask"] = tvb(off + 12, 8):uint64():tonumber()
   if show then
-    local ft = t:add(PF[336], tvb(off + 12, 8))
-    ft:add(PF[337], tvb(off + 12 + 4, 4))
-    ft:add(PF[338], tvb(off + 12 + 4, 4))
-    ft:add(PF[339], tvb(off + 12 + 4, 4))
-    ft:add(PF[340], tvb(off + 12 + 4, 4))
-    ft:add(PF[341], tvb(off + 12 + 4, 4))
-    ft:add(PF[342], tvb(off + 12 + 4, 4))
-    ft:add(PF[343], tvb(off + 12 + 4, 4))
-    ft:add(PF[344], tvb(off + 12 + 4, 4))
-    ft:add(PF[345], tvb(off + 12 + 4, 4))
-    ft:add(PF[346], tvb(off + 12 + 4, 4))
-    ft:add(PF[347], tvb(off + 12 + 4, 4))
-    ft:add(PF[348], tvb(off + 12 + 4, 4))
-    ft:add(PF[349], tvb(off + 12 + 4, 4))
-    ft:add(PF[350], tvb(off + 12 + 4, 4))
-    ft:add(PF[351], tvb(off + 12 + 4, 4))
-    ft:add(PF[352], tvb(off + 12 + 4, 4))
-    ft:add(PF[353], tvb(off + 12 + 4, 4))
-    ft:add(PF[354], tvb(off + 12 + 4, 4))
-    ft:add(PF[355], tvb(off + 12 + 4, 4))
-    ft:add(PF[356], tvb(off + 12 + 4, 4))
-    ft:add(PF[357], tvb(off + 12 + 4, 4))
-    ft:add(PF[358], tvb(off + 12 + 4, 4))
+    local ft = t:add(PF[383], tvb(off + 12, 8))
+    local sel = ib_under(ctx, "MAD", "attribute_id")
+    if sel == 49 then
+      ft:add(PF[406], tvb(off + 12 + 4, 4))
+      ft:add(PF[407], tvb(off + 12 + 4, 4))
+      ft:add(PF[408], tvb(off + 12 + 4, 4))
+      ft:add(PF[409], tvb(off + 12 + 4, 4))
+      ft:add(PF[410], tvb(off + 12 + 4, 4))
+      ft:add(PF[411], tvb(off + 12 + 4, 4))
+      ft:add(PF[412], tvb(off + 12 + 4, 4))
+      ft:add(PF[413], tvb(off + 12 + 4, 4))
+      ft:add(PF[414], tvb(off + 12 + 4, 4))
+      ft:add(PF[415], tvb(off + 12 + 4, 4))
+      ft:add(PF[416], tvb(off + 12 + 4, 4))
+      ft:add(PF[417], tvb(off + 12 + 4, 4))
+      ft:add(PF[418], tvb(off + 12 + 4, 4))
+      ft:add(PF[419], tvb(off + 12 + 4, 4))
+      ft:add(PF[420], tvb(off + 12 + 4, 4))
+      ft:add(PF[421], tvb(off + 12 + 4, 4))
+      ft:add(PF[422], tvb(off + 12 + 4, 4))
+      ft:add(PF[423], tvb(off + 12 + 4, 4))
+      ft:add(PF[424], tvb(off + 12 + 4, 4))
+      ft:add(PF[425], tvb(off + 12 + 4, 4))
+      ft:add(PF[426], tvb(off + 12 + 4, 4))
+      ft:add(PF[427], tvb(off + 12 + 4, 4))
+      ft:add(PF[428], tvb(off + 12 + 4, 4))
+      ft:add(PF[429], tvb(off + 12 + 4, 4))
+      ft:add(PF[430], tvb(off + 12 + 4, 4))
+      ft:add(PF[431], tvb(off + 12 + 4, 4))
+      ft:add(PF[432], tvb(off + 12 + 4, 4))
+      ft:add(PF[433], tvb(off + 12 + 4, 4))
+      ft:add(PF[434], tvb(off + 12 + 4, 4))
+      ft:add(PF[435], tvb(off + 12 + 4, 4))
+      ft:add(PF[436], tvb(off + 12 + 4, 4))
+      ft:add(PF[437], tvb(off + 12 + 0, 4))
+      ft:add(PF[438], tvb(off + 12 + 0, 4))
+      ft:add(PF[439], tvb(off + 12 + 0, 4))
+      ft:add(PF[440], tvb(off + 12 + 0, 4))
+      ft:add(PF[441], tvb(off + 12 + 0, 4))
+    else
+      ft:add(PF[384], tvb(off + 12 + 4, 4))
+      ft:add(PF[385], tvb(off + 12 + 4, 4))
+      ft:add(PF[386], tvb(off + 12 + 4, 4))
+      ft:add(PF[387], tvb(off + 12 + 4, 4))
+      ft:add(PF[388], tvb(off + 12 + 4, 4))
+      ft:add(PF[389], tvb(off + 12 + 4, 4))
+      ft:add(PF[390], tvb(off + 12 + 4, 4))
+      ft:add(PF[391], tvb(off + 12 + 4, 4))
+      ft:add(PF[392], tvb(off + 12 + 4, 4))
+      ft:add(PF[393], tvb(off + 12 + 4, 4))
+      ft:add(PF[394], tvb(off + 12 + 4, 4))
+      ft:add(PF[395], tvb(off + 12 + 4, 4))
+      ft:add(PF[396], tvb(off + 12 + 4, 4))
+      ft:add(PF[397], tvb(off + 12 + 4, 4))
+      ft:add(PF[398], tvb(off + 12 + 4, 4))
+      ft:add(PF[399], tvb(off + 12 + 4, 4))
+      ft:add(PF[400], tvb(off + 12 + 4, 4))
+      ft:add(PF[401], tvb(off + 12 + 4, 4))
+      ft:add(PF[402], tvb(off + 12 + 4, 4))
+      ft:add(PF[403], tvb(off + 12 + 4, 4))
+      ft:add(PF[404], tvb(off + 12 + 4, 4))
+      ft:add(PF[405], tvb(off + 12 + 4, 4))
+    end
   end
   do
-    local count = math.floor((ib_truthy(ib_and(ib_band(ib_under(ctx, "MAD", "method"), 128), ib_bool((ib_under(ctx, "MAD", "status") ~= 0)))) and 0 or (ib_truthy(ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 1)) and (ib_truthy(((ctx.v["UserMad"] ~= nil) and 1 or 0)) and ib_idiv((limit - o), math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))) or (ib_truthy(ib_and(ib_bool((ib_under(ctx, "RMPP", "rmpp_type") == 1)), ib_bool((ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 6) == 6)))) and ib_idiv(math.min(math.max((ib_under(ctx, "RMPP", "payload_length") - 20), 0), (limit - o)), math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))) or 0)) or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "method") == 146))) and (ib_truthy(ib_and(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)))), ib_bool((ib_val(v, "attribute_offset") ~= 0)))) and 1 or 0) or (ib_truthy(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))))) and 1 or 0)))))
-    local stride = math.floor(math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)))
+    local count = math.floor((ib_truthy(ib_and(ib_band(ib_under(ctx, "MAD", "method"), 128), ib_bool((ib_under(ctx, "MAD", "status") ~= 0)))) and 0 or (ib_truthy(ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 1)) and (ib_truthy(((ctx.v["UserMad"] ~= nil) and 1 or 0)) and ib_idiv((limit - o), math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49))) and 176 or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)))) or (ib_truthy(ib_and(ib_bool((ib_under(ctx, "RMPP", "rmpp_type") == 1)), ib_bool((ib_band(ib_under(ctx, "RMPP", "rmpp_flags"), 6) == 6)))) and ib_idiv(math.min(math.max((ib_under(ctx, "RMPP", "payload_length") - 20), 0), (limit - o)), math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49))) and 176 or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)))) or 0)) or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "method") == 146))) and (ib_truthy(ib_and(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49))) and 176 or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))))), ib_bool((ib_val(v, "attribute_offset") ~= 0)))) and 1 or 0) or (ib_truthy(ib_bool(((limit - o) >= math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49))) and 176 or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)))))) and 1 or 0)))))
+    local stride = math.floor(math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49))) and 176 or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))))
     local sel = ib_under(ctx, "MAD", "attribute_id")
     if stride < 1 then count = 0 end
     if count > MAX_LIST_ITEMS then t:add_proto_expert_info(EX.count); count = MAX_LIST_ITEMS end
     for i = 0, count - 1 do
       local s = o + i * stride
       if s + stride > limit then ib_short(tvb, t, P["SAHeader"], s, limit, stride); count = i; break end
-      if sel == 53 then D["PathRecord"](tvb, pinfo, t, s, ib_subctx(ctx, s + stride))
+      if sel == 49 then D["ServiceRecord"](tvb, pinfo, t, s, ib_subctx(ctx, s + stride))
+      elseif sel == 53 then D["PathRecord"](tvb, pinfo, t, s, ib_subctx(ctx, s + stride))
       end
     end
     o = o + math.max(count, 0) * math.max(stride, 0)
@@ -2255,10 +2557,11 @@ D["SAHeader"] = function(tvb, pinfo, tree, off, ctx)
   if HOOKS["SAHeader"] then HOOKS["SAHeader"](tvb, pinfo, t, off, o, ctx, v) end
   if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3) == 1)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3) == 2))))) then t:add_proto_expert_info(EX[1]) end
   if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 4286578816) ~= 0)), ib_bool((ib_hi(ib_val(v, "component_mask")) ~= 0))))) then t:add_proto_expert_info(EX[2]) end
-  if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 196608) == 131072)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 196608) == 65536))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 786432) == 524288)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 786432) == 262144))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3145728) == 2097152)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3145728) == 1048576)))))) then t:add_proto_expert_info(EX[3]) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_or(ib_bool((ib_under(ctx, "MAD", "class_version") ~= 2)), ib_and(ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128)), ib_not(ib_or(ib_bool((ib_under(ctx, "MAD", "method") == 1)), ib_bool((ib_under(ctx, "MAD", "method") == 18)))))))) then t:add_proto_expert_info(EX[4]) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 129)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[6]) end
-  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 146)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[7]) end
+  if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 8) ~= 0)), ib_bool((ib_band(ib_hi(ib_val(v, "component_mask")), 4294967264) ~= 0))))) then t:add_proto_expert_info(EX[3]) end
+  if ib_truthy(ib_and(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128))), ib_or(ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 196608) == 131072)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 196608) == 65536))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 786432) == 524288)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 786432) == 262144))), ib_or(ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3145728) == 2097152)), ib_bool((ib_band(ib_lo(ib_val(v, "component_mask")), 3145728) == 1048576)))))) then t:add_proto_expert_info(EX[4]) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "mgmt_class") == 3)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_or(ib_bool((ib_under(ctx, "MAD", "class_version") ~= 2)), ib_and(ib_not(ib_band(ib_under(ctx, "MAD", "method"), 128)), ib_not(ib_or(ib_bool((ib_under(ctx, "MAD", "method") == 1)), ib_bool((ib_under(ctx, "MAD", "method") == 18)))))))) then t:add_proto_expert_info(EX[5]) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 129)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[7]) end
+  if ib_truthy(ib_and(ib_bool((ib_under(ctx, "MAD", "method") == 146)), ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53)), ib_bool((ib_under(ctx, "MAD", "status") == 0)), ib_bool((ib_val(v, "attribute_offset") ~= 0)), ib_bool((ib_val(v, "attribute_offset") ~= 8)))) then t:add_proto_expert_info(EX[8]) end
   local r = o
   return r
 end
@@ -2452,7 +2755,7 @@ local TID_TRACK_MAX = 2000000  -- TIDs (requests and responses) paired; past it 
 local SA_HDR_SIZE = 20
 local SA_MAD_HDR_SIZE = 56
 local SA_DATA_SIZE = 200
-local function SA_RECORD_STRIDE(v, ctx) return math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0)) end
+local function SA_RECORD_STRIDE(v, ctx) return math.max((ib_val(v, "attribute_offset") * 8), (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 49))) and 176 or (ib_truthy(ib_bool((ib_under(ctx, "MAD", "attribute_id") == 53))) and 64 or 0))) end
 -- layers/roce.py
 local UD_SEND_ONLY = 0x64
 local ROCEV2_UDP_PORT_BE = "\018\183"

@@ -35,3 +35,39 @@ def printed_path_record(p: dict) -> dict:
         v = int(p[printed], 16)
         out[f"{name}_selector"], out[name] = v >> 6, v & 0x3F
     return out
+
+
+# `saquery SR` (infiniband-diags saquery.c dump_service_record): "ServiceRecord dump:", then
+# one line a field, "\t\t" and a label padded with dots to 24 columns, then the value. The
+# ServiceName is printed as its raw bytes up to the first NUL (strncpy of 64 bytes into a
+# 65-byte buffer), so the printout is read as bytes, by column, not by pattern.
+_SR_LABEL_WIDTH = 24
+_SR_DATA = {"ServiceData8": 16, "ServiceData16": 8, "ServiceData32": 4, "ServiceData64": 2}
+
+
+def saquery_service_records(raw: bytes) -> list[dict]:
+    """The ServiceRecords `saquery SR` printed, each {label: value bytes}."""
+    out: list[dict] = []
+    for line in raw.split(b"\n"):
+        if line.startswith(b"ServiceRecord dump:"):
+            out.append({})
+        elif out and line.startswith(b"\t\t") and len(line) > 2 + _SR_LABEL_WIDTH:
+            label = line[2:2 + _SR_LABEL_WIDTH].rstrip(b".").decode()
+            out[-1][label] = line[2 + _SR_LABEL_WIDTH:]
+    return out
+
+
+def printed_service_record(p: dict) -> dict:
+    """saquery's ServiceRecord fields as ibpath's ServiceRecord fields (service_name: the
+    bytes saquery printed; service_key: hex digits, None where saquery hides keys)."""
+    key = p["ServiceKey"].decode()
+    out = {"service_id": int(p["ServiceID"], 16), "service_gid": p["ServiceGID"].decode(),
+           "service_pkey": int(p["ServiceP_Key"], 16),
+           "service_lease": int(p["ServiceLease"], 16),
+           "service_key": key[2:] if key.startswith("0x") else None,
+           "service_name": p["ServiceName"]}
+    for label, n in _SR_DATA.items():
+        width = label.removeprefix("ServiceData")
+        for i in range(n):  # saquery counts from 1, the ComponentMask names from 0
+            out[f"service_data{width}_{i}"] = int(p[f"{label}.{i + 1}"], 16)
+    return out

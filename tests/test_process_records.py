@@ -38,9 +38,10 @@ MATRIX = {r["file"]: r for r in json.loads((ACM / "matrix.json").read_text())["r
 # rdma_user_cm.h / acm.h, written from the headers (not from the layers)
 HDR = struct.Struct("<IHH")                      # struct rdma_ucm_cmd_hdr
 CMD = {"CREATE_ID": 0, "RESOLVE_ROUTE": 4, "CONNECT": 6, "GET_EVENT": 12, "SET_OPTION": 14,
-       "QUERY": 19, "RESOLVE_ADDR": 21}
+       "QUERY": 19, "RESOLVE_ADDR": 21, "RESOLVE_IB_SERVICE": 23}
 EVENTS = {0: "ADDR_RESOLVED", 1: "ADDR_ERROR", 2: "ROUTE_RESOLVED", 3: "ROUTE_ERROR",
-          5: "CONNECT_RESPONSE", 9: "ESTABLISHED", 10: "DISCONNECTED"}
+          5: "CONNECT_RESPONSE", 9: "ESTABLISHED", 10: "DISCONNECTED",
+          16: "ADDRINFO_RESOLVED", 17: "ADDRINFO_ERROR"}
 SET_OPTION = struct.Struct("<QIIII")             # optval, id, level, optname, optlen
 EVENT_RESP = struct.Struct("<QIIi")              # uid, id, event, status
 QUERY = struct.Struct("<QII")                    # response, id, option
@@ -111,7 +112,17 @@ def test_ucma_records_are_the_c_structs(capture):
             assert (rec["id"], rec["event"], rec["status"]) == (cm_id, EVENTS.get(event, rec["event"]), status)
         elif cmd == CMD["QUERY"]:
             _resp, cm_id, option = QUERY.unpack_from(body)
-            assert rec["id"] == cm_id and rec["option"] == {0: "ADDR", 1: "PATH", 2: "GID"}[option]
+            assert rec["id"] == cm_id and rec["option"] == {
+                0: "ADDR", 1: "PATH", 2: "GID", 3: "IB_SERVICE"}[option]
+            if option == 3 and len(body) > QUERY.size:  # rdma_ucm_query_ib_service_resp
+                num, = struct.unpack_from("<I", body, QUERY.size)
+                recs = body[QUERY.size + 8:]
+                assert rec["num_service_recs"] == num
+                assert len(rec["service_records"]) == len(recs) // 176
+                for i, sr in enumerate(rec["service_records"]):  # ib_user_service_rec
+                    sid, gid = struct.unpack_from("!Q16s", recs, 176 * i)
+                    assert (sr["service_id"], ipaddress.IPv6Address(sr["service_gid"]).packed) \
+                        == (sid, gid)
             if option == 1 and len(body) > QUERY.size:
                 num, = struct.unpack_from("<I", body, QUERY.size)
                 paths = body[QUERY.size + 8:]
@@ -123,6 +134,10 @@ def test_ucma_records_are_the_c_structs(capture):
                     pr = path["path_record"]
                     assert (ipaddress.IPv6Address(pr["dgid"]).packed, pr["dlid"], pr["slid"]) == (
                         dgid, dlid, slid)
+        elif cmd == CMD["RESOLVE_IB_SERVICE"]:  # rdma_ucm_resolve_ib_service, Linux 6.17
+            cm_id, _, sid, _name, flags, _ = struct.unpack_from("<IIQ64sII", body)
+            assert (rec["id"], rec["service_id"]) == (cm_id, sid)
+            assert rec["service_flags"] == [n for b, n in ((1, "ID"), (2, "NAME")) if flags & b]
         elif cmd == CMD["RESOLVE_ADDR"]:
             cm_id, timeout, *_ = RESOLVE_ADDR.unpack_from(body)
             family, = struct.unpack_from("<H", body, RESOLVE_ADDR.size + 128)

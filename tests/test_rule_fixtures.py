@@ -43,6 +43,10 @@ RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
                        "rxe/acm/acm-saq-no-response.pcapng"),  # answered, with ETIMEDOUT
     "RECORD-INCOMPLETE": (("corpus/record-incomplete.pcapng", [[9]]),
                           "corpus/conform-acm.pcapng"),
+    "UCMA-IBS-NAME-UNTERMINATED": (("corpus/ucma-ibs-name-unterminated.pcapng", [[3]]),
+                                   "corpus/conform-ib-service.pcapng"),  # a 14-byte name
+    "UCMA-IBS-NO-KEY": (("corpus/ucma-ibs-no-key.pcapng", [[3]]),
+                        "corpus/conform-ib-service.pcapng"),  # FLAG_NAME
     "UCMA-READBACK": (("corpus/ucma-readback.pcapng", [[6, 7, 9]]),
                       "rxe/acm/acm-blob-endpoints.pcapng"),  # the kernel read back record 2
     "UCMA-SET-OPTION-STATE": (("corpus/ucma-set-option-state.pcapng", [[2, 3]]),
@@ -121,6 +125,8 @@ RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
                           "corpus/conform-apm.pcapng"),  # GetTable NumbPath 2
     "SAQ-RESERVED-COMP": (("corpus/saq-reserved-comp.pcapng", [[1]]),
                           "opensm/opensm-saquery.pcap"),
+    "SAQ-SR-RESERVED-COMP": (("corpus/saq-sr-reserved-comp.pcapng", [[4]]),
+                             "corpus/conform-ib-service.pcapng"),  # the ServiceName bit only
     "SAQ-SELECTOR-MISSING": (("corpus/saq-selector-missing.pcapng", [[1]]),
                              "opensm/opensm-saquery.pcap"),  # saquery --rate: both bits
     "SAQ-RETRY": (("corpus/saq-retry.pcapng", [[1, 2]]),
@@ -150,7 +156,9 @@ RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
 # counts), by rule family: a passing input that never shows the rule its subject proves nothing.
 SUBJECT = {"BLOB": "blobs", "CM": "cm_reqs", "SAQ": "transactions", "SAR": "transactions",
            "RES": "resolutions", "CRC": "packets", "DECODE": "packets", "UCMA": "cm_ids",
-           "ACM": "acm_exchanges", "RECORD": "packets", "UMAD": "transactions"}
+           "ACM": "acm_exchanges", "RECORD": "packets", "UMAD": "transactions",
+           # ServiceRecord requests are judged a packet at a time (no PathRecord transaction)
+           "SAQ-SR": "packets"}
 
 
 def _manifests() -> dict[str, dict]:
@@ -231,5 +239,5 @@ def test_rule_is_silent_on_its_passing_input(audits, rule_id):
     report = audits[ok]
     assert rule_id not in report["findings"], \
         f"{rule_id} fires on its passing input {ok}: {report['findings'][rule_id]}"
-    subject = SUBJECT[rule_id.split("-", 1)[0]]
+    subject = SUBJECT.get("-".join(rule_id.split("-")[:2])) or SUBJECT[rule_id.split("-", 1)[0]]
     assert report["summary"][subject] > 0, f"{ok} has no {subject} for {rule_id} to judge"

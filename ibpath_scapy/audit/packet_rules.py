@@ -10,6 +10,7 @@ from ..model import sources
 from ..model.expr import And, Expr, F, Not, Or, Remaining, Under
 from ..layers.mad import (
     ATTR_PATH_RECORD,
+    ATTR_SERVICE_RECORD,
     MGMT_CLASS_SA,
     SA_CLASS_VERSION,
     METHOD_GET,
@@ -19,7 +20,7 @@ from ..layers.mad import (
     METHOD_RESP,
 )
 from ..layers.pathdata import IB_PATH_BIDIRECTIONAL, IB_PATH_GMP, KNOWN_FLAGS, RECORD_SIZE
-from ..layers.sa import PATH_RECORD_SIZE, selector_pairs
+from ..layers.sa import PATH_RECORD_SIZE, ServiceRecord, reserved_component_bits, selector_pairs
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,14 @@ _NUMB_PATH_BIT = 1 << 12
 _HALF_PAIR = Or(*[(_comp & (1 << vb | 1 << sb)).isin(1 << vb, 1 << sb)
                   for _, _, vb, sb in selector_pairs()])
 
+# a ServiceRecord request (Get, GetTable, Set, Delete) and the ComponentMask bits no
+# ServiceRecord component has (3, the reserved field's, and 37-63), as the mask's two words
+_is_sr_request = And(_mad.mgmt_class == MGMT_CLASS_SA, _mad.attribute_id == ATTR_SERVICE_RECORD,
+                     Not(_mad.method & METHOD_RESP))
+_SR_RESERVED = reserved_component_bits(ServiceRecord)
+_SR_RESERVED_LO = sum(1 << b for b in _SR_RESERVED if b < 32)
+_SR_RESERVED_HI = sum(1 << b - 32 for b in _SR_RESERVED if b >= 32)
+
 PACKET_RULES = [
     PacketRule("SAQ-SERVICEID-HALF", "error", "SAHeader",
                And(_is_pr_query, Or((_comp & 3) == 1, (_comp & 3) == 2)),
@@ -59,6 +68,13 @@ PACKET_RULES = [
                "reserved ComponentMask bit set in a PathRecord query",
                "IBA 15.2.5.16 PathRecord (ComponentMask bit per component; 7 and 23-63 "
                "have none)"),
+    PacketRule("SAQ-SR-RESERVED-COMP", "warning", "SAHeader",
+               And(_is_sr_request, Or((_comp & _SR_RESERVED_LO) != 0,
+                                      (F("component_mask__hi") & _SR_RESERVED_HI) != 0)),
+               "reserved ComponentMask bit set in a ServiceRecord request (3 or 37-63)",
+               "IBA 15.2.5.14 ServiceRecord (ComponentMask bit per component; 3, the "
+               "reserved field's, and 37-63 have none); Linux include/rdma/ib_sa.h "
+               "IB_SA_SERVICE_REC_* (\"reserved: 3\")"),
     PacketRule("SAQ-SELECTOR-MISSING", "warning", "SAHeader", And(_is_pr_query, _HALF_PAIR),
                "MTU, rate or PacketLifeTime component without its selector's bit, or a selector "
                "without its value's: OpenSM ignores both halves",

@@ -11,8 +11,12 @@ from __future__ import annotations
 import errno
 
 from ..layers.acm import ACM_MSG_EP_LENGTH, ACM_MSG_HDR_LENGTH, ACM_STATUS_ENODATA
-from ..layers.sa import PathRecord
+from ..layers.mad import (ATTR_SERVICE_RECORD, MAD, METHOD_GET_TABLE, METHOD_GET_TABLE_RESP, RMPP,
+                          RMPP_TYPE_DATA)
+from ..layers.sa import SERVICE_NAME_SIZE, PathRecord, SAHeader, ServiceRecord
+from ..layers.ucma import IB_SERVICE_FLAG_NAME
 from ..facts.librdmacm import ai_route_bytes
+from ..facts.rmpp import segment
 from .program import Program, address_entry, path_entry, sockaddr_ib
 from .registry import scenario
 from .resolver import GMP_BIDIR, GMP_BIDIR_SECONDARY
@@ -224,3 +228,92 @@ def record_incomplete(s: Session) -> None:
     p.event("ROUTE_RESOLVED")
     s.b.recorder_note("per-run cap reached (--max-total 268435456 bytes): the calls after "
                       "this one are not recorded")
+
+
+# -- IB service resolution (Linux 6.17: rdma_resolve_ib_service) -----------------------------
+# Native IB only: on RoCE there is no SA and rdma_resolve_ib_service returns EOPNOTSUPP
+# (rdma_cap_ib_sa). The kernel's SA query is on the wire; the program's ucma commands are
+# its own view.
+IB = ("ib",)
+SERVICE_NAME = b"ibpath.service"
+SERVICE_ID = 0x1000000000000001
+
+
+def _service(s: Session, k: int = 0, name: bytes = SERVICE_NAME) -> ServiceRecord:
+    """The k-th service the remote host registered with the SA."""
+    return ServiceRecord(service_id=SERVICE_ID + k, service_gid=s.remote.gid,
+                         service_pkey=0xFFFF, service_lease=0xFFFFFFFF, service_name=name,
+                         service_data8_0=k)
+
+
+def _resolve_service(s: Session, *, flags: int, name: bytes = SERVICE_NAME,
+                     service_id: int = 0, asked: ServiceRecord, mask: int,
+                     held: list[ServiceRecord]) -> Program:
+    """rdma_resolve_ib_service as the kernel does it: the cm_id bound, RESOLVE_IB_SERVICE,
+    the kernel's SubnAdmGetTable(ServiceRecord) with `asked` under ComponentMask `mask`, the
+    SA's answer `held` (one RMPP segment each record fits in), the event, and QUERY
+    IB_SERVICE of what the kernel holds (cma_query_ib_service_handler: no record,
+    ADDRINFO_ERROR -ENOENT)."""
+    p = _program(s)
+    p.create_id()
+    p.bind()
+    p.resolve_ib_service(service_id=service_id, name=name, flags=flags)
+    tid = s.b.tid + 0x5000
+    s.b.mad(MAD(method=METHOD_GET_TABLE, attribute_id=ATTR_SERVICE_RECORD, transaction_id=tid)
+            / RMPP() / SAHeader(component_mask=mask, records=[asked]))
+    answer = bytes(MAD(method=METHOD_GET_TABLE_RESP, attribute_id=ATTR_SERVICE_RECORD,
+                       transaction_id=tid) / RMPP(rmpp_version=1, rmpp_type=RMPP_TYPE_DATA)
+                   / SAHeader(records=held))
+    for seg in segment(answer):
+        s.b.mad(seg, from_sa=True)
+    if held:
+        p.event("ADDRINFO_RESOLVED")
+        p.query_ib_service(held)
+    else:
+        p.event("ADDRINFO_ERROR", -errno.ENOENT)
+    return p
+
+
+_NAME_BIT = 1 << ServiceRecord.COMPONENTS["service_name"][0]
+
+
+@scenario("conform-ib-service", encaps=IB, program=True)
+def conform_ib_service(s: Session) -> None:
+    """A program resolves a service by its NUL-terminated ServiceName; the SA answers the one service registered under it.
+
+    RESOLVE_IB_SERVICE with FLAG_NAME: the kernel asks with the ServiceName component alone;
+    ADDRINFO_RESOLVED, and QUERY IB_SERVICE reads the record back."""
+    _resolve_service(s, flags=IB_SERVICE_FLAG_NAME, asked=ServiceRecord(
+        service_name=SERVICE_NAME), mask=_NAME_BIT, held=[_service(s)])
+
+
+@scenario("saq-sr-reserved-comp", ("SAQ-SR-RESERVED-COMP",), encaps=IB, program=True)
+def saq_sr_reserved_comp(s: Session) -> None:
+    """The ServiceRecord query sets ComponentMask bit 3, the reserved field's; OpenSM ignores it and answers.
+
+    Harmless with OpenSM (it matches on the components it knows), but a bit no component has."""
+    _resolve_service(s, flags=IB_SERVICE_FLAG_NAME, asked=ServiceRecord(
+        service_name=SERVICE_NAME), mask=_NAME_BIT | 1 << 3, held=[_service(s)])
+
+
+@scenario("ucma-ibs-no-key", ("UCMA-IBS-NO-KEY",), encaps=IB, program=True)
+def ucma_ibs_no_key(s: Session) -> None:
+    """A program asks for a service by name but sets neither FLAG_ID nor FLAG_NAME: the kernel asks for every service and takes the first.
+
+    cma_resolve_ib_service sets a component only for a flag: ComponentMask 0, the SA answers
+    both services it holds, and the cm_id goes to the first, not the one named."""
+    _resolve_service(s, flags=0, asked=ServiceRecord(), mask=0,
+                     held=[_service(s, 1, b"other.service"), _service(s)])
+
+
+@scenario("ucma-ibs-name-unterminated", ("UCMA-IBS-NAME-UNTERMINATED",), encaps=IB,
+          program=True)
+def ucma_ibs_name_unterminated(s: Session) -> None:
+    """A program asks for a ServiceName of 64 bytes with no NUL: the kernel asks the SA for its first 63, which match nothing.
+
+    strscpy keeps 63 bytes and a NUL; OpenSM compares all 64 name bytes, finds no service
+    (the one registered has the 64-byte name) and answers an empty table: ADDRINFO_ERROR
+    -ENOENT."""
+    name = b"N" * SERVICE_NAME_SIZE
+    _resolve_service(s, flags=IB_SERVICE_FLAG_NAME, name=name, asked=ServiceRecord(
+        service_name=name[:SERVICE_NAME_SIZE - 1]), mask=_NAME_BIT, held=[])

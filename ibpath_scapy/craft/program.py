@@ -29,7 +29,7 @@ from ..layers.acm import (
     AcmResolve,
 )
 from ..layers.pathdata import PathArray, PathRecData
-from ..layers.sa import PathRecord
+from ..layers.sa import PathRecord, ServiceRecord
 from ..layers.ucma import (
     AF_IB,
     AF_INET,
@@ -37,6 +37,7 @@ from ..layers.ucma import (
     CMD,
     RDMA_OPTION_IB,
     RDMA_OPTION_IB_PATH,
+    RDMA_USER_CM_QUERY_IB_SERVICE,
     RDMA_USER_CM_QUERY_PATH,
     SOCKADDR_STORAGE_SIZE,
     UcmaCmdHdr,
@@ -44,9 +45,12 @@ from ..layers.ucma import (
     UcmaCreateIdResp,
     UcmaEventResp,
     UcmaGetEvent,
+    UcmaIbService,
     UcmaQuery,
+    UcmaQueryIbServiceResp,
     UcmaQueryPathResp,
     UcmaResolveAddr,
+    UcmaResolveIbService,
     UcmaResolveRoute,
     UcmaSetOption,
 )
@@ -140,6 +144,30 @@ class Program:
                                             option=RDMA_USER_CM_QUERY_PATH),
                          response=UcmaQueryPathResp(path_data=[
                              PathRecData(flags=f, path_record=r) for f, r in records]))
+
+    def bind(self) -> int:
+        """BIND (rdma_bind_addr) to this program's address: struct rdma_ucm_bind (u32 id,
+        u16 addr_size, u16 reserved, sockaddr_storage addr; rdma_user_cm.h), which ibpath has
+        no layer for: the bytes. rdma_resolve_ib_service wants the cm_id bound."""
+        body = struct.pack("<IHH", self.id, 16, 0) + sockaddr_in(self.src).ljust(
+            SOCKADDR_STORAGE_SIZE, b"\0")
+        return self.b.ucma(UcmaCmdHdr(cmd=CMD["BIND"], in_len=len(body)) / body)
+
+    def resolve_ib_service(self, *, service_id: int = 0, name: bytes | str = b"",
+                           flags: int) -> int:
+        """RESOLVE_IB_SERVICE (rdma_resolve_ib_service, Linux 6.17): by ServiceID (flag ID
+        1), ServiceName (flag NAME 2), both or (flags 0) neither."""
+        return self._cmd("RESOLVE_IB_SERVICE", UcmaResolveIbService(id=self.id, ibs=UcmaIbService(
+            service_id=service_id, service_name=name, flags=flags)))
+
+    def query_ib_service(self, records: list[ServiceRecord], room: int = 6) -> int:
+        """QUERY(IB_SERVICE) with room for `room` records (librdmacm asks for 6 first): the
+        kernel says how many it holds and copies as many as there is room for."""
+        copied = records[:room]
+        return self._cmd("QUERY", UcmaQuery(response=_RESPONSE_PTR, id=self.id,
+                                            option=RDMA_USER_CM_QUERY_IB_SERVICE),
+                         response=UcmaQueryIbServiceResp(num_service_recs=len(records),
+                                                         recs=copied))
 
     # -- the ACM socket ----------------------------------------------------------------------
     def acm_request(self) -> int:

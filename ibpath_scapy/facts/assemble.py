@@ -56,7 +56,7 @@ from ..layers.mad import (
     status_text,
 )
 from ..layers.pathdata import RECORD_SIZE, flag_names, parse_set_option_comment
-from ..layers.sa import COMPONENT_MASK_NAMES, IS_SEGMENT, SA_MAD_HDR_SIZE
+from ..layers.sa import IS_SEGMENT, SA_MAD_HDR_SIZE, SA_RECORD_CLASSES, component_names
 from ..layers.umad import UMAD_TID_LOW, UserMad, umad_headers_size
 from .rmpp import Reassembler
 
@@ -106,7 +106,7 @@ class DecodeStats:
 # -- layer facts from an engine's values ------------------------------------------------------
 _KINDS: dict[int, str] = {}
 _MAD_NAMES: dict[tuple, tuple] = {}
-_COMPONENTS: dict[int, tuple] = {}
+_COMPONENTS: dict[tuple, list] = {}
 
 
 def mad_fact(values: dict) -> Mad:
@@ -148,13 +148,17 @@ def _mad_names(which: tuple) -> tuple:
     return names
 
 
-def sa_fact(sm_key: int, attribute_offset: int, component_mask: int) -> SaHeader:
-    """The SaHeader fact, with the names of the ComponentMask bits set."""
-    names = _COMPONENTS.get(component_mask)
+def sa_fact(sm_key: int, attribute_offset: int, component_mask: int,
+            attribute_id: int = ATTR_PATH_RECORD) -> SaHeader:
+    """The SaHeader fact, with the names of the ComponentMask bits set: the components of
+    the record class of the MAD's attribute (layers.sa.component_names)."""
+    key = (SA_RECORD_CLASSES.get(attribute_id), component_mask)
+    names = _COMPONENTS.get(key)
     if names is None:
-        names = [COMPONENT_MASK_NAMES[b] for b in range(64) if component_mask >> b & 1]
+        table = component_names(key[0])
+        names = [table[b] for b in range(64) if component_mask >> b & 1]
         if len(_COMPONENTS) < 4096:
-            _COMPONENTS[component_mask] = names
+            _COMPONENTS[key] = names
     return SaHeader(sm_key=sm_key, attribute_offset=attribute_offset,
                     component_mask=component_mask, components=list(names))
 

@@ -40,14 +40,18 @@ COMMAND_LAYERS: dict[int, type] = {
     U.CMD["RESOLVE_ROUTE"]: U.UcmaResolveRoute, U.CMD["CONNECT"]: U.UcmaConnect,
     U.CMD["GET_EVENT"]: U.UcmaGetEvent, U.CMD["SET_OPTION"]: U.UcmaSetOption,
     U.CMD["QUERY"]: U.UcmaQuery, U.CMD["RESOLVE_ADDR"]: U.UcmaResolveAddr,
+    U.CMD["RESOLVE_IB_SERVICE"]: U.UcmaResolveIbService,
 }
 
 # the values of a command's struct and of its response the records read (the engines hand
 # over those of them the frame's layers have)
 COMMAND_FIELDS = ("id", "src_addr", "dst_addr", "timeout_ms", "level", "optname", "optlen",
                   "option")
-RESPONSE_LAYERS = (U.UcmaCreateIdResp, U.UcmaEventResp, U.UcmaQueryPathResp)
-RESPONSE_FIELDS = ("id", "event", "status", "num_paths")
+RESPONSE_LAYERS = (U.UcmaCreateIdResp, U.UcmaEventResp, U.UcmaQueryPathResp,
+                   U.UcmaQueryIbServiceResp)
+RESPONSE_FIELDS = ("id", "event", "status", "num_paths", "num_service_recs")
+# the service of RESOLVE_IB_SERVICE (struct rdma_ucm_ib_service, its struct's `ibs`)
+IB_SERVICE_FIELDS = ("service_id", "service_name", "flags")
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,16 +86,19 @@ def _family(raw: bytes) -> str:
 
 
 def ucma_frame(number: int, time: float, comment: str | None, cmd: int, body: int,
-               command: dict | None, response: dict | None, paths: list | None) -> UcmaFrame:
+               command: dict | None, response: dict | None, paths: list | None,
+               service: dict | None = None, services: list | None = None) -> UcmaFrame:
     """The record of one ucma command: `body` is the bytes after the command header;
     `command` and `response` the public field values of the command's and the response's
-    layers (None: not in the frame); `paths` the QUERY PATH readback's BlobRecord facts."""
+    layers (None: not in the frame); `paths` the QUERY PATH readback's BlobRecord facts;
+    `service` RESOLVE_IB_SERVICE's struct rdma_ucm_ib_service values (IB_SERVICE_FIELDS),
+    `services` the QUERY IB_SERVICE readback's ServiceRecord facts."""
     name = U.UCMA_COMMANDS.get(cmd, f"command {cmd}")
     layer = COMMAND_LAYERS.get(cmd)
     errors = []
     if layer is not None and body < struct_size(layer):
         errors.append(problem(Code.UCMA_SHORT, name, body, struct_size(layer)))
-        command = response = paths = None
+        command = response = paths = service = services = None
     c, r = command or {}, response or {}
     v: dict = {"id": c.get("id")}
     if "dst_addr" in c:
@@ -112,6 +119,14 @@ def ucma_frame(number: int, time: float, comment: str | None, cmd: int, body: in
         v["option"] = U.QUERY_OPTIONS.get(c["option"], str(c["option"]))
         if "num_paths" in r:
             v.update(num_paths=r["num_paths"], paths=list(paths or []))
+        if "num_service_recs" in r:
+            v.update(num_service_recs=r["num_service_recs"],
+                     service_records=list(services or []))
+    if cmd == U.CMD["RESOLVE_IB_SERVICE"] and service:
+        flags = int(service["flags"])
+        v.update(service_id=service["service_id"], service_name=service["service_name"],
+                 service_flags=[n for i, n in enumerate(U.IB_SERVICE_FLAGS) if flags >> i & 1]
+                 + ([f"0x{flags & ~3:x}"] if flags & ~3 else []))
     return UcmaFrame(frame=number, time=round(time, 9), kind="ucma", encap="exported_pdu",
                      command=name, cmd=cmd, call=call_fact(comment), errors=errors or None, **v)
 

@@ -43,7 +43,10 @@ class UcmaFrame(Record):
     the kernel wrote back: the cm_id it names (for CREATE_ID the id the kernel gave; for
     GET_EVENT the event's), and by command its addresses (RESOLVE_ADDR, RESOLVE_IP), event
     and status (GET_EVENT), option (SET_OPTION), QUERY option and, for the PATH query, the
-    paths the kernel holds (its readback, BlobRecord facts)."""
+    paths the kernel holds (its readback, BlobRecord facts); the service RESOLVE_IB_SERVICE
+    asks for (Linux 6.17: service_id, service_name as text, service_flags ID and NAME), and
+    for the IB_SERVICE query how many ServiceRecords the kernel holds (num_service_recs) and
+    those it copied (service_records, ServiceRecord facts)."""
 
     frame: int
     time: float
@@ -65,6 +68,11 @@ class UcmaFrame(Record):
     option: Any = None
     num_paths: Any = None
     paths: Any = None
+    service_id: Any = None
+    service_name: Any = None
+    service_flags: Any = None
+    num_service_recs: Any = None
+    service_records: Any = None
     errors: Any = None
 
     @property

@@ -12,7 +12,7 @@ from ..layers.acm import ACM_COUNTERS
 from ..layers.cm import CMReq
 from ..layers.coded import coded_text, MTU_CODES, RATE_CODES, time_exponent_text
 from ..layers.pathdata import flags_text
-from ..layers.sa import SELECTORS, PathRecord
+from ..layers.sa import SA_RECORD_CLASSES, SELECTORS, PathRecord, ServiceRecord
 
 _SEL = {0: ">", 1: "<", 2: "=", 3: "best"}
 _FIELDS = {f.name: f for cls in (CMReq, PathRecord) for f in cls.fields_desc}
@@ -26,6 +26,17 @@ def field_text(name: str, value) -> str:
         return ""
     if fld is None or not isinstance(value, int):
         return str(value)
+    return str(fld.i2repr(None, value))
+
+
+def record_field_text(cls, name: str, value) -> str:
+    """A field of an SA record of layer class cls as its layer shows it (hex where the
+    field is hex; a name, already text, in quotes)."""
+    fld = next((f for f in getattr(cls, "fields_desc", ()) if f.name == name), None)
+    if isinstance(value, str) and getattr(fld, "as_text", False):
+        return f'"{value}"'
+    if fld is None or not isinstance(value, int):
+        return field_text(name, value)
     return str(fld.i2repr(None, value))
 
 
@@ -104,9 +115,11 @@ def frame_text(d: dict) -> list[str]:
         text = query_line(rec, sa["components"]) if is_query and sa else path_record_line(rec)
         lines.append(f"        PathRecord[{i}] {text}")
     name = mad.get("attribute_name", "record") if mad else "record"
+    cls = SA_RECORD_CLASSES.get(mad["attribute_id"]) if mad else None
     for i, rec in enumerate(d.get("sa_records", [])):
-        text = " ".join(f"{k}={field_text(k, v)}" for k, v in rec.items())
-        lines.append(f"        {name}[{i}] {text}")
+        shown = [k for k in rec if k in sa["components"]] if is_query and sa else list(rec)
+        text = " ".join(f"{k}={record_field_text(cls, k, rec[k])}" for k in shown)
+        lines.append(f"        {name}[{i}] {text or '(no components)'}")
     lines += blob_lines(d)
     req = d.get("cm_req")
     if req:
@@ -167,11 +180,20 @@ def _process_text(head: str, d: dict) -> list[str]:
         if "level" in d:
             parts.append(f"{d['level']}/{d['optname']} optlen {d['optlen']}")
         if "option" in d:
-            parts.append(d["option"] + (f": {d['num_paths']} path(s)" if "num_paths" in d else ""))
+            parts.append(d["option"] + (f": {d['num_paths']} path(s)" if "num_paths" in d else "")
+                         + (f": {d['num_service_recs']} service record(s), "
+                            f"{len(d['service_records'])} copied"
+                            if "num_service_recs" in d else ""))
+        if "service_flags" in d:
+            parts.append(f"sid 0x{d['service_id']:016x} name \"{d['service_name']}\" flags "
+                         + ("|".join(d["service_flags"]) or "0"))
         lines = [head + "ucma  " + "  ".join(parts) + _call_text(d)]
         for i, rec in enumerate(d.get("paths", [])):
             lines.append(f"        path[{i}] flags 0x{rec['flags']:02x} {flags_text(rec['flags'])}  "
                          + path_record_line(rec["path_record"]))
+        for i, rec in enumerate(d.get("service_records", [])):
+            lines.append(f"        ServiceRecord[{i}] " + " ".join(
+                f"{k}={record_field_text(ServiceRecord, k, v)}" for k, v in rec.items()))
     else:
         a = d["acm"]
         lines = [head + f"acm  {a['opcode_name'] or a['opcode']} status "

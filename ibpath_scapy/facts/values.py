@@ -16,12 +16,15 @@ from .records import PathRecord as PathRecordFact
 
 
 def field_value(pkt: Packet, name: str):
-    """A field's value in JSON form: GIDs as IPv6 text, flags and ints as ints, bytes as hex."""
+    """A field's value in JSON form: GIDs as IPv6 text, flags and ints as ints, bytes as hex,
+    a name (layers.sa.NameField) as its text."""
     fld, val = pkt.get_field(name), pkt.getfieldval(name)
     if isinstance(fld, IP6Field):
         return gid_text(ipaddress.IPv6Address(val).packed)
     if isinstance(fld, FlagsField) or hasattr(val, "value"):
         return int(val)
+    if getattr(fld, "as_text", False):
+        return fld.text(pkt, val)
     if isinstance(val, bytes):
         return val.hex()
     return val

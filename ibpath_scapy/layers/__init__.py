@@ -10,7 +10,7 @@ from scapy.layers.inet6 import IPv6  # noqa: F401
 from scapy.layers.l2 import Ether  # noqa: F401
 
 from .mad import MAD, RMPP, MADPadding  # noqa: F401
-from .sa import SAHeader, PathRecord, GIDField  # noqa: F401
+from .sa import SAHeader, PathRecord, ServiceRecord, GIDField  # noqa: F401
 from .cm import CMReq, CMRep, CMRtu, CMRej, CMDreq, CMDrep, CMMra  # noqa: F401
 from .roce import DETH  # noqa: F401
 from .ib import LRH, ERF, ERFExtension, ExportedPDU, ExportedPDUTag  # noqa: F401
@@ -23,7 +23,8 @@ from .netlink import (  # noqa: F401
 from .ucma import (  # noqa: F401
     UcmaCmdHdr, UcmaCreateId, UcmaCreateIdResp, UcmaResolveIp, UcmaResolveAddr,
     UcmaResolveRoute, UcmaConnect, UcmaQuery, UcmaQueryPathResp, UcmaGetEvent, UcmaEventResp,
-    UcmaSetOption, UcmaConnParam, UcmaAhAttr, UcmaUdParam, UcmaEce,
+    UcmaSetOption, UcmaConnParam, UcmaAhAttr, UcmaUdParam, UcmaEce, UcmaIbService,
+    UcmaResolveIbService, UcmaQueryIbServiceResp,
 )
 from .acm import (  # noqa: F401
     AcmCounter, AcmEpAddrData, AcmEpAddress, AcmEpConfigData, AcmHdr, AcmPerfData, AcmResolve,
@@ -32,7 +33,7 @@ from .umad import UserMad  # noqa: F401
 
 __all__ = [
     "BTH", "GRH", "IP", "IPv6", "UDP", "Ether",
-    "MAD", "RMPP", "MADPadding", "SAHeader", "PathRecord", "GIDField",
+    "MAD", "RMPP", "MADPadding", "SAHeader", "PathRecord", "ServiceRecord", "GIDField",
     "CMReq", "CMRep", "CMRtu", "CMRej", "CMDreq", "CMDrep", "CMMra",
     "DETH", "LRH", "ERF", "ERFExtension", "ExportedPDU", "ExportedPDUTag",
     "PathRecData", "PathArray",
@@ -43,6 +44,7 @@ __all__ = [
     "UcmaCmdHdr", "UcmaCreateId", "UcmaCreateIdResp", "UcmaResolveIp", "UcmaResolveAddr",
     "UcmaResolveRoute", "UcmaConnect", "UcmaQuery", "UcmaQueryPathResp", "UcmaGetEvent",
     "UcmaEventResp", "UcmaSetOption", "UcmaConnParam", "UcmaAhAttr", "UcmaUdParam", "UcmaEce",
+    "UcmaIbService", "UcmaResolveIbService", "UcmaQueryIbServiceResp",
     "AcmHdr", "AcmEpAddrData", "AcmResolve", "AcmPerfData", "AcmCounter", "AcmEpConfigData",
     "AcmEpAddress",
     "UserMad",

@@ -1,7 +1,9 @@
-"""Subnet Administration: SA header, ComponentMask and PathRecord (IBA Vol1 §15.2.1, §15.2.5.16).
+"""Subnet Administration: SA header, ComponentMask, PathRecord and ServiceRecord (IBA Vol1
+§15.2.1, §15.2.5.16, §15.2.5.14).
 
-Sources: Linux drivers/infiniband/core/sa_query.c path_rec_table, include/rdma/ib_sa.h,
-OpenSM ib_types.h, rdma-core libibverbs/sa.h. See wire-formats.md §2-3.
+Sources: Linux drivers/infiniband/core/sa_query.c path_rec_table and service_rec_table,
+include/rdma/ib_sa.h, OpenSM ib_types.h (ib_path_rec_t, ib_service_record_t),
+rdma-core libibverbs/sa.h. See wire-formats.md §2-3.
 """
 
 import socket
@@ -16,8 +18,10 @@ from scapy.fields import (
     ShortField,
     XBitField,
     XByteField,
+    XIntField,
     XLongField,
     XShortField,
+    XStrFixedLenField,
 )
 from scapy.packet import Packet, Raw, bind_layers
 
@@ -40,6 +44,7 @@ from .coded import (  # noqa: F401  (MTU_*/RATE_* re-exported: sa.py was their h
 )
 from .mad import (
     ATTR_PATH_RECORD,
+    ATTR_SERVICE_RECORD,
     Computed,
     MAD,
     mad_title,
@@ -58,6 +63,8 @@ SA_HDR_SIZE = 20  # SM_Key, AttributeOffset, Reserved, ComponentMask
 SA_DATA_SIZE = 200
 SA_MAD_HDR_SIZE = 56  # MAD 24 + RMPP 12 + SA 20
 PATH_RECORD_SIZE = 64
+SERVICE_RECORD_SIZE = 176
+SERVICE_NAME_SIZE = 64
 
 # Selectors (enum ib_sa_selector, OpenSM IB_PATH_SELECTOR_*; wire-formats.md §3): 3 is the
 # best there is, the largest MTU or rate and the smallest PacketLifeTime.
@@ -80,6 +87,58 @@ def gid_text(packed: bytes) -> str:
 
 class GIDField(IP6Field):
     """A 128-bit IB GID, shown as IPv6 text (fe80::2:c903:0:1; see gid_text)."""
+
+
+UNTERMINATED = "\\c"  # ends the text of a name no NUL ends (name_text)
+
+
+def name_text(raw: bytes) -> str:
+    r"""A NUL-terminated UTF-8 name (ServiceName, IBA 15.2.5.14) as every ibpath output shows
+    it: its bytes up to the first NUL, as UTF-8 text, with a backslash written \\, and a byte
+    that is not part of a valid UTF-8 sequence or is a control character (C0, DEL) written
+    \xHH. A name that no NUL ends (all its bytes are the name) is followed by \c. Text is
+    never ambiguous: every backslash in it starts an escape."""
+    end = raw.find(b"\0")
+    body = raw if end < 0 else raw[:end]
+    out = []
+    for ch in body.decode("utf-8", "surrogateescape"):
+        o = ord(ch)
+        if 0xDC80 <= o <= 0xDCFF:  # a byte of no valid sequence (surrogateescape)
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\x{o:02x}")
+        elif ch == "\\":
+            out.append("\\\\")
+        else:
+            out.append(ch)
+    return "".join(out) + (UNTERMINATED if end < 0 else "")
+
+
+def name_unterminated(text: str) -> bool:
+    """Whether name_text's text says that no NUL ended the name: it ends in the escape \\c
+    (a backslash of the name is written doubled, so an even run of them precedes the escape)."""
+    if not text.endswith(UNTERMINATED):
+        return False
+    body = text[:-len(UNTERMINATED)]
+    return (len(body) - len(body.rstrip("\\"))) % 2 == 0
+
+
+class NameField(XStrFixedLenField):
+    """A fixed-size NUL-terminated UTF-8 name: the bytes on the wire, shown as name_text
+    (every engine and the plugin). Set it with text (encoded UTF-8, NUL-padded) or bytes."""
+
+    as_text = True
+
+    def any2i(self, pkt, x):
+        return super().any2i(pkt, x.encode("utf-8") if isinstance(x, str) else x)
+
+    def text(self, pkt, x) -> str:
+        """name_text of the bytes the build writes (NUL-padded to the field's size)."""
+        size = self.length_from(pkt)
+        return name_text(bytes(x or b"")[:size].ljust(size, b"\0"))
+
+    def i2repr(self, pkt, x):
+        return f'"{self.text(pkt, x)}"'
 
 
 class PathRecord(CheckedBits, Packet):
@@ -157,9 +216,64 @@ class PathRecord(CheckedBits, Packet):
                 f"rate {PATH_RATE_CODES.get(self.rate, self.rate)}{rev}")
 
 
-def _component_names() -> list[str]:
+class ServiceRecord(CheckedBits, Packet):
+    """ServiceRecord attribute 0x0031 (IBA Vol1 §15.2.5.14, 176 bytes, SA wire format).
+
+    Layout: OpenSM ib_types.h ib_service_record_t, kernel sa_query.c service_rec_table. The
+    ServiceData arrays are one field an element, numbered from 0 as the ComponentMask names
+    them (ib_sa.h IB_SA_SERVICE_REC_SERVICE_DATA8_0, OpenSM IB_SR_COMPMASK_SDATA8_0).
+    """
+
+    name = "ServiceRecord"
+    fields_desc = [
+        XLongField("service_id", 0),
+        GIDField("service_gid", "::"),
+        XShortField("service_pkey", 0xFFFF),
+        XShortField("reserved_208", 0),
+        XIntField("service_lease", 0xFFFFFFFF),
+        XStrFixedLenField("service_key", b"\0" * 16, 16),
+        NameField("service_name", b"", SERVICE_NAME_SIZE),
+        *[XByteField(f"service_data8_{i}", 0) for i in range(16)],
+        *[XShortField(f"service_data16_{i}", 0) for i in range(8)],
+        *[XIntField(f"service_data32_{i}", 0) for i in range(4)],
+        *[XLongField(f"service_data64_{i}", 0) for i in range(2)],
+    ]
+
+    # ComponentMask bit of each component (ib_sa.h IB_SA_SERVICE_REC_*, OpenSM
+    # IB_SR_COMPMASK_*): one an element of the ServiceData arrays; bit 3 is the reserved
+    # field's, 37 and up are reserved.
+    COMPONENTS = {
+        "service_id": (0,),
+        "service_gid": (1,),
+        "service_pkey": (2,),
+        "service_lease": (4,),
+        "service_key": (5,),
+        "service_name": (6,),
+        **{f"service_data8_{i}": (7 + i,) for i in range(16)},
+        **{f"service_data16_{i}": (23 + i,) for i in range(8)},
+        **{f"service_data32_{i}": (31 + i,) for i in range(4)},
+        **{f"service_data64_{i}": (35 + i,) for i in range(2)},
+    }
+
+    def extract_padding(self, s):
+        return b"", s
+
+    def mysummary(self):
+        """'ServiceRecord 0x1000000000000001 "ibpath.test" fe80::2 pkey 0xffff lease 0xffffffff'."""
+        name = self.get_field("service_name").i2repr(self, self.service_name)
+        return (f"ServiceRecord 0x{self.service_id:016x} {name} "
+                f"{self.service_gid} pkey 0x{self.service_pkey:04x} lease 0x{self.service_lease:08x}")
+
+
+def component_names(record_cls=PathRecord) -> list[str]:
+    """The name of each of the 64 ComponentMask bits of a query of record_cls: its
+    components (a component of two bits, PathRecord's ServiceID, as <field>_msb and
+    <field>_lsb), reserved_<bit> for the others. None (an attribute ibpath has no record
+    class for, whose components it does not know): bit<n> for every bit."""
+    if record_cls is None:
+        return [f"bit{bit}" for bit in range(64)]
     names = [f"reserved_{bit}" for bit in range(64)]
-    for field, bits in PathRecord.COMPONENTS.items():
+    for field, bits in getattr(record_cls, "COMPONENTS", {}).items():
         if len(bits) == 2:
             names[bits[0]] = f"{field}_msb"
             names[bits[1]] = f"{field}_lsb"
@@ -168,8 +282,13 @@ def _component_names() -> list[str]:
     return names
 
 
-COMPONENT_MASK_NAMES = _component_names()
-RESERVED_COMPONENT_BITS = tuple(i for i, n in enumerate(COMPONENT_MASK_NAMES) if n.startswith("reserved"))
+def reserved_component_bits(record_cls=PathRecord) -> tuple[int, ...]:
+    """The ComponentMask bits no component of record_cls has."""
+    return tuple(i for i, n in enumerate(component_names(record_cls)) if n.startswith("reserved"))
+
+
+COMPONENT_MASK_NAMES = component_names(PathRecord)
+RESERVED_COMPONENT_BITS = reserved_component_bits(PathRecord)
 
 
 def selector_pairs(record_cls=PathRecord) -> list[tuple[str, str, int, int]]:
@@ -199,7 +318,7 @@ def component_mask_for(record: Packet) -> int:
 def component_fields(mask: int, record_cls=PathRecord) -> list[str]:
     """Names of the record fields a ComponentMask selects (ServiceID only when both bits are set)."""
     out = []
-    for field, bits in record_cls.COMPONENTS.items():
+    for field, bits in getattr(record_cls, "COMPONENTS", {}).items():
         if all(mask >> b & 1 for b in bits):
             out.append(field)
     return out
@@ -214,18 +333,49 @@ class ComponentMask(FlagValue):
 
 
 class ComponentMaskField(Computed, FlagsField):
-    """64-bit ComponentMask; bit n = value 1 << n (IB_SA_COMP_MASK(n)). None = computed."""
+    """64-bit ComponentMask; bit n = value 1 << n (IB_SA_COMP_MASK(n)). None = computed.
+    Its bits are named by the record class of the MAD's attribute (component_names;
+    PathRecord's where the SA header stands alone)."""
 
     def __init__(self, name, default):
         super().__init__(name, default, 64, COMPONENT_MASK_NAMES)
+
+    @staticmethod
+    def _record_class(pkt):
+        return pkt.record_class() if isinstance(pkt, SAHeader) else PathRecord
+
+    @staticmethod
+    def name_sets():
+        """(the MAD's AttributeID, {attribute: bit names}) for the attributes of the SA
+        table whose record class is not PathRecord (whose names the field has): how the
+        plugin names the bits (model.layout Step.flag_sets)."""
+        return _mad.attribute_id, {a: component_names(c) for a, c in SA_RECORD_CLASSES.items()
+                                   if c is not PathRecord}
 
     def _fixup_val(self, x):
         v = super()._fixup_val(x)
         return ComponentMask(v.value, v.names) if type(v) is FlagValue else v
 
+    def _named(self, pkt, v):
+        if isinstance(v, FlagValue):
+            cls = self._record_class(pkt)
+            if cls is not PathRecord:
+                return ComponentMask(v.value, component_names(cls))
+        return v
+
+    def m2i(self, pkt, x):
+        return self._named(pkt, super().m2i(pkt, x))
+
+    def any2i(self, pkt, x):
+        return self._named(pkt, super().any2i(pkt, x))
+
+    def i2repr(self, pkt, x):
+        return super().i2repr(pkt, self._named(pkt, x))
+
     def computed_repr(self, pkt) -> str:
         mask = pkt.built_component_mask()
-        return f"0x{mask:x} ({' '.join(component_fields(mask)) or 'none'})"
+        fields = component_fields(mask, self._record_class(pkt))
+        return f"0x{mask:x} ({' '.join(fields) or 'none'})"
 
 
 class AttributeOffsetField(Computed, ShortField):
@@ -472,6 +622,7 @@ def _rebuild_records_hint() -> None:
 
 
 register_sa_record(ATTR_PATH_RECORD, PathRecord)
+register_sa_record(ATTR_SERVICE_RECORD, ServiceRecord)
 
 bind_layers(MAD, RMPP, mgmt_class=0x03)
 bind_layers(RMPP, SAHeader)

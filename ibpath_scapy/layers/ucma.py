@@ -16,7 +16,9 @@ Sources: Linux include/uapi/rdma/rdma_user_cm.h (struct rdma_ucm_cmd_hdr, rdma_u
 rdma_ucm_resolve_ip, rdma_ucm_resolve_addr, rdma_ucm_resolve_route, rdma_ucm_query,
 rdma_ucm_query_path_resp, rdma_ucm_conn_param, rdma_ucm_ud_param, rdma_ucm_connect,
 rdma_ucm_get_event, rdma_ucm_event_resp, rdma_ucm_set_option, RDMA_USER_CM_CMD_*,
-RDMA_OPTION_*), include/uapi/rdma/ib_user_verbs.h (struct ib_uverbs_ah_attr),
+RDMA_OPTION_*; Linux 6.17: rdma_ucm_resolve_ib_service, rdma_ucm_ib_service,
+rdma_ucm_query_ib_service_resp, with the reserved words of 6.18's ABI fix),
+include/uapi/rdma/ib_user_sa.h (struct ib_user_service_rec), include/uapi/rdma/ib_user_verbs.h (struct ib_uverbs_ah_attr),
 include/rdma/rdma_cm.h (enum rdma_cm_event_type), drivers/infiniband/core/ucma.c
 (ucma_write, ucma_query_path: the kernel copies back 8 + num_paths * 72 bytes), rdma-core
 librdmacm/cma.c (CMA_INIT_CMD_RESP, rdma_set_option: write() returning the command's size
@@ -30,6 +32,7 @@ import struct
 
 from scapy.fields import (
     ByteField,
+    FlagsField,
     LEIntEnumField,
     LEIntField,
     LEShortEnumField,
@@ -47,7 +50,7 @@ from .ib import EXPORTED_PDU_DISSECTORS
 from ..model.expr import Const, Remaining
 from ..model.hints import ListHint
 from .pathdata import RECORD_SIZE, PathRecData
-from .sa import GIDField
+from .sa import SERVICE_RECORD_SIZE, SERVICE_NAME_SIZE, GIDField, NameField, ServiceRecord
 
 UCMA_DISSECTOR = "ibpath.ucma"
 
@@ -79,6 +82,14 @@ PORT_SPACES = {0x0002: "IPOIB", 0x013F: "IB", 0x0106: "TCP", 0x0111: "UDP"}
 # RDMA_USER_CM_QUERY_* (rdma_user_cm.h).
 QUERY_OPTIONS = {0: "ADDR", 1: "PATH", 2: "GID", 3: "IB_SERVICE"}  # IB_SERVICE: Linux 6.17
 RDMA_USER_CM_QUERY_PATH = 1
+RDMA_USER_CM_QUERY_IB_SERVICE = 3
+
+# struct rdma_ucm_ib_service flags (rdma_user_cm.h RDMA_USER_CM_IB_SERVICE_FLAG_*): which of
+# service_id and service_name rdma_resolve_ib_service asks the SA for
+IB_SERVICE_FLAGS = ["ID", "NAME"]  # FLAG_ID 1, FLAG_NAME 2
+IB_SERVICE_FLAG_ID, IB_SERVICE_FLAG_NAME = 1, 2
+RDMA_USER_CM_IB_SERVICE_NAME_SIZE = SERVICE_NAME_SIZE  # the ServiceRecord's ServiceName
+QUERY_IB_SERVICE_RESP_HDR_SIZE = 8  # struct rdma_ucm_query_ib_service_resp without recs[]
 
 # Option levels and names (rdma_user_cm.h).
 OPTION_LEVELS = {0: "ID", 1: "IB"}
@@ -361,6 +372,79 @@ class UcmaQueryPathResp(Packet):
         return f"{self.num_paths} path(s)"
 
 
+class UcmaIbService(Packet):
+    """struct rdma_ucm_ib_service (rdma_user_cm.h, Linux 6.17), 80 bytes: the service
+    rdma_resolve_ib_service asks the SA for, by ServiceID (flag ID), ServiceName (flag NAME)
+    or both. service_id is host order (__aligned_u64), unlike the ServiceRecord's."""
+
+    name = "UcmaIbService"
+    lua_layer = "ucma_ib_service"
+    fields_desc = [
+        XLELongField("service_id", 0),
+        NameField("service_name", b"", RDMA_USER_CM_IB_SERVICE_NAME_SIZE),
+        FlagsField("flags", 0, -32, IB_SERVICE_FLAGS),
+        XLEIntField("reserved", 0),
+    ]
+
+    def extract_padding(self, s):
+        return b"", s
+
+
+class UcmaResolveIbService(Packet):
+    """struct rdma_ucm_resolve_ib_service (rdma_user_cm.h, Linux 6.17), 88 bytes: the
+    cm_id, then the service; the outcome is an ADDRINFO_RESOLVED or ADDRINFO_ERROR event
+    (ucma.c ucma_resolve_ib_service, cma.c rdma_resolve_ib_service)."""
+
+    name = "UcmaResolveIbService"
+    lua_layer = "ucma_resolve_ib_service"
+    fields_desc = [
+        LEIntField("id", 0),
+        XLEIntField("reserved", 0),
+        PacketField("ibs", UcmaIbService(), UcmaIbService),
+    ]
+
+    def mysummary(self):
+        ibs = self.ibs
+        return (f"id {self.id} sid 0x{ibs.service_id:016x} "
+                f"name {ibs.get_field('service_name').i2repr(ibs, ibs.service_name)} "
+                f"flags {ibs.sprintf('%UcmaIbService.flags%')}")
+
+
+def _next_service(pkt, lst, cur, remain):
+    return ServiceRecord if len(remain) >= SERVICE_RECORD_SIZE else None
+
+
+class UcmaQueryIbServiceResp(Packet):
+    """struct rdma_ucm_query_ib_service_resp (rdma_user_cm.h, Linux 6.17): num_service_recs
+    (how many the kernel holds for the cm_id), reserved, then recs[] (struct
+    ib_user_service_rec, ib_user_sa.h: the ServiceRecord in SA wire layout, 176 bytes).
+    ucma_query_ib_service (ucma.c) copies as many records as `out` has room for, at most
+    num_service_recs: recs is the whole records that follow. librdmacm asks room for 6 and
+    asks again with the kernel's count when it holds more."""
+
+    name = "UcmaQueryIbServiceResp"
+    lua_layer = "ucma_query_ib_service_resp"
+    fields_desc = [
+        LEIntField("num_service_recs", None),
+        XLEIntField("reserved", 0),
+        PacketListField("recs", [], ServiceRecord, next_cls_cb=_next_service,
+                        max_count=1 << 16),
+    ]
+    field_hints = {
+        "recs": ListHint(count=Remaining() // SERVICE_RECORD_SIZE,
+                         stride=Const(SERVICE_RECORD_SIZE), selector=Const(0),
+                         classes={0: ServiceRecord}),
+    }
+
+    def post_build(self, p, pay):
+        if self.num_service_recs is None:
+            p = struct.pack("<I", len(self.recs)) + p[4:]
+        return p + pay
+
+    def mysummary(self):
+        return f"{self.num_service_recs} service record(s), {len(self.recs)} copied"
+
+
 class UcmaGetEvent(Packet):
     """struct rdma_ucm_get_event (rdma_user_cm.h): the response pointer for the event."""
 
@@ -441,6 +525,8 @@ bind_layers(UcmaCmdHdr, UcmaGetEvent, cmd=CMD["GET_EVENT"])
 bind_layers(UcmaCmdHdr, UcmaSetOption, cmd=CMD["SET_OPTION"])
 bind_layers(UcmaCmdHdr, UcmaQuery, cmd=CMD["QUERY"])
 bind_layers(UcmaCmdHdr, UcmaResolveAddr, cmd=CMD["RESOLVE_ADDR"])
+bind_layers(UcmaCmdHdr, UcmaResolveIbService, cmd=CMD["RESOLVE_IB_SERVICE"])
 bind_layers(UcmaCreateId, UcmaCreateIdResp)
 bind_layers(UcmaQuery, UcmaQueryPathResp, option=RDMA_USER_CM_QUERY_PATH)
+bind_layers(UcmaQuery, UcmaQueryIbServiceResp, option=RDMA_USER_CM_QUERY_IB_SERVICE)
 bind_layers(UcmaGetEvent, UcmaEventResp)

@@ -257,6 +257,8 @@ class Emitter:
             if s.item is not None:
                 out.append(s.item)
             out += [it for it, _, _ in s.flags]
+            for _, flags in s.flag_sets:
+                out += [it for it, _, _ in flags]
         for it in out:
             self.pf(it)
         return out
@@ -380,11 +382,32 @@ class Emitter:
             elif s.kind == "flags":
                 with w.block("if show then"):
                     w(f"local ft = t:{add}({self.pf(s.item)}, tvb({at}, {s.nbytes}))")
-                    for it, win_off, win_len in s.flags:
-                        rel = win_off - (s.offset or 0)
-                        w(f"ft:{add}({self.pf(it)}, tvb({at} + {rel}, {win_len}))")
+
+                    def bools(flags):
+                        for it, win_off, win_len in flags:
+                            rel = win_off - (s.offset or 0)
+                            w(f"ft:{add}({self.pf(it)}, tvb({at} + {rel}, {win_len}))")
+
+                    if s.flag_sets:  # the bits named by another field's value
+                        w(f"local sel = {s.flag_selector.lua(_lua_env('(limit - o)'))}")
+                        for k, (value, flags) in enumerate(s.flag_sets):
+                            w(f"{'if' if k == 0 else 'elseif'} sel == {int(value)} then")
+                            w.depth += 1
+                            bools(flags)
+                            w.depth -= 1
+                        w("else")
+                        w.depth += 1
+                        bools(s.flags)
+                        w.depth -= 1
+                        w("end")
+                    else:
+                        bools(s.flags)
             else:
                 w(f"if show then t:{add}({self.pf(s.item)}, tvb({at}, {s.nbytes})) end")
+        elif s.kind == "bytes" and s.text:
+            label = lua_str(f"{s.item.label}: \"")
+            w(f"if show then local r = tvb({at}, {s.nbytes}); "
+              f"t:add({self.pf(s.item)}, r):set_text({label} .. ib_name_text(r) .. '\"') end")
         elif s.kind in ("ipv4", "ipv6", "ether", "bytes"):
             w(f"if show then t:add({self.pf(s.item)}, tvb({at}, {s.nbytes})) end")
         elif s.kind == "varbytes":
@@ -475,6 +498,40 @@ local function ib_short(tvb, tree, proto, off, limit, need)
     tree:add_proto_expert_info(EX.short, string.format("Truncated: %d bytes needed, none present", need))
   end
   return math.max(limit, off)
+end
+-- layers.sa.name_text: a NUL-terminated UTF-8 name as every ibpath output shows it (the
+-- bytes before the first NUL; a backslash as \\, a byte of no valid UTF-8 sequence (RFC
+-- 3629) or a control character as \xHH; \c after a name no NUL ends)
+local function ib_name_text(range)
+  local s = range:raw()
+  local z = s:find("\0", 1, true)
+  local last = z and z - 1 or #s
+  local out, i = {}, 1
+  while i <= last do
+    local c, len, lo, hi = s:byte(i), 0, 0x80, 0xBF
+    if c == 0x5C then len = -1
+    elseif c >= 0x20 and c < 0x7F then len = 1
+    elseif c >= 0xC2 and c <= 0xDF then len = 2
+    elseif c == 0xE0 then len, lo = 3, 0xA0
+    elseif (c >= 0xE1 and c <= 0xEC) or c == 0xEE or c == 0xEF then len = 3
+    elseif c == 0xED then len, hi = 3, 0x9F
+    elseif c == 0xF0 then len, lo = 4, 0x90
+    elseif c >= 0xF1 and c <= 0xF3 then len = 4
+    elseif c == 0xF4 then len, hi = 4, 0x8F
+    end
+    if len > 1 and i + len - 1 <= last then
+      for j = 1, len - 1 do
+        local b = s:byte(i + j)
+        if b < (j == 1 and lo or 0x80) or b > (j == 1 and hi or 0xBF) then len = 0; break end
+      end
+    elseif len > 1 then
+      len = 0
+    end
+    if len == -1 then out[#out + 1] = "\\\\"; i = i + 1
+    elseif len == 0 then out[#out + 1] = string.format("\\x%02x", c); i = i + 1
+    else out[#out + 1] = s:sub(i, i + len - 1); i = i + len end
+  end
+  return table.concat(out) .. (z and "" or "\\c")
 end
 """
 

@@ -99,6 +99,11 @@ class Step:
     byte_order: object = None  # ByteOrderHint for an integer read in either byte order
     sub: type | None = None  # PacketField class
     wide_value: bool = False  # value wider than 32 bits (kept as UInt64 + number)
+    text: bool = False  # bytes shown as a NUL-terminated UTF-8 name (layers.sa.name_text)
+    # flags whose bits are named by another field's value (the SA ComponentMask by the MAD's
+    # attribute): the Expr of that value, and (value, flags) pairs; `flags` where none matches
+    flag_selector: object = None
+    flag_sets: list = field(default_factory=list)
 
 
 @dataclass
@@ -261,7 +266,8 @@ def build_layer(cls: type, prefix: str, names_seen: set[str] | None = None,
                         f"{cls.__name__}.field_hints")
                 step = Step(fld.name, "varbytes", offset, hint=h, item=item(fld.name, "bytes"))
             elif isinstance(fld, (StrFixedLenField,)) or not hasattr(fld, "fmt") or fld.fmt[-1] in "sp":
-                step = Step(fld.name, "bytes", offset, nbytes=nb, item=item(fld.name, "bytes"))
+                step = Step(fld.name, "bytes", offset, nbytes=nb, item=item(fld.name, "bytes"),
+                            text=bool(getattr(fld, "as_text", False)))
             else:
                 le = fld.fmt[0] == "<"
                 step = Step(fld.name, "int", offset, nbytes=nb, bits=nb * 8, little_endian=le,
@@ -378,24 +384,37 @@ def _flags_step(cls, fld, start: int, bit_off: int, nbytes: int, item,
                       mask=None if mask == (1 << nbytes * 8) - 1 else mask)
     step = Step(fld.name, "flags", start, nbytes=nbytes, bit_off=bit_off, bits=w,
                 little_endian=little_endian, item=parent, wide_value=wide)
-    for n, name in flag_items(fld):
-        if wide:
-            k = n // 32
-            win_off = start + nbytes - 4 * (k + 1)
-            it = item(f"{fld.name}.{name}", "bool", mask=1 << (n % 32), bool_bits=32)
-            step.flags.append((it, win_off, 4))
-        else:
-            shift = nbytes * 8 - bit_off - w + n
-            it = item(f"{fld.name}.{name}", "bool", mask=1 << shift, bool_bits=nbytes * 8)
-            step.flags.append((it, start, nbytes))
-        it.label = label_for(name)
+
+    def bools(named: list[tuple[int, str]]) -> list:
+        out = []
+        for n, name in named:
+            abbrev = f"{fld.name}.{name}"
+            if wide:
+                k = n // 32
+                win_off = start + nbytes - 4 * (k + 1)
+                it = item(abbrev, "bool", mask=1 << (n % 32), bool_bits=32)
+                out.append((it, win_off, 4))
+            else:
+                shift = nbytes * 8 - bit_off - w + n
+                it = item(abbrev, "bool", mask=1 << shift, bool_bits=nbytes * 8)
+                out.append((it, start, nbytes))
+            it.label = label_for(name)
+        return out
+
+    step.flags = bools(flag_items(fld))
+    sets = getattr(fld, "name_sets", None)
+    if sets is not None:  # (selector Expr, {value: bit names}): model.layout's flag_sets
+        step.flag_selector, by_value = sets()
+        step.flag_sets = [(value, bools(flag_items(fld, names)))
+                          for value, names in sorted(by_value.items())]
     return step
 
 
-def flag_items(fld) -> list[tuple[int, str]]:
+def flag_items(fld, names=None) -> list[tuple[int, str]]:
     """(bit, name) of the flags that get an item of their own. Names a layer gives undefined
     bits (bit12, reserved_7) get none: the whole value shows them, and rules flag them."""
-    names = list(fld.names) if isinstance(fld.names, (list, tuple, str)) else []
+    names = names if names is not None else fld.names
+    names = list(names) if isinstance(names, (list, tuple, str)) else []
     return [(n, name) for n, name in enumerate(names)
             if name and not re.fullmatch(r"(bit|reserved_?)\d+", name)]
 

@@ -639,8 +639,19 @@ static PyObject *shape_of(MadDecoder *self, PyObject *data, Py_ssize_t o, PyObje
                      self->sa_start - self->mad_len);
     if (r == NULL)
         goto out;
-    h = flyweight_at(self, self->sas, self->make_sa, data, c, o + self->sa_start,
-                     self->data_start - self->sa_start);
+    {   /* the SA header's fact names its ComponentMask by the record class of the MAD's
+         * attribute: keyed by its bytes and the route (Tables.sa's key) */
+        Py_ssize_t hl = self->data_start - self->sa_start;
+        PyObject *hk = PyBytes_FromStringAndSize(NULL, hl + 1);
+        PyObject *pos = hk == NULL ? NULL : PyLong_FromSsize_t(o + self->sa_start);
+        if (pos != NULL) {
+            memcpy(PyBytes_AS_STRING(hk), c + o + self->sa_start, hl);
+            PyBytes_AS_STRING(hk)[hl] = (char)route;
+            h = flyweight(self, self->sas, hk, self->make_sa, data, pos);
+        }
+        Py_XDECREF(pos);
+        Py_XDECREF(hk);
+    }
     if (h == NULL)
         goto out;
     if (route == ROUTE_SA_OTHER) {

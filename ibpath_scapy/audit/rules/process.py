@@ -18,6 +18,7 @@ import ipaddress
 from ...facts import Code
 from ...facts.records import PATH_RECORD_FIELDS
 from ...layers.pathdata import GMP_PRIMARY_BIDIRECTIONAL, flags_text
+from ...layers.sa import SERVICE_NAME_SIZE, name_unterminated
 from ...layers.ucma import AF_IB, ADDRESS_FAMILIES
 from ..kernel import kernel_view_of
 from ..model import rule
@@ -31,6 +32,9 @@ ACM_RESOLVE = "rdma-core librdmacm/acm.c ucma_ib_resolve"
 ACM_SAVE_RESP = "rdma-core librdmacm/acm.c ucma_ib_save_resp"
 ACM_AF_IB = "rdma-core librdmacm/acm.c ucma_resolve_af_ib; cma.c ucma_set_af_ib_support"
 LAB = "ibpath kernel lab, captures/rxe/acm (kernel 6.1, rxe, rdma-core 44)"
+CMA_RESOLVE_IB_SERVICE = ("Linux 6.17 drivers/infiniband/core/cma.c cma_resolve_ib_service "
+                          "(RDMA_USER_CM_IB_SERVICE_FLAG_ID/_NAME -> IB_SA_SERVICE_REC_SERVICE_ID/"
+                          "_NAME); ucma.c ucma_resolve_ib_service")
 _AF_IB = ADDRESS_FAMILIES[AF_IB]
 # What a RoCE readback does not carry: the kernel's RoCE path record (rec_type ROCE_V*,
 # cma.c cma_iboe_set_path_rec_l2_fields) keeps route_resolved and the destination MAC where
@@ -326,3 +330,56 @@ def record_incomplete(rec):
 
 
 record_incomplete.only_kinds = ("note",)  # engine.py asks it about notes only
+
+
+def _ib_service_request(rec):
+    """(frame, cm_id, flags, name) of a RESOLVE_IB_SERVICE record, else None."""
+    if rec.get("command") != "RESOLVE_IB_SERVICE" or rec.get("service_flags") is None:
+        return None
+    return rec.get("frame"), rec.get("id"), list(rec.get("service_flags")), rec.get("service_name")
+
+
+def _ib_service_requests(subject):
+    """(frame, cm_id, flags, name) of every RESOLVE_IB_SERVICE of the replay's cm_ids."""
+    replay, _ = subject
+    for cm in process_view(replay).cm_ids:
+        for rec in cm.commands:
+            got = _ib_service_request(rec)
+            if got is not None:
+                yield got
+
+
+@rule("UCMA-IBS-NO-KEY", "warning", "process", CMA_RESOLVE_IB_SERVICE)
+def ibs_no_key(subject):
+    """RESOLVE_IB_SERVICE with neither FLAG_ID nor FLAG_NAME: the kernel asks the SA for every service.
+
+    cma_resolve_ib_service sets the ServiceID component for FLAG_ID and the ServiceName
+    component for FLAG_NAME, nothing else: with neither, its SubnAdmGetTable(ServiceRecord)
+    has ComponentMask 0, every ServiceRecord the SA holds comes back, and the cm_id's
+    destination is the first of them (cma_query_ib_service_handler), whatever the program
+    meant by the service_id or service_name it passed.
+    Source: cma.c cma_resolve_ib_service, cma_query_ib_service_handler.
+    """
+    for frame, cm_id, flags, _ in _ib_service_requests(subject):
+        if not {"ID", "NAME"} & set(flags):
+            yield [frame], (f"RESOLVE_IB_SERVICE id {cm_id} with flags "
+                            f"{'|'.join(flags) or '0'}: neither ID nor NAME, the kernel asks the "
+                            "SA with ComponentMask 0 and takes the first of every service it holds")
+
+
+@rule("UCMA-IBS-NAME-UNTERMINATED", "warning", "process", CMA_RESOLVE_IB_SERVICE +
+      "; OpenSM osm_sa_service_record.c __get_matching_sr (memcmp of all 64 name bytes)")
+def ibs_name_unterminated(subject):
+    """RESOLVE_IB_SERVICE by a ServiceName that fills its 64 bytes with no NUL: the kernel asks for its first 63.
+
+    cma_resolve_ib_service copies the name into its SA query with strscpy(sr.name,
+    ibs->service_name, sizeof(sr.name)), which keeps at most 63 bytes and a NUL; OpenSM
+    compares all 64 bytes of ServiceName (memcmp), so a service registered under the 64-byte
+    name is never found, and the answer is another service's or none (ADDRINFO_ERROR -ENOENT).
+    Source: cma.c cma_resolve_ib_service; osm_sa_service_record.c __get_matching_sr.
+    """
+    for frame, cm_id, flags, name in _ib_service_requests(subject):
+        if "NAME" in flags and name_unterminated(str(name)):
+            yield [frame], (f"RESOLVE_IB_SERVICE id {cm_id} by name \"{name}\": no NUL in its "
+                            f"{SERVICE_NAME_SIZE} bytes; the kernel's strscpy asks the SA for "
+                            f"the first {SERVICE_NAME_SIZE - 1}")

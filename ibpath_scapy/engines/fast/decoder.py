@@ -127,6 +127,7 @@ class _Compiled:
         self.mad_next = Bindings(MAD, ("mgmt_class", "attribute_id"))
         self.rmpp = compile_extractor(RMPP, Rmpp._INIT, as_tuple=True)
         self.sa = compile_extractor(SAHeader, ["sm_key", "attribute_offset", "component_mask"])
+        self.sa_attribute = compile_reader(MAD, "attribute_id")
         hint = SAHeader.field_hints["records"]
         self.record_classes = hint.classes
         self.count = header_expr(hint.count)
@@ -188,6 +189,7 @@ def _remember(cache: dict, key: bytes, value):
 # records, a MAD with no layer above it, or an SA MAD whose records plan k reads
 # (ROUTE_SA_RECORDS + k). native/_mad.c's ROUTE_*.
 ROUTE_PYTHON, ROUTE_SA_OTHER, ROUTE_PLAIN, ROUTE_SA_RECORDS = range(4)
+_ROUTE_BYTES = [bytes([r]) for r in range(256)]
 
 
 class Tables:
@@ -225,7 +227,8 @@ class Tables:
         return Rmpp(*self.c.rmpp(b, s))
 
     def make_sa(self, b: bytes, s: int):
-        return sa_fact(**self.c.sa(b, s))
+        """The SaHeader fact of the SA header at b[s:] (its MAD header before it)."""
+        return sa_fact(**self.c.sa(b, s), attribute_id=self.c.sa_attribute(b, s - _SA_START))
 
     @staticmethod
     def _maker(plan: RecordPlan) -> Callable:
@@ -258,11 +261,14 @@ class Tables:
         r = self.rmpps.get(key)
         if r is None:
             r = _remember(self.rmpps, key, self.make_rmpp(b, o + _MAD_LEN))
-        key = b[o + _SA_START:o + _DATA_START]
+        k = c.plan_index.get(m.attribute_id)
+        # the header's fact names its ComponentMask by the attribute's record class: keyed
+        # by its bytes and the route, as the C decoder keys it
+        key = b[o + _SA_START:o + _DATA_START] + _ROUTE_BYTES[
+            ROUTE_SA_OTHER if k is None else ROUTE_SA_RECORDS + k]
         h = self.sas.get(key)
         if h is None:
             h = _remember(self.sas, key, self.make_sa(b, o + _SA_START))
-        k = c.plan_index.get(m.attribute_id)
         if k is None:
             return r, h, None, ()
         data = o + _DATA_START

@@ -5,7 +5,7 @@ fields_desc into steps (offset, width, bit position, byte order) for the Lua gen
 the same steps are compiled here into one Python function per layer that reads every field of
 a layer at a given offset of a bytes object and returns the dict decode.layer_dict() would
 build from the Scapy packet (same names, same order, same values: GIDs as IPv6 text, flags as
-ints, byte strings as hex). Nothing here knows an offset that a layer defines.
+ints, byte strings as hex, names as text). Nothing here knows an offset that a layer defines.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from scapy.fields import ConditionalField, Field, IP6Field, IPField, MACField, S
 from scapy.packet import Packet
 
 from ...layers.sa import gid_text as _gid_text
+from ...layers.sa import name_text
 from ...model.layout import GeneratorError, build_layer
 
 
@@ -50,7 +51,7 @@ def step_source(step, base: str = "o") -> str:
     if step.kind == "ipv6":
         return f"_gid(b[{start}:{end}])"
     if step.kind == "bytes":
-        return f"b[{start}:{end}].hex()"
+        return f"_text(b[{start}:{end}])" if step.text else f"b[{start}:{end}].hex()"
     if step.kind == "int":
         return f"b[{start}]" if step.nbytes == 1 else f"_fb(b[{start}:{end}], '{order}')"
     if step.kind in ("bitint", "flags"):
@@ -129,7 +130,7 @@ def _struct_value_src(step, index: int, w_off: int, w_len: int, code: str) -> st
     if step.kind == "ipv6":
         return f"_gid({w})"
     if step.kind == "bytes":
-        return f"{w}.hex()"
+        return f"_text({w})" if step.text else f"{w}.hex()"
     if code.endswith("s"):  # an integer window of odd width (3, 5, 6 bytes)
         w = f"_fb({w}, 'big')"
     # bits below the field: those of its own window, then the window's bytes after it
@@ -186,7 +187,7 @@ def compile_extractor(cls: type[Packet], names: Iterable[str] | None = None,
 def _define(src: str, name: str, label: str, **extra) -> Callable:
     """The function `name` that the Python source src defines (with the field sources'
     helpers, and `extra`, in scope), compiled under a label tracebacks and profiles show."""
-    ns = {"_fb": int.from_bytes, "_gid": gid_text, **extra}
+    ns = {"_fb": int.from_bytes, "_gid": gid_text, "_text": name_text, **extra}
     exec(compile(src, f"<{label}>", "exec"), ns)
     return ns[name]
 

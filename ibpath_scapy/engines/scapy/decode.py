@@ -69,12 +69,14 @@ from ...layers.mad import MAD, MAD_SIZE, RMPP
 from ...layers.pathdata import RECORD_SIZE, PathArray, PathRecData
 from ...layers.acm import ACM_DISSECTOR, AcmEpConfigData, AcmHdr, AcmPerfData, AcmResolve
 from ...layers.roce import DETH, UD_SEND_ONLY
-from ...layers.ucma import UCMA_DISSECTOR, UcmaCmdHdr, UcmaQueryPathResp
+from ...layers.ucma import (UCMA_DISSECTOR, UcmaCmdHdr, UcmaQueryIbServiceResp,
+                            UcmaQueryPathResp, UcmaResolveIbService)
 from ...layers.umad import UMAD_DISSECTOR, UMAD_HDR_SIZE, UserMad, umad_headers_size
-from ...layers.sa import PathRecord, SAHeader, gid_text
+from ...layers.sa import PathRecord, SAHeader, ServiceRecord, gid_text
 from ...facts.assemble_process import (
     COMMAND_FIELDS,
     COMMAND_LAYERS,
+    IB_SERVICE_FIELDS,
     RESPONSE_FIELDS,
     RESPONSE_LAYERS,
     acm_endpoint,
@@ -242,13 +244,19 @@ class Decoder(Assembler):
             cmd_layer = COMMAND_LAYERS.get(msg.cmd)
             command = msg.getlayer(cmd_layer) if cmd_layer is not None else None
             response = next((msg.getlayer(c) for c in RESPONSE_LAYERS if msg.haslayer(c)), None)
-            paths = None
+            paths = services = service = None
             if isinstance(response, UcmaQueryPathResp):
                 paths = [blob_record_fact(r) for r in response.path_data
                          if isinstance(r, PathRecData)]
+            if isinstance(response, UcmaQueryIbServiceResp):
+                fact = sa_record_fact(ServiceRecord)
+                services = [fact(**layer_dict(r, fact._INIT)) for r in response.recs
+                            if isinstance(r, ServiceRecord)]
+            if isinstance(command, UcmaResolveIbService):
+                service = _some(command.ibs, IB_SERVICE_FIELDS)
             return ucma_frame(frame.number, frame.time, frame.comment, msg.cmd,
                               len(bytes(msg.payload)), _some(command, COMMAND_FIELDS),
-                              _some(response, RESPONSE_FIELDS), paths)
+                              _some(response, RESPONSE_FIELDS), paths, service, services)
         entries, trailing = None, 0
         resolve = msg.getlayer(AcmResolve)
         if resolve is not None:
@@ -422,7 +430,8 @@ def _mad_parts(mad: Packet, mad_bytes: bytes, whole: int) -> tuple:
         records, reserved = (_sa_records(hdr) if hdr.record_class() is not None
                              else (None, ()))
         sa = SaParts(Rmpp(**layer_dict(mad[RMPP])),
-                     sa_fact(hdr.sm_key, hdr.attribute_offset, int(hdr.component_mask)),
+                     sa_fact(hdr.sm_key, hdr.attribute_offset, int(hdr.component_mask),
+                             mad.attribute_id),
                      records, reserved, mad_bytes, _whole_records)
         return sa, cm, cm_req
     msg = next((mad.getlayer(c) for c in cm_layers.CM_MESSAGE_CLASSES.values()

@@ -30,9 +30,10 @@ from ...layers.ib import LNH_IBA_GLOBAL, LRH
 from ...layers.mad import MAD, MAD_SIZE, MGMT_CLASS_SA, RMPP
 from ...layers.pathdata import PathArray, PathRecData, RECORD_SIZE
 from ...layers.roce import DETH, UD_SEND_ONLY
-from ...layers.sa import SA_RECORD_CLASSES, PathRecord, SAHeader
+from ...layers.sa import SA_RECORD_CLASSES, PathRecord, SAHeader, ServiceRecord
 from ...facts.assemble_process import (
     COMMAND_FIELDS,
+    IB_SERVICE_FIELDS,
     COMMAND_LAYERS,
     RESPONSE_FIELDS,
     RESPONSE_LAYERS,
@@ -54,7 +55,8 @@ from ...layers.acm import (
     AcmPerfData,
     AcmResolve,
 )
-from ...layers.ucma import UcmaCmdHdr, UcmaQueryPathResp
+from ...layers.ucma import (UcmaCmdHdr, UcmaIbService, UcmaQueryIbServiceResp,
+                            UcmaQueryPathResp, UcmaResolveIbService)
 from ...layers.umad import UMAD_DISSECTOR, UMAD_HDR_SIZE, UserMad, umad_headers_size
 from ...model.layout import build_layer, header_layout, static_length
 from .tree import _Frame, _all, _fields_of, _first, _int, _pairs, _public, _reserved_set, _values
@@ -239,10 +241,13 @@ class _Builder(Assembler):
                 Code.CANNOT_DISSECT, f"{name}: {size} bytes, shorter than {layer.__name__} "
                 f"({struct_size(layer)} bytes)"))
         if layer is UcmaCmdHdr:
-            command = response = paths = None
+            command = response = paths = service = services = None
             cmd_layer = COMMAND_LAYERS.get(head["cmd"])
             if cmd_layer is not None:
                 command = _node_values(top, cmd_layer, COMMAND_FIELDS)
+            if cmd_layer is UcmaResolveIbService:
+                node = _first(top, _fields_of(cmd_layer).node)
+                service = _node_values(node, UcmaIbService, IB_SERVICE_FIELDS)
             for resp_layer in RESPONSE_LAYERS:
                 response = _node_values(top, resp_layer, RESPONSE_FIELDS)
                 if response is not None:
@@ -250,9 +255,17 @@ class _Builder(Assembler):
                         paths = [r for r, _ in filter(None, map(
                             self._pathdata, _all(_first(top, _fields_of(resp_layer).node),
                                                  _PATHDATA)))]
+                    if resp_layer is UcmaQueryIbServiceResp:
+                        fact = sa_record_fact(ServiceRecord)
+                        node = _first(top, _fields_of(resp_layer).node)
+                        values = [_values(r, ServiceRecord)
+                                  for r in _all(node, _fields_of(ServiceRecord).node)]
+                        services = [fact(**{n: v[n] for n in fact._INIT}) for v in values
+                                    if all(n in v for n in fact._INIT)]
                     break
             return ucma_frame(fr.number, fr.time, fr.comment, head["cmd"],
-                              size - struct_size(UcmaCmdHdr), command, response, paths)
+                              size - struct_size(UcmaCmdHdr), command, response, paths,
+                              service, services)
         entries, trailing = None, 0
         resolve = _first(top, _fields_of(AcmResolve).node)
         if resolve is not None:
@@ -419,7 +432,7 @@ class _Builder(Assembler):
         sa_node = _first(top, _SA_NODE)
         sa = _values(sa_node, SAHeader)
         header = sa_fact(sa.get("sm_key", 0), sa.get("attribute_offset", 0),
-                         sa.get("component_mask", 0))
+                         sa.get("component_mask", 0), mad["attribute_id"])
         layer = SA_RECORD_CLASSES.get(mad["attribute_id"])  # the SA attribute table's entry
 
         def records_of(node) -> tuple[list, list] | tuple[None, tuple]:

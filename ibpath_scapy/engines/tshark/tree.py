@@ -7,7 +7,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Iterable
 
-from ...layers.sa import gid_text
+from ...layers.sa import gid_text, name_text
 from ...model.layout import build_layer
 from .clock import _Clock
 
@@ -28,6 +28,11 @@ def _hex(text: str) -> str:
     return text.replace(":", "").lower()
 
 
+def _name(text: str) -> str:
+    """A name field (layers.sa.NameField): the plugin gives its bytes, shown as decode does."""
+    return name_text(bytes.fromhex(_hex(text)))
+
+
 _CONVERT = {"ipv6": _ipv6, "ipv4": str, "bytes": _hex, "varbytes": _hex}
 
 
@@ -44,7 +49,7 @@ def _fields_of(cls: type) -> _LayerFields:
     lf = _LAYER_CACHE.get(cls)
     if lf is None:
         model = build_layer(cls, "ibpath", set())
-        fields = tuple((s.name, s.item.abbrev, _CONVERT.get(s.kind, _int))
+        fields = tuple((s.name, s.item.abbrev, _name if s.text else _CONVERT.get(s.kind, _int))
                        for s in model.steps if s.item is not None)
         lf = _LAYER_CACHE[cls] = _LayerFields(model.proto_name, fields)
     return lf
