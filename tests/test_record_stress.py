@@ -129,8 +129,8 @@ def test_the_recording_holds_every_tracked_message_once(runs):
         assert sent[tid] == 1, hex(tid)
     for tid in threads:  # the peers' reads, re-framed into the same messages
         assert got[tid] == 1, hex(tid)
-    # the handler's writes: recorded, or (made while its thread was recording another call)
-    # a note each; never lost silently
+    # the handler's writes, made while the main thread records its own: each recorded (or,
+    # past the recorder's two levels, a note), never lost silently
     calls = int(next(line for line in err.splitlines()
                      if line.startswith("info handler_calls=")).split("=")[1])
     handler = [t for t in sent if t >> 40 == 12]
@@ -138,7 +138,7 @@ def test_the_recording_holds_every_tracked_message_once(runs):
     skipped = [f for f in frames if f["proto"] == "data" and "from a signal handler" in
                f["comment"]]
     assert len(handler) + len(skipped) == calls
-    assert calls >= 50
+    assert calls >= 50 and not skipped  # one handler at a time: every call recorded
 
 
 def test_closed_and_reused_fds_are_not_recorded(runs):

@@ -402,11 +402,16 @@ struct part {
 
 static __thread unsigned char *tbuf;
 
-/* The calling thread's copy buffer (two parts of max_record bytes), made on first use. */
+/* Calls recorded at once on one thread: the program's, and one a signal handler makes while
+ * the thread records the first (each level has its own two parts). */
+#define IPR_LEVELS 2
+
+/* The calling thread's copy buffer (IPR_LEVELS x two parts of max_record bytes), made on first
+ * use: a handler's call takes the second level, and must not call malloc. */
 static unsigned char *thread_buf(void)
 {
 	if (!tbuf) {
-		tbuf = malloc(2 * max_record + 1);
+		tbuf = malloc(IPR_LEVELS * 2 * max_record + 1);
 		if (!tbuf) {
 			sigset_t old;
 
@@ -421,32 +426,37 @@ static unsigned char *thread_buf(void)
 	return tbuf;
 }
 
-static __thread int recording;	/* this thread is between claim_buf and release_buf */
+static __thread int recording;	/* calls of this thread between claim_buf and release_buf */
 
 /*
  * The thread's copy buffer for one call, or NULL.  A signal handler that calls a wrapper
- * while its thread is recording another call finds the buffer in use: that call goes
- * through unrecorded, and a note says so (nothing else can be copied without malloc, which
- * a handler may not call).
+ * while its thread is recording another call gets the next level of the buffer; past
+ * IPR_LEVELS (a handler interrupted by another handler) the call goes through unrecorded,
+ * and a note says so.
  */
 static unsigned char *claim_buf(int fd, const char *call)
 {
 	unsigned char *tb;
 
-	if (recording) {
-		note("%s on fd %d from a signal handler while this thread was recording another "
-		     "call: not recorded", call, fd);
+	/* (a handler that comes while the first level's buffer is being allocated must not
+	 * call malloc either) */
+	if (recording >= IPR_LEVELS || (recording && !tbuf)) {
+		note("%s on fd %d from a signal handler while this thread was recording %d other "
+		     "call(s): not recorded", call, fd, recording);
 		return NULL;
 	}
+	recording++;
 	tb = thread_buf();
-	if (tb)
-		recording = 1;
-	return tb;
+	if (!tb) {
+		recording--;
+		return NULL;
+	}
+	return tb + 2 * max_record * (size_t)(recording - 1);
 }
 
 static void release_buf(void)
 {
-	recording = 0;
+	recording--;
 }
 
 /* Copy up to max_record of the len bytes at src (caller memory) into dst. */
