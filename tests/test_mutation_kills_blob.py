@@ -178,3 +178,14 @@ def test_an_ls_response_keeps_each_records_raw_nla_type():
     b = ls_blob(response, 2)
     assert b.ls.nla_types == (0x2001, 1)
     assert ls_view(response, 2, ("ls-legacy",))["ls-legacy"].gmp == 1
+
+
+@pytest.mark.parametrize("local,remote", [(L, R), (R, L)], ids=["low-to-high", "high-to-low"])
+def test_an_inbound_record_going_local_to_remote_whichever_gid_is_higher(tmp_path, local,
+                                                                         remote):
+    """The direction check compares the pair, not an order of GIDs: a local end above or
+    below the remote one makes no difference."""
+    blob = rec(0x0A, sgid=local, dgid=remote) + rec(0x12, sgid=local, dgid=remote)
+    found = [f for f in audit(raw_file(tmp_path, blob), messages=True)
+             if f[0] == "BLOB-ENDPOINTS"]
+    assert len(found) == 1 and "an INBOUND record goes remote → local" in found[0][3]
