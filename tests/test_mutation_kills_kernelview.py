@@ -187,3 +187,15 @@ def test_ls_multi_accepting_says_where_the_data_path_comes_from():
     assert c.action == ("route->path_rec from the GMP record; data-path DLIDs from the "
                         "outbound/inbound records where present (RDMA/cm: Use DLID from "
                         "inbound/outbound PathRecords)")
+
+
+def test_every_profile_names_itself_and_reports_its_notes():
+    from ibpath_scapy.kernelview import blob_from_bytes
+
+    view = kernel_view(blob_from_bytes(struct.pack("<II", 0x2B, 0) + bytes(64)))
+    for name, c in view.items():
+        assert c.profile == name
+        d = c.to_dict()
+        assert d["profile"] == name and isinstance(d["notes"], list)
+        # path_use is shown by name where a profile assumed or was given one
+        assert ("path_use" in d) == (c.path_use is not None) == ("path_use_name" in d)

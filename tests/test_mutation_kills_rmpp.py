@@ -153,3 +153,16 @@ def test_why_unfinished_counts_the_problems_past_the_third():
     assert t.why_unfinished() == "segments [1] missing"
     t = Transfer(last=30)
     assert t.why_unfinished() == (f"segments {list(range(1, 21))} ... missing")
+
+
+def test_a_reassembled_message_reads_as_one_first_and_last_segment():
+    """What reassemble() hands the decoder: the first segment's header, RMPP flags
+    ACTIVE|FIRST|LAST, segment number 1, PayloadLength = SA header (20) + all data."""
+    import struct as _struct
+
+    from ibpath_scapy.rmpp import reassemble
+
+    msg = reassemble(segment(table_response(10)))
+    assert len(msg) == 56 + 10 * 64
+    assert msg[26] & 7 == 7
+    assert _struct.unpack_from("!II", msg, 28) == (1, 20 + 10 * 64)
