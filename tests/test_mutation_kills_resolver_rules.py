@@ -107,3 +107,16 @@ def test_the_latest_answer_counts_whatever_order_the_queries_were_sent_in(tmp_pa
         b.sa_answer(q2, [], status=0x0100)
         b.blob([(0x2B, FWD_REV)], set_option=0)
     assert len(found(audit(g), "RES-STALE-BLOB")) == 1
+
+
+def test_a_later_hand_over_without_follow_ups_after_a_good_one(tmp_path):
+    """Each hand-over is judged: the first rests on a reversible answer; the second on a
+    forward answer that is not reversible, with no GMP or return query after it."""
+    f = tmp_path / "q.pcapng"
+    with CaptureBuilder(str(f)) as b:
+        exchange(b, query(), [FWD_REV])
+        b.blob([(0x2B, FWD_REV)], set_option=0)
+        qf, af = exchange(b, query(), [FWD])
+        second = b.blob([(0x2B, FWD)], set_option=0)
+    hits = found(audit(f), "RES-NO-FOLLOWUP")
+    assert [frames for frames, _ in hits] == [(qf, af, second)]
