@@ -166,3 +166,23 @@ def test_a_reassembled_message_reads_as_one_first_and_last_segment():
     assert len(msg) == 56 + 10 * 64
     assert msg[26] & 7 == 7
     assert _struct.unpack_from("!II", msg, 28) == (1, 20 + 10 * 64)
+
+
+@pytest.mark.parametrize("done_at,again_at,dropped", [
+    (None, 5.0, True),    # completed in a capture without times: known still
+    (1.0, None, True),
+    (1.0, 11.0, True),    # 10 s after complete_rmpp: cleanup_work has not run yet
+    (1.0, 11.5, False),   # later: a new transfer
+])
+def test_a_completed_transfer_is_known_for_10_s(done_at, again_at, dropped):
+    segs = segment(table_response(10))
+    r = Reassembler()
+    for k in (1, 2, 3, 4):
+        done = r.add(KEY, k, flags(segs[k - 1]), segs[k - 1], frame=k, time=done_at)
+    assert done is not None
+    assert r.add(KEY, 1, flags(segs[0]), segs[0], frame=5, time=again_at) is None
+    if dropped:
+        assert r.dropped == ("segment 1 of the transfer completed in frame 4: acknowledged "
+                             "and dropped (continue_rmpp, RMPP_STATE_COMPLETE)")
+    else:
+        assert r.dropped is None and KEY in r.open
