@@ -120,3 +120,18 @@ def test_a_later_hand_over_without_follow_ups_after_a_good_one(tmp_path):
         second = b.blob([(0x2B, FWD)], set_option=0)
     hits = found(audit(f), "RES-NO-FOLLOWUP")
     assert [frames for frames, _ in hits] == [(qf, af, second)]
+
+
+def test_each_later_forward_query_ends_the_window_of_the_one_before(tmp_path):
+    """Four forward queries; the third comes back reversible, the fourth does not and is
+    followed up by a GMP query: that query answers the fourth, not the third."""
+    f = tmp_path / "q.pcapng"
+    with CaptureBuilder(str(f)) as b:
+        exchange(b, query(), [FWD])
+        exchange(b, query(), [FWD])
+        exchange(b, query(), [FWD_REV])
+        exchange(b, query(), [FWD])
+        exchange(b, query(reversible=1), [GMP])
+        exchange(b, query(R, L), [path(R, L)])
+        b.blob([(0x0A, FWD), (0x12, path(R, L)), (0x2B, GMP)], set_option=0)
+    assert found(audit(f), "RES-REDUNDANT-QUERIES") == []

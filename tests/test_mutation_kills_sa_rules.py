@@ -99,3 +99,20 @@ def test_every_middle_segment_is_active_only_with_payload_length_0(tmp_path, mid
             b.mad(s, from_sa=True)
     assert (f"middle segment {middle}: flags 0x1, PayloadLength 200 (kernel: ACTIVE only, 0)"
             in messages(audit(f), "SAR-RMPP"))
+
+
+def test_wrong_first_or_last_flags_name_the_first_and_last_segments(tmp_path):
+    """send_next_seg: segment 1 is ACTIVE|FIRST, the last ACTIVE|LAST; a transfer whose
+    first segment lacks FIRST is named by the frames of segments 1 and N."""
+    f = tmp_path / "flags.pcapng"
+    with CaptureBuilder(str(f)) as b:
+        q = b.sa_query(query(), method=0x12)
+        hdr = bytes(MAD(method=0x92, transaction_id=q.tid) / RMPP(rmpp_version=1, rmpp_type=1)
+                    / SAHeader(attribute_offset=8))[:56]
+        segs = segment(hdr + b"".join(bytes(path(dlid=k + 2)) for k in range(12)))
+        first = bytearray(segs[0])
+        first[26] = (first[26] & 0xF8) | 0x1  # ACTIVE only
+        frames = [b.mad(s, from_sa=True) for s in [bytes(first)] + segs[1:]]
+    fa = audit(f)
+    hits = [x for x in fa.findings if x.rule == "SAR-RMPP" and x.message == "FIRST/LAST flags wrong"]
+    assert [list(x.frames) for x in hits] == [[frames[0], frames[-1]]]
