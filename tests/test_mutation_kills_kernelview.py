@@ -199,3 +199,10 @@ def test_every_profile_names_itself_and_reports_its_notes():
         assert d["profile"] == name and isinstance(d["notes"], list)
         # path_use is shown by name where a profile assumed or was given one
         assert ("path_use" in d) == (c.path_use is not None) == ("path_use_name" in d)
+
+
+def test_ls_multi_refuses_a_record_it_cannot_file_naming_the_path_use():
+    """cma_query_handler (6.3): a record with none of GMP, INBOUND, OUTBOUND -> -EINVAL."""
+    c = kernel_view(ls_blob(0x02, path_use=0))["ls-multi"]  # PRIMARY alone, path_use ALL
+    assert (c.accepted, c.outcome, c.path_use) == (False, EINVAL, 0)
+    assert c.notes[-1] == "record 0 (PRIMARY) has none of GMP, INBOUND, OUTBOUND"

@@ -135,3 +135,29 @@ def test_each_later_forward_query_ends_the_window_of_the_one_before(tmp_path):
         exchange(b, query(R, L), [path(R, L)])
         b.blob([(0x0A, FWD), (0x12, path(R, L)), (0x2B, GMP)], set_option=0)
     assert found(audit(f), "RES-REDUNDANT-QUERIES") == []
+
+
+def test_a_shape_without_a_gmp_record_and_one_with_the_gmp_record_first(tmp_path):
+    """The seed: GMP_PRIMARY, FORWARD_PRIMARY(_REV) and RETURN_PRIMARY(_REV) must all be
+    there, and a kernel that searches in order takes the first record providing a role: a
+    0x2B record first provides the forward and return paths too."""
+    ret = path(R, L)
+    f = tmp_path / "nogmp.pcapng"
+    with CaptureBuilder(str(f)) as b:
+        exchange(b, query(), [FWD])
+        exchange(b, query(reversible=1), [GMP])
+        exchange(b, query(R, L), [ret])
+        b.blob([(0x0A, FWD), (0x12, ret)], set_option=0)
+    msgs = [m for _, m in found(audit(f), "RES-BLOB-SHAPE")]
+    assert len(msgs) == 1 and "no GMP_PRIMARY (GMP|PRIMARY) record" in msgs[0]
+    g = tmp_path / "first.pcapng"
+    with CaptureBuilder(str(g)) as b:
+        exchange(b, query(), [FWD])
+        exchange(b, query(reversible=1), [GMP])
+        exchange(b, query(R, L), [ret])
+        b.blob([(0x2B, GMP), (0x0A, FWD), (0x12, ret)], set_option=0)
+    msgs = [m for _, m in found(audit(g), "RES-BLOB-SHAPE")]
+    assert len(msgs) == 1 and (
+        "FORWARD_PRIMARY and RETURN_PRIMARY after the GMP|PRIMARY|BIDIRECTIONAL record 0: a "
+        "kernel searching in order takes the forward/return path from the GMP record (the "
+        "compatible layout puts them before it)") in msgs[0]
