@@ -131,13 +131,14 @@ def test_a_verdict_in_an_unknown_state_is_not_judged(session, tmp_path):
 
 
 def test_a_readback_after_a_refused_array_is_judged_against_the_accepted_one(session, tmp_path):
-    """The first array holds no 0x2B record (EINVAL): no path to compare its readback with;
-    the second is taken, and its readback differs (SL 3)."""
+    """The first array holds no 0x2B record: the ucma profile takes nothing from it, though
+    this kernel answered 0 (UCMA-VERDICT's business), so its readback has no record to be
+    compared with; the second is taken, and its readback differs (SL 3)."""
     s = session
     path = _path(s)
     p = _program(s)
     _address(p)
-    p.set_path([(0x0A, path)])                       # refused: no 0x2B record
+    p.set_path([(0x0A, path)], verdict=0)            # no 0x2B record, yet answered 0
     p.query_path([(GMP_BIDIR, _roce_readback(path))])
     p.set_path([(GMP_BIDIR, path)])
     other = _roce_readback(path)

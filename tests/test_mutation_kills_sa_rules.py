@@ -116,3 +116,23 @@ def test_wrong_first_or_last_flags_name_the_first_and_last_segments(tmp_path):
     fa = audit(f)
     hits = [x for x in fa.findings if x.rule == "SAR-RMPP" and x.message == "FIRST/LAST flags wrong"]
     assert [list(x.frames) for x in hits] == [[frames[0], frames[-1]]]
+
+
+def test_a_wrong_first_payload_length_names_the_first_and_last_segments(tmp_path):
+    """send_next_seg: the first segment's PayloadLength is the whole message's (N - 1) x 220
+    + the last segment's."""
+    f = tmp_path / "paylen.pcapng"
+    with CaptureBuilder(str(f)) as b:
+        q = b.sa_query(query(), method=0x12)
+        hdr = bytes(MAD(method=0x92, transaction_id=q.tid) / RMPP(rmpp_version=1, rmpp_type=1)
+                    / SAHeader(attribute_offset=8))[:56]
+        segs = segment(hdr + b"".join(bytes(path(dlid=k + 2)) for k in range(12)))
+        first = bytearray(segs[0])
+        want = struct.unpack_from("!I", first, 32)[0]
+        struct.pack_into("!I", first, 32, want + 8)
+        frames = [b.mad(s, from_sa=True) for s in [bytes(first)] + segs[1:]]
+    hits = [x for x in audit(f).findings
+            if x.rule == "SAR-RMPP" and x.message.startswith("first PayloadLength")]
+    assert [list(x.frames) for x in hits] == [[frames[0], frames[-1]]]
+    assert hits[0].message == (f"first PayloadLength {want + 8}, expected {want} (4 segments, "
+                               f"last PayloadLength {want - 3 * 220})")
