@@ -71,6 +71,27 @@ EQUIVALENT: dict[str, str] = {
     "audit/rules/resolver:core/ReplaceComparisonOperator_IsNot_NotEq:240:26:0":
         "t is not fwd -> t != fwd: Transaction is a dataclass, and two transactions of one "
         "capture always differ in their frames, so equality is identity here",
+    "audit/rules/resolver:core/ReplaceBinaryOperator_Add_Pow:237:52:1":
+        "fwds[k + 1:] -> fwds[k ** 1:] = fwds[k:]: as k * 1 above, the extra element is the "
+        "forward query itself, dropped by `first_frame(t) > lo`",
+    "audit/rules/sa:core/ReplaceBinaryOperator_Add_Pow:224:56:3":
+        "range(1, min(n, MAX) + 1) -> range(1, min(n, MAX) ** 1): the range loses n, which is "
+        "never missing (n is the highest segment number held); past MAX the rule returns "
+        "before it reads `missing`",
+    "audit/rules/cm:core/ReplaceBinaryOperator_BitOr_Add:275:48:6":
+        "a return annotation: cm.py has `from __future__ import annotations`, never evaluated",
+    "audit/rules/cm:core/ReplaceBinaryOperator_BitOr_Mul:275:48:6": "the same annotation",
+    "audit/rules/cm:core/ReplaceBinaryOperator_BitOr_LShift:275:48:6": "the same annotation",
+    "audit/rules/cm:core/ReplaceComparisonOperator_Eq_LtE:280:18:14":
+        "ip.version == 4 -> <= 4: ipaddress gives 4 or 6 only",
+    "audit/rules/cm:core/ReplaceComparisonOperator_Eq_LtE:187:36:10":
+        "len(profiles) == 1 -> <= 1: a group has at least one profile",
+    "audit/rules/cm:core/ReplaceContinueWithBreak:254:12:1":
+        "continue -> break in CM-REQ-INBOUND-LID's loop over readings: there is at most one "
+        "ls-multi reading and it comes first (profiles_for), every other reading is skipped",
+    "audit/rules/cm:core/ReplaceContinueWithBreak:259:12:2":
+        "continue -> break after the ls-multi reading agrees: the readings after it are "
+        "ls-legacy's, which the rule skips",
     "audit/rules/sa:core/NumberReplacer:213:28:53":
         "`1 in by_num` -> `0 in by_num` in SAR-RMPP's shortcut for one segment: for one segment "
         "numbered 1 the general path finds nothing either (no number below 1, none missing, "
