@@ -35,7 +35,8 @@
  * counted in $IBPATHREC_LOST (a page ibpath record makes and turns into notes; the spool
  * keeps whole records only).  Signals are blocked while the spool lock is held, so a signal
  * handler that writes to a tracked fd never waits for its own thread; a call such a handler
- * makes while its thread is recording another is left unrecorded, with a note.
+ * makes while its thread is recording another is recorded on the second level of the
+ * thread's buffer (a third level, a handler interrupted by a handler, is a note).
  *
  * Not seen: static binaries (no LD_PRELOAD), raw syscalls and libc-internal calls that do
  * not go through the exported write()/read()/send*()/recv*() symbols.
