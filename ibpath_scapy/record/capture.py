@@ -219,7 +219,7 @@ class _Converter:
 
     def acm(self, rec: SpoolRecord) -> None:
         call = "send" if rec.part == PART_CALL else "recv"
-        if not rec.data:
+        if not rec.data or rec.rc < 0:  # a failed send moved nothing: not in the stream
             self.note(rec, f"acm {call} on fd {rec.fd} (pid {rec.pid}) failed: rc={rec.rc} "
                       f"errno={_errno_text(rec.err)}")
             return

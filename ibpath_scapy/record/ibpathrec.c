@@ -27,26 +27,35 @@
  * bytes, allocated once per thread that records, freed when it exits), what it gets back
  * after; one mutex guards the spool and its bounded static buffer; pthread_atfork keeps
  * the mutex sane across fork and the child records under its own pid; exec'd children
- * inherit LD_PRELOAD and the spool path through the environment.  Caps: $IBPATHREC_MAX_RECORD bytes per part
+ * inherit LD_PRELOAD and the spool path through the environment, and find what their
+ * inherited fds are in /proc/self/fd.  Caps: $IBPATHREC_MAX_RECORD bytes per part
  * (flag TRUNCATED, original length kept) and $IBPATHREC_MAX_TOTAL bytes per run (spool size,
  * a NOTE record when reached).  A recorder failure stops recording in that process and says
- * so once on stderr; the program keeps running.
+ * so once on stderr; the program keeps running, and every record it could not write is
+ * counted in $IBPATHREC_LOST (a page ibpath record makes and turns into notes; the spool
+ * keeps whole records only).  Signals are blocked while the spool lock is held, so a signal
+ * handler that writes to a tracked fd never waits for its own thread; a call such a handler
+ * makes while its thread is recording another is recorded on the second level of the
+ * thread's buffer (a third level, a handler interrupted by a handler, is a note).
  *
  * Not seen: static binaries (no LD_PRELOAD), raw syscalls and libc-internal calls that do
  * not go through the exported write()/read()/send*()/recv*() symbols.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -131,6 +140,27 @@ static unsigned char buf[2 * (IPR_HDR_SIZE + IPR_BUF_MAX)];
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static pthread_key_t tbuf_key;		/* frees a thread's copy buffer when it exits */
 static int inited;			/* every real_* resolved */
+static int fail_err;			/* errno of the failure that stopped recording */
+
+/*
+ * The spool lock, taken with every signal blocked: a signal handler may call write() (it is
+ * async-signal-safe) on a tracked fd, and would otherwise wait for the lock its own thread
+ * holds.  The signal comes once the lock is given back.
+ */
+static void lock_spool(sigset_t *old)
+{
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, old);
+	pthread_mutex_lock(&spool_lock);
+}
+
+static void unlock_spool(const sigset_t *old)
+{
+	pthread_mutex_unlock(&spool_lock);
+	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
 
 #define RESOLVE(var, name) ((var) = dlsym(RTLD_NEXT, name))
 
@@ -242,11 +272,66 @@ static void say_once(const char *what, int err)
 	if (failed)
 		return;
 	failed = 1;
+	fail_err = err;
 	n = snprintf(msg, sizeof(msg),
 		     "ibpath record: recorder failure in pid %d: %s: %s; the program continues, "
 		     "no longer recorded\n", (int)getpid(), what, strerror(err));
 	if (n > 0)
 		syscall(SYS_write, 2, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+}
+
+/*
+ * Records lost to a recorder failure, counted per process in $IBPATHREC_LOST: LOST_SLOTS
+ * slots of { u32 pid, i32 errno, u64 records } in a file ibpath record makes (zeroed, so
+ * that no page of it needs the disk that may be full) and reads after the run
+ * (record/spool.py LOST_SLOT).  Shared by fork (MAP_SHARED); an exec'd child maps it again.
+ */
+struct lost_slot {
+	uint32_t pid;
+	int32_t err;
+	uint64_t records;
+};
+
+static struct lost_slot *lost_map;
+static struct lost_slot *my_slot;	/* forgotten in a forked child (atfork_child) */
+
+/* spool_lock held: n records of this process were not written (err). */
+static void lost(unsigned int n, int err)
+{
+	uint32_t pid = (uint32_t)my_pid();
+	int i;
+
+	if (!my_slot) {
+		if (!lost_map) {
+			const char *name = getenv("IBPATHREC_LOST");
+			void *m;
+			int fd;
+
+			if (!name || !*name)
+				return;
+			fd = (int)syscall(SYS_openat, AT_FDCWD, name, O_RDWR | O_CLOEXEC);
+			if (fd < 0)
+				return;
+			m = mmap(NULL, IPR_LOST_SLOTS * sizeof(struct lost_slot),
+				 PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+			syscall(SYS_close, fd);	/* not close(): it may take the lock we hold */
+			if (m == MAP_FAILED)
+				return;
+			lost_map = m;
+		}
+		for (i = 0; i < IPR_LOST_SLOTS && !my_slot; i++) {
+			uint32_t free_pid = 0;
+
+			if (__atomic_load_n(&lost_map[i].pid, __ATOMIC_ACQUIRE) == pid ||
+			    __atomic_compare_exchange_n(&lost_map[i].pid, &free_pid, pid, 0,
+							__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+				my_slot = &lost_map[i];
+		}
+		if (!my_slot)
+			return;
+		__atomic_store_n(&my_slot->err, err, __ATOMIC_RELAXED);
+	}
+	__atomic_add_fetch(&my_slot->records, n, __ATOMIC_RELAXED);
 }
 
 /* spool_lock held.  0: spool usable. */
@@ -318,20 +403,61 @@ struct part {
 
 static __thread unsigned char *tbuf;
 
-/* The calling thread's copy buffer (two parts of max_record bytes), made on first use. */
+/* Calls recorded at once on one thread: the program's, and one a signal handler makes while
+ * the thread records the first (each level has its own two parts). */
+#define IPR_LEVELS 2
+
+/* The calling thread's copy buffer (IPR_LEVELS x two parts of max_record bytes), made on first
+ * use: a handler's call takes the second level, and must not call malloc. */
 static unsigned char *thread_buf(void)
 {
 	if (!tbuf) {
-		tbuf = malloc(2 * max_record + 1);
+		tbuf = malloc(IPR_LEVELS * 2 * max_record + 1);
 		if (!tbuf) {
-			pthread_mutex_lock(&spool_lock);
+			sigset_t old;
+
+			lock_spool(&old);
 			say_once("no memory for the copy buffer", ENOMEM);
-			pthread_mutex_unlock(&spool_lock);
+			lost(1, ENOMEM);
+			unlock_spool(&old);
 			return NULL;
 		}
 		pthread_setspecific(tbuf_key, tbuf);
 	}
 	return tbuf;
+}
+
+static __thread int recording;	/* calls of this thread between claim_buf and release_buf */
+
+/*
+ * The thread's copy buffer for one call, or NULL.  A signal handler that calls a wrapper
+ * while its thread is recording another call gets the next level of the buffer; past
+ * IPR_LEVELS (a handler interrupted by another handler) the call goes through unrecorded,
+ * and a note says so.
+ */
+static unsigned char *claim_buf(int fd, const char *call)
+{
+	unsigned char *tb;
+
+	/* (a handler that comes while the first level's buffer is being allocated must not
+	 * call malloc either) */
+	if (recording >= IPR_LEVELS || (recording && !tbuf)) {
+		note("%s on fd %d from a signal handler while this thread was recording %d other "
+		     "call(s): not recorded", call, fd, recording);
+		return NULL;
+	}
+	recording++;
+	tb = thread_buf();
+	if (!tb) {
+		recording--;
+		return NULL;
+	}
+	return tb + 2 * max_record * (size_t)(recording - 1);
+}
+
+static void release_buf(void)
+{
+	recording--;
 }
 
 /* Copy up to max_record of the len bytes at src (caller memory) into dst. */
@@ -398,8 +524,8 @@ static size_t put_record(unsigned char *p, int kind, int part, int fd, uint32_t 
 	return IPR_HDR_SIZE + pt->len;
 }
 
-/* spool_lock held: write size bytes of buf, honouring the per-run cap. */
-static void spool_write(size_t size)
+/* spool_lock held: write the nrec records (size bytes) of buf, honouring the per-run cap. */
+static void spool_write(size_t size, unsigned int nrec)
 {
 	struct stat st;
 	size_t off = 0;
@@ -415,6 +541,7 @@ static void spool_write(size_t size)
 			run_cap_noted = 1;
 			size = put_record(buf, IPR_KIND_NOTE, IPR_PART_CALL, -1, 0, now_ns(), 0, 0,
 					  &pt);
+			nrec = 1;
 		} else {
 			return;
 		}
@@ -422,9 +549,18 @@ static void spool_write(size_t size)
 	while (off < size) {
 		long r = syscall(SYS_write, spool_fd, buf + off, size - off);
 		if (r < 0) {
-			if (errno == EINTR)
+			int e = errno;
+			struct stat now;
+
+			if (e == EINTR)
 				continue;
-			say_once("cannot write the spool", errno);
+			/* a disk that filled up took part of the record: the spool keeps whole
+			 * records only (nobody could append after it: the disk is full) */
+			if (off && fstat(spool_fd, &now) == 0 && now.st_size >= (off_t)off)
+				if (ftruncate(spool_fd, now.st_size - (off_t)off))
+					e = errno;
+			say_once("cannot write the spool", e);
+			lost(nrec, e);
 			spool_fd = -1;
 			return;
 		}
@@ -438,16 +574,20 @@ static void emit(int kind, int fd, uint32_t aux, int64_t ts, long long rc, int e
 		 int64_t extra_ts)
 {
 	int saved = errno;
+	unsigned int nrec = extra_part >= 0 ? 2 : 1;
+	sigset_t old;
 	size_t size;
 
-	pthread_mutex_lock(&spool_lock);
+	lock_spool(&old);
 	if (spool_ready() == 0) {
 		size = put_record(buf, kind, part, fd, aux, ts, rc, err, a);
 		if (extra_part >= 0)
 			size += put_record(buf + size, kind, extra_part, fd, aux, extra_ts, rc, err, b);
-		spool_write(size);
+		spool_write(size, nrec);
+	} else if (failed) {
+		lost(nrec, fail_err);
 	}
-	pthread_mutex_unlock(&spool_lock);
+	unlock_spool(&old);
 	errno = saved;
 }
 
@@ -472,19 +612,40 @@ static void note(const char *fmt, ...)
 	errno = saved;
 }
 
-static void atfork_prepare(void) { pthread_mutex_lock(&spool_lock); }
-static void atfork_parent(void) { pthread_mutex_unlock(&spool_lock); }
+static sigset_t fork_mask;	/* the forking thread's signal mask, kept under the lock */
+
+static void atfork_prepare(void)
+{
+	sigset_t old;
+
+	lock_spool(&old);
+	fork_mask = old;
+}
+
+static void atfork_parent(void)
+{
+	sigset_t old = fork_mask;
+
+	unlock_spool(&old);
+}
+
 static void atfork_child(void)
 {
+	sigset_t old = fork_mask;
+
 	cached_pid = 0;		/* the child is another process, its one thread another task */
 	cached_tid = 0;
-	pthread_mutex_unlock(&spool_lock);
+	my_slot = NULL;		/* and counts its lost records under its own pid */
+	unlock_spool(&old);
 }
+
+static void inherited_fds(void);
 
 __attribute__((constructor)) static void ibpathrec_init(void)
 {
 	ensure_init();
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+	inherited_fds();
 }
 
 /* ---- ucma -------------------------------------------------------------------- */
@@ -646,6 +807,71 @@ static int is_acm_address(const struct sockaddr *sa, socklen_t len)
 	return 0;
 }
 
+/*
+ * The fds an exec'd program inherits: what they are is read back from the kernel, since
+ * the table of the program before exec is gone (an ACM socket by its peer's address, or its
+ * own for a listener and the connections it accepted).
+ */
+static int socket_kind(int fd)
+{
+	union {
+		struct sockaddr sa;
+		struct sockaddr_storage ss;
+	} a;
+	socklen_t len = sizeof(a);
+	int domain = 0, protocol = 0, listening = 0;
+	socklen_t olen = sizeof(int);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &olen))
+		return 0;
+	if (domain == AF_NETLINK) {
+		olen = sizeof(int);
+		if (!getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &olen) &&
+		    protocol == NETLINK_RDMA)
+			return IPR_KIND_NETLINK;
+		return 0;
+	}
+	if (!getpeername(fd, &a.sa, &len) && is_acm_address(&a.sa, len))
+		return IPR_KIND_ACM;
+	len = sizeof(a);
+	if (getsockname(fd, &a.sa, &len) || !is_acm_address(&a.sa, len))
+		return 0;
+	olen = sizeof(int);
+	if (!getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) && listening)
+		return KIND_ACM_LISTEN;
+	return IPR_KIND_ACM;
+}
+
+static void inherited_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char link[64], target[256];
+		ssize_t n;
+		int fd;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		fd = atoi(e->d_name);
+		if (fd == dirfd(d) || fd >= IPR_MAX_FDS)
+			continue;
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		n = readlink(link, target, sizeof(target) - 1);
+		if (n <= 0)
+			continue;
+		target[n] = 0;
+		if (!strncmp(target, "socket:", 7))
+			set_kind(fd, socket_kind(fd));
+		else
+			set_kind(fd, kind_for_path(target));
+	}
+	closedir(d);
+}
+
 /* ---- open / close / dup ------------------------------------------------------- */
 
 static mode_t mode_arg(int flags, va_list ap)
@@ -729,12 +955,14 @@ OPEN2_WRAPPER(__openat64_2, real_openat64_2, (int dirfd, const char *path, int f
 /* The program closes (or dup2s over) the spool's fd: reopen it on the next record. */
 static void spool_fd_lost(int fd)
 {
+	sigset_t old;
+
 	if (fd != __atomic_load_n(&spool_fd, __ATOMIC_RELAXED))
 		return;	/* every close() comes here: no lock unless it is the spool's */
-	pthread_mutex_lock(&spool_lock);
+	lock_spool(&old);
 	if (spool_fd >= 0 && fd == spool_fd)
 		spool_fd = -2;
-	pthread_mutex_unlock(&spool_lock);
+	unlock_spool(&old);
 }
 
 int close(int fd)
@@ -763,11 +991,13 @@ int close_range(unsigned int first, unsigned int last, int flags)
 		for (fd = first; fd <= last && fd < IPR_MAX_FDS; fd++)
 			if (fd_kind[fd])
 				set_kind((int)fd, 0);
-		pthread_mutex_lock(&spool_lock);
+		sigset_t old;
+
+		lock_spool(&old);
 		if (spool_fd >= 0 && (unsigned int)spool_fd >= first &&
 		    (unsigned int)spool_fd <= last)
 			spool_fd = -2;
-		pthread_mutex_unlock(&spool_lock);
+		unlock_spool(&old);
 	}
 	errno = saved;
 	return r;
@@ -967,19 +1197,20 @@ static int is_socket_kind(int kind)
 /* What arrived: r bytes of a buffer of room bytes (MSG_TRUNC: r may exceed room). */
 static void record_read(int kind, int fd, ssize_t r, int e, const void *data, size_t room)
 {
-	unsigned char *tb = thread_buf();
+	unsigned char *tb = claim_buf(fd, "read");
 	struct part a;
 
 	if (!tb)
 		return;
 	capture(&a, tb, data, r > 0 ? ((size_t)r < room ? (size_t)r : room) : 0);
 	emit(kind, fd, 0, now_ns(), r, r < 0 ? e : 0, IPR_PART_READ, &a, -1, NULL, 0);
+	release_buf();
 }
 
 static void record_read_iov(int kind, int fd, ssize_t r, int e, const struct iovec *iov,
 			    size_t iovcnt)
 {
-	unsigned char *tb = thread_buf();
+	unsigned char *tb = claim_buf(fd, "read");
 	size_t room = iov_length(iov, iovcnt);
 	struct part a;
 
@@ -987,6 +1218,7 @@ static void record_read_iov(int kind, int fd, ssize_t r, int e, const struct iov
 		return;
 	capture_iov(&a, tb, iov, iovcnt, r > 0 ? ((size_t)r < room ? (size_t)r : room) : 0);
 	emit(kind, fd, 0, now_ns(), r, r < 0 ? e : 0, IPR_PART_READ, &a, -1, NULL, 0);
+	release_buf();
 }
 
 ssize_t write(int fd, const void *data, size_t count)
@@ -999,17 +1231,21 @@ ssize_t write(int fd, const void *data, size_t count)
 
 	ensure_init();
 	kind = data_kind(fd);
-	if (__builtin_expect(!kind, 1) || !(tb = thread_buf()))
+	if (__builtin_expect(!kind, 1) || !(tb = claim_buf(fd, "write")))
 		return real_write(fd, data, count);
 	ts = now_ns();
-	if (kind == IPR_KIND_UCMA)
-		return ucma_write(fd, data, count, tb, ts);
+	if (kind == IPR_KIND_UCMA) {
+		r = ucma_write(fd, data, count, tb, ts);
+		release_buf();
+		return r;
+	}
 	capture(&a, tb, data, count);
 	r = real_write(fd, data, count);
 	e = errno;
 	if (is_socket_kind(kind))
 		sent(&a, r);
 	emit(kind, fd, 0, ts, r, r < 0 ? e : 0, IPR_PART_CALL, &a, -1, NULL, 0);
+	release_buf();
 	errno = e;
 	return r;
 }
@@ -1024,7 +1260,7 @@ ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 
 	ensure_init();
 	kind = data_kind(fd);
-	if (__builtin_expect(!kind, 1) || iovcnt <= 0 || !(tb = thread_buf()))
+	if (__builtin_expect(!kind, 1) || iovcnt <= 0 || !(tb = claim_buf(fd, "writev")))
 		return real_writev(fd, iov, iovcnt);
 	ts = now_ns();
 	capture_iov(&a, tb, iov, (size_t)iovcnt, iov_length(iov, (size_t)iovcnt));
@@ -1033,6 +1269,7 @@ ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 	if (is_socket_kind(kind))
 		sent(&a, r);
 	emit(kind, fd, 0, ts, r, r < 0 ? e : 0, IPR_PART_CALL, &a, -1, NULL, 0);
+	release_buf();
 	errno = e;
 	return r;
 }
@@ -1059,7 +1296,7 @@ ssize_t read(int fd, void *data, size_t count)
 static ssize_t send_common(int kind, int fd, const void *data, size_t len, int flags,
 			   const struct sockaddr *to, socklen_t tolen, int is_sendto)
 {
-	unsigned char *tb = thread_buf();
+	unsigned char *tb = claim_buf(fd, is_sendto ? "sendto" : "send");
 	struct part a;
 	int64_t ts = now_ns();
 	ssize_t r;
@@ -1074,6 +1311,7 @@ static ssize_t send_common(int kind, int fd, const void *data, size_t len, int f
 		sent(&a, r);
 		emit(kind, fd, nl_dest(to, tolen), ts, r, r < 0 ? e : 0, IPR_PART_CALL, &a, -1,
 		     NULL, 0);
+		release_buf();
 	}
 	errno = e;
 	return r;
@@ -1112,7 +1350,7 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 
 	ensure_init();
 	kind = data_kind(fd);
-	if (!kind || !(tb = thread_buf()))
+	if (!kind || !(tb = claim_buf(fd, "sendmsg")))
 		return real_sendmsg(fd, msg, flags);
 	ts = now_ns();
 	capture_iov(&a, tb, msg->msg_iov, msg->msg_iovlen,
@@ -1122,6 +1360,7 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	sent(&a, r);
 	emit(kind, fd, nl_dest((const struct sockaddr *)msg->msg_name, msg->msg_namelen), ts, r,
 	     r < 0 ? e : 0, IPR_PART_CALL, &a, -1, NULL, 0);
+	release_buf();
 	errno = e;
 	return r;
 }

@@ -9,6 +9,7 @@ children and the programs they exec are recorded into the same spool.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -25,6 +26,7 @@ from .spool import read_spool
 
 SHIM_SOURCE = Path(__file__).with_name("ibpathrec.c")
 SPOOL_ENV = "IBPATHREC_SPOOL"
+LOST_ENV = "IBPATHREC_LOST"  # the shim's lost-record counters (spool.LOST_SLOT)
 
 
 class RecordError(RuntimeError):
@@ -141,13 +143,39 @@ def record_command(argv: Sequence[str], out: str, options: RecordOptions | None 
     try:
         # a fresh, empty spool: the shim appends
         Path(spool).touch()
-        status = _run(argv, shim_environment(shim, spool, options, env))
+        # the lost-record counters, written whole now: the shim maps them when the spool
+        # cannot be written, when the disk may be full
+        lost = spool + ".lost"
+        Path(lost).write_bytes(bytes(spool_format.LOST_SLOTS * spool_format.LOST_SLOT.size))
+        run_env = shim_environment(shim, spool, options, env)
+        run_env[LOST_ENV] = lost
+        status = _run(argv, run_env)
         records = read_spool(spool)
+        records += lost_notes(Path(lost).read_bytes(), records)
+        if not options.spool:
+            Path(lost).unlink(missing_ok=True)
         capture = write_pcapng(records, out, spool)
         return RecordResult(status, capture, spool if options.spool else "")
     finally:
         if tmpdir is not None:
             tmpdir.cleanup()
+
+
+def lost_notes(ledger: bytes, records: list[spool_format.SpoolRecord]
+               ) -> list[spool_format.SpoolRecord]:
+    """A note for each process whose records the shim could not write, saying how many, at
+    the end of the recording."""
+    ts = max((r.ts_ns for r in records), default=0)
+    notes = []
+    for pid, err, count in spool_format.lost_records(ledger):
+        name = errno.errorcode.get(err, str(err))
+        text = (f"{count} record(s) of pid {pid} lost: the recorder could not write the "
+                f"spool ({name}: {os.strerror(err)})")
+        notes.append(spool_format.SpoolRecord(len(records) + len(notes), -1,
+                                              spool_format.KIND_NOTE, spool_format.PART_CALL,
+                                              0, pid, pid, -1, 0, ts, 0, 0, len(text),
+                                              text.encode()))
+    return notes
 
 
 def _run(argv: Sequence[str], env: dict[str, str]) -> int:

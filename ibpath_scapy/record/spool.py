@@ -41,6 +41,11 @@ MAX_RECORD_LIMIT = 1 << 20  # the largest per-part cap the shim accepts (its buf
 DEFAULT_MAX_RECORD = 65536
 DEFAULT_MAX_TOTAL = 256 << 20
 
+# Records a recorder failure lost (the spool's disk full, say), counted per process in a
+# file of LOST_SLOTS slots the shim maps ($IBPATHREC_LOST): pid u32, errno i32, records u64.
+LOST_SLOTS = 256
+LOST_SLOT = struct.Struct("<IiQ")
+
 FLAG_TRUNCATED = 0x0001  # the per-record cap cut the bytes (orig_length keeps the size)
 FLAG_UNREADABLE = 0x0002  # the caller's memory could not be read (a bad pointer)
 
@@ -50,7 +55,7 @@ def compile_defines() -> list[str]:
     defs = {"IPR_MAGIC": '"' + MAGIC.decode() + '"', "IPR_HDR_SIZE": HEADER.size,
             "IPR_FLAG_TRUNCATED": FLAG_TRUNCATED, "IPR_FLAG_UNREADABLE": FLAG_UNREADABLE,
             "IPR_BUF_MAX": MAX_RECORD_LIMIT, "IPR_DEFAULT_MAX_RECORD": DEFAULT_MAX_RECORD,
-            "IPR_DEFAULT_MAX_TOTAL": f"{DEFAULT_MAX_TOTAL}LL"}
+            "IPR_DEFAULT_MAX_TOTAL": f"{DEFAULT_MAX_TOTAL}LL", "IPR_LOST_SLOTS": LOST_SLOTS}
     defs.update({f"IPR_KIND_{name.upper()}": kind for kind, name in KIND_NAMES.items()})
     defs.update({f"IPR_PART_{name.upper()}": part for part, name in PART_NAMES.items()})
     return [f"{k}={v}" for k, v in sorted(defs.items())]
@@ -120,3 +125,14 @@ def parse_spool(data: bytes, name: str = "<spool>") -> list[SpoolRecord]:
 def read_spool(path: str | Path) -> list[SpoolRecord]:
     """parse_spool of a file."""
     return parse_spool(Path(path).read_bytes(), str(path))
+
+
+def lost_records(data: bytes) -> list[tuple[int, int, int]]:
+    """(pid, errno, records) of every process that lost records, from the $IBPATHREC_LOST
+    file's bytes."""
+    out = []
+    for i in range(min(len(data) // LOST_SLOT.size, LOST_SLOTS)):
+        pid, err, count = LOST_SLOT.unpack_from(data, i * LOST_SLOT.size)
+        if pid and count:
+            out.append((pid, err, count))
+    return out

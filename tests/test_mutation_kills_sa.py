@@ -1,0 +1,79 @@
+"""Where SAR-MISMATCH's verdict changes (issue 43, item 5: the mutants of
+ibpath_scapy/audit/rules/sa.py that survived the older tests; tests/README.md).
+
+Oracles: IBA 15.2.5.16 / OpenSM osm_sa_path_record.c (pr_rcv_get_path_parms): a selector of 0
+asks for a value greater than the one given, 1 less than, 2 exactly, 3 the largest available
+(any); a masked exact field (GIDs, LIDs, P_Key, SL, ...) must come back as asked; Reversible
+asked with bit 1 needs a reversible answer, with bit 0 means "don't care". The same GID may be
+written two ways (::ffff:10.0.0.1 and ::ffff:a00:1).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+
+from ibpath_scapy.audit.rules.sa import _contradicted, _same, _verdict
+
+FIELDS = dict(service_id=0, dgid="fe80::2", sgid="fe80::1", dlid=2, slid=1, raw_traffic=0,
+              flow_label=0, hop_limit=0, tclass=0, pkey=0xFFFF, qos_class=0, sl=0,
+              reversible=0, mtu=4, mtu_selector=2, rate=6, rate_selector=2,
+              packet_life_time=18, packet_life_time_selector=2)
+
+
+def pr(**kw) -> NS:
+    return NS(**dict(FIELDS, **kw))
+
+
+def test_gids_written_two_ways_are_the_same():
+    assert _same("sgid", "::ffff:10.0.0.1", "::ffff:a00:1")
+    assert _same("dgid", "fe80:0:0:0::2", "fe80::2")
+    assert not _same("sgid", "fe80::1", "fe80::2")
+    assert not _same("pkey", 0xFFFF, 0x7FFF) and _same("pkey", 5, 5)
+
+
+@pytest.mark.parametrize("name,asked,got", [
+    ("dgid", "fe80::2", "fe80::9"), ("sgid", "fe80::1", "fe80::9"), ("dlid", 2, 3),
+    ("slid", 1, 3), ("pkey", 0xFFFF, 0x8001), ("sl", 0, 3), ("service_id", 0, 7),
+    ("flow_label", 0, 5), ("hop_limit", 0, 1), ("tclass", 0, 8), ("qos_class", 0, 1),
+    ("raw_traffic", 0, 1)])
+def test_a_masked_exact_field_must_come_back_as_asked(name, asked, got):
+    q, rec = pr(**{name: asked}), pr(**{name: got})
+    assert _contradicted(q, rec, frozenset({name})) == [name]
+    assert _contradicted(q, rec, frozenset()) == []            # not masked: anything goes
+    assert _contradicted(q, pr(**{name: asked}), frozenset({name})) == []
+
+
+@pytest.mark.parametrize("asked,got,bad", [(1, 0, True), (1, 1, False), (0, 0, False),
+                                           (0, 1, False)])
+def test_reversible_with_bit_1_needs_a_reversible_answer(asked, got, bad):
+    v = _contradicted(pr(reversible=asked), pr(reversible=got), frozenset({"reversible"}))
+    assert v == (["reversible"] if bad else [])
+    assert _contradicted(pr(reversible=asked), pr(reversible=got), frozenset()) == []
+
+
+@pytest.mark.parametrize("value,selector", [("mtu", "mtu_selector"), ("rate", "rate_selector"),
+                                            ("packet_life_time", "packet_life_time_selector")])
+@pytest.mark.parametrize("sel,got,ok", [
+    (0, 5, True), (0, 4, False), (0, 3, False),     # greater than 4
+    (1, 3, True), (1, 4, False), (1, 5, False),     # less than 4
+    (2, 4, True), (2, 3, False), (2, 5, False),     # exactly 4
+    (3, 1, True), (3, 9, True),                     # the largest available: any
+])
+def test_selectors(value, selector, sel, got, ok):
+    q = pr(**{value: 4, selector: sel})
+    rec = pr(**{value: got})
+    both = frozenset({value, selector})
+    assert _contradicted(q, rec, both) == ([] if ok else [value])
+    # a selector without its value, or a value without its selector, selects nothing
+    assert _contradicted(q, rec, frozenset({value})) == []
+    assert _contradicted(q, rec, frozenset({selector})) == []
+
+
+def test_every_contradicted_field_is_listed_in_order():
+    q = pr(dlid=2, sl=1, reversible=1, mtu=4, mtu_selector=2)
+    rec = pr(dlid=3, sl=2, reversible=0, mtu=5)
+    comps = frozenset({"dlid", "sl", "reversible", "mtu", "mtu_selector"})
+    assert _contradicted(q, rec, comps) == ["dlid", "sl", "reversible", "mtu"]
+    assert _verdict(q, rec, comps) == ["dlid", "sl", "reversible", "mtu"]
