@@ -34,9 +34,9 @@ SURVIVED = {0, 5, 33}  # survived, or no test reached the function
 # tests/README.md, "Equivalent mutants".
 EQUIVALENT: dict[str, str] = {
     # mutmut names
-    "ibpath_scapy.kernelview.x_ls_parse_error__mutmut_2":
+    "ibpath_scapy.facts.kernelview.x_ls_parse_error__mutmut_2":
         "break -> return at a cut attribute: the loop's end returns None all the same",
-    "ibpath_scapy.kernelview.x_ls_parse_error__mutmut_7":
+    "ibpath_scapy.facts.kernelview.x_ls_parse_error__mutmut_7":
         "type > 10 -> type >= 10: type 10 (IPV6) has no ib_nl_policy entry, so checking or "
         "skipping it gives the same answer (tests/test_mutation_kills_kernelview.py checks 10)",
     "ibpath_scapy.audit.rules.blob.x_declared__mutmut_1":

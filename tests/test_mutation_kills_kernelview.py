@@ -1,5 +1,5 @@
 """Where kernelview's verdicts change, against the kernel's own tables (issue 43, item 5: the
-mutants of ibpath_scapy/kernelview.py that survived the older tests; tests/README.md).
+mutants of ibpath_scapy/facts/kernelview.py that survived the older tests; tests/README.md).
 
 The oracle is drivers/infiniband/core/sa_query.c, copied here by hand and never from the
 package (Linux 4.5 to 6.17 alike):
@@ -28,7 +28,7 @@ import struct
 
 import pytest
 
-from ibpath_scapy.kernelview import ls_parse_error
+from ibpath_scapy.facts.kernelview import ls_parse_error
 from ibpath_scapy.layers.netlink import LsAttr
 
 # (type, name, kind, bound): NLA_BINARY bounds are maxima, NLA_U* widths minima
@@ -101,7 +101,7 @@ def test_parsing_stops_at_an_attribute_that_runs_past_the_end():
 # ib_nl_is_good_resolve_resp: RDMA_NL_LS_F_ERR (0x100) set, or nla_parse() failing, sends the
 # query to the SA (ib_sa_disable_local_svc, ib_post_send_mad). Each reading names the
 # request's path_use it was judged with.
-from ibpath_scapy.kernelview import (  # noqa: E402
+from ibpath_scapy.facts.kernelview import (  # noqa: E402
     DROPPED, EIO, SA_FALLBACK, Blob, LsContext, kernel_view,
 )
 
@@ -161,7 +161,7 @@ def test_ls_multi_without_a_matching_record_fails_the_route_with_eio():
 
 
 # -- the seed's proposal and ls-multi's accepted reading, as reported ------------------------
-from ibpath_scapy.kernelview import EINVAL, OK, select_proposal  # noqa: E402
+from ibpath_scapy.facts.kernelview import EINVAL, OK, select_proposal  # noqa: E402
 
 
 def test_the_proposal_refuses_a_ragged_optval_as_ucma_does():
@@ -190,7 +190,7 @@ def test_ls_multi_accepting_says_where_the_data_path_comes_from():
 
 
 def test_every_profile_names_itself_and_reports_its_notes():
-    from ibpath_scapy.kernelview import blob_from_bytes
+    from ibpath_scapy.facts.kernelview import blob_from_bytes
 
     view = kernel_view(blob_from_bytes(struct.pack("<II", 0x2B, 0) + bytes(64)))
     for name, c in view.items():

@@ -25,7 +25,7 @@ from ibpath_scapy.craft.program import address_entry, path_entry, sockaddr_ib
 from ibpath_scapy.craft.resolver import GMP_BIDIR, GMP_BIDIR_SECONDARY
 from ibpath_scapy.craft.session import Session
 from ibpath_scapy.layers.acm import ACM_MSG_EP_LENGTH, ACM_MSG_HDR_LENGTH
-from ibpath_scapy.librdmacm import ai_route_bytes
+from ibpath_scapy.facts.librdmacm import ai_route_bytes
 
 PROCESS = ("UCMA-", "ACM-")
 

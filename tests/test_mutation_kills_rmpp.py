@@ -1,5 +1,5 @@
 """Where the RMPP reassembly's verdicts change (issue 43, item 5: the mutants of
-ibpath_scapy/rmpp.py that survived the older tests; tests/README.md).
+ibpath_scapy/facts/rmpp.py that survived the older tests; tests/README.md).
 
 Oracles: drivers/infiniband/core/mad_rmpp.c (torvalds/linux): process_rmpp_stop() and
 process_rmpp_abort() both end the sender's transfer (abort_send); continue_rmpp() drops a
@@ -15,7 +15,7 @@ import pytest
 
 from ibpath_scapy.layers.mad import MAD, RMPP
 from ibpath_scapy.layers.sa import PathRecord, SAHeader
-from ibpath_scapy.rmpp import Reassembler, segment
+from ibpath_scapy.facts.rmpp import Reassembler, segment
 
 KEY = ("sa", "client", 0x42)
 STOP, ABORT, ACK = 3, 4, 2
@@ -147,7 +147,7 @@ def test_why_unfinished_names_every_missing_segment_from_1():
 
 
 def test_why_unfinished_counts_the_problems_past_the_third():
-    from ibpath_scapy.rmpp import Transfer
+    from ibpath_scapy.facts.rmpp import Transfer
 
     t = Transfer(last=3, segments={2: b"", 3: b""})
     assert t.why_unfinished() == "segments [1] missing"
@@ -160,7 +160,7 @@ def test_a_reassembled_message_reads_as_one_first_and_last_segment():
     ACTIVE|FIRST|LAST, segment number 1, PayloadLength = SA header (20) + all data."""
     import struct as _struct
 
-    from ibpath_scapy.rmpp import reassemble
+    from ibpath_scapy.facts.rmpp import reassemble
 
     msg = reassemble(segment(table_response(10)))
     assert len(msg) == 56 + 10 * 64

@@ -18,7 +18,7 @@ import pytest
 from ibpath_scapy.craft.builder import CaptureBuilder
 from ibpath_scapy.layers.mad import MAD, RMPP
 from ibpath_scapy.layers.sa import SAHeader
-from ibpath_scapy.rmpp import segment
+from ibpath_scapy.facts.rmpp import segment
 
 from test_rules_resolver import FWD, audit, path, query  # noqa: E402
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from ibpath_scapy.layers.ib import ExportedPDU
-from ibpath_scapy.pcapio import read_frames
+from ibpath_scapy.capture.pcapio import read_frames
 
 SOURCE = Path(__file__).with_name("data") / "stress" / "recstress.c"
 IBPATH = [sys.executable, "-m", "ibpath_scapy"]
