@@ -164,6 +164,7 @@ def _make_new(cls: type):
     params.sort(key=lambda p: "=" in p)
     src = (f"def __new__(cls, {', '.join(params)}):\n    self = _new(_twin)\n" + "".join(sets)
            + "    _retype(self, '__class__', _cls)\n    return self\n")
+    # exec and __class__ swap: bench/suite.py capture 2 decode (native IB), 145.0k -> 190.4k instructions a frame plain (+31 %)
     exec(compile(src, f"<fact {cls.__name__}>", "exec"), ns)
     new = ns["__new__"]
     new.__qualname__ = f"{cls.__qualname__}.__new__"
