@@ -830,6 +830,7 @@ def _scanners(test: RunTest | None, kind: str, *args, take: TakeTest | None = No
         else:
             ns = {**test.namespace, "_Struct": struct.Struct,
                   "_take": take.holds if take is not None else None}
+            # exec: bench/suite.py capture 1 audit (RoCEv2, IBPATH_NATIVE_SCAN=0 only), 14.1k -> 19.3k instructions a frame plain (+37 %)
             exec(compile(_SCAN_SOURCE.format(fields=test.fields, test=test.test,
                                              least=test.least, most=test.most, EPB=_EPB,
                                              MAX_BLOCK=MAX_BLOCK, TAKEN=2 * TAKE_MOST),
