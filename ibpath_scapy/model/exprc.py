@@ -70,6 +70,7 @@ def compile_expr(e: Expr, field: Callable[[F], str], args: str = "v, remaining=0
     default 0: no layer of that class lies below the values a caller hands over)."""
     src = f"def _f({args}):\n    return {_src(e, field, within)}\n"
     ns: dict = {"_div": _div}
+    # exec: bench/suite.py capture 2 audit (native IB), 139.2k -> 164.1k instructions a frame plain (+18 %)
     exec(compile(src, f"<expr {e!r:.60}>", "exec"), ns)
     fn = ns["_f"]
     fn.source = src

@@ -1,11 +1,12 @@
-"""Field extractors compiled from the Scapy layers' own definitions.
+"""Field extractors made from the Scapy layers' own definitions.
 
 The layer classes stay the single definition of every format: model.layout walks their
 fields_desc into steps (offset, width, bit position, byte order) for the Lua generator, and
-the same steps are compiled here into one Python function per layer that reads every field of
-a layer at a given offset of a bytes object and returns the dict decode.layer_dict() would
-build from the Scapy packet (same names, same order, same values: GIDs as IPv6 text, flags as
-ints, byte strings as hex, names as text). Nothing here knows an offset that a layer defines.
+the same steps are turned here into one Python function per layer (closures over the steps:
+one struct.Struct read, then shifts and masks) that reads every field of a layer at a given
+offset of a bytes object and returns the dict decode.layer_dict() would build from the Scapy
+packet (same names, same order, same values: GIDs as IPv6 text, flags as ints, byte strings
+as hex, names as text). Nothing here knows an offset that a layer defines.
 """
 
 from __future__ import annotations
@@ -125,22 +126,57 @@ def _windows(steps: list) -> dict[str, tuple[int, int, int]] | None:
     return out
 
 
-def _struct_value_src(step, index: int, w_off: int, w_len: int, code: str) -> str:
-    w = f"w[{index}]"
+def step_reader(step) -> Callable[[bytes, int], object]:
+    """A function (b, o) reading one step's value from b at offset o (what step_source spells)."""
+    if step.when is not None or step.offset is None:
+        raise NotCompilable(f"{step.name}: conditional or variable position")
+    if step.byte_order is not None:
+        raise NotCompilable(f"{step.name}: its byte order is decided by the message")
+    start, end = step.offset, step.offset + step.nbytes
+    order = "little" if step.little_endian else "big"
     if step.kind == "ipv6":
-        return f"_gid({w})"
+        return lambda b, o: gid_text(b[o + start:o + end])
     if step.kind == "bytes":
-        return f"_text({w})" if step.text else f"{w}.hex()"
-    if code.endswith("s"):  # an integer window of odd width (3, 5, 6 bytes)
-        w = f"_fb({w}, 'big')"
+        if step.text:
+            return lambda b, o: name_text(b[o + start:o + end])
+        return lambda b, o: b[o + start:o + end].hex()
+    if step.kind not in ("int", "bitint", "flags"):
+        raise NotCompilable(f"{step.name}: {step.kind} field")
+    if step.nbytes == 1:
+        def word(b, o):
+            return b[o + start]
+    else:
+        def word(b, o):
+            return int.from_bytes(b[o + start:o + end], order)
+    if step.kind == "int":
+        return word
+    shift = step.nbytes * 8 - step.bit_off - step.bits
+    mask = (1 << step.bits) - 1
+    return lambda b, o: (word(b, o) >> shift) & mask
+
+
+def _window_value(step, index: int, w_off: int, w_len: int, code: str) -> Callable:
+    """A function of the windows struct.Struct read giving the step's value."""
+    if step.kind == "ipv6":
+        return lambda w: gid_text(w[index])
+    if step.kind == "bytes":
+        if step.text:
+            return lambda w: name_text(w[index])
+        return lambda w: w[index].hex()
+    odd = code.endswith("s")  # an integer window of odd width (3, 5, 6 bytes)
     # bits below the field: those of its own window, then the window's bytes after it
     shift = step.nbytes * 8 - step.bit_off - step.bits if step.kind != "int" else 0
     shift += 8 * ((w_off + w_len) - (step.offset + step.nbytes))
     bits = step.bits if step.kind != "int" else step.nbytes * 8
-    if not shift and bits == w_len * 8:
-        return w
     mask = (1 << bits) - 1
-    return f"(({w} >> {shift}) & {mask:#x})" if shift else f"({w} & {mask:#x})"
+
+    def value(w):
+        x = w[index]
+        if odd:
+            x = int.from_bytes(x, "big")
+        return (x >> shift) & mask
+
+    return value
 
 
 def compile_extractor(cls: type[Packet], names: Iterable[str] | None = None,
@@ -159,59 +195,50 @@ def compile_extractor(cls: type[Packet], names: Iterable[str] | None = None,
         if n not in steps:
             raise NotCompilable(f"{cls.__name__}.{n}: no step")
     wins = _windows([steps[n] for n in names])
-    extra = {}
     if wins:
         fmt, pos = ">", 0
         for off, n, code in wins[""]:
             fmt += (f"{off - pos}x" if off > pos else "") + code
             pos = off + n
-        extra["_unpack"] = struct.Struct(fmt).unpack_from
-        items = []
-        for n in names:
-            i, w_off, w_len = wins[n]
-            code = wins[""][i][2]
-            items.append((n, _struct_value_src(steps[n], i, w_off, w_len, code)))
-        head = "def extract(b, o):\n    w = _unpack(b, o)\n"
+        unpack = struct.Struct(fmt).unpack_from
+        values = [_window_value(steps[n], *wins[n], wins[""][wins[n][0]][2]) for n in names]
+
+        def read(b, o):
+            w = unpack(b, o)
+            return [v(w) for v in values]
     else:
-        items = [(n, step_source(steps[n])) for n in names]
-        head = "def extract(b, o):\n"
+        readers = [step_reader(steps[n]) for n in names]
+
+        def read(b, o):
+            return [r(b, o) for r in readers]
+
     if as_tuple:
-        src = head + "    return (" + "".join(f"{v}, " for _, v in items) + ")\n"
+        def extract(b, o):
+            return tuple(read(b, o))
     else:
-        src = head + "    return {" + ", ".join(f"{n!r}: {v}" for n, v in items) + "}\n"
-    fn = _define(src, "extract", f"extractor {cls.__name__}", **extra)
-    fn.source = src
-    return fn
-
-
-def _define(src: str, name: str, label: str, **extra) -> Callable:
-    """The function `name` that the Python source src defines (with the field sources'
-    helpers, and `extra`, in scope), compiled under a label tracebacks and profiles show."""
-    ns = {"_fb": int.from_bytes, "_gid": gid_text, "_text": name_text, **extra}
-    exec(compile(src, f"<{label}>", "exec"), ns)
-    return ns[name]
+        def extract(b, o):
+            return dict(zip(names, read(b, o)))
+    return extract
 
 
 def compile_reader(cls: type[Packet], name: str) -> Callable[[bytes, int], int]:
     """A function (b, o) → value of one field of layer `cls` at offset o."""
-    src = f"def read(b, o):\n    return {step_source(layer_steps(cls)[name])}\n"
-    return _define(src, "read", f"reader {cls.__name__}.{name}")
+    return step_reader(layer_steps(cls)[name])
 
 
 def compile_readers(cls: type[Packet], names: Iterable[str]) -> Callable[[bytes, int], tuple]:
     """A function (b, o) → the tuple of the values of the fields `names` of layer `cls`."""
     steps = layer_steps(cls)
-    src = "def read(b, o):\n    return (" + "".join(f"{step_source(steps[n])}, " for n in names) + ")\n"
-    return _define(src, "read", f"readers {cls.__name__}")
+    readers = [step_reader(steps[n]) for n in names]
+    return lambda b, o: tuple([r(b, o) for r in readers])
 
 
 def compile_nonzero(cls: type[Packet], names: Iterable[str]) -> Callable[[bytes, int], bool]:
     """A function (b, o) → True when any of the fields `names` is non-zero (the reserved-bit
     checks of decode.reserved_nonzero)."""
     steps = layer_steps(cls)
-    terms = [step_source(steps[n]) for n in names] or ["0"]
-    src = "def nonzero(b, o):\n    return bool(" + " or ".join(terms) + ")\n"
-    return _define(src, "nonzero", f"nonzero {cls.__name__}")
+    readers = [step_reader(steps[n]) for n in names]
+    return lambda b, o: any(r(b, o) for r in readers)
 
 
 def prefix_offsets(cls: type[Packet]) -> dict[str, tuple[int, int, int]]:

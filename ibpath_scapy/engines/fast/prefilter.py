@@ -243,22 +243,22 @@ class Prefilter:
             header + [Term("tl", total, 2, equals=gsi_len - ip),
                       Term("ul", udp + self.udp_ulen, 2, equals=gsi_len - udp),
                       self._qp_term(bth + self.bth_len)], gsi_len, gsi_len, gsi_at)
-        src = f"""
-def data_first(b, s, e):
-    if {run.least} <= e - s <= {MAX_FRAME_BYTES}:
-        {run.fields} = _unpack(b, s)
-        if {run.test}:
-            return None
-        if {RunTest(header, run.least, MAX_FRAME_BYTES).test}:
-            if _takes(b, s, e):
-                return _gsi_at
-            # another GSI datagram: straight to the UDP step of the full classifier
-            return _udp(b, s + {ip}, 4, s + {udp}, e,
-                        (b[s + {total}] << 8 | b[s + {total + 1}]) == e - s - {ip}, s)
-    return _full_classifier(b, s, e)
-"""
-        return self._compile_data_first(1, "ether_data", src, run, self.ether, take,
-                                        _udp=self.udp)
+        header_test = RunTest(header, run.least, MAX_FRAME_BYTES)
+        skips, is_gsi, takes, full, udp_step = run.holds, header_test.holds, take.holds, \
+            self.ether, self.udp
+
+        def data_first(b, s, e):
+            if skips(b, s, e):
+                return None
+            if is_gsi(b, s, e):
+                if takes(b, s, e):
+                    return gsi_at  # a GSI datagram of the usual shape
+                # another GSI datagram: straight to the UDP step of the full classifier
+                return udp_step(b, s + ip, 4, s + udp, e,
+                                (b[s + total] << 8 | b[s + total + 1]) == e - s - ip, s)
+            return full(b, s, e)
+
+        return self._first_tests(1, data_first, run, take)
 
     def _qp_term(self, deth: int) -> Term:
         """The term of a GSI datagram's source QP (a DETH at offset deth): one bound to MAD,
@@ -295,32 +295,28 @@ def data_first(b, s, e):
         gsi_at = IbMadAt(self.erf_len, -1, bth, deth, deth + self.deth_len)
         take = TakeTest(
             header + [self._qp_term(deth)], gsi_len, gsi_len, gsi_at)
-        src = f"""
-def data_first(b, s, e):
-    if {least} <= e - s <= {MAX_FRAME_BYTES}:
-        {run.fields} = _unpack(b, s)
-        if {run.test}:
-            return None
-        if _takes(b, s, e):
-            return _gsi_at  # a GSI datagram of the usual shape
-    return _full_classifier(b, s, e)
-"""
-        return self._compile_data_first(LINKTYPE_ERF, "erf_data", src, run, self.erf, take)
+        skips, takes, full = run.holds, take.holds, self.erf
+
+        def data_first(b, s, e):
+            if skips(b, s, e):
+                return None
+            if takes(b, s, e):
+                return gsi_at  # a GSI datagram of the usual shape
+            return full(b, s, e)
+
+        return self._first_tests(LINKTYPE_ERF, data_first, run, take)
 
     _data_compilers = {1: _compile_ether_data, LINKTYPE_ERF: _compile_erf_data}
 
-    def _compile_data_first(self, linktype: int, name: str, src: str, run: RunTest,
-                            full: Callable, take: TakeTest, **names) -> Callable:
-        """data_first compiled from src, whose first test is `run`, the link type's RunTest,
-        which pcapio's readers run in their loops over runs of records and blocks; `take`,
-        its test of the GSI datagrams it gives `_gsi_at` (_takes in src), which the readers'
-        loops take by (the one declaration of it)."""
-        ns = {"_full_classifier": full, "_takes": take.holds, "_gsi_at": take.value,
-              **run.namespace, **names}
-        exec(compile(src, f"<prefilter {name}>", "exec"), ns)
+    def _first_tests(self, linktype: int, data_first: Callable, run: RunTest,
+                     take: TakeTest) -> Callable:
+        """data_first, whose first test is `run`, the link type's RunTest, which pcapio's
+        readers run in their loops over runs of records and blocks; `take`, its test of the
+        GSI datagrams it gives as its one MadAt or IbMadAt, which the readers' loops take by
+        (the one declaration of it)."""
         self._run_tests[linktype] = run
         self._take_tests[linktype] = take
-        return ns["data_first"]
+        return data_first
 
     def run_test(self, linktype: int) -> RunTest | None:
         """The first test of the link type's classifier (RC data), for pcapio's readers to
