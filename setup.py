@@ -4,11 +4,24 @@ _mad.c, _crc.h).
 
 optional=True: where no compiler or no Python headers exist the build goes on without it,
 and the same code runs in Python (ibpath_scapy/native/__init__.py: pcapio's loops, crc's CRCs,
-fast/decoder.py's decode_at)."""
+fast/decoder.py's decode_at).
+
+IBPATH_SANITIZE=1 in the environment builds it with AddressSanitizer and
+UndefinedBehaviorSanitizer (gcc or clang; -O1, frame pointers, every UB report fatal) and
+not optional: for tools/covfuzz.py --sanitize, which builds such a copy beside the checkout
+(build/covfuzz-sanitize/) and preloads libasan, since the interpreter is not built with it.
+Do not install a sanitized build: importing it without libasan preloaded fails."""
+
+import os
 
 from setuptools import Extension, setup
+
+SANITIZE = os.environ.get("IBPATH_SANITIZE", "").strip().lower() not in ("", "0", "no", "off", "false")
+FLAGS = (["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+          "-fno-sanitize-recover=undefined"] if SANITIZE else ["-O2"])
 
 setup(ext_modules=[Extension("ibpath_scapy.native._scan",
                              ["ibpath_scapy/native/_scan.c", "ibpath_scapy/native/_mad.c"],
                              depends=["ibpath_scapy/native/_crc.h"],
-                             optional=True, extra_compile_args=["-O2"])])
+                             optional=not SANITIZE, extra_compile_args=FLAGS,
+                             extra_link_args=FLAGS[-2:] if SANITIZE else [])])
