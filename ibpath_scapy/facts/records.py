@@ -24,7 +24,7 @@ from .kernelview import kernel_view_dict
 from ..layers import cm as cm_layers
 from ..layers.mad import MAD, RMPP
 from ..layers.sa import PathRecord as PathRecordLayer
-from ..layers.sa import SAHeader
+from ..layers.sa import SA_RECORD_CLASSES, SAHeader
 from ..layers.umad import UserMad
 from .problems import Problem
 
@@ -373,7 +373,17 @@ def sa_record_fact(layer: type) -> type[Fact]:
     fact = _SA_RECORD_FACTS.get(layer)
     if fact is None:
         fact = _SA_RECORD_FACTS[layer] = layer_fact(layer.__name__, layer)
+        # a module attribute by its qualified name, so that pickle finds the class (records
+        # cross process boundaries: --jobs, the Dask cluster)
+        fact.__qualname__ = f"sa_record_{layer.__name__}"
+        globals()[fact.__qualname__] = fact
     return fact
+
+
+# made now for the attributes the layers register, so that a process that unpickles records
+# (the --jobs parent, a Dask client) has their classes before it has decoded any
+for _layer in list(SA_RECORD_CLASSES.values()):
+    sa_record_fact(_layer)
 SaHeader = layer_fact("SaHeader", SAHeader, derived=("components",),
                       doc="The SA header: SM_Key, AttributeOffset, ComponentMask and the names "
                           "of the ComponentMask bits set.")
