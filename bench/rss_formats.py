@@ -1,11 +1,12 @@
 """Issue 22's memory target: peak RSS under 300 MB on both captures at 1,000,000 and 4,000,000
 frames, in every output format, the terminal's included.
 
-    python bench/rss_formats.py [--sizes 1000000,4000000] [--only 1|2] [--encap rocev2|ib]
+    python bench/rss_formats.py [--sizes 1000000,4000000] [--only 1|2|3] [--encap rocev2|ib]
                                 [--formats text,json,...] [--keep DIR]
 
-For capture 1 (RoCEv2, 5 % SA and CM MADs, 95 % RC data) and capture 2 (SA PathRecord
-queries and RMPP GetTableResp answers only), written by corpus.py at each size (suite.py's
+For capture 1 (RoCEv2, 5 % SA and CM MADs, 95 % RC data), capture 2 (SA PathRecord
+queries and RMPP GetTableResp answers only) and capture 3 (an SA storm of distinct paths),
+written by corpus.py at each size (suite.py's
 captures(); --keep reuses them), it runs once per format:
 
     text      ibpath audit --quiet --format text FILE
@@ -77,7 +78,7 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000000,4000000",
                     help="comma-separated frame counts (default: %(default)s)")
-    ap.add_argument("--only", type=int, choices=(1, 2), help="one capture only")
+    ap.add_argument("--only", type=int, choices=(1, 2, 3), help="one capture only")
     ap.add_argument("--encap", choices=("rocev2", "ib", "both"), default="rocev2")
     ap.add_argument("--formats", default=",".join(FORMATS),
                     help="comma-separated, of: %(default)s")
@@ -96,7 +97,7 @@ def main() -> None:
               f"target < {RSS_TARGET_MB} MB", flush=True)
         for size in (int(s) for s in args.sizes.split(",")):
             sel = argparse.Namespace(encap=args.encap, only=args.only, frames1=size,
-                                     frames2=size)
+                                     frames2=size, frames3=size)
             for n, encap, frames, path in captures(sel, d):
                 for name in names:
                     cpu, rss = run_format(name, path, env)
