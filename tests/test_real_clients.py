@@ -29,27 +29,16 @@ from ibpath_scapy.layers.umad import UMAD_TID_LOW
 from ibpath_scapy.record.fabric import Fabric
 
 from ibpath_scapy.engines import tshark as tshark_engine
-from fabric_util import needs_fabric
+from fabric_util import TWO_HCAS, needs_fabric
 from saquery_oracle import printed_path_record, saquery_records
 
-TOPOLOGY = """\
-Switch	8 "Switch1"
-[1]	"HcaA"[1]
-[2]	"HcaB"[1]
-
-Hca	1 "HcaA"
-[1]	"Switch1"[1]
-
-Hca	1 "HcaB"
-[1]	"Switch1"[2]
-"""
 
 pytestmark = needs_fabric
 
 
 @pytest.fixture(scope="module")
 def fabric():
-    with Fabric(TOPOLOGY, sm_host="HcaA") as fab:
+    with Fabric(TWO_HCAS, sm_host="HcaA") as fab:
         yield fab
 
 
@@ -144,7 +133,7 @@ def test_umad2sim_limits_shown_against_opensm_recording(tmp_path):
     record damaged); ibpath decodes both recordings as they are."""
     osm_capture = tmp_path / "opensm.pcapng"
     client = tmp_path / "saquery.pcapng"
-    with Fabric(TOPOLOGY, sm_host="HcaA", sm_record=osm_capture) as fab:
+    with Fabric(TWO_HCAS, sm_host="HcaA", sm_record=osm_capture) as fab:
         r = fab.run("HcaB", ["saquery", "-p"], record=client)
     assert r.returncode == 0, r.stderr.decode()
     printed = [printed_path_record(p) for p in saquery_records(r.stdout.decode())]

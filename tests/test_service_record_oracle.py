@@ -33,23 +33,12 @@ from ibpath_scapy.engines.scapy.decode import decode_file
 from ibpath_scapy.facts import public
 from ibpath_scapy.record.fabric import Fabric
 
-from fabric_util import needs_fabric
+from fabric_util import TWO_HCAS, needs_fabric
 from saquery_oracle import printed_service_record, saquery_service_records
 
 pytestmark = needs_fabric
 
 HERE = Path(__file__).resolve().parent
-TOPOLOGY = """\
-Switch	8 "Switch1"
-[1]	"HcaA"[1]
-[2]	"HcaB"[1]
-
-Hca	1 "HcaA"
-[1]	"Switch1"[1]
-
-Hca	1 "HcaB"
-[1]	"Switch1"[2]
-"""
 
 # IBA 15.2.5.14 / OpenSM ib_types.h ib_service_record_t; the MAD, RMPP and SA headers
 # (IBA 13.4.3, 13.6.2.1, 15.2.1.1) with struct, as tests/test_opensm_oracle.py reads them
@@ -130,7 +119,7 @@ def rounds(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sr-oracle")
     osm = tmp / "opensm.pcapng"
     out = []
-    with Fabric(TOPOLOGY, sm_host="HcaA", sm_record=osm) as fab:
+    with Fabric(TWO_HCAS, sm_host="HcaA", sm_record=osm) as fab:
         gids = [fab.nodes["HcaB"].gid, fab.nodes["HcaA"].gid]
         registered = [service(k, gids[k % 2]) for k in range(len(SERVICES))]
         answers = sa_client(fab, "HcaB", [sa_mad(SET, 0x5E70 + k, COMP_ALL, packed(v))

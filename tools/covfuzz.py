@@ -216,14 +216,21 @@ def _fast_file(path: str, native: bool) -> tuple:
     return out, d.stats, d.skipped, error
 
 
+def _twins_differ(c: tuple, py: tuple) -> None:
+    """A Finding where the C and Python fast paths' (records, statistics, skipped[, error])
+    differ: the first differing record, else the counts."""
+    if c == py:
+        return
+    for a, b in zip(c[0], py[0]):
+        if a != b:
+            raise Finding(f"C/Python fast path differ: C {a!r:.600} / Python {b!r:.600}")
+    rest = ", ".join(f"{what} {x!r} / {y!r}" for what, x, y in
+                     zip(("stats", "skipped", "error"), c[1:], py[1:]))
+    raise Finding(f"C/Python fast path differ: {len(c[0])} / {len(py[0])} records, {rest}")
+
+
 def _compare_fast_twins(path: str) -> None:
-    c, py = _fast_file(path, True), _fast_file(path, False)
-    if c != py:
-        for a, b in zip(c[0], py[0]):
-            if a != b:
-                raise Finding(f"C/Python fast path differ: C {a!r:.600} / Python {b!r:.600}")
-        raise Finding(f"C/Python fast path differ: {len(c[0])} / {len(py[0])} records, stats "
-                      f"{c[1]} / {py[1]}, skipped {c[2]} / {py[2]}, error {c[3]!r} / {py[3]!r}")
+    _twins_differ(_fast_file(path, True), _fast_file(path, False))
 
 
 def _fast_frames(frames: list, native: bool) -> tuple:
@@ -249,13 +256,7 @@ def _fast_frames(frames: list, native: bool) -> tuple:
 
 
 def _compare_fast_twins_frames(frames: list) -> None:
-    c, py = _fast_frames(frames, True), _fast_frames(frames, False)
-    if c != py:
-        for a, b in zip(c[0], py[0]):
-            if a != b:
-                raise Finding(f"C/Python fast path differ: C {a!r:.600} / Python {b!r:.600}")
-        raise Finding(f"C/Python fast path differ: {len(c[0])} / {len(py[0])} records, stats "
-                      f"{c[1]} / {py[1]}, skipped {c[2]} / {py[2]}")
+    _twins_differ(_fast_frames(frames, True), _fast_frames(frames, False))
 
 
 def _whole_file(path: Path, frames: int, must_decode: set[int] | None = None,
