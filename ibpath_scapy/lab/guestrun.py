@@ -37,6 +37,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAB_ROOT = os.path.dirname(os.path.dirname(HERE))  # the directory holding ibpath_scapy/
 CMTEST = os.path.join(HERE, "cmtest.py")
+IBSERVICE = os.path.join(HERE, "ibservice.py")
 CLIENT, SERVER = "10.0.0.1", "10.0.0.2"
 IFACES = (("veth0", "rxe0", CLIENT), ("veth1", "rxe1", SERVER))
 CAPTURE_IFACE = "veth0"
@@ -85,8 +86,12 @@ def setup(out: str) -> None:
     """Modules, veth pair, addresses, rxe devices (recorded), `rdma link` and `rdma dev`."""
     os.makedirs(out, exist_ok=True)
     log = os.path.join(out, "setup.log")
-    # rdma_rxe's crc32 needs a crc32 shash before it loads; the generic one is a module here.
-    for mod in ("crc32_generic", "veth", "rdma_rxe", "rdma_ucm", "ib_uverbs"):
+    # 6.1's rdma_rxe needs a crc32 shash before it loads, and the generic one is a module
+    # there; later kernels have crc32 as a library and no crc32_generic (the host ships it
+    # only where the kernel has it).
+    if sh(["modprobe", "-n", "crc32_generic"], log, check=False).returncode == 0:
+        sh(["modprobe", "crc32_generic"], log)
+    for mod in ("veth", "rdma_rxe", "rdma_ucm", "ib_uverbs"):
         sh(["modprobe", mod], log)
     sh(["ip", "link", "set", "lo", "up"], log)
     sh(["ip", "link", "add", "veth0", "type", "veth", "peer", "name", "veth1"], log)
@@ -296,6 +301,12 @@ def run_record(sc: dict, d: str, port: int) -> dict:
         client = sh(record + ["ucmatose", "-s", SERVER, "-b", CLIENT, "-p", str(port),
                               "-c", "1", "-C", "1"], os.path.join(d, "client.log"),
                     check=False)
+    elif sc.get("client") == "ibservice":
+        # no connection: the program's ucma commands and the kernel's answers are the run
+        client = sh(record + [sys.executable, IBSERVICE, CLIENT, "--record",
+                              os.path.join(d, "client.json")], os.path.join(d, "client.log"),
+                    check=False)
+        return {"client_exit": client.returncode, "server_exit": None}
     else:
         # `ibpath record` starts Python before the client (seconds under TCG): the server
         # waits longer than its default 20 s for the REQ

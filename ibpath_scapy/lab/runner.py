@@ -64,8 +64,10 @@ def boot(guest: Guest, scenarios: dict, workdir: Path, *, log=print,
     require_tools("qemu-system-x86_64")
     workdir.mkdir(parents=True, exist_ok=True)
     initrd = workdir / "initrd.cpio"
-    with open(initrd, "wb") as out, open(guest.initramfs, "rb") as base:
-        shutil.copyfileobj(base, out, 1 << 20)
+    with open(initrd, "wb") as out:
+        for part in guest.initramfs:  # the kernel unpacks concatenated archives in order
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, out, 1 << 20)
         shim = None
         if any(sc["kind"] in RECORDED_KINDS for sc in scenarios["scenarios"]):
             # host and guest are both bookworm: the host's build of the shim runs there
