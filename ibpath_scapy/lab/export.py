@@ -56,7 +56,7 @@ def scenario_capture(results: Path, name: str, out: Path, meta: dict) -> dict:
         for ts, data, linktype, comment in frames:
             w.write(data, linktype, ts, comment=comment)
     summary = {"description": sc.description if sc else None, "frames": len(frames)}
-    for key in ("set_option", "route", "sent", "error"):
+    for key in ("set_option", "route", "sent", "error", "steps"):
         if key in client:
             summary[key] = client[key]
     if "blob" in client:
@@ -107,13 +107,17 @@ def record_files(results: Path, name: str, out: Path, meta: dict) -> None:
 RECORDED_KINDS = ("acm", "record", "record-netlink")
 
 
-def export(results: Path, out: Path) -> dict:
-    """Write every capture and lab.json into out; returns lab.json's content. The setup's
-    NETLINK_RDMA recordings are written only when a plain scenario ran (the acm and record
-    runs' directories keep their own captures only)."""
+def export(results: Path, out: Path, kernel: dict | None = None) -> dict:
+    """Write every capture and lab.json into out; returns lab.json's content. `kernel`: the
+    booted kernel's kernel.json (guest.build_kernel), whose origin (the Debian package and
+    version, or the user's image and its sha256) lab.json keeps. The setup's NETLINK_RDMA
+    recordings are written only when a plain scenario ran (the acm and record runs'
+    directories keep their own captures only)."""
     out.mkdir(parents=True, exist_ok=True)
     meta = json.loads((results / "meta.json").read_text())
     lab = {k: meta[k] for k in ("kernel_release", "kernel_version", "packages", "command")}
+    if kernel is not None:
+        lab["kernel_origin"] = kernel["origin"]
     lab["timing_seconds"] = {"boot_total": meta.get("boot_seconds"),
                              "guest_setup": meta.get("setup_seconds"),
                              "guest_total": meta.get("guest_seconds")}
