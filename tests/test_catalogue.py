@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ibpath_scapy.audit import catalogue
 from ibpath_scapy.audit.model import RULES
+from ibpath_scapy.facts.kernelview import PROFILES
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
 
@@ -30,8 +31,16 @@ def test_list_rules_text_and_json():
                                     timeout=60)
     text, js = run(), run("--format", "json")
     assert text.returncode == js.returncode == 0, text.stderr + js.stderr
-    listed = [line.split()[0] for line in text.stdout.splitlines() if not line.startswith(" ")]
+    rules, profiles = text.stdout.split("\n\n" + catalogue.PROFILES_HEAD + "\n")
+    listed = [line.split()[0] for line in rules.splitlines() if not line.startswith(" ")]
     assert listed == sorted(RULES)
+    # every profile with its kernels and the commits that set it apart
+    names = [line.split()[0] for line in profiles.splitlines() if not line.startswith(" " * 4)]
+    assert names == list(PROFILES)
+    assert "  ls-multi-6.1   Linux 6.1 and 6.2: " in profiles
+    assert '  ls-multi       Linux 6.3 on: ' in profiles
+    assert 'commit ccae0447af0e "RDMA/cma: Refactor the inbound/outbound path records ' \
+        'process flow" (v6.3)' in profiles
     doc = json.loads(js.stdout)
     assert [d["rule"] for d in doc] == sorted(RULES)
     assert all(d["severity"] == RULES[d["rule"]].severity and d["source"] for d in doc)

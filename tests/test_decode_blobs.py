@@ -55,13 +55,13 @@ def test_raw_blob_file(tmp_path):
     assert r["blob_records"][1]["path_record"]["sgid"] == "fe80::2"
     assert r["blob_records"][2]["path_record"]["reversible"] == 1
     kv = r["kernel_view"]
-    assert set(kv) == {"ucma", "ls-legacy", "ls-multi", "proposal"}
+    assert set(kv) == {"ucma", "ls-legacy", "ls-multi-6.1", "ls-multi", "proposal"}
     assert (kv["ucma"]["gmp"], kv["ucma"]["accepted"]) == (2, True)
     assert (kv["ls-multi"]["gmp"], kv["ls-multi"]["forward"], kv["ls-multi"]["inbound"]) == (2, 0, 1)
     assert "errors" not in r
     rc, text, _ = decode(f, "text")
     assert "raw blob file  3 record(s), 216 bytes" in text
-    assert "GMP|PRIMARY|BIDIRECTIONAL" in text and "kernel ucma      takes gmp 2" in text
+    assert "GMP|PRIMARY|BIDIRECTIONAL" in text and "kernel ucma         takes gmp 2" in text
 
 
 def test_raw_blob_of_odd_length(tmp_path):
@@ -140,7 +140,7 @@ def test_ls_exchange_in_pcapng(tmp_path):
     assert [b["flags"] for b in orphan["blob_records"]] == [0x0A, 0x12, 0x2B]
     rc, text, _ = decode(cap, "text")
     assert "LS RESOLVE response seq 6 [LS_F_ERR]" in text
-    assert "kernel ls-multi  sa-fallback" in text
+    assert "kernel ls-multi     sa-fallback" in text
 
 
 def test_blob_frames_in_pcapng(tmp_path):

@@ -50,7 +50,8 @@ def test_ibacm_single_gmp_bidirectional_record_is_taken_by_every_profile():
     cma_query_handler files `flags & IB_PATH_GMP` as route->path_rec; the seed: "a 0x2B record
     supplies all three"."""
     view = kernel_view(blob_from_bytes(raw_blob(0x2B)))
-    assert set(view) == set(PROFILE_NAMES) == {"ucma", "ls-legacy", "ls-multi", "proposal"}
+    assert set(view) == set(PROFILE_NAMES) == {"ucma", "ls-legacy", "ls-multi-6.1", "ls-multi",
+                                               "proposal"}
     for name, c in view.items():
         assert c.accepted and c.outcome == OK, name
         assert roles(c) == (0, 0, 0), name

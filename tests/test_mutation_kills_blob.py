@@ -148,12 +148,14 @@ from ibpath_scapy.audit.rules.blob import applicable_profiles, ls_blob, ls_view 
 @pytest.mark.parametrize("options", [object(), NS(kernel=None), NS(kernel=""), NS(kernel="all")],
                          ids=["no-attribute", "None", "empty", "all"])
 def test_without_a_kernel_choice_every_profile_of_the_kind_reads_it(options):
-    assert applicable_profiles({"kind": "ls"}, options) == ("ls-legacy", "ls-multi")
+    assert applicable_profiles({"kind": "ls"}, options) == ("ls-legacy", "ls-multi-6.1",
+                                                             "ls-multi")
     assert applicable_profiles({}, options) == ("ucma", "proposal")
 
 
 def test_one_kernel_choice_narrows_to_that_profile():
     assert applicable_profiles({"kind": "ls"}, NS(kernel="ls-multi")) == ("ls-multi",)
+    assert applicable_profiles({"kind": "ls"}, NS(kernel="ls-multi-6.1")) == ("ls-multi-6.1",)
     assert applicable_profiles({}, NS(kernel="ls-multi")) == ()
     assert applicable_profiles({}, NS(kernel="proposal")) == ("proposal",)
 

@@ -136,8 +136,9 @@ def test_blob_names():
 
 
 @pytest.mark.parametrize("kind,kernel,want", [
-    ("ls", "all", ["ls-multi", "ls-legacy"]), ("ls", "ls-legacy", ["ls-legacy"]),
-    ("ls", "ls-multi", ["ls-multi"]), ("ls", "ucma", ["ls-multi", "ls-legacy"]),
+    ("ls", "all", ["ls-multi", "ls-multi-6.1", "ls-legacy"]), ("ls", "ls-legacy", ["ls-legacy"]),
+    ("ls", "ls-multi", ["ls-multi"]), ("ls", "ls-multi-6.1", ["ls-multi-6.1"]),
+    ("ls", "ucma", ["ls-multi", "ls-multi-6.1", "ls-legacy"]),
     ("blob", "all", ["ucma"]), ("blob", "proposal", ["proposal"]),
     ("blob", "ls-multi", ["ucma"]), ("blob", "ucma", ["ucma"]),
 ])

@@ -106,7 +106,7 @@ from ibpath_scapy.facts.kernelview import (  # noqa: E402
 )
 
 NLM_F_REQUEST, RDMA_NL_LS_F_ERR = 0x1, 0x100
-LS_PROFILES = ("ls-legacy", "ls-multi")
+LS_PROFILES = ("ls-legacy", "ls-multi-6.1", "ls-multi")
 
 
 def ls_blob(*flags, **ctx) -> Blob:

@@ -274,7 +274,8 @@ def test_single_layout_never_asks_follow_ups():
 
 
 @pytest.mark.parametrize("release,profiles", [
-    ("6.1.0-18-amd64", ["ucma", "ls-multi"]), ("5.10.0-28-amd64", ["ucma", "ls-legacy"]),
+    ("6.1.0-18-amd64", ["ucma", "ls-multi-6.1"]), ("6.3.0", ["ucma", "ls-multi"]),
+    ("5.10.0-28-amd64", ["ucma", "ls-legacy"]),
     ("3.10.0-1160.el7.x86_64", ["ucma"]), ("weird", [])])
 def test_kernel_choice_from_the_release(release, profiles):
     target = choose(None, release)

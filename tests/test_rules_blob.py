@@ -407,19 +407,21 @@ def test_ls_response_records_go_through_the_blob_rules(tmp_path):
         err("BLOB-BIDIR-NOT-REVERSIBLE", [4]),
         err("BLOB-EMPTY", [10]),
         err("BLOB-GMP-NOT-REVERSIBLE", [4]),
-        err("BLOB-KERNEL-REJECT", [6]), err("BLOB-KERNEL-REJECT", [6]),
-        err("BLOB-KERNEL-REJECT", [10]), err("BLOB-KERNEL-REJECT", [10]),
+        *[err("BLOB-KERNEL-REJECT", [6])] * 3, *[err("BLOB-KERNEL-REJECT", [10])] * 3,
         ("RES-LS-ERR", "info", [7, 8]),
-        err("RES-LS-PATHUSE", [5, 6]), err("RES-LS-PATHUSE", [9, 10])]
+        # path_use ALL: sent by 6.1/6.2 and by 6.3 on, each reading judged
+        err("RES-LS-PATHUSE", [5, 6]), *[err("RES-LS-PATHUSE", [9, 10])] * 2]
     rejects = [x[3] for x in found if x[0] == "BLOB-KERNEL-REJECT"]
     assert rejects[0].startswith("ls-legacy (path_use GMP) rejects the LS RESOLVE response seq 7")
     assert rejects[1].startswith("ls-multi (path_use GMP) rejects")
+    assert rejects[2].startswith("ls-multi-6.1 (path_use GMP) rejects")
     assert all("-EIO" in m for m in rejects)
     assert "no PATH_RECORD attribute" in found[1][3]
     assert [x[:3] for x in audit(cap, "ucma")] == [
         err("BLOB-BIDIR-NOT-REVERSIBLE", [4]), err("BLOB-EMPTY", [10]),
         err("BLOB-GMP-NOT-REVERSIBLE", [4]), ("RES-LS-ERR", "info", [7, 8]),
-        err("RES-LS-PATHUSE", [5, 6]), err("RES-LS-PATHUSE", [9, 10])]
+        err("RES-LS-PATHUSE", [5, 6]), *[err("RES-LS-PATHUSE", [9, 10])] * 2]
+    assert [x[:3] for x in audit(cap, "ls-multi-6.1")][-1] == err("RES-LS-PATHUSE", [9, 10])
 
 
 def test_ls_response_divergence_between_ls_legacy_and_ls_multi(tmp_path):
@@ -435,8 +437,9 @@ def test_ls_response_divergence_between_ls_legacy_and_ls_multi(tmp_path):
                           (GMP_BIDIR, pr(flow=5))])
     found = audit(cap, messages=True)
     assert [x[:3] for x in found] == [warn("BLOB-PROFILE-DIVERGENCE", [2])]
-    assert "ls-legacy sends data per record(s) [2], ls-multi per record(s) [0, 2]: DLID 7 vs 2" \
-        in found[0][3]
+    # ls-multi-6.1 and ls-multi send alike: one finding names both
+    assert ("ls-legacy sends data per record(s) [2], ls-multi-6.1 and ls-multi per record(s) "
+            "[0, 2]: DLID 7 vs 2") in found[0][3]
 
 
 def test_ls_path_record_attribute_of_the_wrong_size(tmp_path):
@@ -457,10 +460,10 @@ def test_ls_path_record_attribute_of_the_wrong_size(tmp_path):
         b.ls_request(2, path_use=2, sgid=L_TEXT, dgid=R_TEXT)
         b._write(cooked_to_kernel + nlmsg(2, nlattr(1, SINGLE)), 253)
     found = audit(cap, messages=True)
-    assert [x[:3] for x in found] == [err("BLOB-KERNEL-REJECT", [2]), err("BLOB-KERNEL-REJECT", [2]),
-                                      err("BLOB-LENGTH", [2])]
-    assert "carries 80 bytes, not 72" in found[2][3] and "nla_parse() fails" in found[2][3]
-    assert all("sa-fallback" in x[3] for x in found[:2])
+    assert [x[:3] for x in found] == [err("BLOB-KERNEL-REJECT", [2])] * 3 + [
+        err("BLOB-LENGTH", [2])]
+    assert "carries 80 bytes, not 72" in found[3][3] and "nla_parse() fails" in found[3][3]
+    assert all("sa-fallback" in x[3] for x in found[:3])
 
 
 # -- BLOB-NOT-MAD-FORMAT against the SA's answer (resolution family) ------------------------------

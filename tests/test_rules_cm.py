@@ -178,7 +178,7 @@ def test_ls_mismatch_reported_once_for_both_readings(tmp_path):
     fa = audit(f)
     assert cm_hits(fa) == [("CM-REQ-PATH-MISMATCH", (resp, req))]
     msg = next(x.message for x in fa.findings if x.rule == "CM-REQ-PATH-MISMATCH")
-    assert "ls-multi and ls-legacy" in msg and "LS response frame" in msg
+    assert "ls-multi, ls-multi-6.1 and ls-legacy" in msg and "LS response frame" in msg
 
 
 # -- CM-REQ-ALT-MISMATCH -----------------------------------------------------------------------

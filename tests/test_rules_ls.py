@@ -92,27 +92,29 @@ RET_PR = dict(sgid=R, dgid=L, slid=2, dlid=1, rev=0)
 # -- RES-LS-PATHUSE -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path_use, bad, good, judges", [
-    (UNI, [(RET, RET_PR)], [(FWD, dict(rev=0))], ["ls-legacy", "ls-multi"]),
+    (UNI, [(RET, RET_PR)], [(FWD, dict(rev=0))], ["ls-legacy", "ls-multi", "ls-multi-6.1"]),
     (GMP, [(FWD, dict(rev=0))], [(GMP_BIDIR, {})], ["ls-legacy"]),
-    (ALL, [(FWD, dict(rev=0))], [(FWD, dict(rev=0)), (GMP_BIDIR, {})], ["ls-multi"]),
+    (ALL, [(FWD, dict(rev=0))], [(FWD, dict(rev=0)), (GMP_BIDIR, {})],
+     ["ls-multi", "ls-multi-6.1"]),
 ], ids=["unidirectional", "gmp", "all"])
 def test_path_use_not_satisfied(tmp_path, path_use, bad, good, judges):
-    """UNIDIRECTIONAL needs PRIMARY|OUTBOUND (both kernels send it); GMP, sent by kernels
-    < 6.1, needs 0x2B; ALL, sent by kernels ≥ 6.1, needs a record cma_query_handler files as
-    the GMP path."""
+    """UNIDIRECTIONAL needs PRIMARY|OUTBOUND (every kernel sends it); GMP, sent by kernels
+    < 6.1, needs 0x2B; ALL, sent by kernels ≥ 6.1 (6.1/6.2 and 6.3 on, each reading judged),
+    needs a record cma_query_handler files as the GMP path."""
     found = audit(exchange(tmp_path, path_use, [(f, pr(**kw)) for f, kw in bad]), messages=True)
     pathuse = [x for x in found if x[0] == "RES-LS-PATHUSE"]
     assert [x[:3] for x in pathuse] == [err("RES-LS-PATHUSE", [1, 2])] * len(judges)
     for msg, profile in zip(sorted(x[3] for x in pathuse), judges):
         assert f": {profile} " in msg
     assert [x[:3] for x in found if x[0] != "RES-LS-PATHUSE"] == [
-        err("BLOB-KERNEL-REJECT", [2])] * 2
+        err("BLOB-KERNEL-REJECT", [2])] * 3
     assert audit(exchange(tmp_path, path_use, [(f, pr(**kw)) for f, kw in good], "ok")) == []
 
 
 def test_path_use_all_with_a_primary_record_of_no_role(tmp_path):
-    """cma_query_handler (6.3): a PRIMARY record with none of GMP, INBOUND, OUTBOUND fails the
-    route with -EINVAL; ls-legacy (mask 0x2B) takes the 0x2B record and is content."""
+    """cma_query_handler (6.3 on, ccae0447af0e): a PRIMARY record with none of GMP, INBOUND,
+    OUTBOUND fails the route with -EINVAL; 6.1 and 6.2 (ls-multi-6.1) skip it and take the 0x2B
+    record, as ls-legacy (mask 0x2B) does: only ls-multi rejects."""
     found = audit(exchange(tmp_path, ALL, [(GMP_BIDIR, pr()), (0x02, pr(flow=1))]), messages=True)
     assert [x[:3] for x in found] == [err("BLOB-KERNEL-REJECT", [2]), err("RES-LS-PATHUSE", [1, 2])]
     assert "ls-multi EINVAL" in found[1][3] and found[0][3].startswith("ls-multi")
@@ -127,9 +129,9 @@ def test_path_record_attribute_with_the_mandatory_bit(tmp_path):
             raw_response(b, 31, [rec(GMP_BIDIR)], nla_type=nla_type)
         return f
     found = audit(capture(tmp_path, "m.pcapng", build(1 | MANDATORY)), messages=True)
-    assert [x[:3] for x in found] == [err("BLOB-KERNEL-REJECT", [2])] * 2 + [
+    assert [x[:3] for x in found] == [err("BLOB-KERNEL-REJECT", [2])] * 3 + [
         err("RES-LS-PATHUSE", [1, 2])]
-    assert "nla_type 0x2001" in found[2][3]
+    assert "nla_type 0x2001" in found[3][3]
     assert audit(capture(tmp_path, "ok.pcapng", build(1))) == []
 
 
@@ -138,7 +140,7 @@ def test_no_path_use_verdict_without_the_request(tmp_path):
     (BLOB-KERNEL-REJECT still judges it with the path_use each profile assumes)."""
     def build(b):
         b.ls_response(41, [(FWD, pr(rev=0))])
-    assert audit(capture(tmp_path, "orphan.pcapng", build)) == [err("BLOB-KERNEL-REJECT", [1])] * 2
+    assert audit(capture(tmp_path, "orphan.pcapng", build)) == [err("BLOB-KERNEL-REJECT", [1])] * 3
 
 
 # -- RES-LS-MISMATCH ----------------------------------------------------------------------------

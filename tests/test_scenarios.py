@@ -76,7 +76,7 @@ def test_scenarios_cover_every_rule():
 
 def test_one_conforming_scenario_per_kernel_profile():
     clean = {sc.kernel for sc in SCENARIOS.values() if not sc.rules}
-    assert {"all", "ls-multi", "proposal"} <= clean
+    assert {"all", "ls-multi-6.1", "ls-multi", "proposal"} <= clean
     # ucma and ls-legacy are judged under "all" by their conforming flows
     assert not SCENARIOS["conform-ucma"].rules and not SCENARIOS["conform-ls-legacy"].rules
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import sys
 
+from ..facts.kernelview import PROFILES
 from .model import RULES, Rule
+
+PROFILES_HEAD = "kernel profiles (--kernel PROFILE; rules citing them follow this code):"
 
 
 def _rules() -> list[Rule]:
@@ -19,11 +22,17 @@ def _rules() -> list[Rule]:
 
 
 def text() -> str:
-    """--list-rules: ID, severity and summary of every rule, with its source."""
+    """--list-rules: ID, severity and summary of every rule, with its source; then the kernel
+    profiles the blob, LS and CM rules judge by, each with its kernels, commits and code."""
     lines = []
     for r in _rules():
         lines.append(f"{r.rule_id:28} {r.severity:8} {r.summary}")
         lines.append(f"{'':28} {'':8} source: {r.source}")
+    lines += ["", PROFILES_HEAD]
+    for p in PROFILES.values():
+        lines.append(f"  {p.name:14} {p.kernels}: {p.consumer}")
+        lines += [f"  {'':14} commit {c.cite()}" for c in p.commits]
+        lines.append(f"  {'':14} source: {p.source}")
     return "\n".join(lines) + "\n"
 
 
@@ -38,6 +47,20 @@ def _cell(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
+def _profiles_markdown() -> list[str]:
+    """The kernel profiles as a table: which kernels each stands for, the commits that set it
+    apart and the code it follows."""
+    out = ["", "## Kernel profiles", "",
+           "What `--kernel PROFILE` selects; the blob, LS and CM rules read each blob through "
+           "these (`ibpath_scapy/facts/kernelview.py`).", "",
+           "| profile | kernels | reads | commits | source |", "|---|---|---|---|---|"]
+    for p in PROFILES.values():
+        commits = "<br>".join(c.cite() for c in p.commits) or "—"
+        out.append(f"| `{p.name}` | {p.kernels} | {_cell(p.consumer)} | {_cell(commits)} | "
+                   f"{_cell(p.source)} |")
+    return out
+
+
 def markdown() -> str:
     """docs/rules.md: a table of every rule, then each rule's full description and source."""
     out = ["# ibpath audit rules", "",
@@ -49,6 +72,7 @@ def markdown() -> str:
     for r in _rules():
         out.append(f"| [{r.rule_id}](#{r.rule_id.lower()}) | {r.severity} | "
                    f"{', '.join(r.checks)} | {_cell(r.summary)} |")
+    out += _profiles_markdown()
     for r in _rules():
         out += ["", f"## {r.rule_id}", "", f"**{r.severity}**, {', '.join(r.checks)}. "
                 f"Source: {_cell(r.source)}.", ""]

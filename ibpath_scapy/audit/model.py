@@ -125,7 +125,7 @@ def rule(rule_id: str, severity: str, family: str, source: str):
 
 @dataclass
 class AuditOptions:
-    kernel: str = "all"  # ucma, ls-legacy, ls-multi, proposal or all
+    kernel: str = "all"  # a kernelview.PROFILE_NAMES profile or all
     extra_blobs: list = field(default_factory=list)  # paths given with --blob
     # keep every closed SA transaction whole in the replay (Replay.done); without (the CLI),
     # memory does not grow with the capture's length (Replay's docstring)

@@ -45,7 +45,7 @@ _WHERE_COLUMNS = (
            "and if_os), joined by \" / \"; null when neither says"),
     Column("profile", "string", False,
            "the kernel profile(s) the audit judged blobs by (--kernel: all, ucma, ls-legacy, "
-           "ls-multi, proposal)"),
+           "ls-multi-6.1, ls-multi, proposal)"),
 )
 
 FINDING_COLUMNS = _WHERE_COLUMNS[:2] + (

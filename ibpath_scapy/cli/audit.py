@@ -12,6 +12,7 @@ from ..audit.model import AuditOptions
 from ..audit.run import audit_paths, expand_inputs
 from ..audit.extras import MissingExtra, need
 from ..engines.scapy.gcpace import paced
+from ..facts.kernelview import PROFILE_NAMES, PROFILES
 from ..capture.pcapio import STDIN
 
 # On a terminal the text report draws ladder diagrams by default, which keep every SA
@@ -30,8 +31,9 @@ def add_parser(sub) -> None:
         "skipped). Exit status: 0 no error finding, 1 at least one error, 2 an input cannot "
         "be read.")
     p.add_argument("files", nargs="*", metavar="FILE")
-    p.add_argument("--kernel", choices=("ucma", "ls-legacy", "ls-multi", "proposal", "all"),
-                   default="all", help="which kernel's use of a blob to judge (default: all)")
+    p.add_argument("--kernel", choices=PROFILE_NAMES + ("all",), default="all",
+                   help="which kernel's use of a blob to judge (default: all): " + "; ".join(
+                       PROFILES[n].label() for n in PROFILE_NAMES))
     p.add_argument("--format", choices=("text", "json", "junit", "html", "parquet"),
                    default="text",
                    help="html: one self-contained page with a ladder diagram per resolution; "

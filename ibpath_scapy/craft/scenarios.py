@@ -15,7 +15,13 @@ from ..layers.netlink import (
     LS_RESOLVE_PATH_USE_GMP,
     LS_RESOLVE_PATH_USE_UNIDIRECTIONAL,
 )
-from ..layers.pathdata import IB_PATH_ALTERNATE, IB_PATH_PRIMARY, PathArray, PathRecData
+from ..layers.pathdata import (
+    IB_PATH_ALTERNATE,
+    IB_PATH_INBOUND_REVERSE,
+    IB_PATH_PRIMARY,
+    PathArray,
+    PathRecData,
+)
 from ..layers.sa import PathRecord, SAHeader, component_mask_for
 from ..layers.umad import UMAD_HDR_SIZE, UserMad
 from .registry import SCENARIOS, Scenario, scenario  # noqa: F401  (re-exported)
@@ -33,6 +39,9 @@ from .sa_model import SAModel
 from .session import Session
 
 __all__ = ["SCENARIOS", "Scenario", "scenario"]  # registered on import of this module
+
+# the seed's return path stored reversed: a record cma_query_handler cannot file
+RETURN_PRIMARY_REV = IB_PATH_PRIMARY | IB_PATH_INBOUND_REVERSE  # 0x22
 
 # what the kernel returns for the blob (the ucma profile, checked against a real kernel in the lab)
 SET_OPTION_KERNEL = "kernel"
@@ -106,10 +115,11 @@ def conform_ls_unidirectional(s: Session) -> None:
 
 @scenario("conform-ls-multi", kernel="ls-multi")
 def conform_ls_multi(s: Session) -> None:
-    """The seed's resolver behind netlink, path_use ALL, not reversible: outbound, inbound and GMP records (kernel >= 6.1).
+    """The seed's resolver behind netlink, path_use ALL, not reversible: outbound, inbound and GMP records (kernel >= 6.3).
 
-    The 6.1 kernel takes up to three PRIMARY records: the 0x2B record as the GMP path, the
-    INBOUND one as the inbound path and the OUTBOUND one as the outbound path. Here both
+    Kernels since 6.1 take up to three PRIMARY records: the 0x2B record as the GMP path, the
+    INBOUND one as the inbound path and the OUTBOUND one as the outbound path (6.1, 6.2 and
+    6.3 on read these three alike: ls-return-rev is where they part). Here both
     same-offset LID pairs lack a reverse path, so the reversible GMP route leaves from the base
     LID, where the return path arrives: the REQ's local LID is the inbound record's DLID."""
     s.fabric.irreversible |= set(zip(s.local.lids, s.remote.lids))
@@ -117,6 +127,35 @@ def conform_ls_multi(s: Session) -> None:
     res = SeedResolver(s).resolve()
     s.b.ls_response(1, res.records)
     s.cm_req(res.gmp())
+    s.b.cm_rep_rtu(src=s.local_ip, dst=s.remote_ip)
+
+
+def stored_reversed(rec: PathRecord) -> PathRecord:
+    """The path as the other end sees it: GIDs and LIDs swapped (the seed's *_REV records,
+    "stored in reversed format")."""
+    out = rec.copy()
+    out.sgid, out.dgid, out.slid, out.dlid = rec.dgid, rec.sgid, rec.dlid, rec.slid
+    return out
+
+
+@scenario("ls-return-rev", kernel="ls-multi-6.1")
+def ls_return_rev(s: Session) -> None:
+    """path_use ALL answered with the return path as RETURN_PRIMARY_REV (0x22): kernels 6.1 and 6.2 skip it and connect; 6.3 on fail the route.
+
+    The seed's layout stores the return path reversed (PRIMARY|INBOUND_REVERSE). It passes
+    ib_nl_process_good_resolve_rsp's ALL mask (PRIMARY), but cma_query_handler files only GMP,
+    INBOUND and OUTBOUND records: 6.1 and 6.2 (ls-multi-6.1) have no else branch, file the
+    0x0A record as outbound and the 0x2B one as the GMP path, and the CM REQ follows, as here.
+    From ccae0447af0e (v6.3, ls-multi) `else status = -EINVAL;` fails rdma_resolve_route, and
+    the same capture gives BLOB-KERNEL-REJECT and RES-LS-PATHUSE under --kernel ls-multi
+    (tests/test_kernelview_split.py)."""
+    irreversible_forward(s)
+    s.b.ls_request(1, path_use=LS_RESOLVE_PATH_USE_ALL, sgid=s.local.gid, dgid=s.remote.gid)
+    res = SeedResolver(s).resolve()
+    (fwd_flags, fwd), (_, ret), (gmp_flags, gmp) = res.records
+    s.b.ls_response(1, [(fwd_flags, fwd), (RETURN_PRIMARY_REV, stored_reversed(ret)),
+                        (gmp_flags, gmp)])
+    s.cm_req(gmp)
     s.b.cm_rep_rtu(src=s.local_ip, dst=s.remote_ip)
 
 
@@ -136,8 +175,8 @@ def seed_followup_compat(s: Session) -> None:
     """Not reversible: GMP and return queries, then 0x0A, 0x12, 0x2B (the seed's compatibility layout).
 
     Every kernel accepts the blob, but they disagree on the data path: ucma and ls-legacy use
-    the 0x2B GMP path (second LIDs), ls-multi and the proposal the forward path (base LIDs):
-    BLOB-PROFILE-DIVERGENCE (warning). Was captures/crafted/seed-2."""
+    the 0x2B GMP path (second LIDs), ls-multi-6.1, ls-multi and the proposal the forward path
+    (base LIDs): BLOB-PROFILE-DIVERGENCE (warning). Was captures/crafted/seed-2."""
     irreversible_forward(s)
     res = SeedResolver(s).resolve()
     hand_over(s, res.records, res)
@@ -422,7 +461,8 @@ def cm_req_alt_mismatch(s: Session) -> None:
 def cm_req_inbound_lid(s: Session) -> None:
     """Kernel >= 6.1 with an INBOUND record: the REQ's primary local LID is not the inbound record's DLID.
 
-    Since 6.1 the datapath DLIDs come from the inbound and outbound records; a REQ built from
+    Since 6.1 (eb8336dbe373; ls-multi-6.1 and ls-multi alike, audited under ls-multi) the
+    datapath DLIDs come from the inbound and outbound records; a REQ built from
     the GMP path alone announces the wrong LID for the return traffic. Native IB only (LIDs)."""
     irreversible_forward(s)
     s.b.ls_request(1, path_use=LS_RESOLVE_PATH_USE_ALL, sgid=s.local.gid, dgid=s.remote.gid)

@@ -7,9 +7,14 @@ selection function:
 
 - ``ucma``: drivers/infiniband/core/ucma.c ucma_set_ib_path (rdma_set_option), 2.6.33 on.
 - ``ls-legacy``: drivers/infiniband/core/sa_query.c ib_nl_handle_resolve_resp,
-  ib_nl_is_good_resolve_resp and ib_nl_process_good_resolve_rsp before Linux 6.1.
-- ``ls-multi``: the same functions after "RDMA/cma: Multiple path records support with netlink
-  channel" (6.1) and its refactor (6.3), plus drivers/infiniband/core/cma.c cma_query_handler.
+  ib_nl_is_good_resolve_resp and ib_nl_process_good_resolve_rsp before Linux 6.1 (v6.0 is the
+  last release with them).
+- ``ls-multi-6.1``: the same functions after 5a3749493394 "RDMA/cma: Multiple path records
+  support with netlink channel" (first in v6.1), plus drivers/infiniband/core/cma.c
+  cma_query_handler and the CM's use of the inbound/outbound records (eb8336dbe373, v6.1):
+  Linux 6.1 and 6.2, where a record cma_query_handler cannot file is ignored.
+- ``ls-multi``: Linux 6.3 on, after ccae0447af0e "RDMA/cma: Refactor the inbound/outbound path
+  records process flow" (first in v6.3): such a record fails the route with -EINVAL.
 - ``proposal``: the 2009 linux-rdma thread (never merged).
 
 "forward" is the record whose path data leaves on (outbound), "inbound" the one the remote
@@ -134,10 +139,41 @@ class KernelChoice:
 
 
 @dataclass(frozen=True)
+class Commit:
+    """A mainline Linux commit a profile rests on: its abbreviated hash, its subject and the
+    first release tag that contains it (the merge window it landed in)."""
+
+    sha: str
+    subject: str
+    release: str
+
+    def cite(self) -> str:
+        return f'{self.sha} "{self.subject}" ({self.release})'
+
+
+# The commits that changed how an LS RESOLVE response is read (Mark Zhang's series, merged for
+# v6.1, and its refactor, merged for v6.3). Both landed in torvalds/linux master during the
+# merge window after the release before them: 5a3749493394 and eb8336dbe373 after v6.0
+# (October 2022), ccae0447af0e after v6.2 (24 February 2023).
+MULTI_PATH_RECORDS = Commit("5a3749493394", "RDMA/cma: Multiple path records support with "
+                            "netlink channel", "v6.1")
+INBOUND_OUTBOUND_DLID = Commit("eb8336dbe373", "RDMA/cm: Use DLID from inbound/outbound "
+                               "PathRecords as the datapath DLID", "v6.1")
+PATH_RECORDS_REFACTOR = Commit("ccae0447af0e", "RDMA/cma: Refactor the inbound/outbound path "
+                               "records process flow", "v6.3")
+
+# what a profile reads: rdma_set_option's optval, or an RDMA netlink LS RESOLVE response
+OPTVAL, LS_RESPONSE = "optval", "ls"
+
+
+@dataclass(frozen=True)
 class Profile:
     """A kernel consumer of path arrays. `since`/`before`: the Linux versions it describes
     (before is exclusive; None: no bound), the machine-readable form of `kernels`; a profile of
-    no kernel has since None and before (0,)."""
+    no kernel has since None and before (0,). `source` names the kernel code (file, function,
+    release, commits) the selection function follows; `reads` what the profile consumes
+    (OPTVAL or LS_RESPONSE); `directional` whether the CM takes the data-path DLIDs from the
+    INBOUND/OUTBOUND records the profile files (eb8336dbe373)."""
 
     name: str
     consumer: str
@@ -146,12 +182,21 @@ class Profile:
     select: Callable[[Blob], KernelChoice]
     since: tuple[int, ...] | None = None
     before: tuple[int, ...] | None = None
+    reads: str = OPTVAL
+    commits: tuple[Commit, ...] = ()
+    directional: bool = False
 
     def covers(self, version: tuple[int, ...]) -> bool:
         """Whether a kernel of this version (major, minor[, patch]) is one the profile
         describes."""
         return ((self.since is None or version >= self.since)
                 and (self.before is None or version < self.before))
+
+    def label(self) -> str:
+        """The name with the kernels it stands for and the commits that set them apart:
+        "ls-multi (Linux 6.3 on; ccae0447af0e)"."""
+        shas = ", ".join(c.sha for c in self.commits)
+        return f"{self.name} ({self.kernels}{'; ' + shas if shas else ''})"
 
 
 # -- ucma ---------------------------------------------------------------------------------------
@@ -234,12 +279,25 @@ def _path_use(blob: Blob, default: int) -> tuple[int, list[str]]:
                      "reversible query sends"]
 
 
+_SAQ_RSP = "drivers/infiniband/core/sa_query.c ib_nl_process_good_resolve_rsp"
+_LS_LEGACY_SRC = (_SAQ_RSP + " (v4.3 to v6.0: the first record with (flags & mask) == mask "
+                  "becomes the SA GetResp record)")
+_LS_MULTI_61_SRC = (_SAQ_RSP + ", drivers/infiniband/core/cma.c cma_query_handler, "
+                    "drivers/infiniband/core/cm.c cm_format_req (v6.1, v6.2: "
+                    f"{MULTI_PATH_RECORDS.cite()}, {INBOUND_OUTBOUND_DLID.cite()}; a record "
+                    "cma_query_handler cannot file is ignored)")
+_LS_MULTI_SRC = (_SAQ_RSP + ", drivers/infiniband/core/cma.c cma_query_handler, "
+                 "drivers/infiniband/core/cm.c cm_format_req (v6.3 on: "
+                 f"{PATH_RECORDS_REFACTOR.cite()}, after {MULTI_PATH_RECORDS.sha} and "
+                 f"{INBOUND_OUTBOUND_DLID.sha}; `else status = -EINVAL;`)")
+
+
 def select_ls_legacy(blob: Blob) -> KernelChoice:
     """ib_nl_process_good_resolve_rsp (< 6.1): mask PRIMARY|OUTBOUND for UNIDIRECTIONAL,
     PRIMARY|GMP|BIDIRECTIONAL for GMP and ALL; the first PATH_RECORD attribute with
     (flags & mask) == mask is copied into the MAD as the SA GetResp ("Get the first one. In
     the future, we may need to get up to 6 pathrecords"). None → callback with -EIO."""
-    src = "drivers/infiniband/core/sa_query.c ib_nl_process_good_resolve_rsp (< 6.1)"
+    src = _LS_LEGACY_SRC
     pre = _ls_precondition("ls-legacy", blob, src)
     if pre:
         return pre
@@ -258,30 +316,72 @@ def select_ls_legacy(blob: Blob) -> KernelChoice:
                         notes=tuple(notes + why))
 
 
-def select_ls_multi(blob: Blob) -> KernelChoice:
-    """ib_nl_process_good_resolve_rsp (≥ 6.1): mask PRIMARY for ALL, PRIMARY|OUTBOUND for
-    UNIDIRECTIONAL, PRIMARY|GMP|BIDIRECTIONAL for GMP; up to RDMA_PRIMARY_PATH_MAX_REC_NUM (3)
-    matches, none → -EIO. cma_query_handler (6.3) then files each: `!flags || flags &
-    IB_PATH_GMP` → route->path_rec; else INBOUND → path_rec_inbound; else OUTBOUND →
-    path_rec_outbound; else -EINVAL (6.1/6.2 ignored such a record). Later records overwrite
-    earlier ones of the same kind."""
-    src = ("drivers/infiniband/core/sa_query.c ib_nl_process_good_resolve_rsp (≥ 6.1), "
-           "drivers/infiniband/core/cma.c cma_query_handler (6.3)")
-    pre = _ls_precondition("ls-multi", blob, src)
+def _multi_mask(path_use: int) -> int:
+    """ib_nl_process_good_resolve_rsp (≥ 6.1): `case LS_RESOLVE_PATH_USE_ALL: mask =
+    IB_PATH_PRIMARY;`, UNIDIRECTIONAL PRIMARY|OUTBOUND, GMP (and any other) 0x2B."""
+    if path_use == LS_RESOLVE_PATH_USE_UNIDIRECTIONAL:
+        return PRIMARY_OUTBOUND
+    if path_use == LS_RESOLVE_PATH_USE_ALL:
+        return IB_PATH_PRIMARY
+    return GMP_PRIMARY_BIDIRECTIONAL
+
+
+@dataclass
+class _Filed:
+    """What cma_query_handler's loop made of the records so far: the record each of
+    route->path_rec, path_rec_inbound and path_rec_outbound holds, and the first record it
+    could not file (one with none of GMP, INBOUND, OUTBOUND)."""
+
+    gmp: int | None = None
+    inbound: int | None = None
+    outbound: int | None = None
+    unfiled: int | None = None
+
+
+def _file_records(blob: Blob, hits: list[int], stop_at_unfiled: bool,
+                  notes: list[str]) -> _Filed:
+    """cma_query_handler's loop over the matched records: `!flags || flags & IB_PATH_GMP` →
+    route->path_rec, else INBOUND → path_rec_inbound, else OUTBOUND → path_rec_outbound (a
+    later record of a kind overwrites the earlier one); anything else is ignored before
+    ccae0447af0e and ends the loop with -EINVAL from it on (`stop_at_unfiled`)."""
+    filed = _Filed()
+    for i in hits:
+        flags = blob.flags[i]
+        if not flags or flags & IB_PATH_GMP:
+            kind, slot = "route->path_rec", "gmp"
+        elif flags & IB_PATH_INBOUND:
+            kind, slot = "path_rec_inbound", "inbound"
+        elif flags & IB_PATH_OUTBOUND:
+            kind, slot = "path_rec_outbound", "outbound"
+        else:
+            what = f"record {i} ({flags_text(flags)}) has none of GMP, INBOUND, OUTBOUND"
+            if stop_at_unfiled:
+                notes.append(what)
+                filed.unfiled = i
+                return filed
+            notes.append(what + ": ignored (no else branch before ccae0447af0e)")
+            continue
+        earlier = getattr(filed, slot)
+        if earlier is not None:
+            notes.append(f"record {i} replaces record {earlier} as {kind}")
+        setattr(filed, slot, i)
+    return filed
+
+
+def _select_ls_multi(profile: str, src: str, stop_at_unfiled: bool, blob: Blob) -> KernelChoice:
+    """The ≥ 6.1 reading of an LS response (select_ls_multi_61, select_ls_multi): up to
+    RDMA_PRIMARY_PATH_MAX_REC_NUM (3) records match the path_use mask, none → -EIO; for ALL,
+    cma_query_handler files them (_file_records)."""
+    pre = _ls_precondition(profile, blob, src)
     if pre:
         return pre
     path_use, notes = _path_use(blob, LS_RESOLVE_PATH_USE_ALL)
-    if path_use == LS_RESOLVE_PATH_USE_UNIDIRECTIONAL:
-        mask = PRIMARY_OUTBOUND
-    elif path_use == LS_RESOLVE_PATH_USE_ALL:
-        mask = IB_PATH_PRIMARY
-    else:
-        mask = GMP_PRIMARY_BIDIRECTIONAL
+    mask = _multi_mask(path_use)
     hits, why = _ls_candidates(blob, mask)
     notes += why
     if not hits:
         return KernelChoice(
-            "ls-multi", False, EIO, "the query completes with -EIO (no SA query): "
+            profile, False, EIO, "the query completes with -EIO (no SA query): "
             "rdma_resolve_route reports a route error", src, path_use=path_use,
             notes=tuple(notes + [f"no record has all of {flags_text(mask)}"]))
     if len(hits) > RDMA_PRIMARY_PATH_MAX_REC_NUM:
@@ -292,40 +392,39 @@ def select_ls_multi(blob: Blob) -> KernelChoice:
         i = hits[0]
         notes += [f"record {j} passed on but unused (callers other than the CM take rec[0])"
                   for j in hits[1:]]
-        return KernelChoice("ls-multi", True, OK, "the first record is the path", src,
+        return KernelChoice(profile, True, OK, "the first record is the path", src,
                             gmp=i, forward=i, inbound=i, path_use=path_use, notes=tuple(notes))
-    gmp = inbound = outbound = None
-    for i in hits:
-        flags = blob.flags[i]
-        if not flags or flags & IB_PATH_GMP:
-            if gmp is not None:
-                notes.append(f"record {i} replaces record {gmp} as route->path_rec")
-            gmp = i
-        elif flags & IB_PATH_INBOUND:
-            if inbound is not None:
-                notes.append(f"record {i} replaces record {inbound} as path_rec_inbound")
-            inbound = i
-        elif flags & IB_PATH_OUTBOUND:
-            if outbound is not None:
-                notes.append(f"record {i} replaces record {outbound} as path_rec_outbound")
-            outbound = i
-        else:
-            return KernelChoice(
-                "ls-multi", False, EINVAL, "cma_query_handler fails with -EINVAL: "
-                "rdma_resolve_route reports a route error (6.1/6.2 ignored the record)", src,
-                path_use=path_use, notes=tuple(notes + [
-                    f"record {i} ({flags_text(flags)}) has none of GMP, INBOUND, OUTBOUND"]))
-    if gmp is None:
+    filed = _file_records(blob, hits, stop_at_unfiled, notes)
+    if filed.unfiled is not None:
         return KernelChoice(
-            "ls-multi", False, NO_GMP, "no record is filed as route->path_rec: the route is "
-            "reported resolved without a GMP path", src, forward=outbound, inbound=inbound,
-            path_use=path_use, notes=tuple(notes))
+            profile, False, EINVAL, "cma_query_handler fails with -EINVAL: rdma_resolve_route "
+            "reports a route error (Linux 6.1 and 6.2, profile ls-multi-6.1, ignore the "
+            "record)", src, path_use=path_use, notes=tuple(notes))
+    if filed.gmp is None:
+        return KernelChoice(
+            profile, False, NO_GMP, "no record is filed as route->path_rec: the route is "
+            "reported resolved without a GMP path", src, forward=filed.outbound,
+            inbound=filed.inbound, path_use=path_use, notes=tuple(notes))
     return KernelChoice(
-        "ls-multi", True, OK, "route->path_rec from the GMP record; data-path DLIDs from the "
+        profile, True, OK, "route->path_rec from the GMP record; data-path DLIDs from the "
         "outbound/inbound records where present (RDMA/cm: Use DLID from inbound/outbound "
-        "PathRecords)", src, gmp=gmp,
-        forward=outbound if outbound is not None else gmp,
-        inbound=inbound if inbound is not None else gmp, path_use=path_use, notes=tuple(notes))
+        "PathRecords)", src, gmp=filed.gmp,
+        forward=filed.outbound if filed.outbound is not None else filed.gmp,
+        inbound=filed.inbound if filed.inbound is not None else filed.gmp, path_use=path_use,
+        notes=tuple(notes))
+
+
+def select_ls_multi_61(blob: Blob) -> KernelChoice:
+    """Linux 6.1 and 6.2 (5a3749493394): cma_query_handler's loop has no else branch, so a
+    matched record with none of GMP, INBOUND, OUTBOUND is skipped, and its `if
+    (!route->path_rec)` never fires (cma_resolve_ib_route allocated it)."""
+    return _select_ls_multi("ls-multi-6.1", _LS_MULTI_61_SRC, False, blob)
+
+
+def select_ls_multi(blob: Blob) -> KernelChoice:
+    """Linux 6.3 on (ccae0447af0e): `else status = -EINVAL; if (status) goto fail;` — such a
+    record fails the route (RDMA_CM_EVENT_ROUTE_ERROR, status -EINVAL)."""
+    return _select_ls_multi("ls-multi", _LS_MULTI_SRC, True, blob)
 
 
 # -- the seed's proposal -------------------------------------------------------------------
@@ -382,20 +481,29 @@ def select_proposal(blob: Blob) -> KernelChoice:
 PROFILES: dict[str, Profile] = {
     p.name: p for p in (
         Profile("ucma", "rdma_set_option(RDMA_OPTION_IB, RDMA_OPTION_IB_PATH)",
-                "all kernels since 2.6.33", _UCMA_SRC, select_ucma, since=(2, 6, 33)),
+                "Linux 2.6.33 on", _UCMA_SRC + " (v2.6.33 on; unchanged in v6.1 and v6.3)",
+                select_ucma, since=(2, 6, 33)),
         # the netlink local service came with "IB/sa: Route SA pathrecord query through
         # netlink" (4.3)
-        Profile("ls-legacy", "RDMA netlink LS RESOLVE response", "kernels < 6.1",
-                "drivers/infiniband/core/sa_query.c ib_nl_process_good_resolve_rsp",
-                select_ls_legacy, since=(4, 3), before=(6, 1)),
-        Profile("ls-multi", "RDMA netlink LS RESOLVE response", "kernels ≥ 6.1 (6.3 refactor)",
-                "sa_query.c ib_nl_process_good_resolve_rsp, cma.c cma_query_handler",
-                select_ls_multi, since=(6, 1)),
+        Profile("ls-legacy", "RDMA netlink LS RESOLVE response", "Linux 4.3 to 6.0",
+                _LS_LEGACY_SRC, select_ls_legacy, since=(4, 3), before=(6, 1),
+                reads=LS_RESPONSE),
+        Profile("ls-multi-6.1", "RDMA netlink LS RESOLVE response", "Linux 6.1 and 6.2",
+                _LS_MULTI_61_SRC, select_ls_multi_61, since=(6, 1), before=(6, 3),
+                reads=LS_RESPONSE, commits=(MULTI_PATH_RECORDS, INBOUND_OUTBOUND_DLID),
+                directional=True),
+        Profile("ls-multi", "RDMA netlink LS RESOLVE response", "Linux 6.3 on",
+                _LS_MULTI_SRC, select_ls_multi, since=(6, 3), reads=LS_RESPONSE,
+                commits=(MULTI_PATH_RECORDS, INBOUND_OUTBOUND_DLID, PATH_RECORDS_REFACTOR),
+                directional=True),
         Profile("proposal", "RDMA_OPTION_IB as the 2009 seed thread proposed", "none (design)",
                 _PROPOSAL_SRC, select_proposal, before=(0,)),
     )
 }
 PROFILE_NAMES = tuple(PROFILES)
+# the profiles of each consumer kind, oldest kernels first
+OPTVAL_PROFILES = tuple(p.name for p in PROFILES.values() if p.reads == OPTVAL)
+LS_PROFILES = tuple(p.name for p in PROFILES.values() if p.reads == LS_RESPONSE)
 
 
 def release_version(release: str) -> tuple[int, ...] | None:

@@ -227,7 +227,7 @@ def blob_lines(d: dict) -> list[str]:
         lines.append(f"        record[{i}] flags 0x{rec['flags']:02x} {flags_text(rec['flags'])}{reserved}  "
                      + path_record_line(rec["path_record"]))
     for name, v in d.get("kernel_view", {}).items():
-        lines.append(f"        kernel {name:9} {kernel_choice_text(v)}")
+        lines.append(f"        kernel {name:12} {kernel_choice_text(v)}")  # ls-multi-6.1
     return lines
 
 

@@ -40,7 +40,9 @@ class KernelTarget:
 
     def why(self) -> str:
         ver = f"kernel {self.release}" if self.release else "kernel version unknown"
-        got = ", ".join(self.covered) or "none"
+        # each profile with the releases and commits it stands for, so the line says why the
+        # version picked it (ls-multi-6.1 vs ls-multi: ccae0447af0e, first in v6.3)
+        got = ", ".join(PROFILES[p].label() for p in self.covered) or "none"
         if self.overridden:
             return f"--kernel {self.profile} ({ver}: profiles {got})"
         return (f"{ver}: profiles {got}; its rdma_set_option is {self.profile} "

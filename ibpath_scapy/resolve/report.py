@@ -79,5 +79,5 @@ def outcome_lines(out: Outcome, port: dict | None) -> list[str]:
         c = out.views[name]
         mark = "*" if name == out.target.profile else " "
         verdict = f"takes {_roles(c)}" if c.accepted else f"rejects it ({c.outcome})"
-        lines.append(f" {mark}{name:<10} {verdict}: {c.action}")
+        lines.append(f" {mark}{name:<12} {verdict}: {c.action}")  # ls-multi-6.1
     return lines

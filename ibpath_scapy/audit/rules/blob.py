@@ -12,8 +12,8 @@ Which kernel profiles (kernelview.py) judge which kind of blob:
 - a blob frame is an rdma_set_option optval: **ucma** (ucma_set_ib_path, what every kernel
   does with it) and **proposal** (the seed's design for the same option). The LS profiles never
   see an optval.
-- an LS response is read by sa_query.c only: **ls-legacy** and **ls-multi**. ucma and the
-  proposal never see a netlink message.
+- an LS response is read by sa_query.c only: **ls-legacy** (before 6.1), **ls-multi-6.1**
+  (6.1, 6.2) and **ls-multi** (6.3 on). ucma and the proposal never see a netlink message.
 
 ``--kernel PROFILE`` narrows that to one profile; a blob of a kind the profile does not consume
 is not judged by the profile rules (BLOB-KERNEL-REJECT, BLOB-PROFILE-DIVERGENCE). Selection
@@ -32,7 +32,14 @@ from ...engines.scapy.blobsniff import wire_anomalies
 from ...facts.problems import Code, of_code
 from ...facts.records import PATH_RECORD_FIELDS
 from ...facts.values import path_record_dict, reserved_nonzero
-from ...facts.kernelview import Blob, LsContext, kernel_view
+from ...facts.kernelview import (
+    LS_PROFILES,
+    OPTVAL_PROFILES,
+    PROFILES,
+    Blob,
+    LsContext,
+    kernel_view,
+)
 from ..conditions import packet_rule
 from ..kernel import kernel_view_of
 from ...layers.coded import raw_values
@@ -52,15 +59,15 @@ from ...layers.sa import SELECTOR_EXACTLY, PathRecord
 from ...model import sources
 from ..model import rule
 
-SET_OPTION_PROFILES = ("ucma", "proposal")
-LS_PROFILES = ("ls-legacy", "ls-multi")
+SET_OPTION_PROFILES = OPTVAL_PROFILES  # ("ucma", "proposal")
 
 _UCMA = sources.UCMA_SET_PATH
 _SAQ = sources.LS_RESPONSE
 _UAPI = sources.UAPI_SA
 _SEED = sources.SEED_LAYOUT
-_PROFILES = ("ibpath kernel profiles (ucma: ucma_set_ib_path; ls-legacy, ls-multi: "
-             "sa_query.c ib_nl_process_good_resolve_rsp; proposal: the 2009 thread)")
+# each profile cited by the kernel code (file, function, release, commits) it follows
+_PROFILES = "ibpath kernel profiles (" + "; ".join(
+    f"{p.name}: {p.source}" for p in PROFILES.values()) + ")"
 
 
 
@@ -284,12 +291,13 @@ def blob_kernel_reject(subject):
 
     Judged by the profiles that consume the blob's kind (module docstring): an optval by ucma
     (EINVAL: ragged length or no record with flags == 0x2B) and the proposal (EINVAL without
-    GMP, forward and return paths); an LS response by ls-legacy and ls-multi (-EIO when no
-    record matches the path_use mask: the route fails, no SA query; -EINVAL from
-    cma_query_handler for a PRIMARY record with none of GMP/INBOUND/OUTBOUND; resolved without
-    a GMP path; refused with -EPERM when it carries NLM_F_REQUEST; an SA query when nla_parse
-    fails).
-    Source: kernelview.py select_ucma, select_ls_legacy, select_ls_multi, select_proposal.
+    GMP, forward and return paths); an LS response by ls-legacy, ls-multi-6.1 and ls-multi
+    (-EIO when no record matches the path_use mask: the route fails, no SA query; -EINVAL from
+    cma_query_handler for a PRIMARY record with none of GMP/INBOUND/OUTBOUND, from 6.3 on
+    (ccae0447af0e; ls-multi-6.1 ignores it); resolved without a GMP path; refused with -EPERM
+    when it carries NLM_F_REQUEST; an SA query when nla_parse fails).
+    Source: kernelview.py select_ucma, select_ls_legacy, select_ls_multi_61, select_ls_multi,
+    select_proposal.
     """
     rec, options = subject
     if _is_ls(rec) and rec["ls"].get("error"):
@@ -371,8 +379,8 @@ def blob_endpoints(subject):
 
     The flags name each record's direction (ib_user_sa.h: OUTBOUND = the path we send on,
     INBOUND = the remote side's path to us, INBOUND_REVERSE = that path stored reversed);
-    ls-multi files INBOUND and OUTBOUND records as the connection's inbound and outbound
-    paths without checking their GIDs. The local end is taken from the records themselves (the
+    ls-multi-6.1 and ls-multi file INBOUND and OUTBOUND records as the connection's inbound
+    and outbound paths without checking their GIDs. The local end is taken from the records themselves (the
     first OUTBOUND/INBOUND_REVERSE record's SGID): a blob does not say who handed it over;
     RES-LS-MISMATCH compares an LS answer with its request.
     Source: ib_user_sa.h; seed thread (_REV "stored in reversed format"); cma.c
@@ -611,14 +619,15 @@ _DATA_FIELDS = ("dlid", "sl", "mtu", "rate")
 def data_path(profile: str, choice: dict, records: list[dict]) -> dict | None:
     """The (DLID, SL, MTU, rate) a profile sends data with, and the records they come from.
 
-    ucma, ls-legacy, proposal: the record chosen as forward (outbound) path. ls-multi: the QP
-    takes SL/MTU/rate from route->path_rec (the GMP record) and its data-path DLID from the
-    outbound record when that DLID is neither 0 nor 0xFFFF (cm_init_qp_rtr_attr,
-    "RDMA/cm: Use DLID from inbound/outbound PathRecords")."""
+    ucma, ls-legacy, proposal: the record chosen as forward (outbound) path. ls-multi-6.1 and
+    ls-multi (Profile.directional): the QP takes SL/MTU/rate from route->path_rec (the GMP
+    record) and its data-path DLID from the outbound record when that DLID is neither 0 nor
+    0xFFFF (cm_init_qp_rtr_attr, eb8336dbe373 "RDMA/cm: Use DLID from inbound/outbound
+    PathRecords as the datapath DLID")."""
     if not choice.get("accepted"):
         return None
     fwd, gmp = choice.get("forward"), choice.get("gmp")
-    if profile == "ls-multi" and gmp is not None:
+    if PROFILES[profile].directional and gmp is not None:
         base = records[gmp]["path_record"]
         out = {k: base[k] for k in _DATA_FIELDS}
         used = {gmp}
@@ -642,26 +651,37 @@ def blob_profile_divergence(subject):
 
     Only under --kernel all, among the profiles that consume the blob's kind: ucma vs the
     proposal for an optval (ucma takes the 0x2B record, the proposal the FORWARD record),
-    ls-legacy vs ls-multi for an LS response (ls-multi takes the data-path DLID from the
-    OUTBOUND record). The same resolver output then behaves differently per kernel.
+    ls-legacy vs ls-multi-6.1 and ls-multi for an LS response (from 6.1 on the data-path DLID
+    comes from the OUTBOUND record). The same resolver output then behaves differently per kernel.
     Source: kernelview.py; ucma.c ucma_set_ib_path; sa_query.c; cm.c cm_init_qp_rtr_attr.
     """
     rec, options = subject
     if (getattr(options, "kernel", "all") or "all") != "all":
         return
     records = _records(rec)
-    paths = {p: data_path(p, c, records) for p, c in _choices(rec, options).items()}
-    names = [p for p, d in paths.items() if d is not None]
-    for x in range(len(names)):
-        for y in range(x + 1, len(names)):
-            a, b = paths[names[x]], paths[names[y]]
+    groups = _same_data_path(rec, options, records)
+    for x in range(len(groups)):
+        for y in range(x + 1, len(groups)):
+            (na, a), (nb, b) = groups[x], groups[y]
             diff = [k for k in _DATA_FIELDS if a[k] != b[k]]
             if diff:
                 detail = ", ".join(f"{k.upper() if k != 'rate' else 'rate'} {a[k]} vs {b[k]}"
                                    for k in diff)
                 yield [rec["frame"]], (
-                    f"{_what(rec)}: {names[x]} sends data per record(s) {a['records']}, "
-                    f"{names[y]} per record(s) {b['records']}: {detail}")
+                    f"{_what(rec)}: {na} send{'s' if ' and ' not in na else ''} data per "
+                    f"record(s) {a['records']}, {nb} per record(s) {b['records']}: {detail}")
+
+
+def _same_data_path(rec: dict, options, records: list[dict]) -> list[tuple[str, dict]]:
+    """The accepting profiles grouped by the data path they take, in profile order: ls-multi-6.1
+    and ls-multi send data alike whenever both accept, and one divergence is said once."""
+    groups: dict[tuple, tuple[list[str], dict]] = {}
+    for p, c in _choices(rec, options).items():
+        d = data_path(p, c, records)
+        if d is not None:
+            key = tuple(d[k] for k in _DATA_FIELDS) + (tuple(d["records"]),)
+            groups.setdefault(key, ([], d))[0].append(p)
+    return [(" and ".join(names), d) for names, d in groups.values()]
 
 
 # -- helpers for other rule modules -----------------------------------------------------------

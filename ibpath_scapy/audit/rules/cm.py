@@ -2,10 +2,10 @@
 
 Which path the kernel took: the blob handed over for the REQ's endpoint pair, read through the
 kernel profile that consumes it (kernelview.py): a blob frame (rdma_set_option optval) through
-``ucma`` (``proposal`` under ``--kernel proposal``); an LS RESOLVE response through ``ls-multi``
-and ``ls-legacy`` under ``--kernel all`` (or any profile that does not read LS responses), or the
-one LS profile picked. Under ``all`` an LS response has two readings, one per kernel generation:
-a REQ that agrees with either is consistent.
+``ucma`` (``proposal`` under ``--kernel proposal``); an LS RESOLVE response through ``ls-multi``,
+``ls-multi-6.1`` and ``ls-legacy`` under ``--kernel all`` (or any profile that does not read LS
+responses), or the one LS profile picked. Under ``all`` an LS response has one reading per kernel
+generation: a REQ that agrees with any of them is consistent.
 
 The blob for a REQ is the latest one before the REQ (frame order) whose GMP record, as the
 profile takes it, has SGID = the REQ's primary local GID and DGID = its primary remote GID (a
@@ -17,8 +17,9 @@ What the kernel writes into a REQ (drivers/infiniband/core/cm.c cm_format_req, f
 ``route->path_rec``): GIDs, flow label, traffic class, hop limit, SL and rate as they are in the
 path; P_Key and path MTU from the primary path; Local ACK Timeout = cm_ack_timeout(ack_delay,
 PacketLifeTime) ≥ min(31, PacketLifeTime + 1); LIDs = the path's SLID/DLID when hop_limit ≤ 1,
-else permissive 0xFFFF, except that since 6.1 ("RDMA/cm: Use DLID from inbound/outbound
-PathRecords as the datapath DLID") the local LID is the inbound record's DLID when there is one.
+else permissive 0xFFFF, except that since 6.1 (eb8336dbe373 "RDMA/cm: Use DLID from
+inbound/outbound PathRecords as the datapath DLID"; the profiles whose Profile.directional is
+set) the local LID of a routed path is the inbound record's DLID when there is one.
 On RoCEv2 the kernel keeps the path but recomputes its L2 part (cma_iboe_set_path_rec_l2_fields)
 and the LIDs mean nothing (0xFFFF with the IP hop limit, see the rxe capture in
 the external rxe captures), so LIDs are not compared there.
@@ -39,6 +40,7 @@ from ...layers.pathdata import (
 )
 from ...layers.coded import PERMISSIVE_LID
 from ...layers.sa import gid_text
+from ...facts.kernelview import LS_PROFILES, PROFILES
 from ...model import sources
 from ..model import rule
 from ..kernel import kernel_view_of
@@ -69,9 +71,18 @@ def _same(a, b, gid: bool) -> bool:
 
 
 def profiles_for(blob: dict, options) -> list[str]:
+    """The profiles whose reading of the blob a REQ is held to: the LS one picked, or every LS
+    profile newest first; ucma (or the proposal) for an optval."""
     if blob.get("kind") == "ls":
-        return [options.kernel] if options.kernel in ("ls-legacy", "ls-multi") else ["ls-multi", "ls-legacy"]
+        return [options.kernel] if options.kernel in LS_PROFILES else list(LS_PROFILES[::-1])
     return ["proposal"] if options.kernel == "proposal" else ["ucma"]
+
+
+def _directional_inbound(p: str, kv: dict) -> int | None:
+    """The INBOUND record a directional profile (6.1 on) filed apart from the GMP one."""
+    if PROFILES[p].directional and kv.get("inbound") is not None and kv["inbound"] != kv["gmp"]:
+        return kv["inbound"]
+    return None
 
 
 def blob_name(blob: dict) -> str:
@@ -146,6 +157,12 @@ def path_differences(req: dict, prefix: str, path: dict, inbound: dict | None, r
     return out
 
 
+def _names(profiles: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return " and ".join([", ".join(profiles[:-1]), profiles[-1]] if len(profiles) > 1
+                        else profiles)
+
+
 def _frames(c: dict, blob: dict) -> list[int]:
     return [c["frame"]] if "file" in blob else [c["frame"], blob["frame"]]
 
@@ -156,12 +173,12 @@ def req_path_mismatch(subject):
     """The CM REQ's primary path disagrees with the GMP path the kernel took from the blob.
 
     Compared, native IB: local/remote LID (per cm_format_req: the path's SLID/DLID when its hop
-    limit is ≤ 1, else 0xFFFF; the local LID of a routed path with a separate ls-multi INBOUND
-    record is CM-REQ-INBOUND-LID's), local/remote GID, flow label, traffic class, hop limit, SL,
+    limit is ≤ 1, else 0xFFFF; the local LID of a routed path with a separate INBOUND record
+    under ls-multi-6.1 or ls-multi is CM-REQ-INBOUND-LID's), local/remote GID, flow label, traffic class, hop limit, SL,
     rate, path MTU, P_Key, and Local ACK Timeout ≥ PacketLifeTime + 1 (cm_ack_timeout; the
     receiver takes PacketLifeTime = timeout − 1). RoCEv2: the same without the LIDs. Under
-    ``--kernel all`` an LS response is read by ls-multi and ls-legacy and the REQ must agree
-    with one of them; each disagreeing reading is reported (readings that take the same records
+    ``--kernel all`` an LS response is read by ls-multi, ls-multi-6.1 and ls-legacy and the REQ
+    must agree with one of them; each disagreeing reading is reported (readings that take the same records
     once). Frames: the REQ and the blob (a ``--blob`` file is named in the message).
     """
     c, replay, options = subject
@@ -171,9 +188,8 @@ def req_path_mismatch(subject):
     req, recs, roce = c["cm_req"], blob["blob_records"], is_rocev2(c)
     results = []
     for p, kv in readings:
-        inbound = None
-        if p == "ls-multi" and kv.get("inbound") is not None and kv["inbound"] != kv["gmp"]:
-            inbound = recs[kv["inbound"]]["path_record"]
+        i = _directional_inbound(p, kv)
+        inbound = recs[i]["path_record"] if i is not None else None
         diff = path_differences(req, "primary_", recs[kv["gmp"]]["path_record"], inbound, roce, True)
         results.append((p, kv, diff))
     if any(not d for _, _, d in results):
@@ -183,7 +199,7 @@ def req_path_mismatch(subject):
         groups.setdefault((kv["gmp"], tuple(diff)), []).append(p)
     for (gmp, diff), profiles in groups.items():
         yield _frames(c, blob), (
-            f"REQ primary path disagrees with the GMP path {' and '.join(profiles)} take"
+            f"REQ primary path disagrees with the GMP path {_names(profiles)} take"
             f"{'s' if len(profiles) == 1 else ''} from {blob_name(blob)} record {gmp} "
             f"({flags_text(recs[gmp]['flags'])}"
             f"{', RoCEv2: LIDs not compared' if roce else ''}): " + "; ".join(diff))
@@ -233,27 +249,32 @@ def req_alt_mismatch(subject):
             f"({flags_text(recs[i]['flags'])}): " + "; ".join(diff))
 
 
-@rule("CM-REQ-INBOUND-LID", "warning", "cm", "P-mpr4 'RDMA/cm: Use DLID from inbound/outbound "
-      "PathRecords as the datapath DLID' (v6.1), cm.c cm_format_req / cm_req_handler")
+@rule("CM-REQ-INBOUND-LID", "warning", "cm", "P-mpr4 eb8336dbe373 'RDMA/cm: Use DLID from "
+      "inbound/outbound PathRecords as the datapath DLID' (v6.1), cm.c cm_format_req / "
+      "cm_req_handler (ibpath kernel profiles ls-multi-6.1, ls-multi)")
 def req_inbound_lid(subject):
-    """With an INBOUND record (ls-multi), the REQ's primary local port LID is not the inbound
-    record's DLID.
+    """With an INBOUND record (ls-multi-6.1, ls-multi), the REQ's primary local port LID is not
+    the inbound record's DLID.
 
     Since 6.1 the inbound record's DLID travels in the REQ's Primary Local Port LID and the
     responder sends data to it (cm_req_handler: av.dlid_datapath). cm_format_req only puts it
     there for a routed GMP path (hop limit > 1); for a subnet-local one it writes the GMP path's
     SLID, so an inbound DLID different from it never reaches the responder. Native IB only (the
-    LIDs of a RoCEv2 REQ mean nothing), and only where ls-multi reads the blob.
+    LIDs of a RoCEv2 REQ mean nothing), and only where ls-multi-6.1 or ls-multi reads the blob
+    (both take the inbound record: eb8336dbe373 is in 6.1).
     """
     c, replay, options = subject
     if is_rocev2(c):
         return
     blob, readings = kernel_paths(c, replay, options)
+    seen = set()
     for p, kv in readings:
-        if p != "ls-multi" or kv.get("inbound") is None or kv["inbound"] == kv["gmp"]:
-            continue
+        i = _directional_inbound(p, kv)
+        if i is None or (i, kv["gmp"]) in seen:
+            continue  # ls-multi-6.1 and ls-multi file the same records: one finding
+        seen.add((i, kv["gmp"]))
         recs = blob["blob_records"]
-        inbound, gmp = recs[kv["inbound"]]["path_record"], recs[kv["gmp"]]["path_record"]
+        inbound, gmp = recs[i]["path_record"], recs[kv["gmp"]]["path_record"]
         got = c["cm_req"]["primary_local_lid"]
         if got == inbound["dlid"]:
             continue

@@ -25,18 +25,28 @@ from ...layers.pathdata import (
     IB_PATH_OUTBOUND,
     flags_text,
 )
+from ...facts.kernelview import LS_PROFILES, PROFILES
 from ..model import rule
-from .blob import LS_PROFILES, ls_view
+from .blob import ls_view
 
 IB_SA_LOCAL_SVC_TIMEOUT_DEFAULT_MS = 2000
 
 # Which kernels send each path_use (sa_query.c ib_nl_set_path_rec_attrs, wire-formats.md
-# §6.3): GMP only before 6.1, ALL only from 6.1 on, UNIDIRECTIONAL from both.
+# §6.3): GMP only before 6.1, ALL only from 6.1 on (5a3749493394: `query->path_use =
+# LS_RESOLVE_PATH_USE_ALL;`), UNIDIRECTIONAL from all.
 _SENDERS = {
     LS_RESOLVE_PATH_USE_UNIDIRECTIONAL: LS_PROFILES,
     LS_RESOLVE_PATH_USE_GMP: ("ls-legacy",),
-    LS_RESOLVE_PATH_USE_ALL: ("ls-multi",),
+    LS_RESOLVE_PATH_USE_ALL: ("ls-multi-6.1", "ls-multi"),
 }
+
+
+def senders(path_use: int, kernel: str | None) -> tuple[str, ...]:
+    """The LS profiles that send this path_use, narrowed to --kernel when it names one of
+    them (6.1/6.2 and 6.3 on both send ALL and read its answer differently); a --kernel that
+    cannot have sent the request does not override what the request says."""
+    profiles = _SENDERS.get(path_use, LS_PROFILES)
+    return (kernel,) if kernel in profiles else profiles
 
 
 def _seq(rec: dict) -> int:
@@ -61,28 +71,32 @@ def _good(responses: list[dict]) -> list[dict]:
 
 
 @rule("RES-LS-PATHUSE", "error", "ls", "sa_query.c ib_nl_process_good_resolve_rsp; "
-      "cma.c cma_query_handler (ibpath kernel profiles ls-legacy, ls-multi)")
+      "cma.c cma_query_handler (ibpath kernel profiles "
+      + ", ".join(PROFILES[p].label() for p in LS_PROFILES) + ")")
 def ls_path_use(subject):
     """An LS response's records do not satisfy the request's path_use.
 
     The kernel filters PATH_RECORD attributes with a mask chosen by the path_use it sent:
     UNIDIRECTIONAL → PRIMARY|OUTBOUND (0x0A); GMP (sent by kernels < 6.1) → 0x2B, first match;
     ALL (sent by kernels ≥ 6.1 only) → PRIMARY, then cma_query_handler files GMP, INBOUND and
-    OUTBOUND records and fails a PRIMARY record with none of them. No match completes the
-    query with -EIO: the route fails and the SA is not asked. The request's path_use tells
-    which kernel generation asked, so the verdict uses the profile(s) that send it, whatever
-    --kernel says (BLOB-KERNEL-REJECT judges per selected profile).
+    OUTBOUND records; a PRIMARY record with none of them fails the route with -EINVAL from 6.3
+    on (ccae0447af0e) and is ignored by 6.1 and 6.2. No match completes the query with -EIO:
+    the route fails and the SA is not asked. The request's path_use tells which kernel
+    generations can have asked, so the verdict uses the profile(s) that send it, narrowed to
+    the one --kernel names if it is one of them (ALL: ls-multi-6.1 or ls-multi); a --kernel
+    that cannot have sent it is not followed (BLOB-KERNEL-REJECT judges per selected
+    profile).
     Source: sa_query.c ib_nl_set_path_rec_attrs, ib_nl_process_good_resolve_rsp; cma.c
-    cma_query_handler; kernelview.py select_ls_legacy, select_ls_multi.
+    cma_query_handler; kernelview.py select_ls_legacy, select_ls_multi_61, select_ls_multi.
     """
-    entry, _ = subject
+    entry, options = subject
     req = entry["request"]
     if not req:
         return
     pu = _path_use(req)
     if pu is None:
         return
-    profiles = _SENDERS.get(pu, LS_PROFILES)
+    profiles = senders(pu, getattr(options, "kernel", None))
     for resp in _good(entry["responses"]):
         for profile, c in ls_view(resp, pu, profiles).items():
             if c.accepted:

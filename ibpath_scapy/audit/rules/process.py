@@ -41,7 +41,10 @@ _AF_IB = ADDRESS_FAMILIES[AF_IB]
 # an IB record has its LIDs, and ucma_query_path packs those bytes as DLID and SLID. The lab
 # shows it: readback LIDs 0x01f2 0xea52 = route_resolved 1, then f2:ea:52 of the peer's MAC
 # f2:ea:52:f2:43:75 (the RoCEv2 frames' Ethernet header), whatever the array said.
-_ROCE_UNKEPT = {"dlid", "slid"}
+# struct sa_path_rec (include/rdma/ib_sa.h) keeps the IB fields and the RoCE ones in one
+# union: ib.dlid, ib.slid, ib.raw_traffic lie over roce.route_resolved and roce.dmac[0..3], so
+# a RoCE readback's raw_traffic bit is the low bit of the peer MAC's fourth byte
+_ROCE_UNKEPT = {"dlid", "slid", "raw_traffic"}
 _ROUTE_RESOLVED = 1
 
 
@@ -128,8 +131,9 @@ def readback(subject):
     count, the flags and every PathRecord field, except on RoCE the LIDs, which the kernel's
     RoCE path record does not keep. A difference means the connection runs on another path than
     the one the audit judged.
-    On RoCE the readback's DLID and SLID are the kernel's RoCE fields (route_resolved, then
-    the first bytes of the peer's MAC: 0x01f2 0xea52 in the lab for the MAC f2:ea:52:...).
+    On RoCE the readback's DLID, SLID and raw_traffic bit are the kernel's RoCE fields
+    (route_resolved, then the first bytes of the peer's MAC: 0x01f2 0xea52 in the lab for the
+    MAC f2:ea:52:..., raw_traffic the low bit of its fourth byte), not compared.
     Source: ucma.c ucma_query_path; cma.c rdma_set_ib_path; kernelview.select_ucma.
     """
     replay, _ = subject
