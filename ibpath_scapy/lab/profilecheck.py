@@ -101,7 +101,7 @@ def blob_rows(name: str, path: Path, release: str) -> list[Row]:
     for prof in profiles:
         choice = PROFILES[prof].select(blob_from_bytes(data))
         want = "0" if choice.accepted else choice.outcome
-        src = f"{PROFILES[prof].source} ({PROFILES[prof].kernels})"
+        src = PROFILES[prof].source
         rows.append(Row(name, "rdma_set_option verdict", prof, want, verdict or "not seen",
                         None if verdict is None else want == verdict, src))
         want_path = f"record {choice.gmp}" if choice.accepted else "kernel route"
