@@ -2,7 +2,7 @@
 (the floor of any Lua plugin) and with neither, on Wireshark 4.0 (the host's tshark) and on
 4.4 and 4.6 (the Debian chroots the tests build, tests/wireshark_versions.py).
 
-    python bench/plugin_cost.py [--capture 1|2] [--frames N] [--runs 3] [--release 4.0 4.4 4.6]
+    python bench/plugin_cost.py [--capture 1|2|3] [--frames N] [--runs 3] [--release 4.0 4.4 4.6]
 
 Times are the best CPU time (user + system) of --runs runs, the three commands interleaved.
 In a chroot tshark runs as nobody (4.4 and later run no Lua as root). With --instructions
@@ -40,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
-from corpus import write_capture1, write_capture2  # noqa: E402
+from corpus import write_capture1, write_capture2, write_capture3  # noqa: E402
 
 LUA = HERE.parent / "dissector" / "ibpath.lua"
 EMPTY_POSTDISSECTOR = """\
@@ -221,8 +221,9 @@ def per_frame_instructions(rel: Release, cap: Path, d: Path, luas: dict[str, str
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--capture", type=int, choices=(1, 2), action="append",
-                    help="1: RoCEv2, 5%% MADs; 2: SA only (default: both)")
+    ap.add_argument("--capture", type=int, choices=(1, 2, 3), action="append",
+                    help="1: RoCEv2, 5%% MADs; 2: SA only; 3: an all-to-all SA storm, every "
+                    "pair new (default: 1 and 2)")
     ap.add_argument("--frames", type=int, help="frames per capture (default 300,000 / 50,000)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--release", nargs="+", default=["4.0", "4.4", "4.6"],
@@ -238,7 +239,7 @@ def main() -> None:
         caps = []
         for c in args.capture or [1, 2]:
             frames = args.frames or (300_000 if c == 1 else 50_000)
-            writer = write_capture1 if c == 1 else write_capture2
+            writer = {1: write_capture1, 2: write_capture2, 3: write_capture3}[c]
             caps.append((c, frames, writer(d / f"capture{c}-{frames}.pcap", frames)))
         rels = [Release(r, d) for r in args.release]
         try:
@@ -253,7 +254,9 @@ def main() -> None:
                   + (f"   instructions/frame (plain, {', '.join(kinds)})"
                      if args.instructions else ""))
             for c, frames, cap in caps:
-                use = kinds if c == 2 else [k for k in kinds if k in ("floor", "entry", "plugin")]
+                # captures 2 and 3 are SA MADs only: the tracking floors apply to them
+                use = kinds if c in (2, 3) else [k for k in kinds
+                                                  if k in ("floor", "entry", "plugin")]
                 (d / "entry.lua").write_text(entry_postdissector())
                 files = {"floor": d / "floor.lua", "entry": d / "entry.lua", "plugin": LUA}
                 if "track" in use:
