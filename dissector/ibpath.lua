@@ -744,8 +744,8 @@ D["LRH"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:add_le(PF[10], tvb(trailer_at["vcrc"], 2)) end
   if HOOKS["LRH"] then HOOKS["LRH"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
-  if ib_val(v, "lnh") == 2 then r = D["BTH"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "lnh") == 3 then r = D["GRH"](tvb, pinfo, tree, o, ctx)
+  if o < limit and ib_val(v, "lnh") == 2 then r = D["BTH"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "lnh") == 3 then r = D["GRH"](tvb, pinfo, tree, o, ctx)
   end
   return r
 end
@@ -786,10 +786,10 @@ D["BTH"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:add(PF[24], tvb(trailer_at["icrc"], 4)) end
   if HOOKS["BTH"] then HOOKS["BTH"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
-  if ib_val(v, "opcode") == 129 then r = D["CNPPadding"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "opcode") == 17 then r = D["AETH"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "opcode") == 81 then r = D["AETH"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "opcode") == 100 then r = D["DETH"](tvb, pinfo, tree, o, ctx)
+  if o < limit and ib_val(v, "opcode") == 129 then r = D["CNPPadding"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "opcode") == 17 then r = D["AETH"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "opcode") == 81 then r = D["AETH"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "opcode") == 100 then r = D["DETH"](tvb, pinfo, tree, o, ctx)
   end
   return r
 end
@@ -901,15 +901,15 @@ D["UcmaCmdHdr"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:set_len(o - off) end
   if HOOKS["UcmaCmdHdr"] then HOOKS["UcmaCmdHdr"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
-  if ib_val(v, "cmd") == 0 then r = D["UcmaCreateId"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "cmd") == 3 then r = D["UcmaResolveIp"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "cmd") == 4 then r = D["UcmaResolveRoute"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "cmd") == 6 then r = D["UcmaConnect"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "cmd") == 12 then r = D["UcmaGetEvent"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "cmd") == 14 then r = D["UcmaSetOption"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "cmd") == 19 then r = D["UcmaQuery"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "cmd") == 21 then r = D["UcmaResolveAddr"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "cmd") == 23 then r = D["UcmaResolveIbService"](tvb, pinfo, tree, o, ctx)
+  if o < limit and ib_val(v, "cmd") == 0 then r = D["UcmaCreateId"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "cmd") == 3 then r = D["UcmaResolveIp"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "cmd") == 4 then r = D["UcmaResolveRoute"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "cmd") == 6 then r = D["UcmaConnect"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "cmd") == 12 then r = D["UcmaGetEvent"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "cmd") == 14 then r = D["UcmaSetOption"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "cmd") == 19 then r = D["UcmaQuery"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "cmd") == 21 then r = D["UcmaResolveAddr"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "cmd") == 23 then r = D["UcmaResolveIbService"](tvb, pinfo, tree, o, ctx)
   end
   return r
 end
@@ -947,10 +947,10 @@ D["AcmHdr"] = function(tvb, pinfo, tree, off, ctx)
   ctx.limit = limit
   local item_next = math.min(ctx_limit, off + ib_idiv(item_len + 0, 1) * 1)
   local r = o
-  if ib_val(v, "opcode") == 1 then r = D["AcmResolve"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "opcode") == 129 then r = D["AcmResolve"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "opcode") == 2 then r = D["AcmResolve"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "opcode") == 130 then r = D["AcmPerfData"](tvb, pinfo, tree, o, ctx)
+  if o < limit and ib_val(v, "opcode") == 1 then r = D["AcmResolve"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "opcode") == 129 then r = D["AcmResolve"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "opcode") == 2 then r = D["AcmResolve"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "opcode") == 130 then r = D["AcmPerfData"](tvb, pinfo, tree, o, ctx)
   elseif ib_truthy(ib_and(ib_bool((ib_val(v, "opcode") == 131)), ib_bool((ib_val(v, "length") > 16)))) then r = D["AcmEpConfigData"](tvb, pinfo, tree, o, ctx)
   end
   return item_next or r
@@ -991,7 +991,7 @@ D["UserMad"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:set_len(o - off) end
   if HOOKS["UserMad"] then HOOKS["UserMad"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
-  if true then r = D["MAD"](tvb, pinfo, tree, o, ctx)
+  if o < limit and true then r = D["MAD"](tvb, pinfo, tree, o, ctx)
   end
   return r
 end
@@ -1018,7 +1018,7 @@ D["GRH"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:set_len(o - off) end
   if HOOKS["GRH"] then HOOKS["GRH"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
-  if true then r = D["BTH"](tvb, pinfo, tree, o, ctx)
+  if o < limit and true then r = D["BTH"](tvb, pinfo, tree, o, ctx)
   end
   return r
 end
@@ -1079,8 +1079,8 @@ D["DETH"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:set_len(o - off) end
   if HOOKS["DETH"] then HOOKS["DETH"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
-  if ib_val(v, "src_qp") == 1 then r = D["MAD"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "src_qp") == 0 then r = D["MAD"](tvb, pinfo, tree, o, ctx)
+  if o < limit and ib_val(v, "src_qp") == 1 then r = D["MAD"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "src_qp") == 0 then r = D["MAD"](tvb, pinfo, tree, o, ctx)
   elseif ib_truthy(ib_bool((ib_under(ctx, "BTH", "dqpn") <= 1))) then r = D["MAD"](tvb, pinfo, tree, o, ctx)
   end
   return r
@@ -1310,7 +1310,7 @@ D["UcmaCreateId"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:set_len(o - off) end
   if HOOKS["UcmaCreateId"] then HOOKS["UcmaCreateId"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
-  if true then r = D["UcmaCreateIdResp"](tvb, pinfo, tree, o, ctx)
+  if o < limit and true then r = D["UcmaCreateIdResp"](tvb, pinfo, tree, o, ctx)
   end
   return r
 end
@@ -1391,7 +1391,7 @@ D["UcmaGetEvent"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:set_len(o - off) end
   if HOOKS["UcmaGetEvent"] then HOOKS["UcmaGetEvent"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
-  if true then r = D["UcmaEventResp"](tvb, pinfo, tree, o, ctx)
+  if o < limit and true then r = D["UcmaEventResp"](tvb, pinfo, tree, o, ctx)
   end
   return r
 end
@@ -1436,8 +1436,8 @@ D["UcmaQuery"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:set_len(o - off) end
   if HOOKS["UcmaQuery"] then HOOKS["UcmaQuery"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
-  if ib_val(v, "option") == 1 then r = D["UcmaQueryPathResp"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "option") == 3 then r = D["UcmaQueryIbServiceResp"](tvb, pinfo, tree, o, ctx)
+  if o < limit and ib_val(v, "option") == 1 then r = D["UcmaQueryPathResp"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "option") == 3 then r = D["UcmaQueryIbServiceResp"](tvb, pinfo, tree, o, ctx)
   end
   return r
 end
@@ -1632,14 +1632,14 @@ D["MAD"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:set_len(o - off) end
   if HOOKS["MAD"] then HOOKS["MAD"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
-  if ib_val(v, "mgmt_class") == 3 then r = D["RMPP"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "attribute_id") == 16 and ib_val(v, "mgmt_class") == 7 then r = D["CMReq"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "attribute_id") == 17 and ib_val(v, "mgmt_class") == 7 then r = D["CMMra"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "attribute_id") == 18 and ib_val(v, "mgmt_class") == 7 then r = D["CMRej"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "attribute_id") == 19 and ib_val(v, "mgmt_class") == 7 then r = D["CMRep"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "attribute_id") == 20 and ib_val(v, "mgmt_class") == 7 then r = D["CMRtu"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "attribute_id") == 21 and ib_val(v, "mgmt_class") == 7 then r = D["CMDreq"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "attribute_id") == 22 and ib_val(v, "mgmt_class") == 7 then r = D["CMDrep"](tvb, pinfo, tree, o, ctx)
+  if o < limit and ib_val(v, "mgmt_class") == 3 then r = D["RMPP"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "attribute_id") == 16 and ib_val(v, "mgmt_class") == 7 then r = D["CMReq"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "attribute_id") == 17 and ib_val(v, "mgmt_class") == 7 then r = D["CMMra"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "attribute_id") == 18 and ib_val(v, "mgmt_class") == 7 then r = D["CMRej"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "attribute_id") == 19 and ib_val(v, "mgmt_class") == 7 then r = D["CMRep"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "attribute_id") == 20 and ib_val(v, "mgmt_class") == 7 then r = D["CMRtu"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "attribute_id") == 21 and ib_val(v, "mgmt_class") == 7 then r = D["CMDreq"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "attribute_id") == 22 and ib_val(v, "mgmt_class") == 7 then r = D["CMDrep"](tvb, pinfo, tree, o, ctx)
   end
   return r
 end
@@ -1715,16 +1715,16 @@ D["LsAttr"] = function(tvb, pinfo, tree, off, ctx)
   ctx.limit = limit
   local item_next = math.min(ctx_limit, off + ib_idiv(item_len + 3, 4) * 4)
   local r = o
-  if ib_val(v, "nla_type") == 1 then r = D["PathRecData"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "nla_type") == 2 then r = D["LsTimeout"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "nla_type") == 3 then r = D["LsServiceId"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "nla_type") == 4 then r = D["LsDgid"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "nla_type") == 5 then r = D["LsSgid"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "nla_type") == 6 then r = D["LsTclass"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "nla_type") == 7 then r = D["LsPkey"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "nla_type") == 8 then r = D["LsQosClass"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "nla_type") == 9 then r = D["LsIpv4"](tvb, pinfo, tree, o, ctx)
-  elseif ib_val(v, "nla_type") == 10 then r = D["LsIpv6"](tvb, pinfo, tree, o, ctx)
+  if o < limit and ib_val(v, "nla_type") == 1 then r = D["PathRecData"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "nla_type") == 2 then r = D["LsTimeout"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "nla_type") == 3 then r = D["LsServiceId"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "nla_type") == 4 then r = D["LsDgid"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "nla_type") == 5 then r = D["LsSgid"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "nla_type") == 6 then r = D["LsTclass"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "nla_type") == 7 then r = D["LsPkey"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "nla_type") == 8 then r = D["LsQosClass"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "nla_type") == 9 then r = D["LsIpv4"](tvb, pinfo, tree, o, ctx)
+  elseif o < limit and ib_val(v, "nla_type") == 10 then r = D["LsIpv6"](tvb, pinfo, tree, o, ctx)
   end
   return item_next or r
 end
@@ -2015,7 +2015,7 @@ D["RMPP"] = function(tvb, pinfo, tree, off, ctx)
   if show then t:set_len(o - off) end
   if HOOKS["RMPP"] then HOOKS["RMPP"](tvb, pinfo, t, off, o, ctx, v) end
   local r = o
-  if true then r = D["SAHeader"](tvb, pinfo, tree, o, ctx)
+  if o < limit and true then r = D["SAHeader"](tvb, pinfo, tree, o, ctx)
   end
   return r
 end

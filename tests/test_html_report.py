@@ -162,9 +162,11 @@ def check_arrows(p: Page, message_frames: dict[str, set[int]]) -> None:
 
 
 # The ucma commands a ladder draws (README, "Auditing captures"): the route steps the process
-# rules judge and the events that set the cm_id state they judge by.
-DRAWN_UCMA = {"RESOLVE_ADDR", "RESOLVE_IP", "RESOLVE_ROUTE"}
-STATE_EVENTS = {"ADDR_RESOLVED", "ADDR_ERROR", "ROUTE_RESOLVED", "ROUTE_ERROR"}
+# rules judge and the events that set the cm_id state they judge by; an IB service
+# resolution's command, ADDRINFO event and IB_SERVICE queries.
+DRAWN_UCMA = {"RESOLVE_ADDR", "RESOLVE_IP", "RESOLVE_ROUTE", "RESOLVE_IB_SERVICE"}
+STATE_EVENTS = {"ADDR_RESOLVED", "ADDR_ERROR", "ROUTE_RESOLVED", "ROUTE_ERROR",
+                "ADDRINFO_RESOLVED", "ADDRINFO_ERROR"}
 
 
 def drawn_ucma(rec: dict) -> bool:
@@ -172,7 +174,7 @@ def drawn_ucma(rec: dict) -> bool:
     return (c in DRAWN_UCMA and rec.get("id") is not None
             or c == "GET_EVENT" and rec.get("event") in STATE_EVENTS
             or c == "SET_OPTION" and (rec.get("level"), rec.get("optname")) == ("IB", "PATH")
-            or c == "QUERY" and rec.get("option") == "PATH")
+            or c == "QUERY" and rec.get("option") in ("PATH", "IB_SERVICE"))
 
 
 def message_frames(path: Path) -> set[int]:

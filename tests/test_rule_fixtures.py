@@ -43,6 +43,16 @@ RULE_FIXTURES: dict[str, tuple[tuple[str, list[list[int]]], str]] = {
                        "rxe/acm/acm-saq-no-response.pcapng"),  # answered, with ETIMEDOUT
     "RECORD-INCOMPLETE": (("corpus/record-incomplete.pcapng", [[9]]),
                           "corpus/conform-acm.pcapng"),
+    "UCMA-IBS-EVENT-MISMATCH": (("corpus/ucma-ibs-event-mismatch.pcapng", [[5, 6]]),
+                                "corpus/conform-ib-service-none.pcapng"),  # none: -ENODATA
+    "UCMA-IBS-ON-ROCE": (("corpus/ucma-ibs-on-roce.pcapng", [[3]]),
+                         "corpus/conform-ib-service.pcapng"),  # an IB port: the SA asked
+    "UCMA-IBS-QUERY-EARLY": (("corpus/ucma-ibs-query-early.pcapng", [[4]]),
+                             "corpus/conform-ib-service.pcapng"),  # after ADDRINFO_RESOLVED
+    "UCMA-IBS-TWICE": (("corpus/ucma-ibs-twice.pcapng", [[8]]),
+                       "corpus/conform-ib-service.pcapng"),  # one resolution a cm_id
+    "UCMA-IBS-QUERY-TRUNCATED": (("corpus/ucma-ibs-query-truncated.pcapng", [[14]]),
+                                 "corpus/conform-ib-service-retry.pcapng"),  # asked again for 8
     "UCMA-IBS-NAME-UNTERMINATED": (("corpus/ucma-ibs-name-unterminated.pcapng", [[3]]),
                                    "corpus/conform-ib-service.pcapng"),  # a 14-byte name
     "UCMA-IBS-NO-KEY": (("corpus/ucma-ibs-no-key.pcapng", [[3]]),

@@ -4,7 +4,7 @@ that the replay can draw a transaction when it lets it go (Replay.arrows)."""
 
 from __future__ import annotations
 
-from ..layers.mad import METHOD_RESP
+from ..layers.mad import ATTR_SERVICE_RECORD, METHOD_RESP
 from ..facts.rmpp import carries_whole_message
 
 
@@ -19,10 +19,15 @@ def sa_arrows(t, remote: str) -> list[tuple]:
     asks for the return path)."""
     out = []
     ret = " (return path)" if t.query and t.query.get("sgid") == remote else ""
+    service = t.attribute_id == ATTR_SERVICE_RECORD
     for i, rec in enumerate(t.requests):
         method = rec["mad"].get("method_name", hex(rec["mad"]["method"]))
-        ask = ("asks Reversible=1" if t.asks_reversible() else
-               "does not ask Reversible")
+        if service:  # the kernel's query of a service resolution: what it asks by
+            method += " ServiceRecord"
+            ask = f"by {'+'.join(sorted(t.components)) or 'nothing (ComponentMask 0)'}"
+        else:
+            ask = ("asks Reversible=1" if t.asks_reversible() else
+                   "does not ask Reversible")
         retry = " retry" if i else ""
         out.append((rec["frame"], "sa-query", "resolver", "SA",
                     f"SA {method}{retry}{ret} tid 0x{t.tid:x}: {ask}"))
@@ -39,6 +44,9 @@ def sa_arrows(t, remote: str) -> list[tuple]:
         else:
             recs = rec.get("path_records", [])
             status = mad.get("status", 0)
+            if service:
+                recs = rec.get("sa_records") or []
+                method += " ServiceRecord"
             label = (f"SA {method}{ret} status 0x{status:04x}: {len(recs)} record(s) "
                      f"{_rev(recs)}").rstrip()
         out.append((rec["frame"], "sa-answer", "SA", "resolver", label))

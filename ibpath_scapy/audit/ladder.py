@@ -14,7 +14,10 @@ with the kernel's verdict, RESOLVE_ROUTE, the QUERY(PATH) readback) with the eve
 the cm_id state they are judged in (ADDR_RESOLVED, ROUTE_RESOLVED and the errors). There the
 resolver lane is the process (its title says so); the ibacm lane is drawn only in a ladder with
 ACM messages. A cm_id's messages, and the ACM exchanges that led to its route steps, belong to
-the resolution whose blob it handed over, else to the ladder of no resolution.
+the resolution whose blob it handed over, else to the ladder of no resolution. An IB service
+resolution (Linux 6.17) has a ladder of its own: RESOLVE_IB_SERVICE, the kernel's SA
+GetTable(ServiceRecord) and its RMPP answer when the wire is in the same input, the ADDRINFO
+event and the QUERY(IB_SERVICE) readbacks (process.ServiceResolution).
 
 A ladder is bounded like the rest of its resolution's history: it draws the SA transactions
 its resolution keeps (the last Replay.RESOLUTION_HISTORY); the older ones were let go with
@@ -34,7 +37,8 @@ from ..layers.pathdata import flags_text
 from .engine import FileAudit
 from .model import Finding
 from .arrows import sa_arrows
-from .process import EVENT_STATES, PATH_QUERY, AcmExchange, CmId, ProcessView, process_view
+from .process import (EVENT_STATES, PATH_QUERY, SERVICE_QUERY, AcmExchange, CmId, ProcessView,
+                      ServiceResolution, process_view, service_keys)
 from .replay import LetGo, Replay, Resolution
 
 LANES = ("kernel", "resolver", "ibacm", "SA", "remote")
@@ -174,6 +178,12 @@ def _ucma_label(cm: CmId, rec, hand_over=None) -> tuple[str, str, str]:
     if rec.command == "GET_EVENT":
         status = f" status {rec.status}" if rec.status else ""
         return "kernel", "resolver", f"ucma event {rec.event} {who}{status}"
+    if rec.command == "QUERY" and rec.option == SERVICE_QUERY:
+        if rec.failed:
+            return "kernel", "resolver", f"ucma QUERY(IB_SERVICE) {who}{_failed(rec)}"
+        copied = len(rec.service_records or ())
+        return "kernel", "resolver", (f"ucma QUERY(IB_SERVICE) {who}: {rec.num_service_recs} "
+                                      f"held, {copied} copied{_failed(rec)}")
     if rec.command == "QUERY":
         paths = list(rec.paths or ())
         return "kernel", "resolver", (f"ucma QUERY(PATH) {who}: {len(paths)} path(s) "
@@ -185,33 +195,45 @@ def _ucma_label(cm: CmId, rec, hand_over=None) -> tuple[str, str, str]:
                                       f": {who} in {state}, {rec.optlen} bytes")
     if rec.command == "RESOLVE_ROUTE":
         return "resolver", "kernel", f"ucma RESOLVE_ROUTE {who}: the kernel's route{_failed(rec)}"
+    if rec.command == "RESOLVE_IB_SERVICE":
+        return "resolver", "kernel", (f"ucma RESOLVE_IB_SERVICE {who} by "
+                                      f"{service_keys(rec) or 'no key (flags 0)'}{_failed(rec)}")
     return "resolver", "kernel", f"ucma {rec.command} {who} {rec.src} → {rec.dst}{_failed(rec)}"
 
 
 def _drawn(rec) -> bool:
     """Whether a ladder draws a ucma command (see the module docstring)."""
     c = rec.command
-    return (c in ("RESOLVE_ADDR", "RESOLVE_IP", "RESOLVE_ROUTE")
+    return (c in ("RESOLVE_ADDR", "RESOLVE_IP", "RESOLVE_ROUTE", "RESOLVE_IB_SERVICE")
             or c == "GET_EVENT" and rec.event in EVENT_STATES
             or c == "SET_OPTION" and rec.level == "IB" and rec.optname == "PATH"
-            or c == "QUERY" and rec.option == PATH_QUERY)
+            or c == "QUERY" and rec.option in (PATH_QUERY, SERVICE_QUERY))
 
 
 class ProcessMessages:
     """The messages of a capture's process view (process.ProcessView), by cm_id: its drawn
     commands and the ACM exchanges that led to its route steps (CmId.exchanges); the
-    exchanges of no cm_id apart."""
+    exchanges of no cm_id apart; and apart too, each service resolution's commands
+    (`services`), which its own ladder draws."""
 
     def __init__(self, view: ProcessView | None):
         self.by_cm: list[tuple[CmId, list[tuple]]] = []
         self.loose: list[tuple] = []
+        self.services: list[tuple[ServiceResolution, list[tuple]]] = []
         if view is None:
             return
         placed: set[int] = set()
         for cm in view.cm_ids:
             hand_over = {h.command.frame: h for h in cm.hand_overs}
             msgs = []
+            service_frames = set()
+            for sr in cm.services:
+                steps = [sr.command] + ([sr.event] if sr.event is not None else []) + sr.queries
+                service_frames.update(r.frame for r in steps)
+                self.services.append((sr, [(r.frame, "ucma", *_ucma_label(cm, r)) for r in steps]))
             for rec in cm.commands:
+                if rec.frame in service_frames:
+                    continue
                 if _drawn(rec):
                     src, dst, label = _ucma_label(cm, rec, hand_over.get(rec.frame))
                     msgs.append((rec.frame, "ucma", src, dst, label))
@@ -338,6 +360,14 @@ def resolution_messages(res: Resolution, cm: CmIndex, extra: list[tuple] = ()) -
     return out
 
 
+def service_messages(sr: ServiceResolution, cm: CmIndex, msgs: list[tuple]) -> list[tuple]:
+    """The messages of a service resolution: its ucma commands (`msgs`) and the frames of its
+    SA GetTable(ServiceRecord), drawn as a resolution's SA transactions are."""
+    own = Resolution("", "", 0)
+    own.transactions = [sr.sa] if sr.sa is not None else []
+    return resolution_messages(own, cm, msgs)
+
+
 def let_go_note(lad: Ladder, dash: str = "-") -> str:
     """What a ladder whose resolution let transactions go says of them (the HTML report and
     the text ladder alike)."""
@@ -377,6 +407,12 @@ def ladders(fa: FileAudit) -> list[Ladder]:
         for frame in (res.let_go.last_frames if res.let_go else ()):  # its DECODE-LIMIT rests on them
             frame_owner.setdefault(frame, lad)
         by_name[res.name] = lad
+        out.append(lad)
+    for sr, msgs in process.services:
+        lad = Ladder(fa.path, sr.name)
+        for n, (frame, kind, src, dst, label) in enumerate(service_messages(sr, others, msgs), 1):
+            lad.arrows.append(Arrow(n, kind, src, dst, frame, label))
+            frame_owner.setdefault(frame, lad)
         out.append(lad)
     rest = _unplaced_messages(replay, set(frame_owner), others, process) if replay else []
     placed: dict[int, list[Finding]] = {}
@@ -475,4 +511,4 @@ def text_ladder(lad: Ladder, max_arrows: int | None = None) -> list[str]:
 
 __all__ = ["Arrow", "Ladder", "LANES", "KINDS", "PROCESS_KINDS", "RecordColumn", "ladders",
            "let_go_note",
-           "resolution_messages", "text_ladder", "COMPARED_FIELDS"]
+           "resolution_messages", "service_messages", "text_ladder", "COMPARED_FIELDS"]

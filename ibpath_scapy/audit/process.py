@@ -10,6 +10,15 @@ handed over (blob frames), put in order per cm_id and per ACM exchange.
   ADDR_ERROR and ROUTE_ERROR step back.
 - A *hand-over* is a SET_OPTION(IB, IB_PATH) with the blob frame the recorder writes right
   after it (its optval), the state it met and the ACM exchange whose answer it came from.
+- A *service resolution* (Linux 6.17, rdma_resolve_ib_service) is a RESOLVE_IB_SERVICE, the
+  kernel's SubnAdmGetTable(ServiceRecord) when the wire is in the same input (the first
+  ServiceRecord query sent after the command and before its event; the kernel sends one, with
+  no retry of its own: sa_query.c ib_sa_service_rec_get), the ADDRINFO_RESOLVED or
+  ADDRINFO_ERROR event, and the QUERY(IB_SERVICE) calls that read the records back (librdmacm
+  asks room for 6, then again for the kernel's count: cma.c ucma_query_ib_service). The
+  command moves the cm_id (bound: ADDR_BOUND) to "addrinfo_query", ADDRINFO_RESOLVED to
+  "addrinfo_resolved", ADDRINFO_ERROR back to "addr_bound" (cma.c rdma_resolve_ib_service,
+  cma_query_ib_service_handler). BIND is not decoded (no layer): its cm_id is not known.
 - An *ACM exchange* is a RESOLVE request and the response read on the same socket with the
   same tid (librdmacm acm.c ucma_ib_resolve: one send, one recv, no timeout); what the
   process did next with the cm_id (a hand-over, or RESOLVE_ROUTE: the kernel's own route).
@@ -28,8 +37,12 @@ from ..facts.kernelview import Blob, select_ucma
 from ..layers.pathdata import RECORD_SIZE
 from ..facts.process import AcmFrame, UcmaFrame
 from ..layers.acm import ACM_OP_MASK, ACM_OP_RESOLVE
-from ..layers.ucma import ADDRESS_FAMILIES, AF_IB, RDMA_USER_CM_QUERY_PATH, QUERY_OPTIONS
+from ..layers.mad import METHOD_GET_TABLE
+from ..layers.ucma import (ADDRESS_FAMILIES, AF_IB, QUERY_OPTIONS, RDMA_USER_CM_QUERY_IB_SERVICE,
+                           RDMA_USER_CM_QUERY_PATH)
 PATH_QUERY = QUERY_OPTIONS[RDMA_USER_CM_QUERY_PATH]
+SERVICE_QUERY = QUERY_OPTIONS[RDMA_USER_CM_QUERY_IB_SERVICE]
+ADDRINFO_EVENTS = ("ADDRINFO_RESOLVED", "ADDRINFO_ERROR")
 
 # the states of a cm_id the kernel accepts SET_OPTION(IB_PATH) in, or may (the ADDR_RESOLVED
 # event may not have been read yet when the call is made)
@@ -97,6 +110,50 @@ class HandOver:
         return f"-{call.errno}" if call.rc < 0 else "0"
 
 
+def service_keys(rec: UcmaFrame) -> str:
+    """What a RESOLVE_IB_SERVICE asks by, as its flags say: 'name "..."', 'ServiceID 0x...',
+    both, or '' (flags 0)."""
+    keys = []
+    if "NAME" in (rec.service_flags or ()):
+        keys.append(f'name "{rec.service_name}"')
+    if "ID" in (rec.service_flags or ()):
+        keys.append(f"ServiceID 0x{rec.service_id or 0:x}")
+    return ", ".join(keys)
+
+
+@dataclass
+class ServiceResolution:
+    """One RESOLVE_IB_SERVICE and what followed it: the kernel's SA GetTable(ServiceRecord)
+    (a replay Transaction or its ClosedTransaction; None when the wire is not in the input),
+    the ADDRINFO event and the QUERY(IB_SERVICE) readbacks, in order."""
+
+    command: UcmaFrame
+    cm_name: str
+    sa: object | None = None
+    event: UcmaFrame | None = None
+    queries: list[UcmaFrame] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """What its ladder is called: the cm_id and the service asked for."""
+        return f"IB service of {self.cm_name}: {service_keys(self.command) or 'no key'}"
+
+    @property
+    def frames(self) -> list[int]:
+        """Its commands' frames and its SA transaction's."""
+        out = [self.command.frame] + (self.sa.frames if self.sa is not None else [])
+        out += [self.event.frame] if self.event is not None else []
+        return sorted(out + [q.frame for q in self.queries])
+
+    def sa_answer(self) -> tuple[int, int] | None:
+        """(MAD status, ServiceRecords) of the SA's whole answer (RMPP reassembled), or None
+        when the input holds no answered SA query of this resolution."""
+        t = self.sa
+        if t is None or not t.answered:
+            return None
+        return t.status or 0, len(t.records)
+
+
 @dataclass
 class CmId:
     """One rdma_cm_id: its commands in order, its hand-overs and PATH readbacks."""
@@ -111,6 +168,7 @@ class CmId:
     # the ACM exchanges whose answer its route steps used or followed (a hand-over, its
     # RESOLVE_ROUTE, an AF_IB RESOLVE_ADDR), in order
     exchanges: list[AcmExchange] = field(default_factory=list)
+    services: list[ServiceResolution] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -135,6 +193,7 @@ class ProcessView:
     cm_ids: list[CmId] = field(default_factory=list)
     exchanges: list[AcmExchange] = field(default_factory=list)
     resolve_addrs: list[tuple[UcmaFrame, AcmExchange | None]] = field(default_factory=list)
+    services: list[ServiceResolution] = field(default_factory=list)
 
 
 def _who(rec) -> tuple:
@@ -148,7 +207,8 @@ def _pid(rec):
 
 # the events that move a cm_id's state, and the state they move it to
 EVENT_STATES = {"ADDR_RESOLVED": "addr_resolved", "ADDR_ERROR": "idle",
-                "ROUTE_RESOLVED": "route_resolved", "ROUTE_ERROR": "addr_resolved"}
+                "ROUTE_RESOLVED": "route_resolved", "ROUTE_ERROR": "addr_resolved",
+                "ADDRINFO_RESOLVED": "addrinfo_resolved", "ADDRINFO_ERROR": "addr_bound"}
 
 
 def build(records: list) -> ProcessView:
@@ -220,10 +280,44 @@ def build(records: list) -> ProcessView:
                 cm.state = "route_query"
         elif rec.command == "CONNECT" and not rec.failed:
             cm.state = "connect"
+        elif rec.command == "RESOLVE_IB_SERVICE":
+            sr = ServiceResolution(rec, cm.name)
+            cm.services.append(sr)
+            view.services.append(sr)
+            if not rec.failed:
+                cm.state = "addrinfo_query"
         elif rec.command == "QUERY" and rec.option == PATH_QUERY and rec.paths is not None:
             accepted = [h for h in cm.hand_overs if not h.command.failed]
             cm.readbacks.append((rec, accepted[-1] if accepted else None))
+        if cm.services and _of_service(rec):  # (an ADDRINFO event set the state above)
+            sr = cm.services[-1]
+            if rec.command == "QUERY":
+                sr.queries.append(rec)
+            elif sr.event is None:
+                sr.event = rec
     return view
+
+
+def _of_service(rec) -> bool:
+    """An ADDRINFO event or a QUERY(IB_SERVICE): a step of the cm_id's service resolution."""
+    return (rec.command == "GET_EVENT" and rec.event in ADDRINFO_EVENTS
+            or rec.command == "QUERY" and rec.option == SERVICE_QUERY)
+
+
+def join_service_queries(view: ProcessView, queries) -> None:
+    """Give each service resolution its SA GetTable(ServiceRecord): the first one not yet
+    given whose first request follows the command and precedes the event (the kernel sends
+    its query between the two: cma.c cma_resolve_ib_service). A failed command sent none."""
+    free = sorted((t for t in queries if t.method == METHOD_GET_TABLE),
+                  key=lambda t: t.first_frame)
+    for sr in view.services:
+        if sr.command.failed:
+            continue
+        end = sr.event.frame if sr.event is not None else float("inf")
+        for i, t in enumerate(free):
+            if sr.command.frame < t.first_frame < end:
+                sr.sa = free.pop(i)
+                break
 
 
 def process_view(replay) -> ProcessView:
@@ -232,14 +326,19 @@ def process_view(replay) -> ProcessView:
     if view is None:
         recs = sorted(replay.process + [b for b in replay.blobs], key=lambda r: r["frame"])
         view = replay._process_view = build(recs)
+        join_service_queries(view, getattr(replay, "service_queries", ()))
     return view
 
 
 def frames_by_resolution(view: ProcessView, blob_owner: dict[int, str]) -> dict[int, str]:
-    """The resolution each process frame belongs to: a cm_id's (its commands, blobs and ACM
+    """The resolution each process frame belongs to: a service resolution's frames (its
+    commands and SA transaction) are its own; a cm_id's (its commands, blobs and ACM
     exchanges) is the resolution of the blobs it handed over (`blob_owner`: blob frame ->
     resolution name); the frames of a cm_id that handed none over belong to none."""
     out: dict[int, str] = {}
+    for sr in view.services:
+        for frame in sr.frames:
+            out.setdefault(frame, sr.name)
     for cm in view.cm_ids:
         name = next((blob_owner[h.blob.frame] for h in cm.hand_overs
                      if h.blob is not None and h.blob.frame in blob_owner), None)

@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..facts.records import Fact, MadFrame
-from ..layers.mad import ATTR_PATH_RECORD, METHOD_RESP, MGMT_CLASS_SA
+from ..layers.mad import ATTR_PATH_RECORD, ATTR_SERVICE_RECORD, METHOD_RESP, MGMT_CLASS_SA
 from ..layers.umad import UMAD_TID_LOW
 from ..facts.assemble import umad_send_returned
 from ..facts.rmpp import carries_whole_message
@@ -95,6 +95,12 @@ class Transaction:
         """How many times the request was sent (1 + its retries with the same TID)."""
         return len(self.requests)
 
+    @property
+    def method(self) -> int | None:
+        """The request's MAD method (None: no request seen)."""
+        r = self.request
+        return r.mad.method if r is not None else None
+
     def asks_reversible(self) -> bool:
         q = self.query
         return q is not None and "reversible" in self.components and q.reversible == 1
@@ -108,7 +114,7 @@ class ClosedTransaction:
 
     __slots__ = ("requester", "tid", "attribute_id", "records", "answered", "completing_frame",
                  "query", "components", "component_mask", "status", "first_frame", "_frames",
-                 "arrows", "request_count")
+                 "arrows", "request_count", "method")
 
     def __init__(self, t: Transaction):
         self.requester, self.tid, self.attribute_id = t.requester, t.tid, t.attribute_id
@@ -118,6 +124,7 @@ class ClosedTransaction:
         self.components = _components(t.request)
         self.first_frame = t.first_frame
         self.request_count = t.request_count
+        self.method = t.method
         self._frames = array("Q", t.frames)
         self.arrows: list[tuple] | None = None  # its ladder messages (Replay.arrows)
 
@@ -286,6 +293,7 @@ class Replay:
     MAX_OPEN_TRANSACTIONS = 65536
     LINGER = 4096
     RESOLUTION_HISTORY = 256
+    SERVICE_HISTORY = 4096
 
     def __init__(self, keep_closed: bool = True):
         self.transactions: dict[tuple, Transaction] = {}
@@ -300,6 +308,10 @@ class Replay:
         self.let_go: set[int] = set()
         self.on_close = None  # called with (transaction, its resolution or None) on closing
         self.sa_count = 0  # PathRecord transactions closed
+        # the ServiceRecord transactions closed (the kernel's SubnAdmGetTable of an IB service
+        # resolution, Linux 6.17), the last SERVICE_HISTORY, for the process view to join to
+        # the RESOLVE_IB_SERVICE they answer (audit/process.py)
+        self.service_queries: deque = deque(maxlen=self.SERVICE_HISTORY)
         # answered transactions in the order they were answered, to close the oldest first
         self._answered: deque[tuple[tuple, Transaction, float]] = deque()
         # a live stream (audit of "-" or a FIFO): also close a transaction once the capture's
@@ -411,7 +423,9 @@ class Replay:
                     self._answered.append((key, t, rec.time))
                 t.answered = True
                 t.completing_frame = rec.frame
-                t.records = list(rec.path_records or ())
+                # a PathRecord answer's records; of another attribute, its records of that
+                # attribute (a ServiceRecord GetTable's, which a service resolution reads)
+                t.records = list(rec.path_records or rec.sa_records or ())
         elif rec.rmpp_control:
             t.responses.append(rec)  # the requester's RMPP ACKs
         else:
@@ -468,15 +482,23 @@ class Replay:
             res = self._place_transaction(t)
         if self.on_close is not None:
             self.on_close(t, res)
+        service = t.attribute_id == ATTR_SERVICE_RECORD
         if self.keep_closed:
             self.done.append(t)
+            if service:
+                self.service_queries.append(t)
             return
         arrows = sa_arrows(t, res.remote if res is not None else "") if self.arrows else None
         if res is not None:  # judged: the resolution keeps what its rules read
             summary = res.transactions[-1] = ClosedTransaction(t)
             summary.arrows = arrows
-        elif arrows:
-            self.unplaced_arrows += arrows
+        else:
+            if service:  # its service resolution's ladder draws it, if any (audit/ladder.py)
+                summary = ClosedTransaction(t)
+                summary.arrows = arrows
+                self.service_queries.append(summary)
+            if arrows:
+                self.unplaced_arrows += arrows
 
     def finish(self) -> None:
         self._flush_closing()

@@ -30,6 +30,7 @@ def summary(audits: list[FileAudit]) -> dict:
                 view = process_view(a.replay)
                 s["cm_ids"] += len(view.cm_ids)
                 s["acm_exchanges"] += len(view.exchanges)
+                s["resolutions"] += len(view.services)  # IB service resolutions, each one
         for f in a.findings:
             s["findings"][f.severity] += 1
     return s
@@ -188,6 +189,8 @@ def to_text(audits: list[FileAudit], colour: bool = False, ladder: bool = False,
         for f in a.findings:
             by_res.setdefault(f.resolution, []).append(f)
         res_names = [r.name for r in (a.replay.resolutions.values() if a.replay else [])]
+        if a.replay is not None and a.replay.process:  # then its IB service resolutions
+            res_names += [sr.name for sr in process_view(a.replay).services]
         for name in res_names + [None]:
             fs = by_res.get(name, [])
             if name is None and not fs and (a.path, None) not in ladders:

@@ -13,8 +13,9 @@ import errno
 from ..layers.acm import ACM_MSG_EP_LENGTH, ACM_MSG_HDR_LENGTH, ACM_STATUS_ENODATA
 from ..layers.mad import (ATTR_SERVICE_RECORD, MAD, METHOD_GET_TABLE, METHOD_GET_TABLE_RESP, RMPP,
                           RMPP_TYPE_DATA)
-from ..layers.sa import SERVICE_NAME_SIZE, PathRecord, SAHeader, ServiceRecord
-from ..layers.ucma import IB_SERVICE_FLAG_NAME
+from ..layers.sa import (SA_MAD_HDR_SIZE, SERVICE_NAME_SIZE, SERVICE_RECORD_SIZE, PathRecord,
+                         SAHeader, ServiceRecord)
+from ..layers.ucma import IB_SERVICE_FLAG_ID, IB_SERVICE_FLAG_NAME
 from ..facts.librdmacm import ai_route_bytes
 from ..facts.rmpp import segment
 from .program import Program, address_entry, path_entry, sockaddr_ib
@@ -246,31 +247,50 @@ def _service(s: Session, k: int = 0, name: bytes = SERVICE_NAME) -> ServiceRecor
                          service_data8_0=k)
 
 
-def _resolve_service(s: Session, *, flags: int, name: bytes = SERVICE_NAME,
-                     service_id: int = 0, asked: ServiceRecord, mask: int,
-                     held: list[ServiceRecord]) -> Program:
-    """rdma_resolve_ib_service as the kernel does it: the cm_id bound, RESOLVE_IB_SERVICE,
-    the kernel's SubnAdmGetTable(ServiceRecord) with `asked` under ComponentMask `mask`, the
-    SA's answer `held` (one RMPP segment each record fits in), the event, and QUERY
-    IB_SERVICE of what the kernel holds (cma_query_ib_service_handler: no record,
-    ADDRINFO_ERROR -ENOENT)."""
-    p = _program(s)
-    p.create_id()
-    p.bind()
-    p.resolve_ib_service(service_id=service_id, name=name, flags=flags)
+def _service_get_table(s: Session, asked: ServiceRecord, mask: int,
+                       held: list[ServiceRecord]) -> None:
+    """The kernel's SubnAdmGetTable(ServiceRecord) for `asked` under ComponentMask `mask`
+    (cma.c cma_resolve_ib_service) and the SA's answer `held` in RMPP segments: each query
+    a TID of its own, as the kernel's MAD agent gives."""
+    s.b.tid += 1
     tid = s.b.tid + 0x5000
     s.b.mad(MAD(method=METHOD_GET_TABLE, attribute_id=ATTR_SERVICE_RECORD, transaction_id=tid)
             / RMPP() / SAHeader(component_mask=mask, records=[asked]))
     answer = bytes(MAD(method=METHOD_GET_TABLE_RESP, attribute_id=ATTR_SERVICE_RECORD,
                        transaction_id=tid) / RMPP(rmpp_version=1, rmpp_type=RMPP_TYPE_DATA)
                    / SAHeader(records=held))
-    for seg in segment(answer):
+    # the layer pads a MAD to 256 bytes: cut it to the records, as the SA sends them
+    for seg in segment(answer[:SA_MAD_HDR_SIZE + SERVICE_RECORD_SIZE * len(held)]):
         s.b.mad(seg, from_sa=True)
-    if held:
-        p.event("ADDRINFO_RESOLVED")
-        p.query_ib_service(held)
-    else:
-        p.event("ADDRINFO_ERROR", -errno.ENOENT)
+
+
+def _resolve_service(s: Session, *, flags: int, name: bytes = SERVICE_NAME,
+                     service_id: int = 0, asked: ServiceRecord, mask: int,
+                     held: list[ServiceRecord], event: tuple[str, int] | None = None,
+                     rooms: list[int] | None = None) -> Program:
+    """rdma_resolve_ib_service as the kernel does it: the cm_id bound, RESOLVE_IB_SERVICE,
+    the kernel's SubnAdmGetTable(ServiceRecord) with `asked` under ComponentMask `mask`, the
+    SA's answer `held` (RMPP segments of the records alone: an empty table is one segment of
+    PayloadLength 20, which the kernel counts as no record), the event, and the QUERY
+    IB_SERVICE readbacks with room for `rooms` records each.
+
+    The event is the kernel's unless given: ADDRINFO_RESOLVED for records, ADDRINFO_ERROR
+    -ENODATA for none (sa_query.c ib_sa_service_rec_callback). The rooms are librdmacm's
+    unless given: 6, then the kernel's count when it holds more (cma.c
+    ucma_query_ib_service)."""
+    p = _program(s)
+    p.create_id()
+    p.bind()
+    p.resolve_ib_service(service_id=service_id, name=name, flags=flags)
+    _service_get_table(s, asked, mask, held)
+    if event is None:
+        event = ("ADDRINFO_RESOLVED", 0) if held else ("ADDRINFO_ERROR", -errno.ENODATA)
+    p.event(*event)
+    if event[0] == "ADDRINFO_RESOLVED":
+        if rooms is None:
+            rooms = [6] + ([len(held)] if len(held) > 6 else [])
+        for room in rooms:
+            p.query_ib_service(held, room=room)
     return p
 
 
@@ -313,7 +333,86 @@ def ucma_ibs_name_unterminated(s: Session) -> None:
 
     strscpy keeps 63 bytes and a NUL; OpenSM compares all 64 name bytes, finds no service
     (the one registered has the 64-byte name) and answers an empty table: ADDRINFO_ERROR
-    -ENOENT."""
+    -ENODATA."""
     name = b"N" * SERVICE_NAME_SIZE
     _resolve_service(s, flags=IB_SERVICE_FLAG_NAME, name=name, asked=ServiceRecord(
         service_name=name[:SERVICE_NAME_SIZE - 1]), mask=_NAME_BIT, held=[])
+
+
+def _by_name(s: Session, held: list[ServiceRecord], **kw) -> Program:
+    """A resolution by the NUL-terminated SERVICE_NAME, the SA answering `held`."""
+    return _resolve_service(s, flags=IB_SERVICE_FLAG_NAME, asked=ServiceRecord(
+        service_name=SERVICE_NAME), mask=_NAME_BIT, held=held, **kw)
+
+
+@scenario("conform-ib-service-none", encaps=IB, program=True)
+def conform_ib_service_none(s: Session) -> None:
+    """No service is registered under the name: the SA answers an empty table and the kernel gives ADDRINFO_ERROR -ENODATA.
+
+    ib_sa_service_rec_callback counts no record in the answer and gives -ENODATA, which
+    cma_query_ib_service_handler passes on as the ADDRINFO_ERROR's status."""
+    _by_name(s, [])
+
+
+@scenario("ucma-ibs-event-mismatch", ("UCMA-IBS-EVENT-MISMATCH",), encaps=IB, program=True)
+def ucma_ibs_event_mismatch(s: Session) -> None:
+    """The SA answers the service, yet the process gets ADDRINFO_ERROR -ENODATA: the kernel did not see that answer.
+
+    From an answer with one record the kernel makes ADDRINFO_RESOLVED; -ENODATA is what it
+    gives an empty one."""
+    _by_name(s, [_service(s)], event=("ADDRINFO_ERROR", -errno.ENODATA))
+
+
+@scenario("conform-ib-service-retry", encaps=IB, program=True)
+def conform_ib_service_retry(s: Session) -> None:
+    """Eight services answer the name: librdmacm's QUERY with room for 6 reads the count, and it asks again with room for 8.
+
+    ucma_query_ib_service copies 6 and says 8; librdmacm's ucma_query_ib_service frees its
+    buffer and asks for num_service_recs."""
+    _by_name(s, [_service(s, k) for k in range(8)])
+
+
+@scenario("ucma-ibs-query-truncated", ("UCMA-IBS-QUERY-TRUNCATED",), encaps=IB, program=True)
+def ucma_ibs_query_truncated(s: Session) -> None:
+    """Eight services answer the name; the program's one QUERY has room for 6 and it never asks again.
+
+    The kernel says it holds 8 and copies 6: the last two services are lost to the program."""
+    _by_name(s, [_service(s, k) for k in range(8)], rooms=[6])
+
+
+@scenario("ucma-ibs-on-roce", ("UCMA-IBS-ON-ROCE",), encaps=ROCE, program=True)
+def ucma_ibs_on_roce(s: Session) -> None:
+    """A program asks for an IB service on a RoCE port: RESOLVE_IB_SERVICE fails with EOPNOTSUPP.
+
+    rdma_resolve_ib_service finds no IB SA on the port (rdma_cap_ib_sa) and refuses before
+    any query: no SA frame, no ADDRINFO event."""
+    p = _program(s)
+    p.create_id()
+    p.bind()
+    p.resolve_ib_service(name=SERVICE_NAME, flags=IB_SERVICE_FLAG_NAME, err=errno.EOPNOTSUPP)
+
+
+@scenario("ucma-ibs-twice", ("UCMA-IBS-TWICE",), encaps=IB, program=True)
+def ucma_ibs_twice(s: Session) -> None:
+    """After the service resolved, the program resolves another one on the same cm_id: the kernel refuses it with EINVAL.
+
+    The cm_id is in ADDRINFO_RESOLVED, and rdma_resolve_ib_service starts only from
+    ADDR_BOUND."""
+    p = _by_name(s, [_service(s)])
+    p.resolve_ib_service(service_id=SERVICE_ID + 1, flags=IB_SERVICE_FLAG_ID, err=errno.EINVAL)
+
+
+@scenario("ucma-ibs-query-early", ("UCMA-IBS-QUERY-EARLY",), encaps=IB, program=True)
+def ucma_ibs_query_early(s: Session) -> None:
+    """The program asks QUERY(IB_SERVICE) before it reads ADDRINFO_RESOLVED: the kernel does not hold the records yet and answers ENODATA.
+
+    Its query after the event reads them."""
+    held = [_service(s)]
+    p = _program(s)
+    p.create_id()
+    p.bind()
+    p.resolve_ib_service(name=SERVICE_NAME, flags=IB_SERVICE_FLAG_NAME)
+    p.query_ib_service(held, err=errno.ENODATA)
+    _service_get_table(s, ServiceRecord(service_name=SERVICE_NAME), _NAME_BIT, held)
+    p.event("ADDRINFO_RESOLVED")
+    p.query_ib_service(held)

@@ -29,7 +29,7 @@ from ..layers.acm import (
     AcmResolve,
 )
 from ..layers.pathdata import PathArray, PathRecData
-from ..layers.sa import PathRecord, ServiceRecord
+from ..layers.sa import SERVICE_RECORD_SIZE, PathRecord, ServiceRecord
 from ..layers.ucma import (
     AF_IB,
     AF_INET,
@@ -95,8 +95,10 @@ class Program:
         self.id = 0
         self.acm_tid = 0
 
-    def _cmd(self, cmd: str, body, **kw) -> int:
-        out = len(bytes(kw["response"])) if kw.get("response") else 0
+    def _cmd(self, cmd: str, body, out: int | None = None, **kw) -> int:
+        """One command; `out` is the response buffer's size (the response's, unless given)."""
+        if out is None:
+            out = len(bytes(kw["response"])) if kw.get("response") else 0
         return self.b.ucma(UcmaCmdHdr(cmd=CMD[cmd], out_len=out) / body, **kw)
 
     # -- rdma_cm commands ------------------------------------------------------------------
@@ -154,20 +156,26 @@ class Program:
         return self.b.ucma(UcmaCmdHdr(cmd=CMD["BIND"], in_len=len(body)) / body)
 
     def resolve_ib_service(self, *, service_id: int = 0, name: bytes | str = b"",
-                           flags: int) -> int:
+                           flags: int, err: int = 0) -> int:
         """RESOLVE_IB_SERVICE (rdma_resolve_ib_service, Linux 6.17): by ServiceID (flag ID
-        1), ServiceName (flag NAME 2), both or (flags 0) neither."""
+        1), ServiceName (flag NAME 2), both or (flags 0) neither; `err` the errno the write
+        fails with (0: it succeeds)."""
         return self._cmd("RESOLVE_IB_SERVICE", UcmaResolveIbService(id=self.id, ibs=UcmaIbService(
-            service_id=service_id, service_name=name, flags=flags)))
+            service_id=service_id, service_name=name, flags=flags)),
+            rc=-1 if err else None, err=err)
 
-    def query_ib_service(self, records: list[ServiceRecord], room: int = 6) -> int:
+    def query_ib_service(self, records: list[ServiceRecord], room: int = 6, *,
+                         err: int = 0) -> int:
         """QUERY(IB_SERVICE) with room for `room` records (librdmacm asks for 6 first): the
-        kernel says how many it holds and copies as many as there is room for."""
+        kernel says how many it holds and copies as many as there is room for; `err` the
+        errno the write fails with instead (ENODATA: the kernel holds no record)."""
         copied = records[:room]
+        out = len(UcmaQueryIbServiceResp(num_service_recs=0)) + room * SERVICE_RECORD_SIZE
         return self._cmd("QUERY", UcmaQuery(response=_RESPONSE_PTR, id=self.id,
-                                            option=RDMA_USER_CM_QUERY_IB_SERVICE),
+                                            option=RDMA_USER_CM_QUERY_IB_SERVICE), out=out,
                          response=UcmaQueryIbServiceResp(num_service_recs=len(records),
-                                                         recs=copied))
+                                                         recs=copied),
+                         rc=-1 if err else None, err=err)
 
     # -- the ACM socket ----------------------------------------------------------------------
     def acm_request(self) -> int:

@@ -325,7 +325,9 @@ class Emitter:
                 if sub.__name__ not in self.keys:
                     continue
                 cond = " and ".join(f"ib_val(v, {lua_str(k)}) == {int(val)}" for k, val in sorted(fv.items())) or "true"
-                branches.append((cond, sub))
+                # as Scapy: a bound payload is dissected only from bytes that remain (a ucma
+                # command whose write failed has no response after it)
+                branches.append((f"o < limit and {cond}", sub))
             for h in m.next_hints:
                 if h.cls.__name__ in self.keys:
                     branches.append((f"ib_truthy({h.condition.lua(_lua_env('(limit - o)'))})", h.cls))

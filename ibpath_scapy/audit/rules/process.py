@@ -3,16 +3,22 @@ with the rdma_cm device and librdmacm's ACM socket, from `ibpath record`'s captu
 
 A check is given ``(replay, options)`` and reads the replay's process view
 (audit/process.py): each cm_id's commands, its hand-overs (SET_OPTION(IB, IB_PATH) and its
-path array) and PATH readbacks, and each ACM exchange with what the process did next.
+path array) and PATH readbacks, each ACM exchange with what the process did next, and each
+IB service resolution (RESOLVE_IB_SERVICE, the kernel's SA GetTable, the ADDRINFO event,
+the QUERY(IB_SERVICE) readbacks).
 
 Sources: drivers/infiniband/core/ucma.c (ucma_set_option_ib, ucma_set_ib_path,
-ucma_query_path), drivers/infiniband/core/cma.c (rdma_set_ib_path), rdma-core
-librdmacm/acm.c (ucma_ib_resolve, ucma_ib_save_resp, ucma_resolve_af_ib), and the lab's
-observations on a 6.1 kernel with rxe (captures/rxe/acm/README.md).
+ucma_query_path; 6.17: ucma_resolve_ib_service, ucma_query_ib_service),
+drivers/infiniband/core/cma.c (rdma_set_ib_path; 6.17: rdma_resolve_ib_service,
+cma_query_ib_service_handler), sa_query.c (6.17: ib_sa_service_rec_callback), rdma-core
+librdmacm/acm.c (ucma_ib_resolve, ucma_ib_save_resp, ucma_resolve_af_ib) and cma.c
+(ucma_query_ib_service, resolve_ai_sa), and the lab's observations on a 6.1 kernel with rxe
+(captures/rxe/acm/README.md).
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 
 from ...facts import Code
@@ -379,7 +385,7 @@ def ibs_name_unterminated(subject):
     cma_resolve_ib_service copies the name into its SA query with strscpy(sr.name,
     ibs->service_name, sizeof(sr.name)), which keeps at most 63 bytes and a NUL; OpenSM
     compares all 64 bytes of ServiceName (memcmp), so a service registered under the 64-byte
-    name is never found, and the answer is another service's or none (ADDRINFO_ERROR -ENOENT).
+    name is never found, and the answer is another service's or none (ADDRINFO_ERROR -ENODATA).
     Source: cma.c cma_resolve_ib_service; osm_sa_service_record.c __get_matching_sr.
     """
     for frame, cm_id, flags, name in _ib_service_requests(subject):
@@ -387,3 +393,194 @@ def ibs_name_unterminated(subject):
             yield [frame], (f"RESOLVE_IB_SERVICE id {cm_id} by name \"{name}\": no NUL in its "
                             f"{SERVICE_NAME_SIZE} bytes; the kernel's strscpy asks the SA for "
                             f"the first {SERVICE_NAME_SIZE - 1}")
+
+
+# -- the time line of an IB service resolution (process.ServiceResolution) ------------------
+# Read from the series merged for Linux 6.17 ("RDMA/cma: Support IB service record
+# resolution", "RDMA/sa_query: Support IB service records resolution", "RDMA/ucma: Support
+# query resolved service records") and rdma-core 60's librdmacm.
+SA_SERVICE_CALLBACK = (
+    "Linux 6.17 drivers/infiniband/core/sa_query.c recv_handler (\"query->rmpp_callback(query, "
+    "mad->mad_hdr.status ? -EINVAL : 0, mad_recv_wc)\"), ib_sa_service_rec_callback "
+    "(\"num_services = (mad_wc->mad_len - IB_SA_DATA_OFFS) / IB_SERVICE_REC_SZ; if "
+    "(!num_services) { query->callback(-ENODATA, NULL, 0, query->context)\")")
+CMA_SERVICE_HANDLER = (
+    "Linux 6.17 drivers/infiniband/core/cma.c cma_query_ib_service_handler (\"if (status) "
+    "goto fail; ... fail: work->event.event = RDMA_CM_EVENT_ADDRINFO_ERROR; "
+    "work->event.status = status\"), cma_resolve_ib_service (\"work->event.event = "
+    "RDMA_CM_EVENT_ADDRINFO_RESOLVED\")")
+UCMA_QUERY_IB_SERVICE = (
+    "Linux 6.17 drivers/infiniband/core/ucma.c ucma_query_ib_service (\"resp->num_service_recs "
+    "= ctx->cm_id->route.num_service_recs; n = (out_len - sizeof(struct "
+    "rdma_ucm_query_ib_service_resp)) / sizeof(struct ib_user_service_rec); ... if (n > "
+    "ctx->cm_id->route.num_service_recs) n = ctx->cm_id->route.num_service_recs\")")
+LIBRDMACM_QUERY_IB_SERVICE = (
+    "rdma-core 60 librdmacm/cma.c ucma_query_ib_service (\"int ret, size, num = 6; ... if "
+    "(resp->num_service_recs > num) { num = resp->num_service_recs; free(resp); goto retry; }\")")
+CMA_RESOLVE_IB_SERVICE_SA = (
+    "Linux 6.17 drivers/infiniband/core/cma.c rdma_resolve_ib_service (\"if "
+    "(rdma_cap_ib_sa(id->device, id->port_num)) ret = cma_resolve_ib_service(id_priv, ibs); "
+    "else ret = -EOPNOTSUPP;\"); ucma.c ucma_resolve_ib_service; rdma-core librdmacm/cma.c "
+    "resolve_ai_sa (\"if (ret != sizeof(cmd)) return (ret >= 0) ? ERR(ENODATA) : -1;\")")
+
+
+def expected_addrinfo_event(status: int, records: int) -> tuple[str, int]:
+    """The event (and its status) the kernel gives a service resolution whose SA answer had
+    MAD status `status` and `records` ServiceRecords: none is -ENODATA whatever the status
+    (ib_sa_service_rec_callback counts before it looks), an error status with records -EINVAL
+    (recv_handler), else ADDRINFO_RESOLVED (cma_query_ib_service_handler)."""
+    if records == 0:
+        return "ADDRINFO_ERROR", -errno.ENODATA
+    if status:
+        return "ADDRINFO_ERROR", -errno.EINVAL
+    return "ADDRINFO_RESOLVED", 0
+
+
+def _event_text(event: str, status: int) -> str:
+    if not status:
+        return event
+    name = errno.errorcode.get(-status, str(-status))
+    return f"{event} -{name}"
+
+
+@rule("UCMA-IBS-EVENT-MISMATCH", "error", "process",
+      SA_SERVICE_CALLBACK + "; " + CMA_SERVICE_HANDLER)
+def ibs_event_mismatch(subject):
+    """The ADDRINFO event is not what the kernel makes of the SA answer in the capture: an error although the SA answered records, or RESOLVED although it answered none.
+
+    The kernel's SubnAdmGetTable(ServiceRecord) is answered once (RMPP reassembled by the MAD
+    layer). ib_sa_service_rec_callback counts the records of the whole answer ((mad_len -
+    56) / 176) and gives cma -ENODATA when there is none; recv_handler gives -EINVAL for a
+    non-zero MAD status; cma_query_ib_service_handler turns any error into ADDRINFO_ERROR with
+    that status and records into ADDRINFO_RESOLVED, the first record the destination. An
+    event that does not follow from the captured answer means the kernel did not see that
+    answer: it came late (the kernel waits 2000 ms, then ADDRINFO_ERROR -ETIMEDOUT), it was
+    answered to another port, or something between the SA and the process changed the event.
+    Source: sa_query.c recv_handler, ib_sa_service_rec_callback; cma.c
+    cma_query_ib_service_handler.
+    """
+    replay, _ = subject
+    for sr in process_view(replay).services:
+        answer, got = sr.sa_answer(), sr.event
+        if answer is None or got is None:
+            continue
+        status, records = answer
+        want = expected_addrinfo_event(status, records)
+        seen = (got.event, got.status or 0)
+        if seen != want:
+            yield [sr.sa.completing_frame, got.frame], (
+                f"{sr.cm_name}: the SA answered {records} ServiceRecord(s) with MAD status "
+                f"0x{status:04x} (frame {sr.sa.completing_frame}), which the kernel makes "
+                f"{_event_text(*want)}; the process got {_event_text(*seen)}")
+
+
+@rule("UCMA-IBS-QUERY-TRUNCATED", "warning", "process",
+      UCMA_QUERY_IB_SERVICE + "; " + LIBRDMACM_QUERY_IB_SERVICE)
+def ibs_query_truncated(subject):
+    """A QUERY(IB_SERVICE) answer says the kernel holds more ServiceRecords than the buffer held, and the program never asked again.
+
+    ucma_query_ib_service always writes the kernel's count (num_service_recs) and copies as
+    many records as the caller's buffer has room for; it does not fail on a short buffer.
+    librdmacm asks room for 6 and, when the count is larger, asks again with room for all of
+    them. A program that reads the records itself (or another librdmacm) and stops at the
+    first answer sees only the first records: the services past them are lost to it.
+    Source: ucma.c ucma_query_ib_service; librdmacm cma.c ucma_query_ib_service.
+    """
+    replay, _ = subject
+    for sr in process_view(replay).services:
+        read = [q for q in sr.queries if not q.failed and q.num_service_recs is not None]
+        # the last query short of the count that no query with room for all of it followed
+        # (librdmacm asks again with room for num_service_recs)
+        short = [q for i, q in enumerate(read)
+                 if q.num_service_recs > len(q.service_records or ())
+                 and not any(len(later.service_records or ()) >= q.num_service_recs
+                             for later in read[i + 1:])]
+        if short:
+            q = short[-1]
+            yield [q.frame], (f"{sr.cm_name}: QUERY(IB_SERVICE) answered {q.num_service_recs} "
+                              f"ServiceRecords held, {len(q.service_records or ())} copied, "
+                              f"and no QUERY with room for all of them followed")
+
+
+@rule("UCMA-IBS-ON-ROCE", "error", "process", CMA_RESOLVE_IB_SERVICE_SA)
+def ibs_on_roce(subject):
+    """RESOLVE_IB_SERVICE refused with EOPNOTSUPP: the cm_id's port has no IB SA (RoCE or iWARP).
+
+    rdma_resolve_ib_service sends its SA query only where rdma_cap_ib_sa holds (an IB port);
+    on any other it returns -EOPNOTSUPP and puts the cm_id back to ADDR_BOUND, so the write()
+    fails and no ADDRINFO event comes. librdmacm's rdma_resolve_addrinfo with RAI_SA returns
+    that error; a RoCE program must resolve by address (RAI_DNS or rdma_resolve_addr).
+    Source: cma.c rdma_resolve_ib_service; ucma.c ucma_resolve_ib_service; librdmacm
+    cma.c resolve_ai_sa.
+    """
+    replay, _ = subject
+    for sr in process_view(replay).services:
+        c = sr.command
+        if c.failed and c.call.errno in _EOPNOTSUPP:
+            yield [c.frame], (f"{sr.cm_name}: RESOLVE_IB_SERVICE failed with EOPNOTSUPP: the "
+                              "port has no IB SA (rdma_cap_ib_sa: RoCE or iWARP); the kernel "
+                              "sent no SA query and gives no ADDRINFO event")
+
+
+# EOPNOTSUPP and ENOTSUP are one value on Linux (95); the recorder names it either way
+_EOPNOTSUPP = frozenset(("EOPNOTSUPP", "ENOTSUP", str(errno.EOPNOTSUPP)))
+
+
+CMA_RESOLVE_ONCE = (
+    "Linux 6.17 drivers/infiniband/core/cma.c rdma_resolve_ib_service (\"if (!id_priv->cma_dev "
+    "|| !cma_comp_exch(id_priv, RDMA_CM_ADDR_BOUND, RDMA_CM_ADDRINFO_QUERY)) return -EINVAL;\"); "
+    "include/rdma/rdma_cm.h (\"The resolution can be done once per rdma_cm_id.\")")
+UCMA_QUERY_NO_RECORDS = (
+    "Linux 6.17 drivers/infiniband/core/ucma.c ucma_query_ib_service (\"if "
+    "(!ctx->cm_id->route.service_recs) return -ENODATA;\"); cma.c cma_query_ib_service_handler "
+    "(service_recs set only on success, before the ADDRINFO_RESOLVED work is queued)")
+
+
+@rule("UCMA-IBS-TWICE", "error", "process", CMA_RESOLVE_ONCE)
+def ibs_twice(subject):
+    """A second RESOLVE_IB_SERVICE on a cm_id whose service was already resolved: the kernel refuses it with EINVAL.
+
+    rdma_resolve_ib_service moves the cm_id from ADDR_BOUND only; after ADDRINFO_RESOLVED it
+    is in ADDRINFO_RESOLVED and stays out of ADDR_BOUND (rdma_resolve_route or
+    rdma_resolve_addr take it on), so a second resolution fails with EINVAL and the records of
+    the first are what the cm_id keeps. After ADDRINFO_ERROR the cm_id is back in ADDR_BOUND
+    and may try again. A program that resolves another service needs another cm_id.
+    Source: cma.c rdma_resolve_ib_service; rdma_cm.h.
+    """
+    replay, _ = subject
+    for cm in process_view(replay).cm_ids:
+        resolved = None
+        for sr in cm.services:
+            if resolved is not None:
+                c = sr.command
+                got = (f"it failed with {c.call.errno}" if c.failed else
+                       "the write is not recorded as failed")
+                yield [c.frame], (
+                    f"{cm.name}: RESOLVE_IB_SERVICE again after ADDRINFO_RESOLVED (frame "
+                    f"{resolved.frame}): the cm_id is no longer in ADDR_BOUND, the kernel answers "
+                    f"-EINVAL; {got}")
+            if sr.event is not None and sr.event.event == "ADDRINFO_RESOLVED":
+                resolved = resolved or sr.event
+
+
+@rule("UCMA-IBS-QUERY-EARLY", "warning", "process", UCMA_QUERY_NO_RECORDS)
+def ibs_query_early(subject):
+    """QUERY(IB_SERVICE) before the ADDRINFO_RESOLVED event was read, or after ADDRINFO_ERROR: the kernel may hold no record and answers ENODATA.
+
+    The kernel keeps the service records only once the SA answered records
+    (cma_query_ib_service_handler), and ucma_query_ib_service answers -ENODATA while it holds
+    none. Before ADDRINFO_RESOLVED is read the query races the SA; after ADDRINFO_ERROR it
+    always fails. librdmacm queries when it reads ADDRINFO_RESOLVED (ucma_process_addrinfo_resolved).
+    Source: ucma.c ucma_query_ib_service; cma.c cma_query_ib_service_handler.
+    """
+    replay, _ = subject
+    for sr in process_view(replay).services:
+        ev = sr.event
+        for q in sr.queries:
+            if ev is not None and ev.frame < q.frame and ev.event == "ADDRINFO_RESOLVED":
+                continue
+            when = ("after ADDRINFO_ERROR" if ev is not None and ev.frame < q.frame else
+                    "before the ADDRINFO event was read")
+            got = (f"it failed with {q.call.errno}" if q.failed else
+                   "it succeeded, as the kernel had already taken the SA's records")
+            yield [q.frame], f"{sr.cm_name}: QUERY(IB_SERVICE) {when}; {got}"
