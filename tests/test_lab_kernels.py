@@ -363,3 +363,22 @@ def test_lab_boots_kernel(tmp_path, kernel, expect):
     assert lab["kernel_origin"]["kind"] == "debian"
     rows = json.loads((tmp_path / "profiles.json").read_text())["rows"]
     assert [r["kernel"] for r in rows if r["scenario"] == "rec-ib-service"] == expect
+
+
+@needs_runs
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_audit_of_each_kernel(run):
+    """Each run's manifest (what `ibpath craft --verify` and the rule fixtures check): the
+    plain matrix gives on every kernel the findings captures/rxe gave on 6.1 (the ucma
+    profile did not change), and the IB service run what the 6.17 rules make of that
+    kernel's answers: UCMA-IBS-ON-ROCE where the kernel refused with EOPNOTSUPP, not where
+    it did not know the command; UCMA-IBS-QUERY-EARLY on both (ibservice.py queries without
+    a resolution)."""
+    rows = {r["file"]: r["rules"]
+            for r in json.loads((KERNELS / run / "manifest.json").read_text())["scenarios"]}
+    base = {r["file"]: r["rules"]
+            for r in json.loads((RXE / "manifest.json").read_text())["scenarios"]}
+    assert {f: rows[f] for f in base} == base
+    want = ["UCMA-IBS-QUERY-EARLY"] if run.startswith("debian-6.1") else \
+        ["UCMA-IBS-ON-ROCE", "UCMA-IBS-QUERY-EARLY"]
+    assert rows["rec-ib-service.pcapng"] == want

@@ -10,7 +10,9 @@
 #    against its own manifest: its faulty blobs were rejected by a real kernel. So is
 #    captures/rxe/acm/ (`ibpath lab run acm-all`): what real librdmacm passed to that kernel
 #    when the stand-in ibacm answered with each craft scenario's array, and captures/rxe/record/
-#    (`ibpath lab run record-all`): unmodified programs recorded by `ibpath record`.
+#    (`ibpath lab run record-all`): unmodified programs recorded by `ibpath record`; and
+#    captures/lab-kernels/*/ (`ibpath lab run --kernel K`): the same on Debian 6.1 and 7.3.4,
+#    each also held against the kernel profiles (`ibpath lab check`).
 # 2. Real traffic: captures/opensm/ (OpenSM over ibsim) and, when present beside the checkout,
 #    ../shared/captures/external/. These must audit with no error finding (`ibpath audit`'s
 #    own exit status).
@@ -38,6 +40,13 @@ echo "== Real librdmacm against the stand-in ibacm (captures/rxe/acm/, see its R
 echo
 echo "== Real programs under ibpath record (captures/rxe/record/, see its README.md): blobs, verdicts, QUERY PATH readback and the CM REQ, checked against its manifest"
 "$IBPATH" craft --verify captures/rxe/record || rc=$?
+
+for run in captures/lab-kernels/*/; do
+  echo
+  echo "== The kernel lab on $(basename "$run") (captures/lab-kernels/, see its README.md): the same matrix and IB service writes, checked against its manifest and the kernel profiles"
+  "$IBPATH" craft --verify "$run" || rc=$?
+  "$IBPATH" lab check "$run" >/dev/null || rc=$?
+done
 
 shopt -s nullglob
 real=(captures/opensm/*.pcap captures/opensm/*.pcapng ../shared/captures/external/*.pcap ../shared/captures/external/*.pcapng)
