@@ -410,9 +410,8 @@ def _unplaced_messages(replay: Replay, placed: set[int], others: CmIndex,
     nobody.transactions = ([t for t in replay.done if id(t) not in replay.let_go]
                            if replay.let_go else list(replay.done))
     nobody.blobs = list(replay.blobs)
-    for e in replay.ls.values():
-        nobody.ls_requests += [e["request"]] if e["request"] else []
-        nobody.ls_responses += e["responses"]
+    nobody.ls_requests = [e["request"] for e in replay.ls.values() if e["request"]]
+    nobody.ls_responses = [r for e in replay.ls.values() for r in e["responses"]]
     nobody.cm_reqs = list(replay.cm_reqs)
     msgs = [m for m in resolution_messages(nobody, others,
                                            list(replay.unplaced_arrows) + process.every())

@@ -198,6 +198,7 @@ def run(args) -> int:
         # Parquet tables read each capture's origin and its findings' frame times
         options = AuditOptions(kernel=args.kernel, extra_blobs=args.blob,
                                keep_transactions=False, ladder_arrows=ladders,
+                               fold_resolutions=not ladders,
                                tables=binary or bool(args.resolutions_out))
         live = None
         if args.format == "text" and any(_is_stream(p) for p in paths):
@@ -218,7 +219,7 @@ def run(args) -> int:
         elif args.format == "html":
             out.write(to_html(audits))
         elif args.format == "text":
-            out.write(report.to_text(audits, colour=tty, ladder=ladders, skipped=skipped))
+            report.write_text(out, audits, colour=tty, ladder=ladders, skipped=skipped)
             if note:
                 out.write(note + "\n")
     finally:
