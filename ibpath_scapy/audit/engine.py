@@ -155,16 +155,16 @@ def run_rules(path: str, replay: Replay, options: AuditOptions,
     # each resolution is asked of the checks that can find something in it (needs); its
     # transactions come back from the replay's Spill file only for those, or for a report
     # that draws them, and go (folded into its counts) once judged where none does
-    fold = options.fold_resolutions and not options.keep_transactions
+    stream = options.stream_resolutions and not options.keep_transactions
     needs = resolution_needs(checks["resolution"], replay.transaction_marks)
     for res in replay.resolutions.values():
         handed = bool(res.blobs or res.ls_responses)
         asked = [c for c, handovers, mark in needs
                  if (handed or not handovers) and (not mark or res.marks & mark)]
-        if asked or not fold:
+        if asked or not stream:
             replay.restore(res)
         yield from _findings(asked, (res, options), path, res.name)
-        if fold:
+        if stream:
             replay.let_judged_go(res)
     for c in replay.cm_reqs:
         yield from _findings(checks["cm"], (c, replay, options), path, by_frame.get(c["frame"]))
@@ -202,7 +202,7 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     judged: list[Finding] = []
     replay.on_close = transaction_judge(path, judged)
     replay.transaction_marks = transaction_marks()
-    replay.spills = options.fold_resolutions and not options.keep_transactions
+    replay.spills = options.stream_resolutions and not options.keep_transactions
     has_finding = replay.keep_frame_record
     told = 0
     frame_checks = []
@@ -226,5 +226,6 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     replay.finish()
     fa.replay = replay
     fa.findings = list(run_rules(path, replay, options, judged))
-    replay.close_spill()  # every resolution was brought back or folded by run_rules
+    if not replay.arrows:  # every resolution was brought back or folded by run_rules
+        replay.close_spill()
     return fa

@@ -378,9 +378,8 @@ class Replay:
         self._holding: dict[int, Resolution] = {}
         self._held = 0
         self.spill: Spill | None = None
-        # whether to spill at all: only where each resolution is folded once judged
-        # (AuditOptions.fold_resolutions); a report that draws ladders reads every
-        # transaction back at the end, and would hold them all then anyway
+        # whether to spill at all (AuditOptions.stream_resolutions): where no report reads
+        # the resolutions' transactions all at once
         self.spills = False
         # tests of a closed PathRecord transaction that resolution rules need to have passed
         # in a resolution before they can find anything in it (Resolution.marks)
@@ -566,40 +565,51 @@ class Replay:
     def spill_held(self) -> None:
         """Write the closed transactions the resolutions hold to the Spill file (each
         resolution's as one chunk after its earlier ones), and let them go."""
-        if self.spill is None:
-            self.spill = Spill()
         for res in self._holding.values():
             ts = res.transactions
-            if not ts or len(ts) + res.spilled_count >= self.RESOLUTION_HISTORY:
+            if ts and len(ts) + res.spilled_count < self.RESOLUTION_HISTORY:
                 # (one that keeps as many as it ever will stays: its next transaction would
                 # bring them all back, to let the oldest go)
-                continue
-            try:
-                rows = [t.row() for t in ts]
-            except NotPlain:
-                rows = None
-            res.spilled = self.spill.write(res.spilled, rows, ts)
-            res.spilled_count += len(ts)
-            tally = res.folded
-            if tally is None:
-                tally = res.folded = Tally()
-            for t in ts:  # counted as folded until they come back (restore)
-                tally.count(t)
-            res.transactions = ()
+                self._spill(res)
         self._holding.clear()
         self._held = 0
+
+    def _spill(self, res: Resolution) -> None:
+        """Its transactions held in memory to the Spill file, after its earlier ones."""
+        if self.spill is None:
+            self.spill = Spill()
+        ts = res.transactions
+        try:
+            rows = [t.row() for t in ts]
+        except NotPlain:
+            rows = None
+        res.spilled = self.spill.write(res.spilled, rows, ts)
+        res.spilled_count += len(ts)
+        tally = res.folded
+        if tally is None:
+            tally = res.folded = Tally()
+        for t in ts:  # counted as folded until they come back (restore)
+            tally.count(t)
+        res.transactions = ()
+
+    def read_back(self, res: Resolution) -> list:
+        """A resolution's transactions, those in the Spill file first, without bringing them
+        back into the resolution (a ladder drawn and written, one resolution at a time)."""
+        if not res.spilled:
+            return list(res.transactions)
+        back = []
+        for kind, items in self.spill.read(res.spilled):
+            back += map(ClosedTransaction.from_row, items) if kind == b"m" else items
+        return back + list(res.transactions)
 
     def restore(self, res: Resolution) -> None:
         """Bring back a resolution's transactions from the Spill file, before those it
         holds (a resolution the rules judge, or one past RESOLUTION_HISTORY)."""
         if not res.spilled:
             return
-        back = []
-        for kind, items in self.spill.read(res.spilled):
-            back += map(ClosedTransaction.from_row, items) if kind == b"m" else items
-        for t in back:
+        back = self.read_back(res)
+        for t in back[:res.spilled_count]:
             res.folded.count(t, -1)
-        back += res.transactions
         res.transactions = back
         res.spilled = res.spilled_count = 0
         self._holding[id(res)] = res
@@ -607,9 +617,21 @@ class Replay:
 
     def let_judged_go(self, res: Resolution) -> None:
         """Once the resolution rules judged it: fold its transactions (Resolution.fold), those
-        in the Spill file by their counts, for reports that draw no ladder."""
+        in the Spill file by their counts, for reports that draw no ladder; for a ladder, to
+        the Spill file, whence ladder.iter_ladders reads them back (read_back)."""
         self._holding.pop(id(res), None)
-        res.fold()
+        if not self.arrows:
+            res.fold()
+        elif res.transactions:
+            self._spill(res)
+
+    def restore_all(self) -> None:
+        """Every resolution's transactions back from the Spill file, and the file closed
+        (an audit handed to another process: --jobs, --dask)."""
+        if self.spill is not None:
+            for res in self.resolutions.values():
+                self.restore(res)
+            self.close_spill()
 
     def close_spill(self) -> None:
         """Close the Spill file: what it holds is not read again (reports and --jobs)."""

@@ -8,7 +8,7 @@ import re
 
 from .engine import FileAudit
 from .kernel import kernel_view_of
-from .ladder import ladders as _ladders, text_ladder
+from .ladder import iter_ladders, text_ladder
 from .model import RULES
 from .process import librdmacm_view, process_view
 
@@ -199,9 +199,6 @@ def text_chunks(audits: list[FileAudit], colour: bool = False, ladder: bool = Fa
 
 def _text_lines(audits: list[FileAudit], colour: bool, ladder: bool, skipped: list):
     yield from (f"== skipped {s.path}: {s.reason}" for s in skipped)
-    ladders = {}
-    if ladder:
-        ladders = {(a.path, lad.name): lad for a in audits for lad in _ladders(a)}
 
     def sev(s):
         return f"{_COLOURS[s]}{s}{_RESET}" if colour else s
@@ -213,14 +210,18 @@ def _text_lines(audits: list[FileAudit], colour: bool, ladder: bool, skipped: li
         by_res: dict = {}
         for f in a.findings:
             by_res.setdefault(f.resolution, []).append(f)
+        # a ladder per resolution in the same order, then maybe the one of no resolution,
+        # drawn as they are written (iter_ladders)
+        ladders = iter_ladders(a) if ladder else None
         resolutions = a.replay.resolutions.values() if a.replay else ()
         for name in itertools.chain((r.name for r in resolutions), [None]):
             fs = by_res.get(name, [])
-            if name is None and not fs and (a.path, None) not in ladders:
+            lad = next(ladders, None) if ladders is not None else None
+            if name is None and not fs and lad is None:
                 continue
             yield f"-- resolution {name}" if name else "-- not tied to a resolution"
-            if (a.path, name) in ladders:
-                yield from text_ladder(ladders[(a.path, name)], max_arrows=60)
+            if lad is not None:
+                yield from text_ladder(lad, max_arrows=60)
             if not fs:
                 yield "   no findings"
             for f in sorted(fs, key=lambda f: (f.frames[:1], f.rule)):
