@@ -111,7 +111,7 @@ class ClosedTransaction:
 
     __slots__ = ("requester", "tid", "attribute_id", "records", "answered", "completing_frame",
                  "query", "components", "component_mask", "status", "first_frame", "_frames",
-                 "arrows", "request_count")
+                 "arrows", "request_count", "_asks")
 
     def __init__(self, t: Transaction):
         self.requester, self.tid, self.attribute_id = t.requester, t.tid, t.attribute_id
@@ -123,12 +123,14 @@ class ClosedTransaction:
         self.request_count = t.request_count
         self._frames = array("Q", t.frames)
         self.arrows: list[tuple] | None = None  # its ladder messages (Replay.arrows)
+        self._asks = Transaction.asks_reversible(self)  # asked by the rules, Tally, the marks
 
     @property
     def frames(self) -> list[int]:
         return self._frames.tolist()
 
-    asks_reversible = Transaction.asks_reversible
+    def asks_reversible(self) -> bool:
+        return self._asks
 
     def row(self) -> tuple:
         """Its values as plain ones (what the replay writes to its Spill file): the
@@ -142,7 +144,7 @@ class ClosedTransaction:
         return (self.requester, self.tid, self.attribute_id, self.answered,
                 self.completing_frame, None if q is None else _pr_values(q), self.status,
                 self.component_mask, self.components, self.first_frame, self.request_count,
-                self._frames.tobytes(), tuple(map(_pr_values, recs)), self.arrows)
+                self._frames.tobytes(), tuple(map(_pr_values, recs)), self.arrows, self._asks)
 
     @classmethod
     def from_row(cls, row: tuple) -> "ClosedTransaction":
@@ -150,7 +152,7 @@ class ClosedTransaction:
         c = object.__new__(cls)
         (c.requester, c.tid, c.attribute_id, c.answered, c.completing_frame, q, c.status,
          c.component_mask, components, c.first_frame, c.request_count, frames, recs,
-         c.arrows) = row
+         c.arrows, c._asks) = row
         # PathRecord's constructor takes its fields in _INIT's order (facts.records._make_new)
         c.query = None if q is None else PathRecord(*q)
         c.records = tuple([PathRecord(*v) for v in recs])
@@ -544,23 +546,28 @@ class Replay:
             res = self._place_transaction(t)
         if self.on_close is not None:
             self.on_close(t, res)
-        if res is not None:
-            for i, test in enumerate(self.transaction_marks):
-                if test(t):
-                    res.marks |= 1 << i
         if self.keep_closed:
+            if res is not None:
+                self._mark(res, t)
             self.done.append(t)
             return
         arrows = sa_arrows(t, res.remote if res is not None else "") if self.arrows else None
         if res is not None:  # judged: the resolution keeps what its rules read
             summary = res.transactions[-1] = ClosedTransaction(t)
             summary.arrows = arrows
+            self._mark(res, summary)
             self._holding[id(res)] = res
             self._held += 1
             if self._held > self.HELD_TRANSACTIONS and self.spills:
                 self.spill_held()
         elif arrows:
             self.unplaced_arrows += arrows
+
+    def _mark(self, res: Resolution, t) -> None:
+        """Set the resolution's marks (Resolution.marks) that transaction t passes."""
+        for i, test in enumerate(self.transaction_marks):
+            if test(t):
+                res.marks |= 1 << i
 
     def spill_held(self) -> None:
         """Write the closed transactions the resolutions hold to the Spill file (each
