@@ -147,21 +147,33 @@ class ClosedTransaction:
                 self._frames.tobytes(), tuple(map(_pr_values, recs)), self.arrows, self._asks)
 
     @classmethod
-    def from_row(cls, row: tuple) -> "ClosedTransaction":
-        """The transaction row() was made from (equal in every value)."""
+    def from_row(cls, row: tuple, facts: dict | None = None) -> "ClosedTransaction":
+        """The transaction row() was made from (equal in every value). facts: PathRecord facts
+        by their values, shared between the transactions read back (as the decoder shares
+        them: a pair asked again and again has the same query and answer)."""
         c = object.__new__(cls)
         (c.requester, c.tid, c.attribute_id, c.answered, c.completing_frame, q, c.status,
          c.component_mask, components, c.first_frame, c.request_count, frames, recs,
          c.arrows, c._asks) = row
-        # PathRecord's constructor takes its fields in _INIT's order (facts.records._make_new)
-        c.query = None if q is None else PathRecord(*q)
-        c.records = tuple([PathRecord(*v) for v in recs])
+        if facts is None:
+            facts = {}
+        c.query = None if q is None else _fact(facts, q)
+        c.records = tuple([_fact(facts, v) for v in recs])
         c.components = _COMPONENTS.get(c.component_mask, components)
         c._frames = array("Q", frames)
         return c
 
 
 _pr_values = attrgetter(*PathRecord._INIT)  # a PathRecord fact's fields, in its constructor's order
+
+
+def _fact(facts: dict, values: tuple) -> PathRecord:
+    """The PathRecord fact of these values, one per distinct values in `facts`."""
+    fact = facts.get(values)
+    if fact is None:
+        # PathRecord's constructor takes its fields in _INIT's order (facts.records._make_new)
+        fact = facts[values] = PathRecord(*values)
+    return fact
 
 
 _COMPONENTS: dict[int, frozenset] = {}
@@ -380,6 +392,7 @@ class Replay:
         self._holding: dict[int, Resolution] = {}
         self._held = 0
         self.spill: Spill | None = None
+        self._facts: dict = {}  # PathRecord facts read back, by their values (from_row)
         # whether to spill at all (AuditOptions.stream_resolutions): where no report reads
         # the resolutions' transactions all at once
         self.spills = False
@@ -605,8 +618,11 @@ class Replay:
         if not res.spilled:
             return list(res.transactions)
         back = []
+        facts = self._facts
+        if len(facts) > self.HELD_TRANSACTIONS:
+            facts.clear()
         for kind, items in self.spill.read(res.spilled):
-            back += map(ClosedTransaction.from_row, items) if kind == b"m" else items
+            back += [ClosedTransaction.from_row(r, facts) for r in items] if kind == b"m" else items
         return back + list(res.transactions)
 
     def restore(self, res: Resolution) -> None:
