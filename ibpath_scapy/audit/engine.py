@@ -88,6 +88,31 @@ def _frame_finding_test() -> Callable[[dict], bool]:
     return has_finding
 
 
+def resolution_needs(checks: list, marks: tuple) -> list[tuple]:
+    """(check entry, whether it needs a hand-over, its mark bit or 0) of each resolution
+    check: a check with `only_with_handovers` finds nothing in a resolution without a blob
+    or LS response, one with `only_if_transaction` nothing where none of its transactions
+    passed that test (the bit of the test in `marks`, Replay.transaction_marks; a test not
+    among them is not asked: the check judges every resolution)."""
+    out = []
+    for entry in checks:
+        check = entry[2]
+        test = getattr(check, "only_if_transaction", None)
+        mark = 1 << marks.index(test) if test is not None and test in marks else 0
+        out.append((entry, bool(getattr(check, "only_with_handovers", False)), mark))
+    return out
+
+
+def transaction_marks() -> tuple:
+    """The only_if_transaction tests of the resolution checks (Replay.transaction_marks)."""
+    tests = []
+    for _, _, check in family_checks("resolution"):
+        test = getattr(check, "only_if_transaction", None)
+        if test is not None and test not in tests:
+            tests.append(test)
+    return tuple(tests)
+
+
 def transaction_judge(path: str, out: list[Finding]) -> Callable:
     """Replay.on_close: the transaction rules over each SA transaction as it is closed, the
     findings (named by the transaction's resolution) appended to `out`."""
@@ -112,8 +137,9 @@ def run_rules(path: str, replay: Replay, options: AuditOptions,
     # findings are grouped per resolution in reports: name the one each message belongs to
     by_frame: dict[int, str] = {}
     for res in replay.resolutions.values():
-        for rec in res.blobs + res.ls_requests + res.ls_responses + res.cm_reqs:
-            by_frame[rec["frame"]] = res.name
+        for recs in (res.blobs, res.ls_requests, res.ls_responses, res.cm_reqs):
+            for rec in recs:
+                by_frame[rec["frame"]] = res.name
     # frame checks run once per kept record, building a Finding only on a hit
     for rec in replay.frame_records:
         yield from _findings(checks["frame"], rec, path)
@@ -126,8 +152,20 @@ def run_rules(path: str, replay: Replay, options: AuditOptions,
                 if "blob_records" in r and not r.get("ls", {}).get("error")]
     for b in sorted(replay.blobs + ls_blobs, key=lambda r: r["frame"]):
         yield from _findings(checks["blob"], (b, options), path, by_frame.get(b["frame"]))
+    # each resolution is asked of the checks that can find something in it (needs); its
+    # transactions come back from the replay's Spill file only for those, or for a report
+    # that draws them, and go (folded into its counts) once judged where none does
+    stream = options.stream_resolutions and not options.keep_transactions
+    needs = resolution_needs(checks["resolution"], replay.transaction_marks)
     for res in replay.resolutions.values():
-        yield from _findings(checks["resolution"], (res, options), path, res.name)
+        handed = bool(res.blobs or res.ls_responses)
+        asked = [c for c, handovers, mark in needs
+                 if (handed or not handovers) and (not mark or res.marks & mark)]
+        if asked or not stream:
+            replay.restore(res)
+        yield from _findings(asked, (res, options), path, res.name)
+        if stream:
+            replay.let_judged_go(res)
     for c in replay.cm_reqs:
         yield from _findings(checks["cm"], (c, replay, options), path, by_frame.get(c["frame"]))
     if replay.process:  # ibpath record's: a cm_id's findings are its resolution's
@@ -163,6 +201,8 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     replay.keep_frame_record = _frame_finding_test()
     judged: list[Finding] = []
     replay.on_close = transaction_judge(path, judged)
+    replay.transaction_marks = transaction_marks()
+    replay.spills = options.stream_resolutions and not options.keep_transactions
     has_finding = replay.keep_frame_record
     told = 0
     frame_checks = []
@@ -186,4 +226,6 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     replay.finish()
     fa.replay = replay
     fa.findings = list(run_rules(path, replay, options, judged))
+    if not replay.arrows:  # every resolution was brought back or folded by run_rules
+        replay.close_spill()
     return fa

@@ -29,13 +29,17 @@ Stable hooks for tools and tests (tests/test_html_report.py):
 
 from __future__ import annotations
 
+import io
+import itertools
+import shutil
+import tempfile
 from collections import Counter
 from html import escape
 
 from .. import __version__
 from ..facts.render import field_text
 from .engine import FileAudit
-from .ladder import Arrow, Ladder, ladders, let_go_note
+from .ladder import Arrow, Ladder, iter_ladders, let_go_note
 from .model import Finding
 from .report import kernel_views, summary
 
@@ -352,27 +356,74 @@ def _shape(lad: Ladder) -> tuple:
             tuple(sorted((f.rule, f.severity, n or 0) for f, n in zip(lad.findings, lad.anchor))))
 
 
-def to_html(audits: list[FileAudit], *, max_ladders: int = 200, max_arrows: int = 100,
-            max_findings: int = 20000, max_blobs: int = 2000, open_ladders: int = 30,
-            full_ladders: int = 20) -> str:
-    """The report page for the audited files (see the module docstring for its limits).
-    The first `full_ladders` ladders of each file are all drawn; after them a ladder whose
-    messages and findings have the shape of one already drawn in the file points to it."""
+def to_html(audits: list[FileAudit], **limits) -> str:
+    """The report page for the audited files (write_html's, as a string)."""
+    out = io.StringIO()
+    write_html(out, audits, **limits)
+    return out.getvalue()
+
+
+def write_html(out, audits: list[FileAudit], *, max_ladders: int = 200, max_arrows: int = 100,
+               max_findings: int = 20000, max_blobs: int = 2000, open_ladders: int = 30,
+               full_ladders: int = 20) -> None:
+    """The report page for the audited files (see the module docstring for its limits),
+    written to `out`. The first `full_ladders` ladders of each file are all drawn; after them
+    a ladder whose messages and findings have the shape of one already drawn in the file
+    points to it. The ladders' sections are made one at a time (ladder.iter_ladders) into a
+    temporary file, since the page's head counts them: an SA storm has hundreds of
+    thousands (issue 45)."""
     views = kernel_views(audits)
-    all_ladders = [(a, lad) for a in audits for lad in ladders(a)]
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as body:
+        n_ladders, n_res, same, capped = _sections(
+            body, audits, max_ladders, max_arrows, max_findings, open_ladders, full_ladders)
+        total_findings = sum(len(a.findings) for a in audits)
+        caps = []
+        if same:
+            caps.append(f"{same} of {n_ladders} ladders point to an identical one drawn "
+                        "before them")
+        if capped:
+            caps.append(f"{capped} of {n_ladders} ladders listed without a diagram")
+        if total_findings > max_findings:
+            caps.append(f"{total_findings - max_findings} of {total_findings} findings not "
+                        "shown (ibpath audit --format json lists them all)")
+        caps_html = ("".join(f'<p class="note capped">{_e(c)}</p>' for c in caps))
+        out.write("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+                  '<meta name="viewport" content="width=device-width">'
+                  f"<title>ibpath audit: {n_res} resolution(s), {total_findings} finding(s)"
+                  f"</title><style>{CSS}</style></head><body><h1>ibpath audit</h1>"
+                  f'<p class="note">ibpath {_e(__version__)}. Lanes: kernel, resolver (ibacm or '
+                  "the application; in a recording of a process, the process, with its ucma "
+                  "commands to the kernel and its ACM exchanges with an ibacm lane), SA, remote "
+                  "CM. One arrow per captured message; a finding is attached to the last "
+                  "message it rests on (▲) and every message it rests on is coloured.</p>"
+                  f"{caps_html}" + _summary(audits, views))
+        body.seek(0)
+        shutil.copyfileobj(body, out)
+    out.write(_kernel_view(views, max_blobs) + "</body></html>\n")
+
+
+def _sections(body, audits: list[FileAudit], max_ladders: int, max_arrows: int,
+              max_findings: int, open_ladders: int, full_ladders: int) -> tuple[int, ...]:
+    """Each file's section with its ladders, written to `body`; (ladders, ladders of a
+    resolution, ladders pointing to an identical one, ladders listed without a diagram)."""
     budget = [max_findings]
-    sections, drawn, same, capped = [], 0, 0, 0
+    n_ladders = n_res = drawn = same = capped = 0
     for fi, a in enumerate(audits):
-        file_ladders = [lad for aa, lad in all_ladders if aa is a]
-        sections.append(f'<section class="file" id="file-{fi}" data-file="{_e(a.path)}">'
-                        f"<h2 class=mono>{_e(a.path)}</h2>")
+        body.write(f'<section class="file" id="file-{fi}" data-file="{_e(a.path)}">'
+                   f"<h2 class=mono>{_e(a.path)}</h2>")
         if a.error:
-            sections.append(f'<p class="sev-error">unreadable: {_e(a.error)} (findings up to '
-                            "the damage)</p>")
-        if not file_ladders:
-            sections.append('<p class="note">no resolution and no finding</p>')
+            body.write(f'<p class="sev-error">unreadable: {_e(a.error)} (findings up to the '
+                       "damage)</p>")
+        file_ladders = iter_ladders(a)
+        first = next(file_ladders, None)
+        if first is None:
+            body.write('<p class="note">no resolution and no finding</p>')
+        else:
+            file_ladders = itertools.chain([first], file_ladders)
         shapes: dict[tuple, tuple[str, str]] = {}  # per file: a link stays within its file
-        for li, lad in enumerate(file_ladders):
+        for li, lad in enumerate(file_ladders if first is not None else ()):
+            n_ladders += 1
+            n_res += bool(lad.name)
             lad_id = f"l{fi}-{li}"
             shape = _shape(lad)
             same_as = shapes.get(shape) if li >= full_ladders else None
@@ -382,32 +433,10 @@ def to_html(audits: list[FileAudit], *, max_ladders: int = 200, max_arrows: int 
             capped += not draw and same_as is None
             if draw:
                 shapes.setdefault(shape, (lad_id, lad.name or "messages of no resolution"))
-            sections.append(_ladder_section(lad_id, lad, max_arrows, budget, draw,
-                                            open_=drawn <= open_ladders, same_as=same_as))
-        sections.append("</section>")
-    total_findings = sum(len(a.findings) for a in audits)
-    n_res = sum(1 for _, lad in all_ladders if lad.name)
-    caps = []
-    if same:
-        caps.append(f"{same} of {len(all_ladders)} ladders point to an identical one drawn "
-                    "before them")
-    if capped:
-        caps.append(f"{capped} of {len(all_ladders)} ladders listed without a diagram")
-    if total_findings > max_findings:
-        caps.append(f"{total_findings - max_findings} of {total_findings} findings not shown "
-                    "(ibpath audit --format json lists them all)")
-    caps_html = ("".join(f'<p class="note capped">{_e(c)}</p>' for c in caps))
-    return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
-            '<meta name="viewport" content="width=device-width">'
-            f"<title>ibpath audit: {n_res} resolution(s), {total_findings} finding(s)</title>"
-            f"<style>{CSS}</style></head><body><h1>ibpath audit</h1>"
-            f'<p class="note">ibpath {_e(__version__)}. Lanes: kernel, resolver (ibacm or the '
-            "application; in a recording of a process, the process, with its ucma commands to "
-            "the kernel and its ACM exchanges with an ibacm lane), SA, remote CM. One arrow "
-            "per captured message; a finding is attached to the last message it rests on (▲) "
-            f"and every message it rests on is coloured.</p>{caps_html}"
-            + _summary(audits, views) + "".join(sections)
-            + _kernel_view(views, max_blobs) + "</body></html>\n")
+            body.write(_ladder_section(lad_id, lad, max_arrows, budget, draw,
+                                       open_=drawn <= open_ladders, same_as=same_as))
+        body.write("</section>")
+    return n_ladders, n_res, same, capped
 
 
-__all__ = ["to_html"]
+__all__ = ["to_html", "write_html"]

@@ -99,6 +99,9 @@ class Ladder:
     findings: list[Finding] = field(default_factory=list)
     anchor: list[int | None] = field(default_factory=list)
     resolution: Resolution | None = field(default=None, repr=False, compare=False)
+    # its resolution's transactions as drawn (read back from the replay's Spill file where
+    # the audit streamed its resolutions: Replay.read_back), None: the resolution's own
+    transactions: list | None = field(default=None, repr=False, compare=False)
 
     @property
     def let_go(self) -> LetGo | None:
@@ -108,7 +111,9 @@ class Ladder:
         """The decoded PathRecords of the resolution side by side, made when asked (up to
         RESOLUTION_HISTORY answers of a few records each: a page draws the first few of
         them, and keeps no ladder's whole table)."""
-        return _columns(self.resolution) if self.resolution is not None else []
+        if self.resolution is None:
+            return []
+        return _columns(self.resolution, self.transactions)
 
     def worst(self) -> str | None:
         for sev in ("error", "warning", "info"):
@@ -308,11 +313,11 @@ def _cm_arrows(res: Resolution, index: CmIndex) -> list[tuple]:
     return out
 
 
-def _columns(res: Resolution) -> list[RecordColumn]:
+def _columns(res: Resolution, transactions: list | None = None) -> list[RecordColumn]:
     """The records the rules compare: the SA answers' records (forward and return queries),
     the records of each blob and LS response, and each CM REQ's primary path."""
     cols = []
-    for t in res.transactions:
+    for t in res.transactions if transactions is None else transactions:
         for i, r in enumerate(t.records[:4]):
             cols.append(RecordColumn("SA answer", t.completing_frame or 0,
                                      f"SA answer f{t.completing_frame} rec {i}",
@@ -335,11 +340,13 @@ def _columns(res: Resolution) -> list[RecordColumn]:
     return sorted(cols, key=lambda c: c.frame)
 
 
-def resolution_messages(res: Resolution, cm: CmIndex, extra: list[tuple] = ()) -> list[tuple]:
+def resolution_messages(res: Resolution, cm: CmIndex, extra: list[tuple] = (),
+                        transactions: list | None = None) -> list[tuple]:
     """(frame, kind, src lane, dst lane, label) of every message of a resolution (and the
-    `extra` ones), in frame order, each frame once."""
+    `extra` ones), in frame order, each frame once; `transactions`: its transactions, when
+    not res.transactions (Replay.read_back)."""
     msgs = list(extra)
-    for t in res.transactions:
+    for t in res.transactions if transactions is None else transactions:
         # a transaction let go once judged was drawn then (ClosedTransaction.arrows), or not
         # at all when the replay was not asked to (Replay.arrows)
         arrows = getattr(t, "arrows", None)
@@ -392,67 +399,119 @@ def ladders(fa: FileAudit) -> list[Ladder]:
     """One ladder per resolution of the file, in the replay's order, then (name None) one for
     the findings tied to no resolution. A finding goes to its resolution's ladder; one the
     engine did not tie to a resolution (frame rules) goes to the ladder holding its frames."""
+    return list(iter_ladders(fa))
+
+
+def iter_ladders(fa: FileAudit):
+    """ladders(fa), one at a time: a report that writes each as it comes holds one ladder
+    (and its resolution's transactions, read back from the replay's Spill file where the
+    audit streamed its resolutions) at a time, whatever the number of resolutions (issue
+    45). Which ladder a finding tied to no resolution goes to is known first, from the
+    frames of the messages alone (_message_frames), and only for the frames that matter."""
     replay: Replay | None = fa.replay
-    out: list[Ladder] = []
-    by_name: dict[str, Ladder] = {}
-    frame_owner: dict[int, Ladder] = {}
+    resolutions = replay.resolutions.values() if replay else ()
     others = CmIndex(replay)
-    process = ProcessMessages(process_view(replay) if replay and replay.process else None)
-    for res in (replay.resolutions.values() if replay else []):
-        lad = Ladder(fa.path, res.name, resolution=res)
-        for n, (frame, kind, src, dst, label) in enumerate(
-                resolution_messages(res, others, process.of(res)), 1):
-            lad.arrows.append(Arrow(n, kind, src, dst, frame, label))
-            frame_owner.setdefault(frame, lad)
-        for frame in (res.let_go.last_frames if res.let_go else ()):  # its DECODE-LIMIT rests on them
-            frame_owner.setdefault(frame, lad)
-        by_name[res.name] = lad
-        out.append(lad)
-    for sr, msgs in process.services:
-        lad = Ladder(fa.path, sr.name)
-        for n, (frame, kind, src, dst, label) in enumerate(service_messages(sr, others, msgs), 1):
-            lad.arrows.append(Arrow(n, kind, src, dst, frame, label))
-            frame_owner.setdefault(frame, lad)
-        out.append(lad)
-    rest = _unplaced_messages(replay, set(frame_owner), others, process) if replay else []
+    view = process_view(replay) if replay and replay.process else None
+    process = ProcessMessages(view)
+    # the service resolutions' ladders come after the path resolutions', in the process
+    # view's order (the text report names them in that order: report._text_lines)
+    order = {id(sr): i for i, sr in enumerate(view.services)} if view else {}
+    services = sorted(process.services, key=lambda x: order[id(x[0])])
+    service_msgs = [service_messages(sr, others, msgs) for sr, msgs in services]
+
+    def transactions(res: Resolution) -> list | None:
+        return replay.read_back(res) if res.spilled else None
+
+    named = {f.resolution for f in fa.findings if f.resolution}
+    index = {res.name: i for i, res in enumerate(resolutions) if named and res.name in named}
+    by_frame = [f for f in fa.findings if index.get(f.resolution) is None]
+    nobody = _nobody_messages(replay, others, process) if replay else []
+    wanted = ({fr for f in by_frame for fr in f.frames} | {m[0] for m in nobody}
+              | {o["frame"] for o in getattr(replay, "cm_others", ())})
+    owner: dict[int, int] = {}  # a wanted frame -> the first ladder with a message on it
+    if wanted:
+        for i, res in enumerate(resolutions):
+            frames = _message_frames(res, others, process.of(res), transactions(res))
+            for frame in (res.let_go.last_frames if res.let_go else ()):  # its DECODE-LIMIT rests on them
+                frames.append(frame)
+            for frame in frames:
+                if frame in wanted:
+                    owner.setdefault(frame, i)
+        for k, msgs in enumerate(service_msgs, len(resolutions)):
+            for m in msgs:
+                if m[0] in wanted:
+                    owner.setdefault(m[0], k)
     placed: dict[int, list[Finding]] = {}
     loose: list[Finding] = []
     for f in fa.findings:
-        lad = by_name.get(f.resolution) if f.resolution else None
-        if lad is None:
-            lad = next((frame_owner[fr] for fr in f.frames if fr in frame_owner), None)
-        if lad is None:
+        i = index.get(f.resolution) if f.resolution else None
+        if i is None:
+            i = next((owner[fr] for fr in f.frames if fr in owner), None)
+        if i is None:
             loose.append(f)
         else:
-            placed.setdefault(id(lad), []).append(f)
-    for lad in out:
-        _attach(lad, placed.get(id(lad), []))
+            placed.setdefault(i, []).append(f)
+    for i, res in enumerate(resolutions):
+        ts = transactions(res)
+        lad = Ladder(fa.path, res.name, resolution=res, transactions=ts)
+        for n, (frame, kind, src, dst, label) in enumerate(
+                resolution_messages(res, others, process.of(res), ts), 1):
+            lad.arrows.append(Arrow(n, kind, src, dst, frame, label))
+        _attach(lad, placed.get(i, []))
+        yield lad
+    for k, ((sr, _), msgs) in enumerate(zip(services, service_msgs), len(resolutions)):
+        lad = Ladder(fa.path, sr.name)
+        for n, (frame, kind, src, dst, label) in enumerate(msgs, 1):
+            lad.arrows.append(Arrow(n, kind, src, dst, frame, label))
+        _attach(lad, placed.get(k, []))
+        yield lad
+    rest = _unplaced_messages(replay, set(owner), nobody) if replay else []
     if loose or rest:
         lad = Ladder(fa.path, None)
         for n, (frame, kind, src, dst, label) in enumerate(rest, 1):
             lad.arrows.append(Arrow(n, kind, src, dst, frame, label))
         _attach(lad, loose)
-        out.append(lad)
-    return out
+        yield lad
 
 
-def _unplaced_messages(replay: Replay, placed: set[int], others: CmIndex,
-                       process: ProcessMessages) -> list[tuple]:
-    """The messages of a file that belong to no resolution (saquery -p, CM between endpoints
-    whose paths were not resolved in the capture, blobs of no pair, a process's route steps
-    that handed over no blob), as one ladder."""
+def _message_frames(res: Resolution, cm: CmIndex, extra: list[tuple],
+                    transactions: list | None) -> list[int]:
+    """The frames of resolution_messages(res, cm, extra, transactions), without the
+    messages."""
+    frames = [m[0] for m in extra]
+    for t in res.transactions if transactions is None else transactions:
+        arrows = getattr(t, "arrows", None)
+        if arrows is not None:
+            frames += [a[0] for a in arrows]
+        elif hasattr(t, "requests"):
+            frames += t.frames
+    for recs in (res.blobs, res.ls_requests, res.ls_responses):
+        frames += [r["frame"] for r in recs]
+    frames += [m[0] for m in _cm_arrows(res, cm)]
+    return frames
+
+
+def _nobody_messages(replay: Replay, others: CmIndex, process: ProcessMessages) -> list[tuple]:
+    """The messages of a file that may belong to no resolution (saquery -p, CM between
+    endpoints whose paths were not resolved in the capture, blobs of no pair, a process's
+    route steps that handed over no blob), before those of a resolution's ladder are taken
+    out (_unplaced_messages)."""
     nobody = Resolution("", "", 0)
     # every SA transaction, of any attribute, but those a resolution let go
     nobody.transactions = ([t for t in replay.done if id(t) not in replay.let_go]
                            if replay.let_go else list(replay.done))
     nobody.blobs = list(replay.blobs)
-    for e in replay.ls.values():
-        nobody.ls_requests += [e["request"]] if e["request"] else []
-        nobody.ls_responses += e["responses"]
+    nobody.ls_requests = [e["request"] for e in replay.ls.values() if e["request"]]
+    nobody.ls_responses = [r for e in replay.ls.values() for r in e["responses"]]
     nobody.cm_reqs = list(replay.cm_reqs)
-    msgs = [m for m in resolution_messages(nobody, others,
-                                           list(replay.unplaced_arrows) + process.every())
-            if m[0] not in placed]
+    return resolution_messages(nobody, others, list(replay.unplaced_arrows) + process.every())
+
+
+def _unplaced_messages(replay: Replay, placed: set[int], nobody: list[tuple]) -> list[tuple]:
+    """The messages of a file that belong to no resolution, as one ladder: those of
+    _nobody_messages on no frame of `placed` (the frames of a resolution's ladder among
+    them), and the CM messages whose REQ is not in the capture."""
+    msgs = [m for m in nobody if m[0] not in placed]
     seen = placed | {m[0] for m in msgs}
     # CM messages whose REQ is not in the capture: replies drawn as coming from the remote
     for o in getattr(replay, "cm_others", []):
@@ -510,5 +569,6 @@ def text_ladder(lad: Ladder, max_arrows: int | None = None) -> list[str]:
 
 
 __all__ = ["Arrow", "Ladder", "LANES", "KINDS", "PROCESS_KINDS", "RecordColumn", "ladders",
+           "iter_ladders",
            "let_go_note",
            "resolution_messages", "service_messages", "text_ladder", "COMPARED_FIELDS"]

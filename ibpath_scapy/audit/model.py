@@ -136,3 +136,9 @@ class AuditOptions:
     # after each file's audit, read where the capture was made and the times of its findings'
     # first frames (FileAudit.origin, .times): what the Parquet tables add to the findings
     tables: bool = False
+    # without keep_transactions (the CLI's): once the resolution rules judged a resolution,
+    # keep none of its transactions in memory: folded into the counts the reports read
+    # (Resolution.fold) where no ladder is drawn, else left in the replay's Spill file for
+    # the ladders to read back one resolution at a time (ladder.iter_ladders). The audit's
+    # memory then follows neither the capture's length nor its number of pairs (issue 45)
+    stream_resolutions: bool = False

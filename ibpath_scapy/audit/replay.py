@@ -6,16 +6,19 @@ Frames are consumed one at a time; only the small per-exchange summaries are kep
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
+from operator import attrgetter
 
-from ..facts.records import Fact, MadFrame
+from ..facts.records import Fact, MadFrame, PathRecord
 from ..layers.mad import ATTR_PATH_RECORD, ATTR_SERVICE_RECORD, METHOD_RESP, MGMT_CLASS_SA
 from ..layers.umad import UMAD_TID_LOW
 from ..facts.assemble import umad_send_returned
 from ..facts.rmpp import carries_whole_message
 from .arrows import sa_arrows
+from .spill import NotPlain, Spill
 from .storage import FrameList, KeptFrames, KeptRecord
 
 
@@ -114,7 +117,7 @@ class ClosedTransaction:
 
     __slots__ = ("requester", "tid", "attribute_id", "records", "answered", "completing_frame",
                  "query", "components", "component_mask", "status", "first_frame", "_frames",
-                 "arrows", "request_count", "method")
+                 "arrows", "request_count", "method", "_asks")
 
     def __init__(self, t: Transaction):
         self.requester, self.tid, self.attribute_id = t.requester, t.tid, t.attribute_id
@@ -127,12 +130,58 @@ class ClosedTransaction:
         self.method = t.method
         self._frames = array("Q", t.frames)
         self.arrows: list[tuple] | None = None  # its ladder messages (Replay.arrows)
+        self._asks = Transaction.asks_reversible(self)  # asked by the rules, Tally, the marks
 
     @property
     def frames(self) -> list[int]:
         return self._frames.tolist()
 
-    asks_reversible = Transaction.asks_reversible
+    def asks_reversible(self) -> bool:
+        return self._asks
+
+    def row(self) -> tuple:
+        """Its values as plain ones (what the replay writes to its Spill file): the
+        PathRecords as the tuples of their fields. NotPlain when one is another kind."""
+        q, recs = self.query, self.records
+        if q is not None and type(q) is not PathRecord:
+            raise NotPlain(type(q).__name__)
+        for r in recs:
+            if type(r) is not PathRecord:
+                raise NotPlain(type(r).__name__)
+        return (self.requester, self.tid, self.attribute_id, self.answered,
+                self.completing_frame, None if q is None else _pr_values(q), self.status,
+                self.component_mask, self.components, self.first_frame, self.request_count,
+                self._frames.tobytes(), tuple(map(_pr_values, recs)), self.arrows, self._asks,
+                self.method)
+
+    @classmethod
+    def from_row(cls, row: tuple, facts: dict | None = None) -> "ClosedTransaction":
+        """The transaction row() was made from (equal in every value). facts: PathRecord facts
+        by their values, shared between the transactions read back (as the decoder shares
+        them: a pair asked again and again has the same query and answer)."""
+        c = object.__new__(cls)
+        (c.requester, c.tid, c.attribute_id, c.answered, c.completing_frame, q, c.status,
+         c.component_mask, components, c.first_frame, c.request_count, frames, recs,
+         c.arrows, c._asks, c.method) = row
+        if facts is None:
+            facts = {}
+        c.query = None if q is None else _fact(facts, q)
+        c.records = tuple([_fact(facts, v) for v in recs])
+        c.components = _COMPONENTS.get(c.component_mask, components)
+        c._frames = array("Q", frames)
+        return c
+
+
+_pr_values = attrgetter(*PathRecord._INIT)  # a PathRecord fact's fields, in its constructor's order
+
+
+def _fact(facts: dict, values: tuple) -> PathRecord:
+    """The PathRecord fact of these values, one per distinct values in `facts`."""
+    fact = facts.get(values)
+    if fact is None:
+        # PathRecord's constructor takes its fields in _INIT's order (facts.records._make_new)
+        fact = facts[values] = PathRecord(*values)
+    return fact
 
 
 _COMPONENTS: dict[int, frozenset] = {}
@@ -152,7 +201,7 @@ def _components(request) -> frozenset:
     return s
 
 
-@dataclass
+@dataclass(slots=True)
 class Tally:
     """What the resolutions table counts of SA transactions (audit/tables.py): how many,
     the requests sent (retries with the same TID included), the retries, the answered ones
@@ -164,13 +213,13 @@ class Tally:
     answered: int = 0
     reversible_asked: int = 0
 
-    def count(self, t) -> None:
-        """Count a transaction (or its ClosedTransaction)."""
-        self.transactions += 1
-        self.requests += t.request_count
-        self.retries += max(t.request_count - 1, 0)
-        self.answered += bool(t.answered)
-        self.reversible_asked += bool(t.asks_reversible())
+    def count(self, t, n: int = 1) -> None:
+        """Count a transaction (or its ClosedTransaction); n=-1: take it out again."""
+        self.transactions += n
+        self.requests += n * t.request_count
+        self.retries += n * max(t.request_count - 1, 0)
+        self.answered += n * bool(t.answered)
+        self.reversible_asked += n * bool(t.asks_reversible())
 
     def merge(self, other: "Tally | None") -> "Tally":
         if other is not None:
@@ -179,7 +228,7 @@ class Tally:
         return self
 
 
-@dataclass
+@dataclass(slots=True)
 class LetGo(Tally):
     """The oldest SA transactions a resolution let go (Replay.RESOLUTION_HISTORY): how many
     and what the resolutions table counts of them (Tally), their messages (frames, which a
@@ -200,35 +249,58 @@ class LetGo(Tally):
         self.last_frames = frames
 
 
-@dataclass
+@dataclass(slots=True)
 class Resolution:
-    """Paths between a local and a remote endpoint: (local GID, remote GID, P_Key)."""
+    """Paths between a local and a remote endpoint: (local GID, remote GID, P_Key).
+
+    Slotted, and what finish() attaches to it (blobs, LS messages, CM REQs) an empty tuple
+    until there is one (attach()): an SA storm makes one per (source, destination) pair, and
+    what each holds once judged is what bounds the audit's memory (issue 45)."""
 
     local: str
     remote: str
     pkey: int
     transactions: list[Transaction] = field(default_factory=list)
-    blobs: list[dict] = field(default_factory=list)
-    ls_requests: list[dict] = field(default_factory=list)
-    ls_responses: list[dict] = field(default_factory=list)
-    cm_reqs: list[dict] = field(default_factory=list)
+    blobs: list[dict] | tuple = ()
+    ls_requests: list[dict] | tuple = ()
+    ls_responses: list[dict] | tuple = ()
+    cm_reqs: list[dict] | tuple = ()
     # blobs given with --blob (ibpath audit --blob FILE) whose records concern this pair; they
     # are not frames of the capture and have no place in its time line
-    extra_blobs: list[dict] = field(default_factory=list)
+    extra_blobs: list[dict] | tuple = ()
     # its oldest transactions, let go (Replay.RESOLUTION_HISTORY), or None
     let_go: LetGo | None = None
-    # its transactions folded into counts once judged, where nothing draws them (fold())
+    # its transactions folded into counts once judged, where nothing draws them (fold()),
+    # and those in the replay's Spill file, counted there until they come back
     folded: Tally | None = None
+    # its older closed transactions in the replay's Spill file (Replay.HELD_TRANSACTIONS):
+    # the reference of the last chunk (0: none) and how many transactions the chunks hold;
+    # Replay.restore() brings them back before them in `transactions`
+    spilled: int = field(default=0, repr=False, compare=False)
+    spilled_count: int = field(default=0, repr=False, compare=False)
+    # bit i set: one of its transactions passed the replay's transaction_marks[i], a test a
+    # resolution rule asks of a resolution before it can find anything (engine.run_rules)
+    marks: int = field(default=0, repr=False, compare=False)
+
+    def attach(self, what: str, rec: dict) -> None:
+        """Add a record to one of the lists finish() fills (blobs, ls_requests, ...)."""
+        kept = getattr(self, what)
+        if type(kept) is tuple:
+            kept = list(kept)
+            setattr(self, what, kept)
+        kept.append(rec)
 
     def fold(self) -> None:
         """Let the judged transactions go, keeping what the resolutions table counts of them:
         what a process hands back of an audit no ladder is drawn from (audit/run.py), a
-        hundredth of the bytes of an SA storm's summaries."""
+        hundredth of the bytes of an SA storm's summaries; those in the replay's Spill file
+        are counted already, and not read back."""
         if self.transactions:
             self.folded = Tally().merge(self.folded)
             for t in self.transactions:
                 self.folded.count(t)
-            self.transactions = []
+            self.transactions = ()
+        self.spilled = self.spilled_count = 0
 
     def tally(self) -> Tally:
         """The counts of all its SA transactions: kept, folded and let go."""
@@ -288,12 +360,20 @@ class Replay:
     arrows, when self.arrows), so memory follows the transactions open at once and the
     resolutions, not the length of the capture; with keep_closed (the library's default)
     self.done keeps every closed transaction whole. A frame of a transaction closed long ago
-    starts a new one."""
+    starts a new one.
+
+    Without keep_closed and with `spills`, the resolutions hold at most HELD_TRANSACTIONS
+    closed transactions in memory between them: past that, those held go to a temporary
+    file (audit/spill.py),
+    each resolution keeping one reference to its chunks, and come back by restore() when the
+    resolution rules judge the resolution (engine.run_rules), so that memory follows neither
+    the capture's length nor the number of distinct pairs (issue 45)."""
 
     MAX_OPEN_TRANSACTIONS = 65536
     LINGER = 4096
     RESOLUTION_HISTORY = 256
     SERVICE_HISTORY = 4096
+    HELD_TRANSACTIONS = 16384
 
     def __init__(self, keep_closed: bool = True):
         self.transactions: dict[tuple, Transaction] = {}
@@ -320,6 +400,18 @@ class Replay:
         self.linger_seconds: float | None = None
         self._closing: list[Transaction] = []  # out of the open table, to be closed
         self.resolutions: dict[tuple, Resolution] = {}
+        # without keep_closed: the resolutions holding closed transactions in memory (by id),
+        # how many they hold, and the file the others went to (None until the first)
+        self._holding: dict[int, Resolution] = {}
+        self._held = 0
+        self.spill: Spill | None = None
+        self._facts: dict = {}  # PathRecord facts read back, by their values (from_row)
+        # whether to spill at all (AuditOptions.stream_resolutions): where no report reads
+        # the resolutions' transactions all at once
+        self.spills = False
+        # tests of a closed PathRecord transaction that resolution rules need to have passed
+        # in a resolution before they can find anything in it (Resolution.marks)
+        self.transaction_marks: tuple = ()
         self.blobs: list[dict] = []
         self.ls: dict[int, dict] = {}  # seq → {"request": rec, "responses": [...]}
         self.cm_reqs: list[dict] = []
@@ -484,6 +576,8 @@ class Replay:
             self.on_close(t, res)
         service = t.attribute_id == ATTR_SERVICE_RECORD
         if self.keep_closed:
+            if res is not None:
+                self._mark(res, t)
             self.done.append(t)
             if service:
                 self.service_queries.append(t)
@@ -492,6 +586,11 @@ class Replay:
         if res is not None:  # judged: the resolution keeps what its rules read
             summary = res.transactions[-1] = ClosedTransaction(t)
             summary.arrows = arrows
+            self._mark(res, summary)
+            self._holding[id(res)] = res
+            self._held += 1
+            if self._held > self.HELD_TRANSACTIONS and self.spills:
+                self.spill_held()
         else:
             if service:  # its service resolution's ladder draws it, if any (audit/ladder.py)
                 summary = ClosedTransaction(t)
@@ -499,6 +598,92 @@ class Replay:
                 self.service_queries.append(summary)
             if arrows:
                 self.unplaced_arrows += arrows
+
+    def _mark(self, res: Resolution, t) -> None:
+        """Set the resolution's marks (Resolution.marks) that transaction t passes."""
+        for i, test in enumerate(self.transaction_marks):
+            if test(t):
+                res.marks |= 1 << i
+
+    def spill_held(self) -> None:
+        """Write the closed transactions the resolutions hold to the Spill file (each
+        resolution's as one chunk after its earlier ones), and let them go."""
+        for res in self._holding.values():
+            ts = res.transactions
+            if ts and len(ts) + res.spilled_count < self.RESOLUTION_HISTORY:
+                # (one that keeps as many as it ever will stays: its next transaction would
+                # bring them all back, to let the oldest go)
+                self._spill(res)
+        self._holding.clear()
+        self._held = 0
+
+    def _spill(self, res: Resolution) -> None:
+        """Its transactions held in memory to the Spill file, after its earlier ones."""
+        if self.spill is None:
+            self.spill = Spill()
+        ts = res.transactions
+        try:
+            rows = [t.row() for t in ts]
+        except NotPlain:
+            rows = None
+        res.spilled = self.spill.write(res.spilled, rows, ts)
+        res.spilled_count += len(ts)
+        tally = res.folded
+        if tally is None:
+            tally = res.folded = Tally()
+        for t in ts:  # counted as folded until they come back (restore)
+            tally.count(t)
+        res.transactions = ()
+
+    def read_back(self, res: Resolution) -> list:
+        """A resolution's transactions, those in the Spill file first, without bringing them
+        back into the resolution (a ladder drawn and written, one resolution at a time)."""
+        if not res.spilled:
+            return list(res.transactions)
+        back = []
+        facts = self._facts
+        if len(facts) > self.HELD_TRANSACTIONS:
+            facts.clear()
+        for kind, items in self.spill.read(res.spilled):
+            back += [ClosedTransaction.from_row(r, facts) for r in items] if kind == b"m" else items
+        return back + list(res.transactions)
+
+    def restore(self, res: Resolution) -> None:
+        """Bring back a resolution's transactions from the Spill file, before those it
+        holds (a resolution the rules judge, or one past RESOLUTION_HISTORY)."""
+        if not res.spilled:
+            return
+        back = self.read_back(res)
+        for t in back[:res.spilled_count]:
+            res.folded.count(t, -1)
+        res.transactions = back
+        res.spilled = res.spilled_count = 0
+        self._holding[id(res)] = res
+        self._held += len(back)
+
+    def let_judged_go(self, res: Resolution) -> None:
+        """Once the resolution rules judged it: fold its transactions (Resolution.fold), those
+        in the Spill file by their counts, for reports that draw no ladder; for a ladder, to
+        the Spill file, whence ladder.iter_ladders reads them back (read_back)."""
+        self._holding.pop(id(res), None)
+        if not self.arrows:
+            res.fold()
+        elif res.transactions:
+            self._spill(res)
+
+    def restore_all(self) -> None:
+        """Every resolution's transactions back from the Spill file, and the file closed
+        (an audit handed to another process: --jobs, --dask)."""
+        if self.spill is not None:
+            for res in self.resolutions.values():
+                self.restore(res)
+            self.close_spill()
+
+    def close_spill(self) -> None:
+        """Close the Spill file: what it holds is not read again (reports and --jobs)."""
+        if self.spill is not None:
+            self.spill.close()
+            self.spill = None
 
     def finish(self) -> None:
         self._flush_closing()
@@ -517,7 +702,7 @@ class Replay:
         for b in self.blobs:
             res = self._resolution_for_records(b.get("blob_records", []))
             if res is not None:
-                res.blobs.append(b)
+                res.attach("blobs", b)
         for entry in self.ls.values():
             req = entry["request"]
             attrs = {a["type_name"]: a.get("value") for a in (req or {}).get("ls", {}).get("attributes", [])}
@@ -528,16 +713,17 @@ class Replay:
                 res = res or self._resolution_for_records(r.get("blob_records", []))
             if res is not None:
                 if req:
-                    res.ls_requests.append(req)
-                res.ls_responses += entry["responses"]
+                    res.attach("ls_requests", req)
+                for r in entry["responses"]:
+                    res.attach("ls_responses", r)
         for b in self.extra_blobs:
             res = self._resolution_for_records(b.get("blob_records", []), create=False)
             if res is not None:
-                res.extra_blobs.append(b)
+                res.attach("extra_blobs", b)
         for c in self.cm_reqs:
             res = self.cm_resolution(c)
             if res is not None:
-                res.cm_reqs.append(c)
+                res.attach("cm_reqs", c)
 
     def cm_resolution(self, cm_rec: dict) -> Resolution | None:
         """The resolution of a CM REQ: by its primary GIDs (either way round; native IB and
@@ -579,6 +765,8 @@ class Replay:
                 return self.resolutions[key]
         if not create:
             return None
+        # one string per GID, not one per query: a storm's pairs share their endpoints
+        local, remote = sys.intern(local), sys.intern(remote)
         res = self.resolutions[(local, remote, pkey)] = Resolution(local, remote, pkey)
         return res
 
@@ -593,8 +781,11 @@ class Replay:
             pkey = t.records[0].pkey if t.records else 0xFFFF
         res = self._resolution(q.sgid, q.dgid, pkey)
         if res is not None:
+            if type(res.transactions) is tuple:  # spilled or never held one
+                res.transactions = []
             res.transactions.append(t)
-            if len(res.transactions) > self.RESOLUTION_HISTORY:
+            if len(res.transactions) + res.spilled_count > self.RESOLUTION_HISTORY:
+                self.restore(res)  # its oldest is in the Spill file: bring them all back
                 # let go with its ladder arrows: a ladder draws what its resolution keeps
                 # (ladder.let_go_note says how much it no longer draws)
                 old = res.transactions.pop(0)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
 from .engine import FileAudit
 from .kernel import kernel_view_of
-from .ladder import ladders as _ladders, text_ladder
+from .ladder import iter_ladders, text_ladder
 from .model import RULES
 from .process import librdmacm_view, process_view
 
@@ -173,42 +174,69 @@ def to_text(audits: list[FileAudit], colour: bool = False, ladder: bool = False,
     """Findings per resolution; with `ladder`, each resolution's ladder diagram first
     (audit/ladder.py), its findings marked under the messages they rest on. The files of a
     directory that were skipped come first, each with why."""
-    lines = [f"== skipped {s.path}: {s.reason}" for s in skipped]
-    ladders = {}
-    if ladder:
-        ladders = {(a.path, lad.name): lad for a in audits for lad in _ladders(a)}
+    return "".join(text_chunks(audits, colour, ladder, skipped))
+
+
+def write_text(out, audits: list[FileAudit], colour: bool = False, ladder: bool = False,
+               skipped: list = ()) -> None:
+    """to_text's report written to `out` as it is made: an SA storm's report has a few lines
+    for each of its hundreds of thousands of resolutions (issue 45)."""
+    for chunk in text_chunks(audits, colour, ladder, skipped):
+        out.write(chunk)
+
+
+def text_chunks(audits: list[FileAudit], colour: bool = False, ladder: bool = False,
+                skipped: list = (), lines_per_chunk: int = 4096):
+    """to_text's report in pieces of whole lines, in order."""
+    lines = []
+    for line in _text_lines(audits, colour, ladder, skipped):
+        lines.append(line)
+        if len(lines) >= lines_per_chunk:
+            yield "\n".join(lines) + "\n"
+            lines = []
+    if lines:
+        yield "\n".join(lines) + "\n"
+
+
+def _text_lines(audits: list[FileAudit], colour: bool, ladder: bool, skipped: list):
+    yield from (f"== skipped {s.path}: {s.reason}" for s in skipped)
 
     def sev(s):
         return f"{_COLOURS[s]}{s}{_RESET}" if colour else s
 
     for a in audits:
-        lines.append(f"== {a.path}: {a.frames} frames")
+        yield f"== {a.path}: {a.frames} frames"
         if a.error:
-            lines.append(f"   unreadable: {a.path}: {a.error.removeprefix(a.path + ': ')}")
+            yield f"   unreadable: {a.path}: {a.error.removeprefix(a.path + ': ')}"
         by_res: dict = {}
         for f in a.findings:
             by_res.setdefault(f.resolution, []).append(f)
-        res_names = [r.name for r in (a.replay.resolutions.values() if a.replay else [])]
-        if a.replay is not None and a.replay.process:  # then its IB service resolutions
-            res_names += [sr.name for sr in process_view(a.replay).services]
-        for name in res_names + [None]:
+        # a ladder per resolution in the same order (path resolutions, then IB service
+        # resolutions), then maybe the one of no resolution, drawn as they are written
+        # (iter_ladders)
+        ladders = iter_ladders(a) if ladder else None
+        resolutions = a.replay.resolutions.values() if a.replay else ()
+        services = (process_view(a.replay).services
+                    if a.replay is not None and a.replay.process else ())
+        for name in itertools.chain((r.name for r in resolutions), (sr.name for sr in services),
+                                    [None]):
             fs = by_res.get(name, [])
-            if name is None and not fs and (a.path, None) not in ladders:
+            lad = next(ladders, None) if ladders is not None else None
+            if name is None and not fs and lad is None:
                 continue
-            lines.append(f"-- resolution {name}" if name else "-- not tied to a resolution")
-            if (a.path, name) in ladders:
-                lines += text_ladder(ladders[(a.path, name)], max_arrows=60)
+            yield f"-- resolution {name}" if name else "-- not tied to a resolution"
+            if lad is not None:
+                yield from text_ladder(lad, max_arrows=60)
             if not fs:
-                lines.append("   no findings")
+                yield "   no findings"
             for f in sorted(fs, key=lambda f: (f.frames[:1], f.rule)):
-                lines.append(finding_line(f, sev))
+                yield finding_line(f, sev)
     s = summary(audits)
     more = f" ({len(skipped)} skipped)" if skipped else ""
     process = "".join(f", {s[k]} {what}" for k, what in (("cm_ids", "cm_ids"),
                                                          ("acm_exchanges", "ACM exchanges"))
                       if s[k])
-    lines.append(f"== {s['files']} file(s){more}, {s['packets']} frames, {s['transactions']} SA "
-                 f"transactions, {s['resolutions']} resolutions, {s['blobs']} blobs{process}: "
-                 f"{s['findings']['error']} errors, {s['findings']['warning']} warnings, "
-                 f"{s['findings']['info']} infos")
-    return "\n".join(lines) + "\n"
+    yield (f"== {s['files']} file(s){more}, {s['packets']} frames, {s['transactions']} SA "
+           f"transactions, {s['resolutions']} resolutions, {s['blobs']} blobs{process}: "
+           f"{s['findings']['error']} errors, {s['findings']['warning']} warnings, "
+           f"{s['findings']['info']} infos")

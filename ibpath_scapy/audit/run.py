@@ -293,6 +293,7 @@ def _portable(fa: FileAudit, options: AuditOptions) -> FileAudit:
     if fa.replay is not None:
         fa.replay.on_close = None
         fa.replay.keep_frame_record = None
+        fa.replay.restore_all()  # its Spill file is this process's
         if not (options.ladder_arrows or options.keep_transactions):  # (the library's keeps)
             for res in fa.replay.resolutions.values():
                 res.fold()

@@ -7,7 +7,7 @@ import sys
 
 from ..audit import annotate, catalogue, report
 from ..audit.cluster import ClusterError
-from ..audit.html import to_html
+from ..audit.html import write_html
 from ..audit.model import AuditOptions
 from ..audit.run import audit_paths, expand_inputs
 from ..audit.extras import MissingExtra, need
@@ -200,6 +200,7 @@ def run(args) -> int:
         # Parquet tables read each capture's origin and its findings' frame times
         options = AuditOptions(kernel=args.kernel, extra_blobs=args.blob,
                                keep_transactions=False, ladder_arrows=ladders,
+                               stream_resolutions=True,
                                tables=binary or bool(args.resolutions_out))
         live = None
         if args.format == "text" and any(_is_stream(p) for p in paths):
@@ -218,9 +219,9 @@ def run(args) -> int:
         elif args.format == "junit":
             out.write(report.to_junit(audits, skipped, cases_of=args.junit_cases))
         elif args.format == "html":
-            out.write(to_html(audits))
+            write_html(out, audits)
         elif args.format == "text":
-            out.write(report.to_text(audits, colour=tty, ladder=ladders, skipped=skipped))
+            report.write_text(out, audits, colour=tty, ladder=ladders, skipped=skipped)
             if note:
                 out.write(note + "\n")
     finally:

@@ -507,6 +507,9 @@ def blob_is_word_swapped_sa_record(subject):
                     break
 
 
+blob_is_word_swapped_sa_record.only_with_handovers = True  # no blob, no LS response: nothing to compare
+
+
 # -- BLOB-FIELD-RANGE -------------------------------------------------------------------------
 
 _SELECTORS = (("mtu_selector", "MTU"), ("rate_selector", "rate"),

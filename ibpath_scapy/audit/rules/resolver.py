@@ -115,6 +115,15 @@ def first_frame(t: Transaction) -> int:
     return t.first_frame
 
 
+def reversible_open_answer(t: Transaction) -> bool:
+    """A query that leaves reversibility open, answered with status 0 and a reversible
+    record: what RES-REDUNDANT-QUERIES needs a resolution to hold (as its forward query)
+    before it can find anything there (its only_if_transaction: engine.run_rules reads no
+    other resolution's transactions back for it)."""
+    return bool(t.answered and not t.status and not t.asks_reversible()
+                and any(r["reversible"] for r in t.records))
+
+
 def handovers(res: Resolution) -> list[Handover]:
     out = []
     for b in res.blobs:
@@ -226,6 +235,9 @@ def no_followup(subject):
                 f"{h.what} without asking the SA for {' or '.join(missing)}")
 
 
+no_followup.only_with_handovers = True  # nothing to judge without a blob or LS response
+
+
 @rule("RES-REDUNDANT-QUERIES", "warning", "resolution", SEED)
 def redundant_queries(subject):
     """The forward path came back reversible, yet the resolver still made GMP or return queries.
@@ -239,7 +251,7 @@ def redundant_queries(subject):
     for side in sides(res):
         fwds = side.forward_open()
         for k, fwd in enumerate(fwds):
-            if not (fwd.answered and not fwd.status and any(r["reversible"] for r in fwd.records)):
+            if not reversible_open_answer(fwd):
                 continue
             lo = fwd.completing_frame
             ends = [h.frame for h in side.handovers if h.frame > lo]
@@ -254,6 +266,9 @@ def redundant_queries(subject):
                     f"forward path (answer frame {lo}) is reversible, yet the resolver made "
                     f"{len(extra)} more {' and '.join(kinds)} quer{'ies' if len(extra) > 1 else 'y'} "
                     f"(frames {', '.join(str(first_frame(t)) for t in extra)})")
+
+
+redundant_queries.only_if_transaction = reversible_open_answer
 
 
 def _matches(rec: dict, answers: list[dict], reverse: bool = False) -> bool:
@@ -350,6 +365,9 @@ def blob_shape(subject):
                     + "; ".join(problems))
 
 
+blob_shape.only_with_handovers = True  # nothing to judge without a blob or LS response
+
+
 def _sa_answers_before(res: Resolution, frame: int) -> list[tuple[Transaction, dict]]:
     return [(t, r) for t in res.transactions
             if t.answered and not t.status and t.completing_frame < frame for r in t.records]
@@ -390,6 +408,9 @@ def blob_mismatch(subject):
                 + (" ..." if len(diff) > 6 else ""))
 
 
+blob_mismatch.only_with_handovers = True  # nothing to judge without a blob or LS response
+
+
 @rule("RES-STALE-BLOB", "warning", "resolution", sources.CATALOGUE + "; " + sources.SA_STATUS)
 def stale_blob(subject):
     """A blob handed to the kernel after the SA answered with a non-zero status for that
@@ -415,3 +436,6 @@ def stale_blob(subject):
                                  f"{status_text(t.status, 3)}" for t in bad)
                 yield [t.completing_frame for t in bad] + [h.frame], (
                     f"{h.what} handed over after the SA answered with an error ({what})")
+
+
+stale_blob.only_with_handovers = True  # nothing to judge without a blob or LS response

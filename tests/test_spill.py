@@ -1,0 +1,174 @@
+"""Issue 45: an SA storm of many distinct (source, destination) pairs audited in bounded
+memory. The replay holds at most Replay.HELD_TRANSACTIONS closed transactions in memory and
+writes the others to its Spill file (audit/spill.py); the resolution rules read a resolution's
+transactions back only where one of them can find something (engine.resolution_needs); the
+CLI folds each resolution into its counts once judged, or, to draw ladders, leaves its
+transactions in the Spill file for the reports to read back one ladder at a time
+(AuditOptions.stream_resolutions, ladder.iter_ladders, report.write_text, html.write_html).
+
+Oracles: the same audit with nothing spilled (a cap larger than the capture), and with every
+resolution check asked of every resolution; the library's audit that keeps every closed
+transaction whole (keep_transactions)."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+from ibpath_scapy.audit import engine, report
+from ibpath_scapy.audit.html import to_html
+from ibpath_scapy.audit.model import AuditOptions
+from ibpath_scapy.audit.replay import ClosedTransaction, Replay, Resolution
+from ibpath_scapy.audit.run import audit_paths
+from ibpath_scapy.audit.spill import Spill
+from ibpath_scapy.audit.tables import resolution_rows
+from ibpath_scapy.facts.records import PathRecord
+
+from conftest import CAPTURES, ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+from corpus import write_capture2, write_capture3  # noqa: E402
+
+NEVER = 10 ** 9
+
+
+@pytest.fixture(scope="module")
+def storm3(tmp_path_factory) -> Path:
+    """Bench capture 3: every query a pair of its own (3,000 sources x 97 destinations)."""
+    return write_capture3(tmp_path_factory.mktemp("storm3") / "c3.pcap", 5000)
+
+
+@pytest.fixture(scope="module")
+def storm2(tmp_path_factory) -> Path:
+    """Bench capture 2: 364 pairs asked again and again."""
+    return write_capture2(tmp_path_factory.mktemp("storm2") / "c2.pcap", 6000)
+
+
+def _corpus() -> list[str]:
+    files = sorted(CAPTURES.rglob("*.pcap")) + sorted(CAPTURES.rglob("*.pcapng"))
+    return [str(f) for f in files if f.stat().st_size]
+
+
+def _cli_options(ladders: bool = False) -> AuditOptions:
+    """What `ibpath audit` asks (cli/audit.py)."""
+    return AuditOptions(keep_transactions=False, ladder_arrows=ladders,
+                        stream_resolutions=True)
+
+
+def _reports(paths: list[str], held: int, monkeypatch, ladders: bool = False,
+             every_check: bool = False):
+    monkeypatch.setattr(Replay, "HELD_TRANSACTIONS", held)
+    spills = []
+    spill_held = Replay.spill_held
+
+    def counted(self):
+        spill_held(self)
+        spills.append(self.spill.chunks)
+
+    monkeypatch.setattr(Replay, "spill_held", counted)
+    if every_check:
+        needs = engine.resolution_needs
+        monkeypatch.setattr(engine, "resolution_needs",
+                            lambda checks, marks: [(c, False, 0) for c, _, _ in needs(checks, marks)])
+    audits, _ = audit_paths(paths, _cli_options(ladders), quiet=True)
+    out = {"json": report.to_json(audits), "text": report.to_text(audits, ladder=ladders),
+           "rows": list(resolution_rows(audits, "all"))}
+    if ladders:
+        out["html"] = to_html(audits)
+    monkeypatch.undo()
+    return out, spills, audits
+
+
+def test_storm_spilled_gives_the_same_reports(storm3, monkeypatch):
+    """Capture 3 with at most 16 transactions held: the transactions go to the Spill file
+    many times over, and the JSON and text reports and the resolutions table are those of
+    the audit that spilled nothing."""
+    whole, none, _ = _reports([str(storm3)], NEVER, monkeypatch)
+    spilled, spills, audits = _reports([str(storm3)], 16, monkeypatch)
+    assert none == [] and len(spills) > 50
+    assert spilled == whole
+    replay = audits[0].replay
+    assert len(replay.resolutions) > 1000
+    assert replay.spill is None  # closed once every resolution was judged
+    for res in replay.resolutions.values():  # folded: counts only
+        assert res.transactions == () and not res.spilled and res.folded.transactions >= 1
+
+
+def test_repeated_pairs_spilled_past_their_history(storm2, monkeypatch):
+    """Capture 2's pairs come back hundreds of times: with a short RESOLUTION_HISTORY and a
+    small cap, a spilled resolution that passes its history is brought back to let its
+    oldest go; findings (DECODE-LIMIT included), text, ladders, HTML and the table are
+    those of the audit that spilled nothing."""
+    monkeypatch.setattr(Replay, "RESOLUTION_HISTORY", 5)
+    for ladders in (False, True):
+        whole, _, _ = _reports([str(storm2)], NEVER, monkeypatch, ladders)
+        monkeypatch.setattr(Replay, "RESOLUTION_HISTORY", 5)
+        spilled, spills, _ = _reports([str(storm2)], 7, monkeypatch, ladders)
+        monkeypatch.setattr(Replay, "RESOLUTION_HISTORY", 5)
+        assert spills and spilled == whole
+        assert '"DECODE-LIMIT"' in whole["json"]
+
+
+def test_corpus_spilled_and_every_check_asked(monkeypatch):
+    """The project's captures, one closed transaction held at a time: the same reports as
+    with nothing spilled, and as with every resolution check asked of every resolution
+    (what engine.resolution_needs leaves out finds nothing)."""
+    paths = _corpus()
+    assert len(paths) > 40
+    for ladders in (False, True):
+        whole, _, _ = _reports(paths, NEVER, monkeypatch, ladders)
+        spilled, spills, _ = _reports(paths, 1, monkeypatch, ladders)
+        asked, _, _ = _reports(paths, 1, monkeypatch, ladders, every_check=True)
+        assert spills
+        assert spilled == whole == asked
+    kept, _ = audit_paths(paths, AuditOptions(keep_transactions=True), quiet=True)
+    assert report.to_json(kept) == whole["json"]
+
+
+def test_closed_transaction_row_round_trip(storm2):
+    """ClosedTransaction.row and from_row: every value the rules and the ladder read comes
+    back equal, PathRecords as PathRecord facts."""
+    options = AuditOptions(keep_transactions=False, ladder_arrows=True)  # kept in memory
+    audits, _ = audit_paths([str(storm2)], options, quiet=True)
+    ts = [t for r in audits[0].replay.resolutions.values() for t in r.transactions]
+    assert len(ts) > 1000
+    for t in ts:
+        c = ClosedTransaction.from_row(t.row())
+        for name in ClosedTransaction.__slots__:
+            assert getattr(c, name) == getattr(t, name), name
+        assert c.frames == t.frames and c.asks_reversible() == t.asks_reversible()
+        assert type(c.query) is PathRecord and all(type(r) is PathRecord for r in c.records)
+
+
+def test_spill_chunks_chain_per_resolution():
+    """Chunks of several resolutions interleaved in one file come back per resolution,
+    oldest first; a chunk of values marshal cannot write goes as pickle."""
+    spill = Spill()
+    refs = {"a": 0, "b": 0}
+    want = {"a": [], "b": []}
+    for i in range(40):
+        key = "ab"[i % 3 == 0]
+        rows = [(key, i, b"\0" * i, None, (1, 2))]
+        refs[key] = spill.write(refs[key], rows, None)
+        want[key].append(rows)
+    odd = [Resolution("x", "y", 1)]  # no row: pickled as it is
+    refs["c"] = spill.write(0, None, odd)
+    for key in "ab":
+        assert [items for kind, items in spill.read(refs[key])] == want[key]
+    assert spill.read(refs["c"]) == [(b"p", odd)]
+    spill.close()
+
+
+def test_text_written_as_it_is_made(storm3, monkeypatch):
+    """write_text writes what to_text returns, in pieces of whole lines."""
+    audits, _ = audit_paths([str(storm3)], _cli_options(), quiet=True)
+    out = io.StringIO()
+    pieces = []
+    write = out.write
+    out.write = lambda s: (pieces.append(s), write(s))[1]
+    report.write_text(out, audits)
+    assert out.getvalue() == report.to_text(audits)
+    assert len(pieces) > 1 and all(p.endswith("\n") for p in pieces)
