@@ -135,8 +135,10 @@ class ServiceResolution:
 
     @property
     def name(self) -> str:
-        """What its ladder is called: the cm_id and the service asked for."""
-        return f"IB service of {self.cm_name}: {service_keys(self.command) or 'no key'}"
+        """What its ladder is called: the cm_id, the service asked for and the frame of the
+        command (a program may ask one cm_id for one service twice: two resolutions)."""
+        return (f"IB service of {self.cm_name}: {service_keys(self.command) or 'no key'}, "
+                f"frame {self.command.frame}")
 
     @property
     def frames(self) -> list[int]:
