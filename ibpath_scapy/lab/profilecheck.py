@@ -26,7 +26,8 @@ from pathlib import Path
 from ..facts.kernelview import PROFILES, blob_from_bytes, profiles_of, release_version
 from ..layers.pathdata import PathArray, parse_set_option_comment
 from ..layers.ucma import CMD
-from .recordmatrix import _which, _which_req, frames
+from ..layers.cm import CMReq
+from .recordmatrix import frames, which_record, which_req
 
 IB_SERVICE_SINCE = (6, 17)  # a892a3e74fb4, 810f874eda8e: rdma_resolve_ib_service, its ucma side
 # What each step of lab/ibservice.py gets, by kernel, with the lines that decide it.
@@ -107,10 +108,9 @@ def blob_rows(name: str, path: Path, release: str) -> list[Row]:
         want_path = f"record {choice.gmp}" if choice.accepted else "kernel route"
         kept = records if verdict == "0" else []
         if fr["readbacks"]:
-            seen, how = _which(fr["readbacks"][-1].path_data[0].path_record, kept), "readback"
+            seen, how = which_record(fr["readbacks"][-1].path_data[0].path_record, kept), "readback"
         elif fr["reqs"]:
-            from ..layers.cm import CMReq
-            seen, how = _which_req(fr["reqs"][0][CMReq], kept), "CM REQ"
+            seen, how = which_req(fr["reqs"][0][CMReq], kept), "CM REQ"
         else:
             seen, how = None, "no readback, no CM REQ"
         rows.append(Row(name, f"path kept ({how})", prof, want_path, seen or "not seen",

@@ -112,7 +112,7 @@ def frames(path: str | Path) -> dict:
     return out
 
 
-def _which(rec, records) -> str:
+def which_record(rec, records) -> str:
     """Which blob record the path `rec` is (the fields the kernel keeps), or the kernel's
     own route."""
     keep = ("sgid", "dgid", "flow_label", "tclass", "hop_limit", "sl", "rate", "mtu", "pkey",
@@ -151,7 +151,7 @@ def row(path: str | Path) -> dict:
     if fr["readbacks"]:
         rb = fr["readbacks"][-1]
         rec = rb.path_data[0].path_record
-        r["readback"] = _which(rec, records) + f": {_path_text(rec)}"
+        r["readback"] = which_record(rec, records) + f": {_path_text(rec)}"
         r["readback_paths"] = len(rb.path_data)
     else:
         r["readback"] = "no QUERY PATH readback"
@@ -166,11 +166,11 @@ def row(path: str | Path) -> dict:
             diff = compare(rec, req)
             r["req"] = "= readback" if not diff else "differs from the readback: " + \
                 ", ".join(f"{k} {a} vs {b}" for k, (a, b) in diff.items())
-            r["req"] += f" ({_which_req(req, records)})"
+            r["req"] += f" ({which_req(req, records)})"
     return r
 
 
-def _which_req(req: CMReq, records) -> str:
+def which_req(req: CMReq, records) -> str:
     same = [i for i, x in enumerate(records)
             if all((str(getattr(x.path_record, a)) if a in ("sgid", "dgid") else
                     getattr(x.path_record, a)) ==
