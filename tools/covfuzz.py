@@ -873,12 +873,18 @@ def run_target(target: str, seconds: float | None, runs: int | None, corpus_out:
     if runs:
         args.append(f"-runs={runs}")
     t0 = time.monotonic()
-    p = subprocess.run(args, capture_output=True, text=True, errors="replace",
-                       env=dict(os.environ, **(env or {})), cwd=ROOT)
+    child_env = dict(os.environ, **(env or {}))
+    if log is None:
+        p = subprocess.run(args, capture_output=True, text=True, errors="replace",
+                           env=child_env, cwd=ROOT)
+        out = p.stderr + p.stdout
+    else:
+        # streamed, so that a long run stopped before its end leaves its progress lines
+        # (libFuzzer's "#N pulse/NEW/REDUCE" with the executions so far) and its corpus
+        with open(log, "w") as f:
+            p = subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, env=child_env, cwd=ROOT)
+        out = log.read_text(errors="replace")
     wall = time.monotonic() - t0
-    out = p.stderr + p.stdout
-    if log is not None:
-        log.write_text(out)
     stats = {k: int(v) for k, v in _STAT.findall(out)}
     m = _DONE.search(out)
     last = (_STATUS.findall(out) or [None])[-1]
