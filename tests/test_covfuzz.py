@@ -149,6 +149,36 @@ def test_rmpp_oracle_sees_bookkeeping_go_wrong(monkeypatch):
         covfuzz.t_rmpp(data)
 
 
+def test_whole_file_twins_are_compared_before_the_damage(monkeypatch):
+    """On a capture damaged part way, the Python twins losing a record read before the
+    damage is a finding (the comparison once took an error's records as none on both sides)."""
+    m = covfuzz._modules()
+    if m.pcapio._native_scan() is None:
+        pytest.skip("the package was built without its C extension")
+    path = covfuzz._work() / "capture"
+
+    def damaged_with_records(data: bytes) -> bool:
+        path.write_bytes(data)
+        recs, _, _, error = covfuzz._fast_file(str(path), True)
+        return bool(recs) and error is not None
+
+    # a seed cut 7 bytes short: its last block is truncated
+    data = next(d[:-7] for d in (f.read_bytes() for f in covfuzz.corpus_files("audit"))
+                if damaged_with_records(d[:-7]))
+    covfuzz.t_audit(data)
+    real = m.fast.decode_file_fast
+
+    def twin_loses_one(path_, decoder=None, **kw):
+        recs = real(path_, decoder, **kw)
+        if m.pcapio._native_scan() is None:  # within _PythonTwins
+            next(recs)
+        return recs
+
+    monkeypatch.setattr(m.fast, "decode_file_fast", twin_loses_one)
+    with pytest.raises(covfuzz.Finding, match="C/Python fast path differ"):
+        covfuzz.t_audit(data)
+
+
 def test_whole_file_oracle_sees_a_traceback(monkeypatch):
     """An exception from the decoder on a netlink frame is a finding (tools/fuzz.py's
     check_in_process reports it, with the traceback)."""

@@ -206,11 +206,14 @@ def _fast_file(path: str, native: bool) -> tuple:
     d = _fast_decoder(native)
     out, error = [], None
     try:
+        # (appended one by one: the records before a damaged frame are compared too)
         if native:
-            out = list(m.fast.decode_file_fast(path, d))
+            for rec in m.fast.decode_file_fast(path, d):
+                out.append(rec)
         else:
             with _PythonTwins():
-                out = list(m.fast.decode_file_fast(path, d))
+                for rec in m.fast.decode_file_fast(path, d):
+                    out.append(rec)
     except m.pcapio.CaptureError as exc:
         error = str(exc)
     return out, d.stats, d.skipped, error
@@ -227,10 +230,6 @@ def _twins_differ(c: tuple, py: tuple) -> None:
     rest = ", ".join(f"{what} {x!r} / {y!r}" for what, x, y in
                      zip(("stats", "skipped", "error"), c[1:], py[1:]))
     raise Finding(f"C/Python fast path differ: {len(c[0])} / {len(py[0])} records, {rest}")
-
-
-def _compare_fast_twins(path: str) -> None:
-    _twins_differ(_fast_file(path, True), _fast_file(path, False))
 
 
 def _fast_frames(frames: list, native: bool) -> tuple:
@@ -265,11 +264,11 @@ def _whole_file(path: Path, frames: int, must_decode: set[int] | None = None,
     fast path with the C extension against its Python twins."""
     fuzz = _modules().fuzz
     inp = fuzz.Input(path, frames, must_decode or set(), damaged=damaged, unreadable=unreadable)
-    st = fuzz.check_in_process(inp)
+    st = fuzz.check_in_process(inp, new_fast=_fast_decoder)
     if st.problems:
         raise Finding("; ".join(f"{p.kind}: {p.detail[:1500]}" for p in st.problems))
-    if twins:
-        _compare_fast_twins(str(path))
+    if twins:  # the fast path's run there had the C loops: hold it against their twins
+        _twins_differ(st.fast, _fast_file(str(path), False))
 
 
 def _write_frames(name: str, frames: list[tuple]) -> Path:

@@ -110,6 +110,9 @@ class Stats:
     engine_diffs: int = 0  # ... and those where they disagree
     engine_examples: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # check_in_process: the fast path's (records, statistics, skipped, closing error or None),
+    # for a caller that holds it against another engine (covfuzz: the C loops' Python twins)
+    fast: tuple | None = None
 
     def merge(self, other: "Stats") -> None:
         for k in ("files", "frames", "records", "malformed", "limit_findings", "cli_runs",
@@ -504,9 +507,11 @@ def _alarm(signum, frame):
     raise FrameTimeout()
 
 
-def check_in_process(inp: Input, limit: float = FRAME_TIME_LIMIT) -> Stats:
+def check_in_process(inp: Input, limit: float = FRAME_TIME_LIMIT,
+                     new_fast=FastDecoder) -> Stats:
     """Decode and audit inp in this process. Every frame is timed in CPU seconds (SIGPROF),
-    so that a loaded machine does not pass for a hang."""
+    so that a loaded machine does not pass for a hang. new_fast() gives the fast path's
+    decoder as a new one is (covfuzz resets a pooled one: building one takes ~0.3 ms)."""
     st = Stats(files=1)
     path = str(inp.path)
     decoder = Decoder()
@@ -552,7 +557,7 @@ def check_in_process(inp: Input, limit: float = FRAME_TIME_LIMIT) -> Stats:
     st.frames += decoder.stats.frames
     st.records += len(records)
     st.malformed += decoder.stats.malformed
-    st.problems += check_fast_path(inp, records, error, decoder)
+    st.problems += check_fast_path(inp, records, error, decoder, new_fast(), st)
     if decoder.stats.frames != inp.frames and not inp.damaged:
         st.problems.append(Problem(
             "frame-count", f"decoder read {decoder.stats.frames} frames, the file has {inp.frames}"
@@ -580,11 +585,13 @@ def check_in_process(inp: Input, limit: float = FRAME_TIME_LIMIT) -> Stats:
 
 
 def check_fast_path(inp: Input, records: list[dict], error: CaptureError | None,
-                    decoder: Decoder) -> list[Problem]:
+                    decoder: Decoder, fast: FastDecoder | None = None,
+                    st: Stats | None = None) -> list[Problem]:
     """The audit's fast path (pre-filter, compiled decoder, buffered readers) must give the
-    Scapy path's records, closing error and statistics on any input, hostile ones included."""
+    Scapy path's records, closing error and statistics on any input, hostile ones included.
+    The fast path's outcome is kept in st.fast."""
     path = str(inp.path)
-    fast, got, err = FastDecoder(), [], None
+    fast, got, err = fast or FastDecoder(), [], None
     try:
         for rec in decode_file_fast(path, fast):
             got.append(rec)
@@ -593,6 +600,8 @@ def check_fast_path(inp: Input, records: list[dict], error: CaptureError | None,
     except Exception:
         import traceback
         return [Problem("traceback", "fast path: " + traceback.format_exc(limit=-6), path)]
+    if st is not None:
+        st.fast = (got, fast.stats, fast.skipped, None if err is None else str(err))
     if str(err) != str(error):
         return [Problem("fastpath-diff", f"closing error {err!s} (Scapy path: {error!s})", path)]
     for a, b in zip(records, got):
