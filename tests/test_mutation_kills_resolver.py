@@ -4,8 +4,9 @@ ibpath_scapy/audit/rules/resolver.py that survived the older tests; tests/README
 The seed (../shared/seed/): a resolver asks the forward path; if the answer is not reversible
 it asks a reversible GMP path (the Reversible component with bit 1) and the return path (SGID
 and DGID swapped). A resolver may also ask the forward path with Reversible bit 1 from the
-start; that query's answer is then the forward path the hand-over rests on. Captures are
-built as in tests/test_rules_resolver.py (whose helpers these are).
+start; that query's answer is then the forward path the hand-over rests on. sa_query.c
+ib_nl_is_good_resolve_resp(): an LS response flagged RDMA_NL_LS_F_ERR hands nothing over.
+Captures are built as in tests/test_rules_resolver.py (whose helpers these are).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from ibpath_scapy.craft.builder import CaptureBuilder
 
 from test_rules_resolver import (  # noqa: E402  (tests/ is on sys.path through rootdir)
-    FWD_REV, L, R, RET, audit, exchange, hits, query,
+    FWD, FWD_REV, L, R, RET, audit, exchange, hits, query,
 )
 
 
@@ -37,3 +38,19 @@ def test_a_later_return_query_is_not_taken_for_the_forward_path(tmp_path):
         b.blob([(0x2B, FWD_REV)], set_option=0)
     assert not [h for h in hits(audit(f)) if h[0] == "RES-NO-FOLLOWUP"]
 
+
+
+def test_an_ls_response_flagged_err_hands_nothing_over(tmp_path):
+    """sa_query.c ib_nl_is_good_resolve_resp(): a RESOLVE response with RDMA_NL_LS_F_ERR is
+    not good whatever it carries; ib_nl_handle_resolve_resp() then sends the query to the SA
+    itself and never reads the response's PATH_RECORD attributes. So the records of an
+    LS_F_ERR response are no hand-over: the unreversible forward path in it needs no
+    follow-up. The same response without the flag is a hand-over that does."""
+    for error in (True, False):
+        f = tmp_path / f"ls-{error}.pcapng"
+        with CaptureBuilder(str(f)) as b:
+            b.ls_request(9, path_use=2, sgid=L, dgid=R)
+            qf, af = exchange(b, query(), [FWD])
+            resp = b.ls_response(9, [(0x2B, FWD)], error=error)
+        found = [h for h in hits(audit(f)) if h[0].startswith("RES-")]
+        assert found == ([] if error else [("RES-NO-FOLLOWUP", (qf, af, resp))])

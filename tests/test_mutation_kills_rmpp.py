@@ -5,8 +5,9 @@ Oracles: drivers/infiniband/core/mad_rmpp.c (torvalds/linux): process_rmpp_stop(
 process_rmpp_abort() both end the sender's transfer (abort_send); continue_rmpp() drops a
 segment for which acquire_rmpp_recv() finds no open receive; and the package's documented
 caps (README, "Robustness": "an RMPP transfer keeps at most 4,096 segments and 1 MiB, at most
-4,096 transfers and 64 MiB are open at once (oldest evicted)"). Segments are built by
-rmpp.segment(), itself checked against the kernel's worked examples in tests/test_rmpp.py.
+4,096 transfers and 64 MiB are open at once (oldest evicted)"); mad.c ib_is_mad_class_rmpp():
+which management classes carry an RMPP header. Segments are built by rmpp.segment(), itself
+checked against the kernel's worked examples in tests/test_rmpp.py.
 """
 
 from __future__ import annotations
@@ -186,3 +187,23 @@ def test_a_completed_transfer_is_known_for_10_s(done_at, again_at, dropped):
                              "and dropped (continue_rmpp, RMPP_STATE_COMPLETE)")
     else:
         assert r.dropped is None and KEY in r.open
+
+
+def test_a_mad_of_a_class_without_rmpp_is_a_whole_message(tmp_path):
+    """mad.c ib_is_mad_class_rmpp(): only SA, DevMgt, DevAdm, BIS and the vendor range-2
+    classes carry an RMPP header (ib_get_mad_data_offset gives the CM its data right after
+    the 24-byte MAD header), so a CM MAD is its whole message. carries_whole_message() on
+    a decoded CM REQ (a MadFrame with no RMPP fact), from both decoders, says so."""
+    from ibpath_scapy.craft.builder import CaptureBuilder
+    from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast
+    from ibpath_scapy.engines.scapy.decode import Decoder, decode_file
+    from ibpath_scapy.facts.rmpp import carries_whole_message
+
+    f = tmp_path / "cm.pcapng"
+    with CaptureBuilder(str(f)) as b:
+        b.cm_req(PathRecord(sgid="fe80::1", dgid="fe80::2", slid=1, dlid=2, pkey=0xFFFF))
+    for recs in (list(decode_file(str(f), Decoder())),
+                 list(decode_file_fast(str(f), FastDecoder()))):
+        (rec,) = recs
+        assert rec.mad.mgmt_class == 0x07 and rec.rmpp is None
+        assert carries_whole_message(rec) is True

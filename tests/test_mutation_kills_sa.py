@@ -77,3 +77,25 @@ def test_every_contradicted_field_is_listed_in_order():
     comps = frozenset({"dlid", "sl", "reversible", "mtu", "mtu_selector"})
     assert _contradicted(q, rec, comps) == ["dlid", "sl", "reversible", "mtu"]
     assert _verdict(q, rec, comps) == ["dlid", "sl", "reversible", "mtu"]
+
+
+def test_one_answer_judged_against_two_queries_and_one_query_against_two_answers(tmp_path):
+    """IBA 15.2.5.16 / OpenSM pr_rcv_get_path_parms: a record answering a query whose mask
+    holds DLID must have that DLID. Three Get transactions in one capture, each judged on
+    its own: the same record bytes answer a query for DLID 2 (agrees) and one for DLID 5
+    (SAR-MISMATCH); the DLID 2 query asked again gets a record with DLID 5 (SAR-MISMATCH).
+    Byte-identical queries and records may be one object to the decoder; the verdict is
+    still the pair's."""
+    from ibpath_scapy.craft.builder import CaptureBuilder
+
+    from test_rules_resolver import audit, exchange, path, query  # noqa: E402
+
+    f = tmp_path / "pairs.pcapng"
+    with CaptureBuilder(str(f)) as b:
+        exchange(b, query(dlid=2), [path()])                 # answer DLID 2: agrees
+        _, second = exchange(b, query(dlid=5), [path()])     # the same answer bytes
+        _, third = exchange(b, query(dlid=2), [path(dlid=5)])  # the first query's bytes
+    found = sorted((x.frames[-1], x.message) for x in audit(f).findings
+                   if x.rule == "SAR-MISMATCH")
+    assert found == [(second, "record 0 contradicts the query: dlid 2 (asked 5)"),
+                     (third, "record 0 contradicts the query: dlid 5 (asked 2)")]
