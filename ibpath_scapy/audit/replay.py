@@ -27,7 +27,7 @@ from .storage import FrameList, KeptFrames, KeptRecord
 FILE_KINDS = ("unsupported", "crc")
 
 
-@dataclass
+@dataclass(slots=True)
 class Transaction:
     """One SA transaction: a request (with its retries) and its answer, matched by
     (requester, TID); RMPP segments and ACKs belong to it too."""
@@ -51,7 +51,7 @@ class Transaction:
         self.requests.seal()
         self.responses.seal()
         self._sealed = None  # read them from the frames once more
-        self._sealed = (self.request, self.query)
+        self._sealed = (self.request, self.query, _components(self.request))
 
     @property
     def request(self) -> dict | None:
@@ -70,6 +70,8 @@ class Transaction:
 
     @property
     def components(self) -> frozenset[str]:
+        if self._sealed is not None:
+            return self._sealed[2]
         return _components(self.request)
 
     @property
@@ -130,7 +132,7 @@ class ClosedTransaction:
         self.status = responses[0].mad.status if responses else None
         sa = r.sa if r is not None else None
         self.component_mask = sa.component_mask if sa is not None else 0
-        self.components = components = _components(r)
+        self.components = components = t.components
         frames = sorted(set(requests.frame_numbers() + responses.frame_numbers()))
         self.first_frame = requests[0].frame if requests else frames[0]
         self.request_count = len(requests)
