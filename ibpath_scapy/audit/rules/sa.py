@@ -228,7 +228,8 @@ def mismatch(t: Transaction):
         bad = _contradicted(q, rec, comps)
         if bad:
             detail = ", ".join(f"{n} {rec[n]} (asked {q[n]})" for n in bad)
-            yield [t.request.frame, t.completing_frame], f"record {i} contradicts the query: {detail}"
+            yield ([t.request.frame, t.completing_frame],
+                   f"record {i} contradicts the query: {detail}")
 
 
 @rule("SAR-GET-MULTI", "error", "transaction", "OpenSM osm_sa_respond (C15-0.1.30)")
