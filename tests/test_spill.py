@@ -145,7 +145,7 @@ def test_closed_transaction_row_round_trip(storm2):
 
 def test_spill_chunks_chain_per_resolution():
     """Chunks of several resolutions interleaved in one file come back per resolution,
-    oldest first; a chunk of values marshal cannot write goes as pickle."""
+    oldest first; a chunk of transactions that make no rows goes as they are."""
     spill = Spill()
     refs = {"a": 0, "b": 0}
     want = {"a": [], "b": []}

@@ -157,13 +157,19 @@ def run_rules(path: str, replay: Replay, options: AuditOptions,
     # that draws them, and go (folded into its counts) once judged where none does
     stream = options.stream_resolutions and not options.keep_transactions
     needs = resolution_needs(checks["resolution"], replay.transaction_marks)
+    # what a resolution without hand-overs and marks is asked (an SA storm's, every one)
+    unmarked = [c for c, handovers, mark in needs if not handovers and not mark]
     for res in replay.resolutions.values():
-        handed = bool(res.blobs or res.ls_responses)
-        asked = [c for c, handovers, mark in needs
-                 if (handed or not handovers) and (not mark or res.marks & mark)]
+        if res.marks or res.blobs or res.ls_responses:
+            handed = bool(res.blobs or res.ls_responses)
+            asked = [c for c, handovers, mark in needs
+                     if (handed or not handovers) and (not mark or res.marks & mark)]
+        else:
+            asked = unmarked
         if asked or not stream:
             replay.restore(res)
-        yield from _findings(asked, (res, options), path, res.name)
+        if asked:
+            yield from _findings(asked, (res, options), path, res.name)
         if stream:
             replay.let_judged_go(res)
     for c in replay.cm_reqs:

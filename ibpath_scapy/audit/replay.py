@@ -18,7 +18,7 @@ from ..layers.umad import UMAD_TID_LOW
 from ..facts.assemble import umad_send_returned
 from ..facts.rmpp import carries_whole_message
 from .arrows import sa_arrows
-from .spill import NotPlain, Spill
+from .spill import ROWS, NotPlain, Spill
 from .storage import FrameList, KeptFrames, KeptRecord
 
 
@@ -27,7 +27,7 @@ from .storage import FrameList, KeptFrames, KeptRecord
 FILE_KINDS = ("unsupported", "crc")
 
 
-@dataclass
+@dataclass(slots=True)
 class Transaction:
     """One SA transaction: a request (with its retries) and its answer, matched by
     (requester, TID); RMPP segments and ACKs belong to it too."""
@@ -51,7 +51,7 @@ class Transaction:
         self.requests.seal()
         self.responses.seal()
         self._sealed = None  # read them from the frames once more
-        self._sealed = (self.request, self.query)
+        self._sealed = (self.request, self.query, _components(self.request))
 
     @property
     def request(self) -> dict | None:
@@ -70,6 +70,8 @@ class Transaction:
 
     @property
     def components(self) -> frozenset[str]:
+        if self._sealed is not None:
+            return self._sealed[2]
         return _components(self.request)
 
     @property
@@ -120,17 +122,25 @@ class ClosedTransaction:
                  "arrows", "request_count", "method", "_asks")
 
     def __init__(self, t: Transaction):
+        # Transaction's properties of the same names, each read once (one per transaction
+        # of a storm)
         self.requester, self.tid, self.attribute_id = t.requester, t.tid, t.attribute_id
         self.records, self.answered = tuple(t.records), t.answered
-        self.completing_frame, self.query, self.status = t.completing_frame, t.query, t.status
-        self.component_mask = t.component_mask
-        self.components = _components(t.request)
-        self.first_frame = t.first_frame
-        self.request_count = t.request_count
-        self.method = t.method
-        self._frames = array("Q", t.frames)
+        requests, responses = t.requests, t.responses
+        r, q = t.request, t.query
+        self.completing_frame, self.query = t.completing_frame, q
+        self.status = responses[0].mad.status if responses else None
+        sa = r.sa if r is not None else None
+        self.component_mask = sa.component_mask if sa is not None else 0
+        self.components = components = t.components
+        frames = sorted(set(requests.frame_numbers() + responses.frame_numbers()))
+        self.first_frame = requests[0].frame if requests else frames[0]
+        self.request_count = len(requests)
+        self.method = r.mad.method if r is not None else None
+        self._frames = array("Q", frames)
         self.arrows: list[tuple] | None = None  # its ladder messages (Replay.arrows)
-        self._asks = Transaction.asks_reversible(self)  # asked by the rules, Tally, the marks
+        # asked by the rules, Tally, the marks (Transaction.asks_reversible)
+        self._asks = q is not None and "reversible" in components and q.reversible == 1
 
     @property
     def frames(self) -> list[int]:
@@ -645,7 +655,7 @@ class Replay:
         if len(facts) > self.HELD_TRANSACTIONS:
             facts.clear()
         for kind, items in self.spill.read(res.spilled):
-            back += [ClosedTransaction.from_row(r, facts) for r in items] if kind == b"m" else items
+            back += [ClosedTransaction.from_row(r, facts) for r in items] if kind == ROWS else items
         return back + list(res.transactions)
 
     def restore(self, res: Resolution) -> None:
@@ -757,14 +767,14 @@ class Replay:
         return sorted(self.blobs + ls, key=lambda r: r["frame"]) + list(self.extra_blobs)
 
     def _resolution(self, local: str, remote: str, pkey: int, create: bool = True) -> Resolution | None:
-        local, remote = _gid(local), _gid(remote)
-        if not local or not remote:
+        if local == "::" or remote == "::" or not local or not remote:  # (_gid: no GID)
             return None
-        for key in ((local, remote, pkey), (remote, local, pkey)):
-            if key in self.resolutions:
-                return self.resolutions[key]
-        if not create:
-            return None
+        resolutions = self.resolutions
+        res = resolutions.get((local, remote, pkey))
+        if res is None:
+            res = resolutions.get((remote, local, pkey))
+        if res is not None or not create:
+            return res
         # one string per GID, not one per query: a storm's pairs share their endpoints
         local, remote = sys.intern(local), sys.intern(remote)
         res = self.resolutions[(local, remote, pkey)] = Resolution(local, remote, pkey)

@@ -4,18 +4,19 @@ with the number of distinct (source, destination) pairs of an SA storm (issue 45
 
 A resolution's transactions go to the file as chunks, each chunk naming the one written
 before it for the same resolution, so that a resolution holds one number however often it
-was spilled (Resolution.spilled). A chunk is marshal's text of the transactions' rows
-(ClosedTransaction.row: plain values, the PathRecords as the tuples of their fields), or
-pickle's where a row cannot be made (a record that is not a PathRecord fact)."""
+was spilled (Resolution.spilled). A chunk is pickle's text of the transactions' rows
+(ClosedTransaction.row: plain values, the PathRecords as the tuples of their fields), or of
+the transactions themselves where a row cannot be made (a record that is not a PathRecord
+fact). (Rows were marshal's text until 2026-12-05: pickle writes a storm's one-row chunk in
+1.8 us against 3.0 us, reads it in 2.6 against 3.1 us, in 284 bytes against 448.)"""
 
 from __future__ import annotations
 
-import marshal
 import os
 import pickle
 import tempfile
 
-_MARSHAL, _PICKLE = b"m", b"p"
+ROWS, OBJECTS = b"r", b"p"  # a chunk's kinds: rows, or the transactions as they are
 
 
 class NotPlain(Exception):
@@ -34,10 +35,8 @@ class Spill:
     def write(self, previous: int, rows: list, transactions: list) -> int:
         """Append a chunk (rows, or the transactions themselves when rows is None) after
         the chunk `previous` of the same resolution (0: none); its reference."""
-        if rows is not None:
-            data = _MARSHAL + marshal.dumps((previous, rows))
-        else:
-            data = _PICKLE + pickle.dumps((previous, transactions), pickle.HIGHEST_PROTOCOL)
+        data = (ROWS if rows is not None else OBJECTS) + pickle.dumps(
+            (previous, rows if rows is not None else transactions), pickle.HIGHEST_PROTOCOL)
         self._file.write(data)
         self._unflushed = True
         ref = (self._end << 32 | len(data)) + 1  # never 0
@@ -56,8 +55,7 @@ class Spill:
             ref -= 1
             data = os.pread(fd, ref & 0xFFFFFFFF, ref >> 32)
             kind = data[:1]
-            ref, items = (marshal.loads(data[1:]) if kind == _MARSHAL
-                          else pickle.loads(data[1:]))
+            ref, items = pickle.loads(data[1:])
             out.append((kind, items))
         out.reverse()
         return out
@@ -70,4 +68,4 @@ class Spill:
         return self._end
 
 
-__all__ = ["NotPlain", "Spill"]
+__all__ = ["OBJECTS", "ROWS", "NotPlain", "Spill"]

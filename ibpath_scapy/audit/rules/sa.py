@@ -7,6 +7,7 @@ Sources: OpenSM osm_sa_path_record.c / osm_sa.c (wire-formats.md §8), kernel ma
 from __future__ import annotations
 
 import ipaddress
+from operator import attrgetter
 
 from ...layers.mad import METHOD_RESP, SA_STATUS, status_text
 from ...layers.sa import PathRecord, selector_pairs
@@ -15,7 +16,7 @@ from ...facts.problems import RMPP_CODES, Code, of_code
 from ...facts.records import Fact
 from ...facts.rmpp import MAX_SEGMENTS, RMPP_DATA_SIZE
 from ...model import sources
-from ..conditions import packet_rule
+from ..conditions import compile_condition, packet_rule
 from ..model import rule
 from ..replay import Transaction
 
@@ -59,7 +60,15 @@ def response_method(t: Transaction):
 
 # SAQ-SELECTOR-MISSING: the plugin's expert info and this check decide by one Expr
 # (packet_rules.PACKET_RULES); the check says which half pair and what the SA answered
-_SELECTOR_MISSING = packet_rule("SAQ-SELECTOR-MISSING")[1]
+_SELECTOR_PR, _SELECTOR_MISSING = packet_rule("SAQ-SELECTOR-MISSING")
+# its verdict by the values its condition reads of the request (the MAD header's and the SA
+# header's fields, by dotted attrgetter): a storm asks the same few headers again and again
+_SELECTOR_READS: dict[str, set[str]] = {}
+compile_condition(_SELECTOR_PR, _SELECTOR_READS)
+assert set(_SELECTOR_READS) <= {"MAD", "SAHeader"}, _SELECTOR_READS
+_SELECTOR_KEY = attrgetter(*(f"{view}.{n}" for layer, view in (("MAD", "mad"), ("SAHeader", "sa"))
+                             for n in sorted(_SELECTOR_READS.get(layer, ()))))
+_SELECTOR_MEMO: dict[tuple, bool] = {}
 _PAIRS = selector_pairs()
 _SELECTOR_NAMES = {f.name: f.i2s for f in PathRecord.fields_desc
                    if f.name in PathRecord.SELECTED.values()}
@@ -80,7 +89,20 @@ def selector_missing(t: Transaction):
     """
     r = t.request
     sa = r.sa if r is not None else None
-    if sa is None or not _SELECTOR_MISSING({"MAD": r.mad, "SAHeader": sa}, sa):
+    if sa is None:
+        return
+    try:
+        key = _SELECTOR_KEY(r)
+    except AttributeError:  # a view without a field read: no memo
+        key = None
+    hit = _SELECTOR_MEMO.get(key) if key is not None else None
+    if hit is None:
+        hit = bool(_SELECTOR_MISSING({"MAD": r.mad, "SAHeader": sa}, sa))
+        if key is not None:
+            if len(_SELECTOR_MEMO) >= 4096:
+                _SELECTOR_MEMO.clear()
+            _SELECTOR_MEMO[key] = hit
+    if not hit:
         return
     mask, q = sa.component_mask, t.query
     halves = []
@@ -133,21 +155,44 @@ def status(t: Transaction):
             return
 
 
+# per ComponentMask's names: the _EXACT fields masked, a getter of their values, whether
+# Reversible is masked and the _SELECTED pairs masked (an SA storm asks a few masks)
+_PLANS: dict[frozenset, tuple] = {}
+
+
+def _plan(comps: frozenset) -> tuple:
+    plan = _PLANS.get(comps)
+    if plan is None:
+        if len(_PLANS) >= 4096:
+            _PLANS.clear()
+        exact = [n for n in _EXACT if n in comps]
+        plan = _PLANS[comps] = (
+            exact, attrgetter(*exact) if exact else None, "reversible" in comps,
+            [(val, sel) for val, sel in _SELECTED if val in comps and sel in comps])
+    return plan
+
+
 def _contradicted(q, rec, comps: frozenset) -> list[str]:
     """The masked fields of the query q that the answered record rec contradicts."""
     # q and rec are PathRecord facts: their declared fields are read directly
-    bad = [n for n in _EXACT if n in comps and not _same(n, getattr(q, n), getattr(rec, n))]
-    if "reversible" in comps and q.reversible == 1 and rec.reversible != 1:
+    exact, values, reversible, selected = _plan(comps)
+    if values is not None and values(q) == values(rec):
+        bad = []  # every masked field equal (the common case): none contradicted
+    else:
+        bad = [n for n in exact if not _same(n, getattr(q, n), getattr(rec, n))]
+    if reversible and q.reversible == 1 and rec.reversible != 1:
         bad.append("reversible")
-    for val, sel in _SELECTED:
-        if val in comps and sel in comps:
-            want, got, s = getattr(q, val), getattr(rec, val), getattr(q, sel)
-            ok = {0: got > want, 1: got < want, 2: got == want, 3: True}[s]
-            if not ok:
-                bad.append(val)
+    for val, sel in selected:
+        want, got, s = getattr(q, val), getattr(rec, val), getattr(q, sel)
+        ok = {0: got > want, 1: got < want, 2: got == want, 3: True}[s]
+        if not ok:
+            bad.append(val)
     return bad
 
 
+# (mismatch no longer asks this memo, 2026-12-05: _contradicted with _plan's getter costs less
+# than the memo's key, and an SA storm's records are all new; tests/test_mutation_kills_sa.py
+# still reads it.)
 # _contradicted by (query, record, components): the decoders' PathRecord facts are flyweights
 # (the same bytes, the same object) and an SA storm asks the same few queries, so one entry
 # answers for many transactions. Keyed by identity, the entry holds both facts, so that
@@ -177,12 +222,14 @@ def mismatch(t: Transaction):
     if q is None or not t.records:
         return
     comps = t.components
-    frame = [t.request.frame, t.completing_frame]
     for i, rec in enumerate(t.records):
-        bad = _verdict(q, rec, comps)
+        # (not _verdict's memo: with _plan's getter a verdict costs less than the memo's key,
+        # and a storm's records are all new)
+        bad = _contradicted(q, rec, comps)
         if bad:
             detail = ", ".join(f"{n} {rec[n]} (asked {q[n]})" for n in bad)
-            yield frame, f"record {i} contradicts the query: {detail}"
+            yield ([t.request.frame, t.completing_frame],
+                   f"record {i} contradicts the query: {detail}")
 
 
 @rule("SAR-GET-MULTI", "error", "transaction", "OpenSM osm_sa_respond (C15-0.1.30)")
