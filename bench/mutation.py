@@ -71,6 +71,7 @@ EQUIVALENT: dict[str, str] = {
     "ibpath_scapy.facts.rmpp.xǁReassemblerǁ__init____mutmut_8":
         "dropped = None -> \"\" before the first add(): add() sets it first thing, and its "
         "one reader (facts/assemble.py) reads it after add() and tests its truth only",
+    # (_verdict was removed after the run these four come from; kept for its figures)
     "ibpath_scapy.audit.rules.sa.x__verdict__mutmut_1":
         "`not (isinstance(q, Fact) and ...)` -> without `not`: facts then skip the memo (the "
         "same verdict, computed each time), anything else is memoized by identity while the "

@@ -13,7 +13,6 @@ from ...layers.mad import METHOD_RESP, SA_STATUS, status_text
 from ...layers.sa import PathRecord, selector_pairs
 from ...facts.render import field_text
 from ...facts.problems import RMPP_CODES, Code, of_code
-from ...facts.records import Fact
 from ...facts.rmpp import MAX_SEGMENTS, RMPP_DATA_SIZE
 from ...model import sources
 from ..conditions import compile_condition, packet_rule
@@ -190,30 +189,6 @@ def _contradicted(q, rec, comps: frozenset) -> list[str]:
     return bad
 
 
-# (mismatch no longer asks this memo, 2026-12-05: _contradicted with _plan's getter costs less
-# than the memo's key, and an SA storm's records are all new; tests/test_mutation_kills_sa.py
-# still reads it.)
-# _contradicted by (query, record, components): the decoders' PathRecord facts are flyweights
-# (the same bytes, the same object) and an SA storm asks the same few queries, so one entry
-# answers for many transactions. Keyed by identity, the entry holds both facts, so that
-# neither id is reused while it is kept; facts only (they are immutable).
-_VERDICTS: dict[tuple, tuple] = {}
-_VERDICTS_SIZE = 4096
-
-
-def _verdict(q, rec, comps: frozenset) -> list[str]:
-    """_contradicted(q, rec, comps), kept for facts."""
-    if not (isinstance(q, Fact) and isinstance(rec, Fact)):
-        return _contradicted(q, rec, comps)
-    key = (id(q), id(rec), comps)
-    known = _VERDICTS.get(key)
-    if known is None:
-        if len(_VERDICTS) >= _VERDICTS_SIZE:
-            _VERDICTS.clear()
-        known = _VERDICTS[key] = (q, rec, _contradicted(q, rec, comps))
-    return known[2]
-
-
 @rule("SAR-MISMATCH", "error", "transaction", "OpenSM osm_sa_path_record.c (component matching)")
 def mismatch(t: Transaction):
     """A response record contradicts a masked field of the query (SGID, DGID, SLID, DLID,
@@ -223,8 +198,8 @@ def mismatch(t: Transaction):
         return
     comps = t.components
     for i, rec in enumerate(t.records):
-        # (not _verdict's memo: with _plan's getter a verdict costs less than the memo's key,
-        # and a storm's records are all new)
+        # (no memo: with _plan's getter a verdict costs less than a memo's key, and a storm's
+        # records are all new)
         bad = _contradicted(q, rec, comps)
         if bad:
             detail = ", ".join(f"{n} {rec[n]} (asked {q[n]})" for n in bad)
