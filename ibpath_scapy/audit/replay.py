@@ -122,25 +122,17 @@ class ClosedTransaction:
                  "arrows", "request_count", "method", "_asks")
 
     def __init__(self, t: Transaction):
-        # Transaction's properties of the same names, each read once (one per transaction
-        # of a storm)
         self.requester, self.tid, self.attribute_id = t.requester, t.tid, t.attribute_id
         self.records, self.answered = tuple(t.records), t.answered
-        requests, responses = t.requests, t.responses
-        r, q = t.request, t.query
-        self.completing_frame, self.query = t.completing_frame, q
-        self.status = responses[0].mad.status if responses else None
-        sa = r.sa if r is not None else None
-        self.component_mask = sa.component_mask if sa is not None else 0
-        self.components = components = t.components
-        frames = sorted(set(requests.frame_numbers() + responses.frame_numbers()))
-        self.first_frame = requests[0].frame if requests else frames[0]
-        self.request_count = len(requests)
-        self.method = r.mad.method if r is not None else None
-        self._frames = array("Q", frames)
+        self.completing_frame, self.query, self.status = t.completing_frame, t.query, t.status
+        self.component_mask = t.component_mask
+        self.components = t.components  # (a sealed transaction's, worked out once)
+        self.first_frame = t.first_frame
+        self.request_count = t.request_count
+        self.method = t.method
+        self._frames = array("Q", t.frames)
         self.arrows: list[tuple] | None = None  # its ladder messages (Replay.arrows)
-        # asked by the rules, Tally, the marks (Transaction.asks_reversible)
-        self._asks = q is not None and "reversible" in components and q.reversible == 1
+        self._asks = Transaction.asks_reversible(self)  # asked by the rules, Tally, the marks
 
     @property
     def frames(self) -> list[int]:
@@ -767,7 +759,7 @@ class Replay:
         return sorted(self.blobs + ls, key=lambda r: r["frame"]) + list(self.extra_blobs)
 
     def _resolution(self, local: str, remote: str, pkey: int, create: bool = True) -> Resolution | None:
-        if local == "::" or remote == "::" or not local or not remote:  # (_gid: no GID)
+        if not _gid(local) or not _gid(remote):
             return None
         resolutions = self.resolutions
         res = resolutions.get((local, remote, pkey))
