@@ -3,6 +3,7 @@
 4.4 and 4.6 (the Debian chroots the tests build, tests/wireshark_versions.py).
 
     python bench/plugin_cost.py [--capture 1|2|3] [--frames N] [--runs 3] [--release 4.0 4.4 4.6]
+                                [--plugin FILE]
 
 Times are the best CPU time (user + system) of --runs runs, the three commands interleaved.
 In a chroot tshark runs as nobody (4.4 and later run no Lua as root). With --instructions
@@ -230,6 +231,9 @@ def main() -> None:
                     choices=["4.0", "4.4", "4.6"])
     ap.add_argument("--instructions", action="store_true",
                     help="also count instructions per frame with callgrind (valgrind)")
+    ap.add_argument("--plugin", type=Path, default=LUA,
+                    help="the plugin to measure (default dissector/ibpath.lua; an older "
+                    "generation to compare with, say)")
     ap.add_argument("--floors", action="store_true",
                     help="also the least postdissectors any plugin must run (docstring)")
     args = ap.parse_args()
@@ -258,7 +262,8 @@ def main() -> None:
                 use = kinds if c in (2, 3) else [k for k in kinds
                                                   if k in ("floor", "entry", "plugin")]
                 (d / "entry.lua").write_text(entry_postdissector())
-                files = {"floor": d / "floor.lua", "entry": d / "entry.lua", "plugin": LUA}
+                files = {"floor": d / "floor.lua", "entry": d / "entry.lua",
+                         "plugin": args.plugin.resolve()}
                 if "track" in use:
                     for k, text in floor_postdissectors(cap).items():
                         (d / f"{k}.lua").write_text(text)

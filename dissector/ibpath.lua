@@ -2811,10 +2811,14 @@ local ROCEV2_SEARCH_BYTES = 128  -- how far into a frame rocev2_locate looks for
 -- Reading a LAYOUT field f of a header that starts at the 0-based offset base: str_uint and
 -- str_field in a Lua string (big-endian), tvb_uint in a Tvb (in f's byte order), ba_uint in a
 -- ByteArray (ba_uint: at an offset, a length); field_bits narrows a window's value to f's bits.
-local function field_bits(x, f) return ib_band(ib_rshift(x, f.shift), f.mask) end
+-- field_bits by arithmetic (x a non-negative integer below 2^53, f.mask + 1 is 2 ^ f.bits):
+-- one call into C, where ib_band(ib_rshift(x, f.shift), f.mask) made two into Lua and two into C
+local floor = math.floor
+local function field_bits(x, f) return floor(x / 2 ^ f.shift) % (f.mask + 1) end
 
--- string.byte as an upvalue: a global lookup costs more than the call in Wireshark's Lua
-local byte = string.byte
+-- string.byte, string.sub and string.find as upvalues: a global lookup costs more than the
+-- call in Wireshark's Lua
+local byte, sub, find = string.byte, string.sub, string.find
 local function str_uint(s, base, f)
   local i = base + f.off + 1
   local j = i + f.len - 1
@@ -2834,7 +2838,14 @@ local function str_uint(s, base, f)
 end
 
 local function str_field(s, base, f)
-  return string.sub(s, base + f.off + 1, base + f.off + f.len)
+  return sub(s, base + f.off + 1, base + f.off + f.len)
+end
+
+-- The 1-based position in its header of a one-byte field f: the tracking path (no tree) reads
+-- its one-byte fields with one string.byte each rather than str_uint, a call into Lua more.
+local function at1(f)
+  if f.len ~= 1 then error("ibpath: a one-byte read of a field of more than one byte") end
+  return f.off + 1
 end
 
 local function tvb_uint(tvb, base, f)
@@ -3058,25 +3069,32 @@ local function mad_head(tvb, mad_off, s)
   return tvb:raw(mad_off, n)
 end
 
-local function tid_key(h)
+-- Below, m is a string that holds a MAD at the 0-based offset at: the frame's bytes, or a
+-- MAD cut from them (mad_head, at 0).
+local CLASS_AT, METHOD_AT = at1(MAD_F.mgmt_class), at1(MAD_F.method)
+local TID_AT = MAD_F.transaction_id.off + 1
+local TID_END = MAD_F.transaction_id.off + MAD_F.transaction_id.len
+local RMPP_TYPE_AT, RMPP_FLAGS_AT = RMPP_AT + at1(RMPP_F.rmpp_type), RMPP_AT + at1(RMPP_F.rmpp_flags)
+
+local function tid_key(m, at)
   -- class and the exact 64-bit TID, as bytes (numbers lose precision above 2^53)
-  return str_field(h, 0, MAD_F.mgmt_class) .. str_field(h, 0, MAD_F.transaction_id)
+  return sub(m, at + CLASS_AT, at + CLASS_AT) .. sub(m, at + TID_AT, at + TID_END)
 end
 
 -- A MAD under struct ib_user_mad_hdr (ibpath record's umad source) is a message a process
 -- wrote or read: the kernel owns its TID's upper 32 bits (ib_umad_write puts the agent's
 -- hi_tid there), so a request and the answer read back pair on the agent and the low 32.
-local function umad_tid_key(h, umad)
-  local tid = str_field(h, 0, MAD_F.transaction_id)
-  return "umad" .. tostring(umad.agent_id) .. ":" .. str_field(h, 0, MAD_F.mgmt_class)
+local function umad_tid_key(m, at, umad)
+  local tid = str_field(m, at, MAD_F.transaction_id)
+  return "umad" .. tostring(umad.agent_id) .. ":" .. str_field(m, at, MAD_F.mgmt_class)
     .. string.sub(tid, #tid - UMAD_TID_OWN_BYTES + 1)
 end
 
 -- number and visited: pinfo's, read once per frame by the caller; umad: the UserMad values
 -- of a umad frame (nil on the wire)
-local function track_tid(h, pinfo, number, visited, umad)
-  local key = umad and umad_tid_key(h, umad) or tid_key(h)
-  local is_resp = ib_band(str_uint(h, 0, MAD_F.method), METHOD_RESP) ~= 0
+local function track_tid(m, at, pinfo, number, visited, umad)
+  local key = umad and umad_tid_key(m, at, umad) or tid_key(m, at)
+  local is_resp = ib_band(byte(m, at + METHOD_AT), METHOD_RESP) ~= 0
   if not visited then
     local known = (is_resp and response_frame or request_frame)[key] ~= nil
     if not known and tids_tracked >= TID_TRACK_MAX then
@@ -3112,17 +3130,18 @@ local function transfer_addresses(pinfo, s, ip, ipf)
   return tostring(pinfo.src) .. ">" .. tostring(pinfo.dst)
 end
 
--- Returns true when this MAD (h, from mad_head) is one segment of a multi-segment RMPP DATA
--- transfer; tkey: its tid_key when the caller has it.
-local function track_rmpp(h, pinfo, number, visited, s, ip, ipf, tkey)
-  if #h < MAD_SIZE or str_uint(h, 0, MAD_F.mgmt_class) ~= MGMT_CLASS_SA then return false end
-  local rtype = str_uint(h, RMPP_AT, RMPP_F.rmpp_type)
-  local flags = field_bits(str_uint(h, RMPP_AT, RMPP_F.rmpp_flags), RMPP_F.rmpp_flags)
-  if ib_band(flags, RMPP_ACTIVE) == 0 or rtype ~= RMPP_TYPE_DATA or flags == RMPP_WHOLE then
+-- Returns true when the MAD at in m is one segment of a multi-segment RMPP DATA transfer;
+-- tkey: its tid_key when the caller has it.
+local function track_rmpp(m, at, pinfo, number, visited, s, ip, ipf, tkey)
+  if #m - at < MAD_SIZE or byte(m, at + RMPP_TYPE_AT) ~= RMPP_TYPE_DATA
+      or byte(m, at + CLASS_AT) ~= MGMT_CLASS_SA then
     return false
   end
+  local flags = field_bits(byte(m, at + RMPP_FLAGS_AT), RMPP_F.rmpp_flags)
+  if flags == RMPP_WHOLE or ib_band(flags, RMPP_ACTIVE) == 0 then return false end
   if visited then return true end
-  local key = transfer_addresses(pinfo, s, ip, ipf) .. ":" .. (tkey or tid_key(h))
+  local key = transfer_addresses(pinfo, s, ip, ipf) .. ":" .. (tkey or tid_key(m, at))
+  local h = sub(m, at + 1, at + MAD_SIZE)
   local st = rmpp_open[key]
   if st == nil then
     if rmpp_open_count >= RMPP_OPEN_MAX then
@@ -3144,29 +3163,38 @@ local function track_rmpp(h, pinfo, number, visited, s, ip, ipf, tkey)
   local pad = RMPP_DATA_SIZE - str_uint(st.segs[st.last], RMPP_AT, RMPP_F.payload_length)
   if pad < 0 or pad > SA_DATA_SIZE then pad = 0 end
   local total = SA_MAD_HDR_SIZE + st.last * SA_DATA_SIZE - pad
-  -- the first segment's headers rewritten as one FIRST|LAST transfer, so that the generated
-  -- SA code counts every record, then each segment's data, the last one's cut to its
-  -- PayloadLength: one string made of them (a ByteArray and its tvb only when a tree shows it)
-  local head = string.sub(st.segs[1], 1, SA_MAD_HDR_SIZE)
+  local first = st.segs[1]  -- its SA header is the message's (reassembled_bytes)
+  local stride = SA_RECORD_STRIDE({attribute_offset = str_uint(first, SA_AT, LAYOUT.SAHeader.attribute_offset)},
+                                  {v = {MAD = {attribute_id = str_uint(first, 0, MAD_F.attribute_id)}}})
+  -- the segments are kept, the message made of them only when a tree shows it (most frames
+  -- are dissected without one: tshark -r, the GUI's first pass)
+  rmpp_done[number] = {segs = st.segs, pad = pad, total = total, frames = st.frames, last = st.last,
+                       records = stride > 0 and math.floor((total - SA_MAD_HDR_SIZE) / stride) or 0}
+  for k = 1, st.last do rmpp_part_of[st.frames[k]] = number end
+  rmpp_open[key] = nil
+  rmpp_open_count = rmpp_open_count - 1
+  return true
+end
+
+-- The reassembled message of a transfer rmpp_done holds (made once): the first segment's
+-- headers rewritten as one FIRST|LAST transfer, so that the generated SA code counts every
+-- record, then each segment's data, the last one's cut to its PayloadLength.
+local function reassembled_bytes(done)
+  if done.bytes ~= nil then return done.bytes end
+  local segs, pad, total, last = done.segs, done.pad, done.total, done.last
+  local head = string.sub(segs[1], 1, SA_MAD_HDR_SIZE)
   local fl = RMPP_F.rmpp_flags
   local w = str_uint(head, RMPP_AT, fl)
   head = str_set_field(head, RMPP_AT, fl, w - ib_lshift(field_bits(w, fl), fl.shift) + ib_lshift(RMPP_WHOLE, fl.shift))
   head = str_set_field(head, RMPP_AT, RMPP_F.segment_number, 1)
   head = str_set_field(head, RMPP_AT, RMPP_F.payload_length, SA_HDR_SIZE + total - SA_MAD_HDR_SIZE)
   local parts = {head}
-  for k = 1, st.last do
-    local len = k == st.last and SA_DATA_SIZE - pad or SA_DATA_SIZE
-    parts[k + 1] = string.sub(st.segs[k], SA_MAD_HDR_SIZE + 1, SA_MAD_HDR_SIZE + len)
+  for k = 1, last do
+    local len = k == last and SA_DATA_SIZE - pad or SA_DATA_SIZE
+    parts[k + 1] = string.sub(segs[k], SA_MAD_HDR_SIZE + 1, SA_MAD_HDR_SIZE + len)
   end
-  local msg = table.concat(parts)
-  local stride = SA_RECORD_STRIDE({attribute_offset = str_uint(head, SA_AT, LAYOUT.SAHeader.attribute_offset)},
-                                  {v = {MAD = {attribute_id = str_uint(head, 0, MAD_F.attribute_id)}}})
-  rmpp_done[number] = {bytes = msg, frames = st.frames, last = st.last,
-                       records = stride > 0 and math.floor((total - SA_MAD_HDR_SIZE) / stride) or 0}
-  for k = 1, st.last do rmpp_part_of[st.frames[k]] = number end
-  rmpp_open[key] = nil
-  rmpp_open_count = rmpp_open_count - 1
-  return true
+  done.bytes, done.segs = table.concat(parts), nil
+  return done.bytes
 end
 
 local function note_reassembly(pinfo, number)
@@ -3182,7 +3210,7 @@ HOOKS["MAD"] = function(tvb, pinfo, t, off, o, ctx, v)
   local h = mad_head(tvb, off, ctx.s)
   if h == nil then return end
   local number = pinfo.number
-  local key, is_resp = track_tid(h, pinfo, number, pinfo.visited, ctx.v[UMAD_LAYER])
+  local key, is_resp = track_tid(h, 0, pinfo, number, pinfo.visited, ctx.v[UMAD_LAYER])
   note_cap(t, number, "tid")
   if is_resp then
     local req = request_frame[key]
@@ -3218,7 +3246,7 @@ HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
   if mad_off == nil then return end
   local h = mad_head(tvb, mad_off, ctx.s)
   local number = pinfo.number
-  if h == nil or not track_rmpp(h, pinfo, number, pinfo.visited, ctx.s, ctx.ip, ctx.ipf) then
+  if h == nil or not track_rmpp(h, 0, pinfo, number, pinfo.visited, ctx.s, ctx.ip, ctx.ipf) then
     return show_record_count(t, pinfo, v)
   end
   note_cap(t, number, "rmpp")
@@ -3233,24 +3261,26 @@ HOOKS["SAHeader"] = function(tvb, pinfo, t, off, o, ctx, v)
     return
   end
   for k = 1, done.last do t:add(RT.segment, done.frames[k]):set_generated() end
-  local rtvb = ByteArray.new(done.bytes, true):tvb("Reassembled RMPP")
-  local sub = {limit = rtvb:len(), v = {}, at = {}, encap = ctx.encap, reassembled = true, show = true}
-  D["MAD"](rtvb, pinfo, t, 0, sub)
+  local rtvb = ByteArray.new(reassembled_bytes(done), true):tvb("Reassembled RMPP")
+  local rctx = {limit = rtvb:len(), v = {}, at = {}, encap = ctx.encap, reassembled = true, show = true}
+  D["MAD"](rtvb, pinfo, t, 0, rctx)
 end
 
 -- Without a tree nothing is shown: only the state above is kept, from the frame's bytes s (the
 -- whole tvb, #s its length), with the IP header at ip (LAYOUT ipf) for RoCEv2.
 local DETH_AT = HDR_LEN.BTH  -- in a UD SEND, from the BTH on
 local UD_MAD_AT = HDR_LEN.BTH + HDR_LEN.DETH
+local MAD_LEN, DQPN_F, SRC_QP_F = HDR_LEN.MAD, LAYOUT.BTH.dqpn, LAYOUT.DETH.src_qp
 local function track_only(s, pinfo, bth_off, ip, ipf)
   local mad_off = bth_off + UD_MAD_AT
-  if mad_off + HDR_LEN.MAD > #s then return end
-  if str_uint(s, bth_off, LAYOUT.BTH.dqpn) > MAD_QPN_MAX
-      and str_uint(s, bth_off + DETH_AT, LAYOUT.DETH.src_qp) > MAD_QPN_MAX then return end
-  local h = string.sub(s, mad_off + 1, mad_off + MAD_SIZE)
+  if mad_off + MAD_LEN > #s then return end
+  if str_uint(s, bth_off, DQPN_F) > MAD_QPN_MAX
+      and str_uint(s, bth_off + DETH_AT, SRC_QP_F) > MAD_QPN_MAX then return end
   local number, visited = pinfo.number, pinfo.visited
-  local key = track_tid(h, pinfo, number, visited)
-  if track_rmpp(h, pinfo, number, visited, s, ip, ipf, key) then note_reassembly(pinfo, number) end
+  local key = track_tid(s, mad_off, pinfo, number, visited)
+  if track_rmpp(s, mad_off, pinfo, number, visited, s, ip, ipf, key) then
+    note_reassembly(pinfo, number)
+  end
 end
 
 -- The Info column of a umad frame: the peer (the LID and QP of struct ib_user_mad_hdr: the
@@ -3338,13 +3368,16 @@ end
 -- headers, protocol UDP, that ends at the 0-based offset udp of s, or nil. Without it a
 -- native-IB packet whose DLID, P_Key or QPN reads 4791 (0x12B7) would be taken for a RoCEv2 one.
 local IP_F, IPV6_F = LAYOUT.IP, LAYOUT.IPv6
+local IHL_MIN, IHL_MAX = ib_idiv(HDR_LEN.IP, IPV4_IHL_UNIT), IP_F.ihl.mask
+local IP_VERSION_AT, IP_PROTO_AT = at1(IP_F.version), at1(IP_F.proto)
+if at1(IP_F.ihl) ~= IP_VERSION_AT then error("ibpath: IPv4 version and IHL in different bytes") end
 local function after_ip_header(s, udp)
-  for ihl = ib_idiv(HDR_LEN.IP, IPV4_IHL_UNIT), IP_F.ihl.mask do
+  for ihl = IHL_MIN, IHL_MAX do
     local ip = udp - IPV4_IHL_UNIT * ihl
     if ip < 0 then break end
-    local b0 = str_uint(s, ip, IP_F.version)
+    local b0 = byte(s, ip + IP_VERSION_AT)  -- and IHL
     if field_bits(b0, IP_F.version) == IPV4_VERSION and field_bits(b0, IP_F.ihl) == ihl
-        and str_uint(s, ip, IP_F.proto) == IPPROTO_UDP then return ip, IP_F end
+        and byte(s, ip + IP_PROTO_AT) == IPPROTO_UDP then return ip, IP_F end
   end
   local ip6 = udp - HDR_LEN.IPv6
   if ip6 >= 0 and field_bits(str_uint(s, ip6, IPV6_F.version), IPV6_F.version) == IPV6_VERSION
@@ -3357,28 +3390,30 @@ end
 -- first n = ROCEV2_SEARCH_BYTES + UDP + BTH bytes, right after an IP header) whose destination
 -- port is RoCEv2's and whose next byte is a UD SEND opcode. Whatever lies below IP (VLAN
 -- tags, cooked headers) needs no parser here.
+local UDP_LEN, BTH_LEN = HDR_LEN.UDP, HDR_LEN.BTH
+local UDP_BTH = UDP_LEN + BTH_LEN
+local SEARCH_END = ROCEV2_SEARCH_BYTES + UDP_BTH
+local DPORT_OFF, OPCODE_AT, UDP_LEN_F = LAYOUT.UDP.dport.off, at1(LAYOUT.BTH.opcode), LAYOUT.UDP.len
 local function rocev2_locate(s)
-  local udp_bth = HDR_LEN.UDP + HDR_LEN.BTH
   local len = #s
-  local n = math.min(len, ROCEV2_SEARCH_BYTES + udp_bth)
-  if n < udp_bth then return nil end
-  local dport = LAYOUT.UDP.dport
+  local n = len < SEARCH_END and len or SEARCH_END
+  if n < UDP_BTH then return nil end
   local last = n - #ROCEV2_UDP_PORT_BE + 1  -- the port's last place within the first n bytes
-  local at = string.find(s, ROCEV2_UDP_PORT_BE, dport.off + 1, true)
+  local at = find(s, ROCEV2_UDP_PORT_BE, DPORT_OFF + 1, true)
   while at ~= nil and at <= last do
-    local udp = at - 1 - dport.off  -- 0-based offset of the UDP header
-    local bth = udp + HDR_LEN.UDP
-    local op = bth + LAYOUT.BTH.opcode.off + 1
-    if bth + HDR_LEN.BTH <= len and op <= n and byte(s, op) == UD_SEND_ONLY then
+    local udp = at - 1 - DPORT_OFF  -- 0-based offset of the UDP header
+    local bth = udp + UDP_LEN
+    local op = bth + OPCODE_AT
+    if bth + BTH_LEN <= len and op <= n and byte(s, op) == UD_SEND_ONLY then
       local ip, ipf = after_ip_header(s, udp)
       if ip ~= nil then
-        local ulen = str_uint(s, udp, LAYOUT.UDP.len)
+        local ulen = str_uint(s, udp, UDP_LEN_F)
         local limit = len
-        if ulen >= udp_bth and udp + ulen < limit then limit = udp + ulen end
+        if ulen >= UDP_BTH and udp + ulen < limit then limit = udp + ulen end
         return bth, limit, ip, ipf
       end
     end
-    at = string.find(s, ROCEV2_UDP_PORT_BE, at + 1, true)
+    at = find(s, ROCEV2_UDP_PORT_BE, at + 1, true)
   end
   return nil
 end

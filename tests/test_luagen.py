@@ -265,6 +265,8 @@ ALLOWED_LITERALS = {
     0: ("zero: empty counts and values, first indices, value string 'Bad'", None),
     1: ("one: Lua's 1-based strings, the next index or item, value string 'Good', "
         "the first RMPP segment", None),
+    2: ("the radix of a bit (field_bits: a field's lowest bit weighs 2 ^ shift)",
+        r"floor\(x / 2 \^ f\.shift\)"),
     8: ("the bits of a byte (CRC table, CRC byte shift)",
         r"for _ = 1, 8 do|rshift\(crc, 8\)"),
     255: ("a byte's largest value (CRC table range, byte mask 0xFF in the CRC loops)",
