@@ -517,9 +517,11 @@ class Replay:
                     self._answered.append((key, t, rec.time))
                 t.answered = True
                 t.completing_frame = rec.frame
-                # a PathRecord answer's records; of another attribute, its records of that
-                # attribute (a ServiceRecord GetTable's, which a service resolution reads)
-                t.records = list(rec.path_records or rec.sa_records or ())
+                # the answer's records of the transaction's attribute: PathRecords, or another
+                # attribute's (a ServiceRecord GetTable's, which a service resolution reads); an
+                # answer of another attribute under the same TID answers none of them
+                t.records = list((rec.path_records if t.attribute_id == ATTR_PATH_RECORD
+                                  else rec.sa_records) or ())
         elif rec.rmpp_control:
             t.responses.append(rec)  # the requester's RMPP ACKs
         else:
