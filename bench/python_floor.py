@@ -1,6 +1,7 @@
 """How fast CPython can walk an SA capture at all: the floor under any audit written in it.
 
     python bench/python_floor.py FILE        (e.g. capture 2 kept by suite.py --keep DIR)
+    python bench/python_floor.py --parts FILE   (any capture: where the audit's CPU goes)
 
 Times, in CPU seconds, on the same file:
   * `tshark -n -r FILE` (the issue-8 yardstick);
@@ -18,6 +19,14 @@ holds: this is a measurement, not a decoder (the audit's own reader takes every 
 the layers). If the floor plus the start-up is already close to tshark's time, an audit
 that decodes and judges each frame in Python cannot reach 1.0x on this capture; see the
 README's numbers.
+
+--parts (issue 45) takes the audit apart instead, on any capture (capture 3, native IB
+too): `tshark -T fields` with suite.py's AUDITOR_FIELDS, the start, the fast path's decode
+alone, and engine.audit_records over records decoded beforehand, whole and with each of its
+parts switched off in turn (the transaction rules, the Spill file, the frame-finding test)
+and all three at once: what is left then is the replay itself (transactions matched,
+sealed, placed in resolutions). Start + decode + that rest is what this design costs before
+any rule runs, against the -T fields target.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from suite import measure  # noqa: E402
+from suite import AUDITOR_FIELDS, measure  # noqa: E402
 
 SEED = zlib.crc32(b"\xff" * 8)
 
@@ -81,7 +90,80 @@ def rules_alone(path: str) -> tuple[float, int, int]:
     return cpu, fa.replay.sa_count, len(fa.findings)
 
 
+def _audit_cpu(path: str, records: list, runs: int = 2) -> float:
+    """Best CPU seconds of engine.audit_records over records, with the CLI's options."""
+    from ibpath_scapy.audit.engine import audit_records
+    from ibpath_scapy.audit.model import AuditOptions
+
+    best = None
+    for _ in range(runs):
+        t = time.process_time()
+        audit_records(path, records, AuditOptions(keep_transactions=False,
+                                                  stream_resolutions=True))
+        cpu = time.process_time() - t
+        best = cpu if best is None else min(best, cpu)
+    return best
+
+
+def parts(path: str) -> None:
+    """Print where the audit's CPU goes on path (the module docstring's --parts)."""
+    from ibpath_scapy.audit import engine
+    from ibpath_scapy.audit.replay import Replay
+    from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast
+    from ibpath_scapy.engines.scapy.gcpace import paced
+
+    fields = [x for f in AUDITOR_FIELDS for x in ("-e", f)]
+    tf = min(measure(["tshark", "-n", "-r", path, "-T", "fields", *fields])[0] for _ in range(2))
+    start = min(measure([sys.executable, "-c", "import ibpath_scapy.cli.main, "
+                         "ibpath_scapy.engines.fast.decoder, ibpath_scapy.audit.engine"])[0]
+                for _ in range(2))
+    judge, marks, held = engine.transaction_judge, engine._frame_finding_test, Replay.HELD_TRANSACTIONS
+    switched_off = {  # each part as nothing: no finding, no file, no frame kept
+        "transaction rules": lambda: setattr(engine, "transaction_judge",
+                                             lambda p, out: lambda t, res: None),
+        "Spill file": lambda: setattr(Replay, "HELD_TRANSACTIONS", sys.maxsize),
+        "frame-finding test": lambda: setattr(engine, "_frame_finding_test",
+                                              lambda: lambda rec: False),
+    }
+
+    def restore() -> None:
+        engine.transaction_judge, engine._frame_finding_test = judge, marks
+        Replay.HELD_TRANSACTIONS = held
+
+    with paced():  # as audit.run does
+        decode = None
+        for _ in range(2):
+            t = time.process_time()
+            records = list(decode_file_fast(path, FastDecoder()))
+            cpu = time.process_time() - t
+            decode = cpu if decode is None else min(decode, cpu)
+        whole = _audit_cpu(path, records)
+        print(f"{path}: {len(records):,} records")
+        print(f"tshark -T fields:             {tf:6.2f} s CPU")
+        print(f"interpreter + audit imports:  {start:6.2f} s CPU")
+        print(f"decode (fast path) alone:     {decode:6.2f} s CPU")
+        print(f"audit_records, whole:         {whole:6.2f} s CPU")
+        try:
+            for name, off in switched_off.items():
+                off()
+                cpu = _audit_cpu(path, records)
+                restore()
+                print(f"  without the {name + ':':20s}{cpu:6.2f} s CPU ({cpu - whole:+.2f})")
+            for off in switched_off.values():
+                off()
+            rest = _audit_cpu(path, records)
+        finally:
+            restore()
+    print(f"  without all three:          {rest:6.2f} s CPU (the replay itself)")
+    print(f"start + decode + replay:      {start + decode + rest:6.2f} s CPU = "
+          f"{(start + decode + rest) / tf:.2f}x tshark -T fields, before any rule; "
+          f"whole: {(start + decode + whole) / tf:.2f}x")
+
+
 def main() -> None:
+    if sys.argv[1] == "--parts":
+        parts(sys.argv[2])
+        return
     path = sys.argv[1]
     tshark = min(measure(["tshark", "-n", "-r", path])[0] for _ in range(3))
     start = min(measure([sys.executable, "-c", "import ibpath_scapy.cli.main, "
