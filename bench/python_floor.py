@@ -85,35 +85,37 @@ def floor_walk(path: str) -> tuple[int, int, int]:
     return frames, len(transactions), bad
 
 
-def rules_alone(path: str) -> tuple[float, int, int]:
-    """(CPU seconds, transactions, findings) of the audit's frame checks, replay and rules
-    over the file's records, decoded before the clock starts."""
+def best_cpu(fn, runs: int) -> tuple[float, object]:
+    """(least CPU seconds of `runs` calls of fn, what that call returned)."""
+    best = None
+    for _ in range(runs):
+        t = time.process_time()
+        got = fn()
+        cpu = time.process_time() - t
+        if best is None or cpu < best[0]:
+            best = (cpu, got)
+    return best
+
+
+def cli_audit(path: str, records: list):
+    """engine.audit_records over records with the CLI's options (cli/audit.py)."""
     from ibpath_scapy.audit.engine import audit_records
     from ibpath_scapy.audit.model import AuditOptions
+
+    return audit_records(path, records, AuditOptions(keep_transactions=False,
+                                                     stream_resolutions=True))
+
+
+def rules_alone(path: str, runs: int = 3) -> tuple[float, int, int]:
+    """(CPU seconds, transactions, findings) of the audit's frame checks, replay and rules
+    over the file's records, decoded before the clock starts."""
     from ibpath_scapy.engines.fast import decode_file_fast
     from ibpath_scapy.engines.scapy.gcpace import paced
 
     with paced():  # as audit.run does
         records = list(decode_file_fast(path))
-        t = time.process_time()
-        fa = audit_records(path, records, AuditOptions(keep_transactions=False))
-        cpu = time.process_time() - t
+        cpu, fa = best_cpu(lambda: cli_audit(path, records), runs)
     return cpu, fa.replay.sa_count, len(fa.findings)
-
-
-def _audit_cpu(path: str, records: list, runs: int = 2) -> float:
-    """Best CPU seconds of engine.audit_records over records, with the CLI's options."""
-    from ibpath_scapy.audit.engine import audit_records
-    from ibpath_scapy.audit.model import AuditOptions
-
-    best = None
-    for _ in range(runs):
-        t = time.process_time()
-        audit_records(path, records, AuditOptions(keep_transactions=False,
-                                                  stream_resolutions=True))
-        cpu = time.process_time() - t
-        best = cpu if best is None else min(best, cpu)
-    return best
 
 
 def parts(path: str) -> None:
@@ -140,13 +142,12 @@ def parts(path: str) -> None:
         Replay.HELD_TRANSACTIONS = held
 
     with paced():  # as audit.run does
-        decode = None
-        for _ in range(2):
-            t = time.process_time()
-            records = list(decode_file_fast(path, FastDecoder()))
-            cpu = time.process_time() - t
-            decode = cpu if decode is None else min(decode, cpu)
-        whole = _audit_cpu(path, records)
+        decode, records = best_cpu(lambda: list(decode_file_fast(path, FastDecoder())), 2)
+
+        def audit_cpu() -> float:
+            return best_cpu(lambda: cli_audit(path, records), 2)[0]
+
+        whole = audit_cpu()
         print(f"{path}: {len(records):,} records")
         print(f"tshark -T fields:             {tf:6.2f} s CPU")
         print(f"interpreter + audit imports:  {start:6.2f} s CPU")
@@ -155,12 +156,12 @@ def parts(path: str) -> None:
         try:
             for name, off in switched_off.items():
                 off()
-                cpu = _audit_cpu(path, records)
+                cpu = audit_cpu()
                 restore()
                 print(f"  without the {name + ':':20s}{cpu:6.2f} s CPU ({cpu - whole:+.2f})")
             for off in switched_off.values():
                 off()
-            rest = _audit_cpu(path, records)
+            rest = audit_cpu()
         finally:
             restore()
     print(f"  without all three:          {rest:6.2f} s CPU (the replay itself)")
@@ -176,12 +177,7 @@ def main() -> None:
     path = sys.argv[1]
     tshark = min(measure(["tshark", "-n", "-r", path])[0] for _ in range(3))
     start = start_cpu()
-    best = None
-    for _ in range(3):
-        t = time.process_time()
-        frames, transactions, bad = floor_walk(path)
-        cpu = time.process_time() - t
-        best = cpu if best is None else min(best, cpu)
+    best, (frames, transactions, bad) = best_cpu(lambda: floor_walk(path), 3)
     print(f"{path}: {frames:,} MAD frames, {transactions:,} transactions, {bad} bad ICRC")
     print(f"tshark -n -r:                 {tshark:6.2f} s CPU")
     print(f"interpreter + audit imports:  {start:6.2f} s CPU")
@@ -189,7 +185,7 @@ def main() -> None:
           f"us a frame)")
     print(f"floor of a Python audit:      {start + best:6.2f} s CPU = "
           f"{(start + best) / tshark:.2f}x tshark, before any decoding or rule")
-    rules = min(rules_alone(path) for _ in range(3))
+    rules = rules_alone(path)
     print(f"audit's checks and rules:     {rules[0]:6.2f} s CPU = {rules[0] / tshark:.2f}x tshark "
           f"over decoded records ({rules[1]:,} transactions, {rules[2]} findings), "
           f"decoding free")
