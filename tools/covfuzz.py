@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import os
 import re
@@ -807,11 +806,17 @@ def build_sanitized(dest: Path = SANITIZE_BUILD) -> Path:
     """The C extension built with IBPATH_SANITIZE=1 (setup.py) into dest; returns the .so's
     path. Built as pip builds the package (a wheel, in an isolated build environment with the
     setuptools pyproject.toml asks for), the extension then taken out of the wheel."""
+    import fcntl
     import zipfile
 
     env = dict(os.environ, IBPATH_SANITIZE="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     tmp = Path(tempfile.mkdtemp(prefix="ibpath-asan-build-"))
+    dest.mkdir(parents=True, exist_ok=True)
+    # pip builds in the checkout's build/: two runs at once (one target a core) would build
+    # over each other, so they build one after the other
+    lock = open(dest / ".build.lock", "w")
     try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                             "--no-cache-dir", "-w", str(tmp), str(ROOT)],
                            env=env, capture_output=True, text=True)
@@ -824,8 +829,11 @@ def build_sanitized(dest: Path = SANITIZE_BUILD) -> Path:
         so = dest / name
         so.parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(wheels[0]) as z:
-            so.write_bytes(z.read(name))
+            part = so.with_name(so.name + ".part")
+            part.write_bytes(z.read(name))
+        part.replace(so)  # a new file: a run that has the old one loaded keeps it intact
     finally:
+        lock.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return so
 
