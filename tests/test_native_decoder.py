@@ -19,6 +19,7 @@ from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast, prefilter
 from ibpath_scapy.engines.fast.decoder import Tables, mad_decoder, mad_plan
 from ibpath_scapy.engines.fast.prefilter import IbMadAt, MadAt
 from ibpath_scapy.engines.scapy.gcpace import paced
+from ibpath_scapy.facts.records import MadFrame
 from ibpath_scapy.capture.pcapio import CaptureError, Frame, read_frames
 
 from conftest import CAPTURES, project_inputs
@@ -77,24 +78,29 @@ def test_same_records_over_the_bench_captures(bench_capture, kind, encap, pcapng
 
 @needs_c
 def test_the_c_decoder_takes_the_storm_and_shares_its_facts(bench_capture):
-    """Every frame of an SA storm is read in C (none handed back), and repeated headers and
-    PathRecords are the same objects whichever path read them (the replay keeps one body for
-    identical frames: tests/test_fastpath.py)."""
+    """Every frame of an SA storm is read in C (none handed back), its record finished there
+    (MadFrame) but for the segments of multi-segment answers, which need the RMPP
+    reassembler, and repeated headers and PathRecords are the same objects whichever path
+    read them (the replay keeps one body for identical frames: tests/test_fastpath.py)."""
     path = bench_capture("capture2", 2000, encap="ib")
     d = _decoder(True)
-    handed_back = []
+    handed_back, finished, to_finish = [], [], []
     native = d._native
 
     class Spy:
-        def decode(self, data, at):
-            got = native.decode(data, at)
-            if got is None:
-                handed_back.append(at)
+        def frame(self, data, at, number, time, stats):
+            got = native.frame(data, at, number, time, stats)
+            (handed_back if got is None else finished if isinstance(got, MadFrame)
+             else to_finish).append(got)
             return got
 
     d._native = Spy()
     recs = [r for r in decode_file_fast(str(path), d) if r["kind"] == "sa"]
     assert len(recs) == 2000 and not handed_back
+    # what Python finished: RMPP segments (and their ACKs), nothing else
+    assert finished and all(got[5].rmpp.rmpp_flags & 1 for got in to_finish)
+    assert all(r.rmpp is None or not r.rmpp.rmpp_flags & 1 or r.rmpp.rmpp_flags & 6 == 6
+               for r in finished)
     by_bytes: dict = {}
     for r in recs:
         for pr in r.path_records or ():
@@ -203,7 +209,9 @@ def test_the_c_decoder_refuses_a_bad_plan():
         data = bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 400)))
         offs = [rnd.randrange(-2, 420) for _ in range(6)]
         at = MadAt(*offs) if rnd.random() < 0.5 else IbMadAt(*offs[:5])
-        try:
-            d._native.decode(data, at)
-        except (ValueError, TypeError, KeyError, IndexError, struct.error):
-            pass  # a Python extractor's complaint about impossible offsets, never a crash
+        for call in (lambda: d._native.decode(data, at),
+                     lambda: d._native.frame(data, at, 7, 1.5, d.stats)):
+            try:
+                call()
+            except (ValueError, TypeError, KeyError, IndexError, struct.error):
+                pass  # a Python extractor's complaint about impossible offsets, never a crash

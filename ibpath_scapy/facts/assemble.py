@@ -104,7 +104,8 @@ class DecodeStats:
 
 
 # -- layer facts from an engine's values ------------------------------------------------------
-_KINDS: dict[int, str] = {}
+# a record's kind by its MAD's class (kind_of fills it; the C decoder reads it too)
+KINDS: dict[int, str] = {}
 _MAD_NAMES: dict[tuple, tuple] = {}
 _COMPONENTS: dict[tuple, list] = {}
 
@@ -170,9 +171,9 @@ def blob_record(flags: int, reserved: int, path_record: Fact) -> BlobRecord:
 
 
 def kind_of(mgmt_class: int) -> str:
-    kind = _KINDS.get(mgmt_class)
+    kind = KINDS.get(mgmt_class)
     if kind is None:
-        kind = _KINDS[mgmt_class] = KIND_BY_CLASS.get(
+        kind = KINDS[mgmt_class] = KIND_BY_CLASS.get(
             mgmt_class, MGMT_CLASSES.get(mgmt_class, "mad").lower())
     return kind
 
@@ -193,6 +194,20 @@ def header_expr(e):
 
 
 is_segment = header_expr(IS_SEGMENT)
+
+
+def is_rmpp_control(rmpp) -> bool:
+    """Whether an active RMPP header is a control message (ACK, STOP, ABORT), not data."""
+    return rmpp.rmpp_type not in (0, RMPP_TYPE_DATA, None) and bool((rmpp.rmpp_flags or 0) & 1)
+
+
+def own_records_on_wire(rmpp) -> bool:
+    """Whether an SA MAD off the wire with this RMPP header carries its own records: neither
+    one segment of a transfer (IS_SEGMENT) nor an RMPP control message, so that its record
+    needs no RMPP state (Assembler.mad_frame_at). The C decoder asks it once per header shape
+    (native/_mad.c frame). IS_SEGMENT reads the RMPP header alone: were it to read the MAD or
+    SA header, the None given for them here would raise, not answer wrongly."""
+    return not is_segment(None, rmpp, None, 0, None) and not is_rmpp_control(rmpp)
 
 
 class SaParts(NamedTuple):
@@ -337,7 +352,7 @@ class Assembler:
             stats.malformed += 1
             return MadFrame(number, time, "malformed", encap, src, dst, src_gid, dst_gid,
                             dst_qp, src_qp, mad, errors[0], umad=umad)
-        kind = _KINDS.get(mad.mgmt_class) or kind_of(mad.mgmt_class)
+        kind = KINDS.get(mad.mgmt_class) or kind_of(mad.mgmt_class)
         if sa is None:
             return MadFrame(number, time, kind, encap, src, dst, src_gid, dst_gid, dst_qp,
                             src_qp, mad, cm=cm, cm_req=cm_req, errors=errors or None,
@@ -359,7 +374,7 @@ class Assembler:
                     records, reserved = whole(message)
                 reassembled = [transfer.frames[k] for k in sorted(transfer.frames)]
                 errors += transfer.problems
-        elif rmpp.rmpp_type not in (0, RMPP_TYPE_DATA, None) and (rmpp.rmpp_flags or 0) & 1:
+        elif is_rmpp_control(rmpp):
             control = True
             self.rmpp.control(rmpp_control_key(src, dst, mad.transaction_id, mad.attribute_id,
                                                mad.method), rmpp.rmpp_type, number)

@@ -28,20 +28,22 @@ from ...facts.assemble import (
     MAD_NAMED_BY,
     MAD_VALUE_FIELDS,
     VCRC_MISMATCH,
+    KINDS,
     SaParts,
     header_expr,
     mad_fact_of,
     mad_names,
+    own_records_on_wire,
     sa_fact,
 )
 from ..scapy.decode import Decoder
 from ...model.exprc import split_name
-from ...facts.records import CM_FACTS, PATH_RECORD_FIELDS, CmReqPaths, Mad, Rmpp, public_names, \
-    sa_record_fact
+from ...facts.records import CM_FACTS, PATH_RECORD_FIELDS, CmReqPaths, Mad, MadFrame, Rmpp, \
+    construction, public_names, sa_record_fact
 from ...facts.records import PathRecord as PathRecordFact
 from ...layers import cm as cm_layers
 from ...layers.ib import LRH
-from ...layers.mad import MAD, MAD_SIZE, RMPP
+from ...layers.mad import ATTR_PATH_RECORD, MAD, MAD_SIZE, RMPP
 from ...layers.roce import DETH
 from ...layers.sa import SAHeader, sa_table_generation
 from ...model.layout import build_layer
@@ -339,7 +341,9 @@ class FastDecoder(Decoder):
         MAD, or None when the compiled decoder does not know its MAD payload: then the frame
         goes to feed() (the Scapy path). The C decoder reads what it can; the rest, here."""
         if self._native is not None:
-            got = self._native.decode(frame.data, at)
+            got = self._native.frame(frame.data, at, frame.number, frame.time, self.stats)
+            if got.__class__ is MadFrame:  # finished and counted in C (Assembler.mad_frame_at)
+                return got
             if got is not None:
                 self.stats.frames += 1
                 rec = self.mad_frame_at(frame.number, frame.time, *got)
@@ -455,7 +459,9 @@ def mad_plan(tables: Tables) -> SimpleNamespace:
         make_sa=tables.make_sa, make_where=where,
         shapes=tables.shapes, count_reads=[_step(mad[f]) for f in _count_reads()],
         count=c.count, stride=c.stride, whole_python=tables.whole, madat=MadAt, ibmadat=IbMadAt,
-        saparts=SaParts, errors=((), (ICRC_MISMATCH,), (VCRC_MISMATCH,),
+        saparts=SaParts, own_records=own_records_on_wire, mad_frame=MadFrame, kinds=KINDS,
+        construction=construction,
+        path_record_route=ROUTE_SA_RECORDS + c.plan_index.get(ATTR_PATH_RECORD, -1 - ROUTE_SA_RECORDS), errors=((), (ICRC_MISMATCH,), (VCRC_MISMATCH,),
                                  (ICRC_MISMATCH, VCRC_MISMATCH)),
         cache_max=_FLYWEIGHTS, mad_len=_MAD_LEN, sa_start=_SA_START, data_start=_DATA_START,
         mad_size=MAD_SIZE,
