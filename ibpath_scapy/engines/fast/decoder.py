@@ -159,13 +159,15 @@ def compiled() -> _Compiled:
 
 
 _ADDR_CACHE: dict[bytes, str] = {}
+_ADDR_CACHE_MAX = 65536
+ROCEV2 = "rocev2"  # a RoCEv2 frame's encapsulation (assemble.ADDRESS_KEYS' first)
 
 
 def _ip_text(raw: bytes) -> str:
     """An address as Scapy's IP/IPv6 fields show it (the Scapy path's str(ip.src))."""
     s = _ADDR_CACHE.get(raw)
     if s is None:
-        if len(_ADDR_CACHE) >= 65536:
+        if len(_ADDR_CACHE) >= _ADDR_CACHE_MAX:
             _ADDR_CACHE.clear()
         s = _ADDR_CACHE[raw] = (inet_ntop(socket.AF_INET6, raw) if len(raw) == 16
                                 else socket.inet_ntoa(raw))
@@ -305,7 +307,7 @@ def rocev2_where(data: bytes, at: MadAt) -> tuple:
     c = compiled()
     src, dst, n = c.addr[at.ip_version]
     ip = at.ip
-    return ("rocev2", _ip_text(data[ip + src:ip + src + n]), _ip_text(data[ip + dst:ip + dst + n]),
+    return (ROCEV2, _ip_text(data[ip + src:ip + src + n]), _ip_text(data[ip + dst:ip + dst + n]),
             None, None, c.dqpn(data, at.bth), c.src_qp(data, at.deth))
 
 
@@ -460,7 +462,9 @@ def mad_plan(tables: Tables) -> SimpleNamespace:
         shapes=tables.shapes, count_reads=[_step(mad[f]) for f in _count_reads()],
         count=c.count, stride=c.stride, whole_python=tables.whole, madat=MadAt, ibmadat=IbMadAt,
         saparts=SaParts, own_records=own_records_on_wire, mad_frame=MadFrame, kinds=KINDS,
-        construction=construction,
+        construction=construction, rocev2=ROCEV2, addrs=_ADDR_CACHE, addrs_max=_ADDR_CACHE_MAX,
+        rocev2_qps=[(MadAt._fields.index("bth"), _step(bth["dqpn"])),
+                    (MadAt._fields.index("deth"), _step(deth["src_qp"]))],
         path_record_route=ROUTE_SA_RECORDS + c.plan_index.get(ATTR_PATH_RECORD, -1 - ROUTE_SA_RECORDS), errors=((), (ICRC_MISMATCH,), (VCRC_MISMATCH,),
                                  (ICRC_MISMATCH, VCRC_MISMATCH)),
         cache_max=_FLYWEIGHTS, mad_len=_MAD_LEN, sa_start=_SA_START, data_start=_DATA_START,
