@@ -233,3 +233,24 @@ def test_the_tool_reports_as_json_and_refuses_no_time():
                         "--target", "prefilter"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout.splitlines()[-1])["findings"] == 0
+
+
+def test_logs_folder_is_made_or_refused(tmp_path):
+    """--logs names a folder the tool makes (a long run's only record of its progress), or
+    refuses at once when it cannot, before any build or run: never a traceback at the end."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    p = subprocess.run([sys.executable, str(covfuzz.ROOT / "tools" / "covfuzz.py"), "--runs", "1",
+                        "--target", "prefilter", "--logs", str(blocker / "logs")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--logs" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    if atheris is None:  # (the run below needs it)
+        return
+    logs = tmp_path / "new" / "logs"
+    p = subprocess.run([sys.executable, str(covfuzz.ROOT / "tools" / "covfuzz.py"), "--runs", "1",
+                        "--target", "prefilter", "--logs", str(logs),
+                        "--corpus-out", str(tmp_path / "corpus"),
+                        "--findings", str(tmp_path / "findings")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "INITED" in (logs / "prefilter.log").read_text()

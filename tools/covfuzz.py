@@ -1010,6 +1010,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if bad else 0
     if args.seconds is None and args.runs is None:
         ap.error("give --seconds N and/or --runs N (or --make-corpus, --replay)")
+    if args.logs is not None:  # (before the sanitized build: a bad folder fails at once)
+        try:
+            args.logs.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            ap.error(f"--logs {args.logs}: {e.strerror or e}")
     try:
         import atheris  # noqa: F401
     except ImportError:
