@@ -200,7 +200,11 @@ def test_the_c_decoder_refuses_a_bad_plan():
                    {"mad_which": (0, 1, 2, 99)}, {"where_v4": [(0, 0, 40)] * 3},
                    {"where_local": [(-1, 0, 2)]}, {"ipv4_masks": ()}, {"icrc_len": 3},
                    {"icrc": (b"short", 0, 0)}, {"errors": ((), ())}, {"mads": []},
-                   {"cache_max": 0}, {"count_reads": [(0, 1, 0, 1, 0)] * 9}):
+                   {"cache_max": 0}, {"count_reads": [(0, 1, 0, 1, 0)] * 9},
+                   # a record class whose slots the construction table does not fill exactly
+                   {"mad_frame": good["mad_class"]}, {"mad_class": good["mad_frame"]},
+                   {"construction": lambda cls: ((), ())}, {"kinds": []},
+                   {"rocev2_qps": [(0, (0, 1, 0, 1, 0))]}, {"addrs_max": 0}):
         with pytest.raises(ValueError):
             _scan.MadDecoder(SimpleNamespace(**{**good, **change}))
     rnd = random.Random(1)

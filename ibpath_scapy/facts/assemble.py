@@ -210,6 +210,14 @@ def own_records_on_wire(rmpp) -> bool:
     return not is_segment(None, rmpp, None, 0, None) and not is_rmpp_control(rmpp)
 
 
+def native_record_plan() -> dict:
+    """What the C decoder (native/_mad.c MadDecoder.frame) makes mad_frame_at's record of a
+    plain frame by: the record's class, the kinds by MAD class (kind_of fills it), and the
+    test of a header shape whose MAD carries its own records. Records stay this module's:
+    the decoders hand this over without naming a record class."""
+    return {"mad_frame": MadFrame, "kinds": KINDS, "own_records": own_records_on_wire}
+
+
 class SaParts(NamedTuple):
     """What an engine read of an SA MAD: its RMPP and SA headers; `records`, the PathRecord
     facts of the MAD (None: its attribute is not a PathRecord), and for each whether its

@@ -28,17 +28,16 @@ from ...facts.assemble import (
     MAD_NAMED_BY,
     MAD_VALUE_FIELDS,
     VCRC_MISMATCH,
-    KINDS,
     SaParts,
     header_expr,
     mad_fact_of,
     mad_names,
-    own_records_on_wire,
+    native_record_plan,
     sa_fact,
 )
 from ..scapy.decode import Decoder
 from ...model.exprc import split_name
-from ...facts.records import CM_FACTS, PATH_RECORD_FIELDS, CmReqPaths, Mad, MadFrame, Rmpp, \
+from ...facts.records import CM_FACTS, PATH_RECORD_FIELDS, CmReqPaths, Mad, Rmpp, \
     construction, public_names, sa_record_fact
 from ...facts.records import PathRecord as PathRecordFact
 from ...layers import cm as cm_layers
@@ -344,9 +343,9 @@ class FastDecoder(Decoder):
         goes to feed() (the Scapy path). The C decoder reads what it can; the rest, here."""
         if self._native is not None:
             got = self._native.frame(frame.data, at, frame.number, frame.time, self.stats)
-            if got.__class__ is MadFrame:  # finished and counted in C (Assembler.mad_frame_at)
-                return got
             if got is not None:
+                if got.__class__ is not tuple:  # the record, made and counted in C
+                    return got
                 self.stats.frames += 1
                 rec = self.mad_frame_at(frame.number, frame.time, *got)
                 by_kind = self.stats.by_kind
@@ -461,8 +460,7 @@ def mad_plan(tables: Tables) -> SimpleNamespace:
         make_sa=tables.make_sa, make_where=where,
         shapes=tables.shapes, count_reads=[_step(mad[f]) for f in _count_reads()],
         count=c.count, stride=c.stride, whole_python=tables.whole, madat=MadAt, ibmadat=IbMadAt,
-        saparts=SaParts, own_records=own_records_on_wire, mad_frame=MadFrame, kinds=KINDS,
-        construction=construction, rocev2=ROCEV2, addrs=_ADDR_CACHE, addrs_max=_ADDR_CACHE_MAX,
+        saparts=SaParts, **native_record_plan(), construction=construction, rocev2=ROCEV2, addrs=_ADDR_CACHE, addrs_max=_ADDR_CACHE_MAX,
         rocev2_qps=[(MadAt._fields.index("bth"), _step(bth["dqpn"])),
                     (MadAt._fields.index("deth"), _step(deth["src_qp"]))],
         path_record_route=ROUTE_SA_RECORDS + c.plan_index.get(ATTR_PATH_RECORD, -1 - ROUTE_SA_RECORDS), errors=((), (ICRC_MISMATCH,), (VCRC_MISMATCH,),
