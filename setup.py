@@ -10,7 +10,8 @@ IBPATH_SANITIZE=1 in the environment builds it with AddressSanitizer and
 UndefinedBehaviorSanitizer (gcc or clang; -O1, frame pointers, every UB report fatal) and
 not optional: for tools/covfuzz.py --sanitize, which builds such a copy beside the checkout
 (build/covfuzz-sanitize/) and preloads libasan, since the interpreter is not built with it.
-Do not install a sanitized build: importing it without libasan preloaded fails."""
+Do not install a sanitized build: importing it without libasan preloaded fails. Its objects
+go to build/sanitized/, never where a plain build looks for its own."""
 
 import os
 
@@ -24,4 +25,7 @@ setup(ext_modules=[Extension("ibpath_scapy.native._scan",
                              ["ibpath_scapy/native/_scan.c", "ibpath_scapy/native/_mad.c"],
                              depends=["ibpath_scapy/native/_crc.h"],
                              optional=not SANITIZE, extra_compile_args=FLAGS,
-                             extra_link_args=FLAGS[-2:] if SANITIZE else [])])
+                             extra_link_args=FLAGS[-2:] if SANITIZE else [])],
+      # a sanitized build's objects in a build folder of their own: pip builds in the
+      # checkout's build/, and a later plain build would take them as up to date
+      options={"build": {"build_base": "build/sanitized"}} if SANITIZE else {})

@@ -254,3 +254,25 @@ def test_logs_folder_is_made_or_refused(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "INITED" in (logs / "prefilter.log").read_text()
+
+
+def test_a_sanitized_build_leaves_the_plain_build_plain(tmp_path):
+    """pip builds in the checkout's build/: a plain wheel built after covfuzz's sanitized one
+    (IBPATH_SANITIZE=1) has an extension of its own, not the sanitized objects taken as up to
+    date (which no interpreter without libasan preloaded can import)."""
+    import zipfile
+
+    if covfuzz.asan_runtime() is None:
+        pytest.skip("gcc's libasan is not installed: no sanitized build to make")
+    so = covfuzz.build_sanitized(tmp_path / "asan")
+    assert b"__asan_init" in so.read_bytes()
+    out = tmp_path / "wheel"
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir",
+                        "-w", str(out), str(covfuzz.ROOT)], capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (whl,) = out.glob("*.whl")
+    with zipfile.ZipFile(whl) as z:
+        (name,) = [n for n in z.namelist() if n.startswith("ibpath_scapy/native/_scan.")
+                   and n.endswith(".so")]
+        assert b"__asan_init" not in z.read(name)
