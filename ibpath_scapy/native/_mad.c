@@ -1387,18 +1387,19 @@ static PyObject *frame(MadDecoder *self, PyObject *const *args, Py_ssize_t nargs
             records = Py_None;
         }
     }
-    PyObject *cls = PyObject_GetAttr(p.mad, str_mgmt_class), *kind, *t = NULL, *out = NULL;
+    PyObject *cls = PyObject_GetAttr(p.mad, str_mgmt_class), *kind = NULL, *t = NULL, *out = NULL;
     if (cls == NULL)
         goto fail;
-    kind = PyDict_GetItemWithError(self->kinds, cls);
+    PyObject *known = PyDict_GetItemWithError(self->kinds, cls);
     Py_DECREF(cls);
-    if (kind == NULL) {
+    if (known == NULL) {
         if (PyErr_Occurred())
             goto fail;
         return parts_tuple(self, &p); /* kind_of names the class first */
     }
-    if (!PyUnicode_Check(kind) || PyUnicode_GET_LENGTH(kind) == 0)
+    if (!PyUnicode_Check(known) || PyUnicode_GET_LENGTH(known) == 0)
         return parts_tuple(self, &p); /* (mad_frame_at's `or kind_of`) */
+    kind = Py_NewRef(known); /* (held: __round__ below may run Python code) */
     if ((t = PyObject_CallMethodOneArg(time, str_round, nine)) == NULL)
         goto fail;
     PyObject *w = p.where;
@@ -1420,6 +1421,7 @@ static PyObject *frame(MadDecoder *self, PyObject *const *args, Py_ssize_t nargs
             || bump(stats, str_icrc_frames) || bump_kind(stats, kind))
         Py_CLEAR(out);
 fail:
+    Py_XDECREF(kind);
     Py_XDECREF(t);
     parts_clear(&p);
     return out;

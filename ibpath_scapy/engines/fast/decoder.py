@@ -447,6 +447,7 @@ def mad_plan(tables: Tables) -> SimpleNamespace:
     local = [(lrh_at, *span(lrh["slid"])), (lrh_at, *span(lrh["dlid"])), *ib_qps]
     mad = layer_steps(MAD)
     assert c.mad_next.fields == ("mgmt_class", "attribute_id"), c.mad_next.fields
+    pr_plan = c.plan_index.get(ATTR_PATH_RECORD)
     return SimpleNamespace(
         mads=tables.mads, rmpps=tables.rmpps, sas=tables.sas,
         record_plans=tuple((table, make, p.size, p.fact if p.c_steps is not None else None,
@@ -460,11 +461,15 @@ def mad_plan(tables: Tables) -> SimpleNamespace:
         make_sa=tables.make_sa, make_where=where,
         shapes=tables.shapes, count_reads=[_step(mad[f]) for f in _count_reads()],
         count=c.count, stride=c.stride, whole_python=tables.whole, madat=MadAt, ibmadat=IbMadAt,
-        saparts=SaParts, **native_record_plan(), construction=construction, rocev2=ROCEV2, addrs=_ADDR_CACHE, addrs_max=_ADDR_CACHE_MAX,
+        saparts=SaParts, errors=((), (ICRC_MISMATCH,), (VCRC_MISMATCH,),
+                                 (ICRC_MISMATCH, VCRC_MISMATCH)),
+        # MadDecoder.frame's: the record and how facts are made, the route of PathRecords
+        # (-1: none), the RoCEv2 where tuple's parts
+        **native_record_plan(), construction=construction,
+        path_record_route=-1 if pr_plan is None else ROUTE_SA_RECORDS + pr_plan,
+        rocev2=ROCEV2, addrs=_ADDR_CACHE, addrs_max=_ADDR_CACHE_MAX,
         rocev2_qps=[(MadAt._fields.index("bth"), _step(bth["dqpn"])),
                     (MadAt._fields.index("deth"), _step(deth["src_qp"]))],
-        path_record_route=ROUTE_SA_RECORDS + c.plan_index.get(ATTR_PATH_RECORD, -1 - ROUTE_SA_RECORDS), errors=((), (ICRC_MISMATCH,), (VCRC_MISMATCH,),
-                                 (ICRC_MISMATCH, VCRC_MISMATCH)),
         cache_max=_FLYWEIGHTS, mad_len=_MAD_LEN, sa_start=_SA_START, data_start=_DATA_START,
         mad_size=MAD_SIZE,
         where_v4=[(ip, *_span(*ip4["src"])), (ip, *_span(*ip4["dst"])), *qps],
