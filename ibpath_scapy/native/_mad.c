@@ -601,8 +601,21 @@ static void dealloc(MadDecoder *self)
 }
 
 /* -- per frame ------------------------------------------------------------------------------- */
-/* table[key], made by make(arg, at) on a miss (the table emptied first when full, as the
- * Python decoder's _remember does). A new reference, or NULL with an error set. */
+/* table[key] = v (a new reference, taken), the table emptied first when it holds `most`, as
+ * the Python decoder's _remember does: v, or NULL with the error set. */
+static PyObject *remember(PyObject *table, Py_ssize_t most, PyObject *key, PyObject *v)
+{
+    if (v == NULL)
+        return NULL;
+    if (PyDict_GET_SIZE(table) >= most)
+        PyDict_Clear(table);
+    if (PyDict_SetItem(table, key, v) < 0)
+        Py_CLEAR(v);
+    return v;
+}
+
+/* table[key], made by make(arg, at) on a miss (remember). A new reference, or NULL with an
+ * error set. */
 static PyObject *flyweight(MadDecoder *self, PyObject *table, PyObject *key, PyObject *make,
                            PyObject *arg, PyObject *at)
 {
@@ -613,16 +626,7 @@ static PyObject *flyweight(MadDecoder *self, PyObject *table, PyObject *key, PyO
     }
     if (PyErr_Occurred())
         return NULL;
-    v = PyObject_CallFunctionObjArgs(make, arg, at, NULL);
-    if (v == NULL)
-        return NULL;
-    if (PyDict_GET_SIZE(table) >= self->cache_max)
-        PyDict_Clear(table);
-    if (PyDict_SetItem(table, key, v) < 0) {
-        Py_DECREF(v);
-        return NULL;
-    }
-    return v;
+    return remember(table, self->cache_max, key, PyObject_CallFunctionObjArgs(make, arg, at, NULL));
 }
 
 /* table[data[at:at+len]], made by make(data, at) on a miss. */
@@ -669,20 +673,14 @@ static int offsets(PyObject *at, Py_ssize_t *out, Py_ssize_t n)
     return 0;
 }
 
-/* The where tuple (assemble.ADDRESS_KEYS) of the frame: the wheres table by the bytes its
- * values are read from, made by make_where(data, at) on a miss. */
-/* The wheres table's tuple under key kb of a RoCEv2 frame b (n bytes) whose key spec (source
- * and destination addresses, then the QPs) spec read, made on a miss as
- * fast/decoder.py rocev2_where makes it. */
+/* The where tuple of a RoCEv2 frame b (n bytes) whose key spec (source and destination
+ * addresses, then the QPs) spec read, as fast/decoder.py rocev2_where makes it: a new
+ * reference, or NULL with the error set. */
 /* bench capture 3 decode (RoCEv2, 200k frames): 1.26 -> 0.95 s CPU (-25 %), bench/README.md */
-static PyObject *rocev2_where(MadDecoder *self, PyObject *kb, const unsigned char *b,
-                              Py_ssize_t n, const KeySpec *spec, const Py_ssize_t *offs)
+static PyObject *rocev2_where(MadDecoder *self, const unsigned char *b, Py_ssize_t n,
+                              const KeySpec *spec, const Py_ssize_t *offs)
 {
-    PyObject *v = PyDict_GetItemWithError(self->wheres, kb), *item[4] = {NULL};
-    if (v != NULL || PyErr_Occurred()) {
-        Py_XINCREF(v);
-        return v;
-    }
+    PyObject *v = NULL, *item[4] = {NULL};
     if (spec->n < 2 || (spec->r[0].len != 4 && spec->r[0].len != 16)
             || spec->r[1].len != spec->r[0].len) {
         PyErr_SetString(PyExc_ValueError, "MadDecoder: a RoCEv2 where key without addresses");
@@ -702,18 +700,15 @@ static PyObject *rocev2_where(MadDecoder *self, PyObject *kb, const unsigned cha
             goto out;
     }
     v = PyTuple_Pack(7, self->rocev2, item[0], item[1], Py_None, Py_None, item[2], item[3]);
-    if (v != NULL) {
-        if (PyDict_GET_SIZE(self->wheres) >= self->cache_max)
-            PyDict_Clear(self->wheres);
-        if (PyDict_SetItem(self->wheres, kb, v) < 0)
-            Py_CLEAR(v);
-    }
 out:
     for (int i = 0; i < 4; i++)
         Py_XDECREF(item[i]);
     return v;
 }
 
+/* The where tuple (assemble.ADDRESS_KEYS) of the frame: the wheres table by the bytes its
+ * values are read from, made on a miss here (RoCEv2: an SA storm's pairs miss the table) or
+ * by make_where(data, at). */
 static PyObject *where_of(MadDecoder *self, PyObject *data, PyObject *at, const KeySpec *spec,
                           const Py_ssize_t *offs, Py_ssize_t noffs, int which)
 {
@@ -732,10 +727,14 @@ static PyObject *where_of(MadDecoder *self, PyObject *data, PyObject *at, const 
     if (kb == NULL)
         return NULL;
     PyObject *v;
-    if (which <= 1) /* RoCEv2 (IPv4, IPv6): an SA storm's pairs miss the table; made here */
-        v = rocev2_where(self, kb, (const unsigned char *)b, n, spec, offs);
-    else
+    if (which > 1) { /* native IB: LIDs, QPs and GIDs, which a storm repeats */
         v = flyweight(self, self->wheres, kb, self->make_where, data, at);
+    } else if ((v = PyDict_GetItemWithError(self->wheres, kb)) != NULL) {
+        Py_INCREF(v);
+    } else if (!PyErr_Occurred()) { /* RoCEv2 (IPv4, IPv6) */
+        v = remember(self->wheres, self->cache_max, kb,
+                     rocev2_where(self, (const unsigned char *)b, n, spec, offs));
+    }
     Py_DECREF(kb);
     return v;
 }
@@ -759,11 +758,8 @@ static PyObject *by_int(MadDecoder *self, PyObject *table, uint64_t k, PyObject 
     PyObject *v = PyDict_GetItemWithError(table, key);
     if (v != NULL) {
         Py_INCREF(v);
-    } else if (!PyErr_Occurred() && (v = PyObject_Vectorcall(make, args, nargs, NULL))) {
-        if (PyDict_GET_SIZE(table) >= self->cache_max)
-            PyDict_Clear(table);
-        if (PyDict_SetItem(table, key, v) < 0)
-            Py_CLEAR(v);
+    } else if (!PyErr_Occurred()) {
+        v = remember(table, self->cache_max, key, PyObject_Vectorcall(make, args, nargs, NULL));
     }
     Py_DECREF(key);
     return v;
@@ -870,17 +866,11 @@ static PyObject *shape_of(MadDecoder *self, PyObject *data, Py_ssize_t o, PyObje
     if (stride == NULL)
         goto out;
     own = PyObject_CallOneArg(self->own_records, r);
-    if (own == NULL)
+    int is_own = own == NULL ? -1 : PyObject_IsTrue(own);
+    if (is_own < 0)
         goto out;
-    shape = PyTuple_Pack(5, r, h, n, stride, PyObject_IsTrue(own) > 0 ? Py_True : Py_False);
-    if (shape == NULL || PyErr_Occurred()) {
-        Py_CLEAR(shape);
-        goto out;
-    }
-    if (PyDict_GET_SIZE(self->shapes) >= self->cache_max)
-        PyDict_Clear(self->shapes);
-    if (PyDict_SetItem(self->shapes, kb, shape) < 0)
-        Py_CLEAR(shape);
+    shape = remember(self->shapes, self->cache_max, kb,
+                     PyTuple_Pack(5, r, h, n, stride, is_own ? Py_True : Py_False));
 out:
     Py_XDECREF(r);
     Py_XDECREF(h);
@@ -908,12 +898,8 @@ static PyObject *addr_text(PyObject *table, Py_ssize_t most, const unsigned char
         char text[INET6_ADDRSTRLEN];
         if (inet_ntop(len == 4 ? AF_INET : AF_INET6, p, text, sizeof text) == NULL)
             PyErr_SetFromErrno(PyExc_OSError);
-        else if ((v = PyUnicode_FromString(text)) != NULL) {
-            if (PyDict_GET_SIZE(table) >= most)
-                PyDict_Clear(table);
-            if (PyDict_SetItem(table, key, v) < 0)
-                Py_CLEAR(v);
-        }
+        else
+            v = remember(table, most, key, PyUnicode_FromString(text));
     }
     Py_DECREF(key);
     return v;
@@ -969,12 +955,9 @@ static PyObject *record_at(MadDecoder *self, const RecordPlan *rp, PyObject *dat
     PyObject *v = PyDict_GetItemWithError(rp->table, key);
     if (v != NULL) {
         Py_INCREF(v);
-    } else if (!PyErr_Occurred()
-               && (v = make_record(self, rp, (const unsigned char *)b + at)) != NULL) {
-        if (PyDict_GET_SIZE(rp->table) >= self->cache_max)
-            PyDict_Clear(rp->table);
-        if (PyDict_SetItem(rp->table, key, v) < 0)
-            Py_CLEAR(v);
+    } else if (!PyErr_Occurred()) {
+        v = remember(rp->table, self->cache_max, key,
+                     make_record(self, rp, (const unsigned char *)b + at));
     }
     Py_DECREF(key);
     return v;
@@ -1093,11 +1076,8 @@ static PyObject *mad_of(MadDecoder *self, const unsigned char *b, Py_ssize_t o)
     PyObject *mad = PyDict_GetItemWithError(self->mads, key);
     if (mad != NULL) {
         Py_INCREF(mad);
-    } else if (!PyErr_Occurred() && (mad = make_mad(self, b + o)) != NULL) {
-        if (PyDict_GET_SIZE(self->mads) >= self->cache_max)
-            PyDict_Clear(self->mads);
-        if (PyDict_SetItem(self->mads, key, mad) < 0)
-            Py_CLEAR(mad);
+    } else if (!PyErr_Occurred()) {
+        mad = remember(self->mads, self->cache_max, key, make_mad(self, b + o));
     }
     Py_DECREF(key);
     return mad;
