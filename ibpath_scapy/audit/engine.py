@@ -215,11 +215,12 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     if on_finding is not None:
         replay.linger_seconds = LIVE_LINGER_SECONDS
         frame_checks = family_checks("frame")
+    feed = replay.intake()
     for group in batches(records, batch):
         # the frame checks of a whole batch, then its replay (ibpath_scapy.capture.batch)
         keep = [has_finding(rec) for rec in group]
         for rec, k in zip(group, keep):
-            replay.feed(rec, k)
+            feed(rec, k)
             if k and on_finding is not None:
                 for f in _findings(frame_checks, rec, path):
                     on_finding(f)

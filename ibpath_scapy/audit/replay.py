@@ -12,11 +12,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from ..facts.records import Fact, MadFrame, PathRecord
+from ..facts.records import Fact, Mad, MadFrame, PathRecord
 from ..layers.mad import ATTR_PATH_RECORD, ATTR_SERVICE_RECORD, METHOD_RESP, MGMT_CLASS_SA
 from ..layers.umad import UMAD_TID_LOW
 from ..facts.assemble import umad_send_returned
 from ..facts.rmpp import carries_whole_message
+from ..native import extension
 from .arrows import sa_arrows
 from .spill import ROWS, NotPlain, Spill
 from .storage import FrameList, KeptFrames, KeptRecord
@@ -474,8 +475,26 @@ class Replay:
                                    "local_comm_id": cm.get("local_comm_id"),
                                    "remote_comm_id": cm.get("remote_comm_id")})
 
+    def intake(self):
+        """What to feed records to once the replay is set up (keep_closed, arrows, spills,
+        transaction_marks): feed itself, or its C twin (native/_intake.c, SaIntake), which
+        takes an SA frame off the wire (a MadFrame of kind "sa" with no umad side) through
+        _sa's steps and hands any other record to feed. Where the replay keeps no closed
+        transaction and draws no arrows (the CLI's audit), the C twin also closes the batches
+        its steps fill (_close's steps for a PathRecord transaction of such frames). A live
+        stream (linger_seconds) is fed by feed alone, as without the extension."""
+        native = extension()
+        if native is None or self.linger_seconds is not None:
+            return self.feed
+        # (the replay holds no reference to it: no cycle for the collector, which an audit
+        # runs without: engines/scapy/gcpace.py)
+        return native.SaIntake(self, MadFrame, Mad, Transaction, "sa", METHOD_RESP,
+                               ATTR_PATH_RECORD, FrameList, ClosedTransaction,
+                               _components).feed
+
     def _sa(self, rec: MadFrame) -> None:
         # an SA record is a facts.records.MadFrame: its declared fields are read directly
+        # (native/_intake.c takes the same steps for a MadFrame with no umad side)
         mad = rec.mad
         is_resp = bool(mad.method & METHOD_RESP)
         if rec.umad is not None and umad_send_returned(rec.umad, mad):
@@ -489,30 +508,16 @@ class Replay:
         if t is None:
             if is_resp and rec.rmpp_control:
                 return  # an ACK for a transfer we never saw the start of
-            if self.keep_closed:
-                t = Transaction(requester, mad.transaction_id, mad.attribute_id)
-            else:
-                t = Transaction(requester, mad.transaction_id, mad.attribute_id,
-                                FrameList(), FrameList())
-            self.transactions[key] = t
+            t = self.transactions[key] = self._new_transaction(
+                requester, mad.transaction_id, mad.attribute_id)
             open_now = len(self.transactions)
             if open_now > self.LINGER:
                 self._close_answered(open_now - self.LINGER)
             if len(self.transactions) > self.MAX_OPEN_TRANSACTIONS:
-                old = self.transactions.pop(next(iter(self.transactions)))
-                self.evicted += 1
-                if not old.answered:  # its answer, if it comes, is no longer matched: say so
-                    self.frame_records.append({
-                        "frame": old.frames[0], "frames": old.frames, "kind": "limit",
-                        "limit": f"SA transaction tid 0x{old.tid:016x} evicted unanswered: more "
-                                 f"than {self.MAX_OPEN_TRANSACTIONS} SA transactions open"})
-                self._flush_closing()  # closed in the order they left the table
-                self._close(old)
+                self._evict_oldest()
         if is_resp:
             t.responses.append(rec)
-            rmpp = rec.rmpp
-            if carries_whole_message(rec) and (rmpp is None or rmpp.rmpp_type in (0, 1, None)) \
-                    and not rec.rmpp_control:
+            if (rec.rmpp is None or self._completes(rec)) and not rec.rmpp_control:
                 if not t.answered:
                     self._answered.append((key, t, rec.time))
                 t.answered = True
@@ -526,6 +531,30 @@ class Replay:
             t.responses.append(rec)  # the requester's RMPP ACKs
         else:
             t.requests.append(rec)
+
+    def _new_transaction(self, requester: str, tid: int, attribute_id: int) -> Transaction:
+        if self.keep_closed:
+            return Transaction(requester, tid, attribute_id)
+        return Transaction(requester, tid, attribute_id, FrameList(), FrameList())
+
+    @staticmethod
+    def _completes(rec: MadFrame) -> bool:
+        """Whether an answer frame with an RMPP header completes its answer (with none, it
+        does: carries_whole_message). The caller tests the RMPP control messages apart."""
+        rmpp = rec.rmpp
+        return carries_whole_message(rec) and (rmpp is None or rmpp.rmpp_type in (0, 1, None))
+
+    def _evict_oldest(self) -> None:
+        """The oldest open transaction out of the table (MAX_OPEN_TRANSACTIONS), closed."""
+        old = self.transactions.pop(next(iter(self.transactions)))
+        self.evicted += 1
+        if not old.answered:  # its answer, if it comes, is no longer matched: say so
+            self.frame_records.append({
+                "frame": old.frames[0], "frames": old.frames, "kind": "limit",
+                "limit": f"SA transaction tid 0x{old.tid:016x} evicted unanswered: more "
+                         f"than {self.MAX_OPEN_TRANSACTIONS} SA transactions open"})
+        self._flush_closing()  # closed in the order they left the table
+        self._close(old)
 
     def _ls(self, rec: dict) -> None:
         ls = rec["ls"]
@@ -789,16 +818,20 @@ class Replay:
                 res.transactions = []
             res.transactions.append(t)
             if len(res.transactions) + res.spilled_count > self.RESOLUTION_HISTORY:
-                self.restore(res)  # its oldest is in the Spill file: bring them all back
-                # let go with its ladder arrows: a ladder draws what its resolution keeps
-                # (ladder.let_go_note says how much it no longer draws)
-                old = res.transactions.pop(0)
-                if res.let_go is None:
-                    res.let_go = LetGo()
-                res.let_go.add(old)
-                if self.keep_closed:  # self.done keeps it: not drawn with no resolution either
-                    self.let_go.add(id(old))
+                self._let_oldest_go(res)
         return res
+
+    def _let_oldest_go(self, res: Resolution) -> None:
+        """A resolution past RESOLUTION_HISTORY lets its oldest transaction go (LetGo)."""
+        self.restore(res)  # its oldest is in the Spill file: bring them all back
+        # let go with its ladder arrows: a ladder draws what its resolution keeps
+        # (ladder.let_go_note says how much it no longer draws)
+        old = res.transactions.pop(0)
+        if res.let_go is None:
+            res.let_go = LetGo()
+        res.let_go.add(old)
+        if self.keep_closed:  # self.done keeps it: not drawn with no resolution either
+            self.let_go.add(id(old))
 
     def _resolution_for_records(self, records: list[dict], create: bool = True) -> Resolution | None:
         for r in records:

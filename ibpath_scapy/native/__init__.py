@@ -1,7 +1,7 @@
-"""The package's optional C extension (native/_scan.c, _mad.c), or None: where it was built
-without a compiler, or IBPATH_NATIVE_SCAN=0 (or "no"/"off"/"false") asks for the Python twins
-of its functions (pcapio's loops over skipped and taken frames, crc's CRCs, the fast path's
-MAD decoder)."""
+"""The package's optional C extension (native/_scan.c, _mad.c, _intake.c), or None: where it
+was built without a compiler, or IBPATH_NATIVE_SCAN=0 (or "no"/"off"/"false") asks for the
+Python twins of its functions (pcapio's loops over skipped and taken frames, crc's CRCs, the
+fast path's MAD decoder, the replay's SA steps)."""
 
 from __future__ import annotations
 
