@@ -16,15 +16,15 @@ import pytest
 from ibpath_scapy.audit import engine
 from ibpath_scapy.audit.engine import audit_records
 from ibpath_scapy.audit.model import AuditOptions
-from ibpath_scapy.audit.replay import ClosedTransaction, Replay, Transaction
+from ibpath_scapy.audit.replay import (ClosedTransaction, Replay, Transaction,
+                                       _components)
 from ibpath_scapy.audit.storage import FrameList
 from ibpath_scapy.capture.pcapio import CaptureError
+from ibpath_scapy.craft import CaptureBuilder
 from ibpath_scapy.engines.fast import decode_file_fast
 from ibpath_scapy.engines.scapy.decode import decode_file
-from ibpath_scapy.craft import CaptureBuilder
 from ibpath_scapy.facts.records import Mad, MadFrame, Rmpp
-from ibpath_scapy.layers.sa import PathRecord
-from ibpath_scapy.audit.replay import _components
+from ibpath_scapy.layers.sa import PathRecord, component_mask_for
 from ibpath_scapy.native import extension
 
 from conftest import ROOT, project_inputs
@@ -241,12 +241,37 @@ def test_same_resolutions_for_queries_with_and_without_a_pkey(monkeypatch, tmp_p
         b.sa_answer(b.sa_query(PathRecord(sgid="fe80::1", dgid="fe80::3", pkey=0x8002)),
                     [PathRecord(sgid="fe80::1", dgid="fe80::3", pkey=0x8002)])
         b.sa_answer(b.sa_query(PathRecord(sgid="fe80::1")), [pair])
+        back = PathRecord(sgid="fe80::2", dgid="fe80::1", pkey=0x8001)  # the return path
+        b.sa_answer(b.sa_query(back), [back])
+        zero = PathRecord(sgid="::", dgid="fe80::2")  # asks by SGID, and names none
+        b.sa_answer(b.sa_query(zero, component_mask=component_mask_for(pair)), [pair])
         for n in range(4, 8):  # later exchanges close the ones before (linger 1)
             b.sa_query(PathRecord(sgid="fe80::1", dgid=f"fe80::{n}"))
     got = _same(_records(path))
     assert [r[0] for r in got[5]][:3] == [("fe80::1", "fe80::2", 0xFFFF),
                                           ("fe80::1", "fe80::2", 0x8001),
                                           ("fe80::1", "fe80::3", 0x8002)]
+    assert len(got[5][1][5]) == 2  # the forward query and the return path's
+    assert not any("::" in r[0][:2] for r in got[5])
+
+
+@needs_c
+def test_same_summary_of_a_transaction_fed_the_same_frame_twice(monkeypatch):
+    """A record fed twice (a library caller's list): Transaction.frames names it once, and
+    so does the C summary of it."""
+    monkeypatch.setattr(Replay, "LINGER", 1)
+    monkeypatch.setattr(Replay, "CLOSE_BATCH", 1)
+    path = ROOT / "captures" / "corpus" / "saq-retry.pcapng"
+    records = _records(path)
+    sa = [r for r in records if getattr(r, "kind", None) == "sa"]
+    assert len(sa) >= 3
+    # (then another capture's exchanges, which close it as they are fed)
+    later = _records(ROOT / "captures" / "corpus" / "conform-proposal.pcapng")
+    twice = [sa[0], *sa, sa[-1], *later]
+    got = _same(twice, frame_rules=False)
+    (first,) = [t for r in got[5] for t in r[5]
+                if t[:2] == (sa[0].src, sa[0].mad.transaction_id)]
+    assert first[10] >= 3 and first[11].count(sa[0]["frame"]) == 1  # (request_count, frames)
 
 
 @needs_c

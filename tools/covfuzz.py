@@ -628,6 +628,35 @@ def t_audit(data: bytes) -> None:
     path = _work() / "capture"
     path.write_bytes(data)
     _whole_file(path, -1, damaged=True)
+    _replay_twins_differ(str(path))
+
+
+def _replay_twins_differ(path: str) -> None:
+    """A Finding where the CLI's audit of path (its replay fed and closing in C,
+    native/_intake.c) and the same audit with the replay's Python steps find differently."""
+    from ibpath_scapy.audit.engine import audit_records
+    from ibpath_scapy.audit.model import AuditOptions
+    from ibpath_scapy.audit.replay import Replay
+
+    records = []
+    try:
+        for rec in _modules().fast.decode_file_fast(path, _fast_decoder(True)):
+            records.append(rec)
+    except _modules().pcapio.CaptureError:
+        pass  # (what came before the damage: what the audit judges)
+    options = AuditOptions(keep_transactions=False, stream_resolutions=True)
+    c = audit_records(path, records, options)
+    native = Replay.intake
+    Replay.intake = lambda self: self.feed
+    try:
+        py = audit_records(path, records, options)
+    finally:
+        Replay.intake = native
+    if c.findings != py.findings or c.replay.sa_count != py.replay.sa_count:
+        first = next(((a, b) for a, b in zip(c.findings, py.findings) if a != b), None)
+        raise Finding(f"C/Python replay differ: {len(c.findings)} / {len(py.findings)} findings,"
+                      f" {c.replay.sa_count} / {py.replay.sa_count} PathRecord transactions;"
+                      f" first differing: {first!r:.1200}")
 
 
 ONE_INPUT = {"pcapio": t_pcapio, "prefilter": t_prefilter, "mad": t_mad, "rmpp": t_rmpp,
