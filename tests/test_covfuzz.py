@@ -184,6 +184,41 @@ def test_whole_file_twins_are_compared_before_the_damage(monkeypatch):
         covfuzz.t_audit(data)
 
 
+def test_audit_oracle_sees_the_c_replay_differ(monkeypatch):
+    """An audit whose replay, fed in C (Replay.intake), drops one SA frame finds otherwise
+    than the Python replay: a finding."""
+    from ibpath_scapy.audit.replay import Replay
+
+    m = covfuzz._modules()
+    path = covfuzz._work() / "with-sa"
+
+    def has_sa(data: bytes) -> bool:
+        path.write_bytes(data)
+        try:
+            return any(r.get("kind") == "sa" for r in m.fast.decode_file_fast(str(path)))
+        except m.pcapio.CaptureError:
+            return False
+
+    data = next(d for d in (f.read_bytes() for f in covfuzz.corpus_files("audit")) if has_sa(d))
+    covfuzz.t_audit(data)
+    native = Replay.intake
+
+    def drops_one(self):
+        feed, dropped = native(self), []
+
+        def wrong(rec, keep):
+            if getattr(rec, "kind", None) == "sa" and not dropped:
+                dropped.append(rec)
+                return
+            feed(rec, keep)
+
+        return wrong
+
+    monkeypatch.setattr(Replay, "intake", drops_one)
+    with pytest.raises(covfuzz.Finding, match="C/Python replay differ"):
+        covfuzz.t_audit(data)
+
+
 def test_whole_file_oracle_sees_a_traceback(monkeypatch):
     """An exception from the decoder on a netlink frame is a finding (tools/fuzz.py's
     check_in_process reports it, with the traceback)."""
@@ -256,15 +291,21 @@ def test_logs_folder_is_made_or_refused(tmp_path):
     assert "INITED" in (logs / "prefilter.log").read_text()
 
 
-def test_a_sanitized_build_leaves_the_plain_build_plain(tmp_path):
+@pytest.fixture(scope="module")
+def sanitized(tmp_path_factory):
+    """The extension built with IBPATH_SANITIZE=1 (covfuzz.build_sanitized), once."""
+    if covfuzz.asan_runtime() is None:
+        pytest.skip("gcc's libasan is not installed: no sanitized build to make")
+    return covfuzz.build_sanitized(tmp_path_factory.mktemp("asan"))
+
+
+def test_a_sanitized_build_leaves_the_plain_build_plain(sanitized, tmp_path):
     """pip builds in the checkout's build/: a plain wheel built after covfuzz's sanitized one
     (IBPATH_SANITIZE=1) has an extension of its own, not the sanitized objects taken as up to
     date (which no interpreter without libasan preloaded can import)."""
     import zipfile
 
-    if covfuzz.asan_runtime() is None:
-        pytest.skip("gcc's libasan is not installed: no sanitized build to make")
-    so = covfuzz.build_sanitized(tmp_path / "asan")
+    so = sanitized
     assert b"__asan_init" in so.read_bytes()
     out = tmp_path / "wheel"
     p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir",
@@ -276,3 +317,14 @@ def test_a_sanitized_build_leaves_the_plain_build_plain(tmp_path):
         (name,) = [n for n in z.namelist() if n.startswith("ibpath_scapy/native/_scan.")
                    and n.endswith(".so")]
         assert b"__asan_init" not in z.read(name)
+
+
+def test_a_sanitized_replay_runs_the_sanitized_build(sanitized, monkeypatch, capsys):
+    """--replay with --sanitize replays in a child that loads the sanitized build (the flag
+    was once ignored there: a plain replay reported as sanitized)."""
+    monkeypatch.setattr(covfuzz, "build_sanitized", lambda: sanitized)
+    files = [str(f) for f in covfuzz.corpus_files("audit")[:3]]
+    assert covfuzz.main(["--sanitize", "--target", "audit", "--replay", *files]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["sanitized"] and got["extension"] == str(sanitized)
+    assert (got["replayed"], got["findings"], got["sanitizer_reports"]) == (3, 0, 0)

@@ -988,6 +988,25 @@ def replay(files: list[Path], target: str | None = None) -> list[tuple[Path, str
     return bad
 
 
+def sanitized_replay(argv: list[str]) -> int:
+    """--replay with --sanitize: the same replay in a child with the sanitized build loaded
+    and libasan preloaded (sanitizer_env); a sanitizer report is a finding too."""
+    so = build_sanitized()
+    env = dict(os.environ, **sanitizer_env(so))
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], env=env,
+                       capture_output=True, text=True)
+    reports = len(_SANITIZER.findall(p.stdout + p.stderr))
+    sys.stderr.write(p.stderr[-20000:])
+    lines = p.stdout.strip().splitlines()
+    try:
+        got = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        got = {"error": f"the sanitized replay ended with {p.returncode} and no summary"}
+    got["sanitizer_reports"] = reports
+    print(json.dumps(got))
+    return 1 if p.returncode or reports or not got.get("sanitized") else 0
+
+
 def _table(results: list[dict]) -> str:
     head = f"{'target':10} {'executions':>11} {'exec/s':>7} {'cov':>6} {'ft':>7} {'corpus':>7} {'findings':>8} {'san':>4}"
     rows = [head]
@@ -1030,12 +1049,19 @@ def main(argv: list[str] | None = None) -> int:
         size = sum(p.stat().st_size for p in CORPUS.rglob("*") if p.is_file())
         print(json.dumps({"units": counts, "bytes": size}))
         return 0
+    if args.replay is not None and args.sanitize:
+        return sanitized_replay([a for a in argv if a != "--sanitize"])
     if args.replay is not None:
+        ext = os.environ.get(EXT_ENV)  # (set: the child of sanitized_replay)
+        if ext:
+            _use_extension(ext)
         files = args.replay or [f for t in targets for f in corpus_files(t) + regression_files(t)]
         bad = replay(files, args.target[0] if args.target and args.replay else None)
         for f, why in bad:
             print(f"covfuzz: FINDING {f}: {why}", file=sys.stderr)
-        print(json.dumps({"replayed": len(files), "findings": len(bad)}))
+        loaded = getattr(sys.modules.get("ibpath_scapy.native._scan"), "__file__", None)
+        print(json.dumps({"replayed": len(files), "findings": len(bad),
+                          "extension": loaded, "sanitized": bool(ext) and loaded == ext}))
         return 1 if bad else 0
     if args.seconds is None and args.runs is None:
         ap.error("give --seconds N and/or --runs N (or --make-corpus, --replay)")
