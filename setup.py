@@ -1,6 +1,6 @@
 """The one thing pyproject.toml cannot declare: the package's optional C extension, the
 capture readers' loops, the CRCs, the fast path's MAD decoder and the replay's SA steps
-(ibpath_scapy/native/_scan.c, _mad.c, _intake.c, _crc.h).
+(ibpath_scapy/native/_scan.c, _mad.c, _intake.c, _crc.h, _pyhelp.h).
 
 optional=True: where no compiler or no Python headers exist the build goes on without it,
 and the same code runs in Python (ibpath_scapy/native/__init__.py: pcapio's loops, crc's CRCs,
@@ -24,7 +24,8 @@ FLAGS = (["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"
 setup(ext_modules=[Extension("ibpath_scapy.native._scan",
                              ["ibpath_scapy/native/_scan.c", "ibpath_scapy/native/_mad.c",
                               "ibpath_scapy/native/_intake.c"],
-                             depends=["ibpath_scapy/native/_crc.h"],
+                             depends=["ibpath_scapy/native/_crc.h",
+                                      "ibpath_scapy/native/_pyhelp.h"],
                              optional=not SANITIZE, extra_compile_args=FLAGS,
                              extra_link_args=FLAGS[-2:] if SANITIZE else [])],
       # a sanitized build's objects in a build folder of their own: pip builds in the

@@ -24,6 +24,8 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "_pyhelp.h"
+
 /* the record's fields read here, in this order (frame_class's slots) */
 static const char *const REC_FIELDS[] = {"frame", "time", "kind", "src", "dst", "mad", "rmpp",
                                          "rmpp_control", "path_records", "umad", "sa_records",
@@ -74,13 +76,13 @@ static PyObject *str_component_mask, *str_reversible, *str_Q, *zero,
 static int slot_offsets(PyTypeObject *cls, const char *const *names, Py_ssize_t n, Py_ssize_t *off)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *d = PyObject_GetAttrString((PyObject *)cls, names[i]);
-        if (d == NULL)
+        PyObject *name = PyUnicode_FromString(names[i]);
+        if (name == NULL)
             return -1;
-        int slot = Py_IS_TYPE(d, &PyMemberDescr_Type)
-                   && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-        off[i] = slot ? ((PyMemberDescrObject *)d)->d_member->offset : -1;
-        Py_DECREF(d);
+        off[i] = slot_offset((PyObject *)cls, name);
+        Py_DECREF(name);
+        if (off[i] == -2)
+            return -1;
         if (off[i] < (Py_ssize_t)sizeof(PyObject) || off[i] >= cls->tp_basicsize) {
             PyErr_Format(PyExc_ValueError, "SaIntake: %s of %R is not a slot", names[i], cls);
             return -1;
@@ -377,21 +379,6 @@ out_t:
     Py_DECREF(t);
 out:
     Py_DECREF(key);
-    return r;
-}
-
-/* replay.<name> += by: 0, or -1 with the error set. */
-static int add_to(PyObject *obj, PyObject *name, PyObject *by)
-{
-    PyObject *v = PyObject_GetAttr(obj, name), *w;
-    if (v == NULL)
-        return -1;
-    w = PyNumber_Add(v, by);
-    Py_DECREF(v);
-    if (w == NULL)
-        return -1;
-    int r = PyObject_SetAttr(obj, name, w);
-    Py_DECREF(w);
     return r;
 }
 
@@ -742,17 +729,7 @@ static PyObject *feed(SaIntake *self, PyObject *const *args, Py_ssize_t nargs)
         if (!eq)
             return PyObject_Vectorcall(self->fallback, args, 2, NULL);
     }
-    /* self.records += 1 */
-    PyObject *n = PyObject_GetAttr(self->replay, str_records), *n1;
-    if (n == NULL)
-        return NULL;
-    n1 = PyNumber_Add(n, one);
-    Py_DECREF(n);
-    if (n1 == NULL)
-        return NULL;
-    int set = PyObject_SetAttr(self->replay, str_records, n1);
-    Py_DECREF(n1);
-    if (set < 0)
+    if (add_to(self->replay, str_records, one) < 0)  /* self.records += 1 */
         return NULL;
     if (keep == Py_True && PyList_Append(self->frame_records, rec) < 0)
         return NULL;

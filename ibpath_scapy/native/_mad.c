@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "_crc.h"
+#include "_pyhelp.h"
 
 enum { KEY_MAX = 96, MAX_RANGES = 8, MAX_IHL = 16, MAX_STEPS = 16 };
 /* what the routes table says of a MAD class and attribute: fast/decoder.py ROUTE_* */
@@ -320,13 +321,8 @@ static int fact_layout(PyObject *construction, PyObject *cls, Py_ssize_t n_args,
         PyObject *item = PyTuple_GET_ITEM(i < n_args ? params : fixed, i < n_args ? i : i - n_args);
         if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2)
             goto out;
-        PyObject *d = PyObject_GetAttr(cls, PyTuple_GET_ITEM(item, 0));
-        if (d == NULL)
+        if ((l->off[i] = slot_offset(cls, PyTuple_GET_ITEM(item, 0))) == -2)
             goto out;
-        int slot = Py_IS_TYPE(d, &PyMemberDescr_Type)
-                   && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-        l->off[i] = slot ? ((PyMemberDescrObject *)d)->d_member->offset : -1;
-        Py_DECREF(d);
         if (l->off[i] < (Py_ssize_t)sizeof(PyObject) || l->off[i] >= t->tp_basicsize)
             goto out;
         for (Py_ssize_t j = 0; j < i; j++)
@@ -1295,16 +1291,7 @@ static PyObject *str_frames, *str_mad_frames, *str_icrc_frames, *str_by_kind, *s
 /* stats.<name> += 1 (Assembler's DecodeStats): 0, or -1 with the error set. */
 static int bump(PyObject *stats, PyObject *name)
 {
-    PyObject *v = PyObject_GetAttr(stats, name), *w;
-    if (v == NULL)
-        return -1;
-    w = PyNumber_Add(v, one);
-    Py_DECREF(v);
-    if (w == NULL)
-        return -1;
-    int r = PyObject_SetAttr(stats, name, w);
-    Py_DECREF(w);
-    return r;
+    return add_to(stats, name, one);
 }
 
 /* by_kind[kind] += 1 of stats: 0, or -1 with the error set. */
