@@ -517,7 +517,7 @@ class Replay:
                 self._evict_oldest()
         if is_resp:
             t.responses.append(rec)
-            if (rec.rmpp is None or self._completes(rec)) and not rec.rmpp_control:
+            if self._completes(rec) and not rec.rmpp_control:
                 if not t.answered:
                     self._answered.append((key, t, rec.time))
                 t.answered = True
