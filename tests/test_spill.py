@@ -26,6 +26,7 @@ from ibpath_scapy.audit.run import audit_paths
 from ibpath_scapy.audit.spill import Spill
 from ibpath_scapy.audit.tables import resolution_rows
 from ibpath_scapy.facts.records import PathRecord
+from ibpath_scapy.native import extension
 
 from conftest import CAPTURES, ROOT
 
@@ -33,6 +34,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from corpus import write_capture2, write_capture3  # noqa: E402
 
 NEVER = 10 ** 9
+needs_rows = pytest.mark.skipif(
+    extension() is None or not hasattr(extension(), "Rows"),
+    reason="the package was built without its C extension: the spill's rows are row()'s")
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +145,76 @@ def test_closed_transaction_row_round_trip(storm2):
             assert getattr(c, name) == getattr(t, name), name
         assert c.frames == t.frames and c.asks_reversible() == t.asks_reversible()
         assert type(c.query) is PathRecord and all(type(r) is PathRecord for r in c.records)
+
+
+def _closed(path: Path) -> list:
+    """The closed transactions a CLI replay of path holds (nothing spilled), as the C
+    intake summarised them."""
+    from ibpath_scapy.engines.fast import decode_file_fast
+
+    replay = Replay(keep_closed=False)
+    replay.transaction_marks = engine.transaction_marks()
+    feed = replay.intake()
+    for rec in decode_file_fast(str(path)):
+        feed(rec, False)
+    replay.finish()
+    return [t for r in replay.resolutions.values() for t in r.transactions]
+
+
+@needs_rows
+@pytest.mark.parametrize("storm", ["storm2", "storm3"])
+def test_rows_made_in_c_are_row(storm, request):
+    """native/_rows.c against ClosedTransaction.row: the same rows, pickled to the same
+    bytes (the Spill file's chunks), over the storms and every capture of the project."""
+    import pickle
+
+    from ibpath_scapy.audit.spill import NotPlain
+    from ibpath_scapy.native import extension
+
+    rows = extension().Rows(ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain)
+    ts = _closed(request.getfixturevalue(storm))
+    for path in _corpus():
+        ts += _closed(Path(path))
+    assert len(ts) > 2000 and any(len(t.records) > 1 for t in ts)
+    unasked = ClosedTransaction.from_row(ts[0].row())
+    unasked.query = None  # (no resolution holds one: it names no pair)
+    ts.append(unasked)
+    assert any(not t.records for t in ts)
+    want = [t.row() for t in ts]
+    assert rows(ts) == want and rows(tuple(ts)) == want
+    assert pickle.dumps(rows(ts), 5) == pickle.dumps(want, 5)
+
+
+@needs_rows
+def test_rows_made_in_c_refuse_what_row_refuses(storm2):
+    """A query or a record that is not a PathRecord fact: NotPlain naming its class, as
+    row() raises it; a transaction of another class is asked for its own row()."""
+    from ibpath_scapy.audit.spill import NotPlain
+    from ibpath_scapy.facts.records import Rmpp
+    from ibpath_scapy.native import extension
+
+    rows = extension().Rows(ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain)
+    t = next(t for t in _closed(storm2) if t.query is not None and t.records)
+    odd = Rmpp(rmpp_version=1, rmpp_type=1, r_resp_time=0, rmpp_flags=0, rmpp_status=0,
+               segment_number=1, payload_length=0)
+    for field, value in (("query", odd), ("records", (t.records[0], odd))):
+        bad = ClosedTransaction.from_row(t.row())
+        setattr(bad, field, value)
+        with pytest.raises(NotPlain) as py:
+            bad.row()
+        with pytest.raises(NotPlain) as c:
+            rows([t, bad])
+        assert str(c.value) == str(py.value) == "Rmpp"
+
+    class Other:
+        def row(self):
+            return ("other",)
+
+    assert rows([Other(), t]) == [("other",), t.row()]
+    with pytest.raises(AttributeError):
+        extension().Rows(ClosedTransaction, PathRecord, ("no_such_field",), NotPlain)
+    with pytest.raises(ValueError):  # a method, not a slot
+        extension().Rows(ClosedTransaction, PathRecord, ("get",), NotPlain)
 
 
 def test_spill_chunks_chain_per_resolution():

@@ -6,12 +6,13 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator
 
 from ..capture.batch import batches
-from ..facts.records import Fact
+from ..facts.records import Fact, MadFrame
+from ..native import extension
 from .model import FAMILIES, RULES, AuditOptions, Finding
 from .process import frames_by_resolution, process_view
 from ..layers.mad import ATTR_PATH_RECORD
 from .replay import Replay
-from .rules.frame import packet_rule_hits
+from .rules.frame import FACT_READS, RECORD_READS, packet_rule_hits
 
 
 @dataclass
@@ -85,7 +86,24 @@ def _frame_finding_test() -> Callable[[dict], bool]:
                     return True
         return False
 
+    # (what frame_finding_batch's C twin needs to know of it)
+    has_finding.plan = (packet_rules, bool(always), guard_kinds, guard_keys)
     return has_finding
+
+
+def frame_finding_batch(has_finding: Callable[[dict], bool]) -> Callable[[list], list[bool]]:
+    """has_finding of each record of a batch: where has_finding is a _frame_finding_test, the
+    extension is built and every frame check is a packet rule's or guarded, its C twin
+    (native/_frametest.c, FrameTest), which asks has_finding about any record but a plain
+    SA or other MadFrame; else has_finding record by record."""
+    native = extension()
+    plan = getattr(has_finding, "plan", None)  # (None: another test, python_floor's)
+    if native is None or plan is None or plan[1] or not plan[0]:
+        return lambda group: [has_finding(rec) for rec in group]
+    guard_kinds, guard_keys = plan[2:]
+    return native.FrameTest(MadFrame, "sa", FACT_READS, RECORD_READS, frozenset(guard_kinds),
+                            tuple(k for k in guard_keys if k in MadFrame.KEYSET), has_finding,
+                            packet_rule_hits)
 
 
 def resolution_needs(checks: list, marks: tuple) -> list[tuple]:
@@ -210,6 +228,7 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     replay.transaction_marks = transaction_marks()
     replay.spills = options.stream_resolutions and not options.keep_transactions
     has_finding = replay.keep_frame_record
+    finding_tests = frame_finding_batch(has_finding)
     told = 0
     frame_checks = []
     if on_finding is not None:
@@ -218,7 +237,7 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     feed = replay.intake()
     for group in batches(records, batch):
         # the frame checks of a whole batch, then its replay (ibpath_scapy.capture.batch)
-        keep = [has_finding(rec) for rec in group]
+        keep = finding_tests(group)
         for rec, k in zip(group, keep):
             feed(rec, k)
             if k and on_finding is not None:

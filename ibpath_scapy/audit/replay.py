@@ -408,6 +408,9 @@ class Replay:
         self._holding: dict[int, Resolution] = {}
         self._held = 0
         self.spill: Spill | None = None
+        # the rows of the transactions spilled: [t.row() for t in ts], or its C twin
+        # (native/_rows.c), which intake() sets
+        self._rows = None
         self._facts: dict = {}  # PathRecord facts read back, by their values (from_row)
         # whether to spill at all (AuditOptions.stream_resolutions): where no report reads
         # the resolutions' transactions all at once
@@ -482,10 +485,12 @@ class Replay:
         _sa's steps and hands any other record to feed. Where the replay keeps no closed
         transaction and draws no arrows (the CLI's audit), the C twin also closes the batches
         its steps fill (_close's steps for a PathRecord transaction of such frames). A live
-        stream (linger_seconds) is fed by feed alone, as without the extension."""
+        stream (linger_seconds) is fed by feed alone, as without the extension. With the
+        extension, the rows the spill writes are made in C too (native/_rows.c)."""
         native = extension()
         if native is None or self.linger_seconds is not None:
             return self.feed
+        self._rows = native.Rows(ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain)
         # (the replay holds no reference to it: no cycle for the collector, which an audit
         # runs without: engines/scapy/gcpace.py)
         return native.SaIntake(self, MadFrame, Mad, Transaction, "sa", METHOD_RESP,
@@ -656,7 +661,7 @@ class Replay:
             self.spill = Spill()
         ts = res.transactions
         try:
-            rows = [t.row() for t in ts]
+            rows = [t.row() for t in ts] if self._rows is None else self._rows(ts)
         except NotPlain:
             rows = None
         res.spilled = self.spill.write(res.spilled, rows, ts)

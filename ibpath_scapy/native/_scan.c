@@ -285,11 +285,14 @@ static struct PyModuleDef module = {
 
 int add_mad_decoder(PyObject *module); /* _mad.c */
 int add_sa_intake(PyObject *module); /* _intake.c */
+int add_rows(PyObject *module); /* _rows.c */
+int add_frame_test(PyObject *module); /* _frametest.c */
 
 PyMODINIT_FUNC PyInit__scan(void)
 {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (add_mad_decoder(m) < 0 || add_sa_intake(m) < 0))
+    if (m != NULL && (add_mad_decoder(m) < 0 || add_sa_intake(m) < 0
+                      || add_rows(m) < 0 || add_frame_test(m) < 0))
         Py_CLEAR(m);
     return m;
 }

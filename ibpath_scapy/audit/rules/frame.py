@@ -104,8 +104,11 @@ _RECORD_VALUES = _getter(_RECORD_READS)
 # or None); its records by theirs. A view that is None where a field is read raises
 # AttributeError, and the record is keyed as any other.
 _VIEW = {"MAD": "mad", "RMPP": "rmpp", "SAHeader": "sa"}
-_FACT_HEADERS = attrgetter(*(f"{_VIEW[layer]}.{n}" for layer, names in _HEADER_READS
-                             for n in (names or ("__class__",))))
+# (view, field) of each header value in the key (native/_frametest.c keys by them too)
+FACT_READS = tuple((_VIEW[layer], n) for layer, names in _HEADER_READS
+                   for n in (names or ("__class__",)))
+RECORD_READS = _RECORD_READS
+_FACT_HEADERS = attrgetter(*(f"{view}.{n}" for view, n in FACT_READS))
 _FACT_RECORD = attrgetter(*_RECORD_READS) if _RECORD_READS else type
 
 

@@ -1,0 +1,139 @@
+"""What each C twin of the audit saves: the rows its one-line comments name.
+
+    python bench/native_twins.py [--runs N] FILE   (e.g. bench capture 3 from corpus.py)
+
+Each row times one step of `ibpath audit` on FILE with its C twin and with the Python code
+that remains the reference, interleaved in one process (C, Python, C, ...), best of N, in
+CPU seconds, the records decoded beforehand where the step does not decode:
+
+  decode                   the fast path's decode (native/_mad.c: MadDecoder.frame)
+  frame-finding test       engine.frame_finding_batch over every record (native/_frametest.c)
+  replay alone             engine.audit_records with the transaction rules, the Spill file
+                           and the frame-finding test off: the SA intake (native/_intake.c)
+  spill rows               ClosedTransaction.row over every transaction the CLI's replay
+                           closes (native/_rows.c)
+  audit_records, whole     the CLI's audit of the decoded records, every twin on or off
+
+A twin stays only where its row is more than 10 % faster (the project's rule for C code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from python_floor import cli_audit  # noqa: E402
+
+
+@contextmanager
+def python_twins():
+    """The extension's functions as absent (native.extension() reads this each time)."""
+    old = os.environ.get("IBPATH_NATIVE_SCAN")
+    os.environ["IBPATH_NATIVE_SCAN"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["IBPATH_NATIVE_SCAN"]
+        else:
+            os.environ["IBPATH_NATIVE_SCAN"] = old
+
+
+def interleaved(step, runs: int) -> tuple[float, float]:
+    """(best C, best Python) CPU seconds of step(), a fresh setup each call."""
+    best = [float("inf"), float("inf")]
+    for _ in range(runs):
+        for i in (0, 1):
+            if i:
+                with python_twins():
+                    run = step()
+                    t = time.process_time()
+                    run()
+            else:
+                run = step()
+                t = time.process_time()
+                run()
+            best[i] = min(best[i], time.process_time() - t)
+    return best[0], best[1]
+
+
+def closed_transactions(records: list) -> list:
+    """Every PathRecord transaction the CLI's replay closes, as it summarises them."""
+    from ibpath_scapy.audit.engine import transaction_marks
+    from ibpath_scapy.audit.replay import Replay
+
+    replay = Replay(keep_closed=False)
+    replay.transaction_marks = transaction_marks()
+    feed = replay.intake()
+    for rec in records:
+        feed(rec, False)
+    replay.finish()
+    return [t for r in replay.resolutions.values() for t in r.transactions]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("file")
+    a = ap.parse_args()
+
+    from ibpath_scapy.audit import engine
+    from ibpath_scapy.audit.replay import ClosedTransaction, Replay
+    from ibpath_scapy.audit.spill import NotPlain
+    from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast
+    from ibpath_scapy.engines.scapy.gcpace import paced
+    from ibpath_scapy.facts.records import PathRecord
+    from ibpath_scapy.native import extension
+
+    if extension() is None:
+        sys.exit("native_twins: the package was built without its C extension")
+    path = a.file
+    with paced():  # as audit.run does
+        records = list(decode_file_fast(path, FastDecoder()))
+        ts = closed_transactions(records)
+        rows = extension().Rows(ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain)
+
+        def decode():
+            decoder = FastDecoder()  # (its C decoder chosen as it is made)
+            return lambda: list(decode_file_fast(path, decoder))
+
+        def frame_test():
+            test = engine.frame_finding_batch(engine._frame_finding_test())
+            return lambda: test(records)
+
+        def spill_rows():
+            if extension() is None:
+                return lambda: [t.row() for t in ts]
+            return lambda: rows(ts)
+
+        def whole():
+            return lambda: cli_audit(path, records)
+
+        steps = {"decode": decode, "frame-finding test": frame_test,
+                 "spill rows": spill_rows, "audit_records, whole": whole}
+        print(f"{path}: {len(records):,} records, {len(ts):,} transactions closed; "
+              f"best of {a.runs}, CPU seconds")
+        print(f"{'':24s}{'C':>8s}{'Python':>8s}  C against Python")
+        for name, step in steps.items():
+            c, py = interleaved(step, a.runs)
+            print(f"{name:24s}{c:8.3f}{py:8.3f}  {(c / py - 1) * 100:+6.1f} %")
+        judge, test, held = (engine.transaction_judge, engine._frame_finding_test,
+                             Replay.HELD_TRANSACTIONS)
+        try:  # the replay itself: what python_floor --parts calls "without all three"
+            engine.transaction_judge = lambda p, out: lambda t, res: None
+            engine._frame_finding_test = lambda: lambda rec: False
+            Replay.HELD_TRANSACTIONS = sys.maxsize
+            c, py = interleaved(whole, a.runs)
+        finally:
+            engine.transaction_judge, engine._frame_finding_test = judge, test
+            Replay.HELD_TRANSACTIONS = held
+        print(f"{'replay alone':24s}{c:8.3f}{py:8.3f}  {(c / py - 1) * 100:+6.1f} %")
+
+
+if __name__ == "__main__":
+    main()
