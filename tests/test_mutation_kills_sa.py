@@ -78,6 +78,33 @@ def test_every_contradicted_field_is_listed_in_order():
     assert _contradicted(q, rec, comps) == ["dlid", "sl", "reversible", "mtu"]
 
 
+class PR(NS):
+    """A PathRecord fact's reads: fields as attributes and as items (the messages')."""
+
+    def __getitem__(self, name):
+        return getattr(self, name)
+
+
+@pytest.mark.parametrize("comps,asked,got,bad", [
+    ({"dlid", "mtu", "mtu_selector"}, dict(mtu_selector=0), {}, "mtu 4 (asked 4)"),
+    ({"dlid", "reversible"}, dict(reversible=1), dict(reversible=0),
+     "reversible 0 (asked 1)"),
+    ({"dlid", "mtu", "mtu_selector", "reversible"}, dict(reversible=1), dict(reversible=1),
+     None),
+])
+def test_every_masked_field_equal_is_not_yet_agreement(comps, asked, got, bad):
+    """SAR-MISMATCH over a transaction whose record has every masked exact field as asked
+    (its shortcut for the common case): a selector pair or Reversible asked with bit 1 may
+    still contradict it."""
+    from ibpath_scapy.audit.rules.sa import mismatch
+
+    q, rec = PR(**dict(FIELDS, **asked)), PR(**dict(FIELDS, **got))
+    t = NS(query=q, records=[rec], components=frozenset(comps), request=NS(frame=1),
+           completing_frame=2)
+    assert [m for _, m in mismatch(t)] == (
+        [f"record 0 contradicts the query: {bad}"] if bad else [])
+
+
 def test_one_answer_judged_against_two_queries_and_one_query_against_two_answers(tmp_path):
     """IBA 15.2.5.16 / OpenSM pr_rcv_get_path_parms: a record answering a query whose mask
     holds DLID must have that DLID. Three Get transactions in one capture, each judged on

@@ -231,8 +231,8 @@ def test_transaction_seal_fixes_request_and_query():
     assert t.request is None and t.query is None and t.components == frozenset()
 
 
-def test_batched_keeps_order_and_the_error_after_the_records_before_it():
-    from ibpath_scapy.capture.batch import batched, batches
+def test_batches_keep_order_and_the_error_after_the_records_before_it():
+    from ibpath_scapy.capture.batch import batches
 
     def source(n, fail):
         for i in range(n):
@@ -241,11 +241,11 @@ def test_batched_keeps_order_and_the_error_after_the_records_before_it():
             raise ValueError("damaged")
 
     for n in (0, 1, 5, 6, 13):
-        assert [r["frame"] for r in batched(source(n, False), 3)] == list(range(n))
+        assert [r["frame"] for b in batches(source(n, False), 3) for r in b] == list(range(n))
         got = []
         with pytest.raises(ValueError, match="damaged"):
-            for r in batched(source(n, True), 3):
-                got.append(r["frame"])
+            for b in batches(source(n, True), 3):
+                got += [r["frame"] for r in b]
         assert got == list(range(n))
     assert [len(b) for b in batches(source(7, False), 3)] == [3, 3, 1]
     assert [len(b) for b in batches(source(6, False), 3)] == [3, 3]

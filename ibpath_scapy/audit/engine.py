@@ -214,8 +214,9 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
                   on_frame: Callable[[int], None] | None = None,
                   on_finding: Callable[[Finding], None] | None = None,
                   batch: int = 2048) -> FileAudit:
-    """Audit one file's decoded records (from either engine). on_finding, when given, is
-    called with each frame finding and each transaction finding as soon as it is known (a
+    """Audit one file's decoded records (from either engine): an iterable of them, or an
+    object whose record_batches() yields them in lists (audit/run.py's). on_finding, when
+    given, is called with each frame finding and each transaction finding as soon as it is known (a
     live stream: its transactions are then also closed LIVE_LINGER_SECONDS of capture time
     after their answer); the FileAudit has them all, in the usual order, at the end. batch:
     records fed at a time (1 for a live stream, so that nothing waits for more frames)."""
@@ -235,7 +236,10 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
         replay.linger_seconds = LIVE_LINGER_SECONDS
         frame_checks = family_checks("frame")
     feed = replay.intake()
-    for group in batches(records, batch):
+    # (a source of record lists, audit/run.py's, hands them over as they were decoded)
+    groups = (records.record_batches() if hasattr(records, "record_batches")
+              else batches(records, batch))
+    for group in groups:
         # the frame checks of a whole batch, then its replay (ibpath_scapy.capture.batch)
         keep = finding_tests(group)
         for rec, k in zip(group, keep):

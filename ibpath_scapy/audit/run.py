@@ -16,7 +16,8 @@ from ..engines.scapy import blobsniff
 from ..engines import fast
 from ..engines.scapy.decode import Decoder, decode_file
 from ..engines.scapy.gcpace import paced
-from ..engines.fast import FastDecoder, decode_file_fast
+from ..engines.fast import FastDecoder, decode_batches_fast, decode_file_fast
+from ..capture.batch import batches
 from ..capture.pcapio import MAX_RAW_BLOB, STDIN, CaptureError, Input, sniff_format
 from .engine import FileAudit, audit_records
 from .model import AuditOptions
@@ -130,6 +131,14 @@ def _records(src, decoder: Decoder, engine: str, as_blob: bool):
         raise ValueError(f"unknown engine {engine!r}")
 
 
+def _record_batches(src, decoder: Decoder, engine: str, as_blob: bool, n: int):
+    """_records in lists of about n (engine.audit_records replays a list at a time): the
+    fast path's own batches of frames, else _records drawn n at a time."""
+    if engine == "scapy" and isinstance(decoder, FastDecoder):
+        return decode_batches_fast(src, decoder, as_blob=as_blob)
+    return batches(_records(src, decoder, engine, as_blob), n)
+
+
 def _blob_option_file(f: Input) -> bool:
     """A --blob FILE is a blob whatever its content unless it is a capture (with blob
     frames)."""
@@ -185,22 +194,28 @@ def _interrupt_ends(stream: bool):
 
 
 class _UpToDamage:
-    """The records of an input up to the damage: a CaptureError ends them (kept in .error)
-    instead of the audit, so that the findings of the frames before it are judged in the one
-    pass (a stream cannot be read twice); so does Ctrl-C on a stream. The --blob records
-    follow either way."""
+    """The records of an input up to the damage, in lists (record_batches: what
+    engine.audit_records replays a list at a time) or one by one: a CaptureError ends them
+    (kept in .error) instead of the audit, so that the findings of the frames before it are
+    judged in the one pass (a stream cannot be read twice); so does Ctrl-C on a stream. The
+    --blob records follow either way."""
 
-    def __init__(self, records, extra: list[dict]):
-        self.records, self.extra, self.error = records, extra, None
+    def __init__(self, batches, extra: list[dict]):
+        self.batches, self.extra, self.error = batches, extra, None
 
-    def __iter__(self):
+    def record_batches(self):
         try:
-            yield from self.records
+            yield from self.batches
         except CaptureError as exc:
             self.error = exc
         except _Interrupted:
             pass
-        yield from self.extra
+        if self.extra:
+            yield list(self.extra)
+
+    def __iter__(self):
+        for records in self.record_batches():
+            yield from records
 
 
 @contextmanager
@@ -247,7 +262,8 @@ def audit_one(path: str, options: AuditOptions, engine: str = "scapy",
         if engine == "tshark":
             with _tshark_source(path) as source:
                 bar = Progress(name, progress)
-                records = _UpToDamage(_records(source, decoder, engine, as_blob), extra)
+                records = _UpToDamage(_record_batches(source, decoder, engine, as_blob, 2048),
+                                      extra)
                 try:
                     fa = audit_records(name, records, options, on_frame=bar)
                 finally:
@@ -258,11 +274,11 @@ def audit_one(path: str, options: AuditOptions, engine: str = "scapy",
             with Input(path) as src, _interrupt_ends(src.stream):
                 blob = as_blob or (blob_option and _blob_option_file(src))
                 bar = Progress(name, progress, lambda: src.pos, src.size)
-                records = _UpToDamage(_records(src, decoder, engine, blob), extra)
+                n = 1 if src.stream else 2048
+                records = _UpToDamage(_record_batches(src, decoder, engine, blob, n), extra)
                 try:
                     fa = audit_records(name, records, options, on_frame=bar,
-                                       on_finding=live if src.stream else None,
-                                       batch=1 if src.stream else 2048)
+                                       on_finding=live if src.stream else None, batch=n)
                 finally:
                     bar.done()
     except _Interrupted:  # Ctrl-C outside the wait for input: nothing whole to report

@@ -30,8 +30,3 @@ def batches(items: Iterable[T], n: int = 2048) -> Iterator[list[T]]:
         if len(batch) < n:
             return
 
-
-def batched(items: Iterable[T], n: int = 2048) -> Iterator[T]:
-    """batches(), one item at a time."""
-    for batch in batches(items, n):
-        yield from batch

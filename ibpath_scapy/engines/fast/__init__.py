@@ -1,6 +1,7 @@
 """The audit's fast path: a raw-byte pre-filter and a decoder compiled from the layers.
 
     decode_file_fast(path, decoder)   like decode.decode_file, with the same records
+    decode_batches_fast(path, decoder)   the same records, a list per batch of frames
 
 The Scapy layers remain the single definition of every format: the pre-filter takes its
 offsets and dispatch from the layers' fields and bind_layers() tables (fast.prefilter), the
@@ -16,7 +17,7 @@ import os
 from typing import Iterator
 
 from ..scapy import blobsniff
-from ...capture.batch import batched
+from ...capture.batch import batches
 from ...facts import public
 from .decoder import FastDecoder
 from .prefilter import FULL, Prefilter
@@ -51,30 +52,47 @@ def decode_file_fast(path, decoder: FastDecoder | None = None,
     return map(public, records) if render else records
 
 
-def _fast_records(path, decoder: FastDecoder | None, as_blob: bool) -> Iterator[dict]:
+def decode_batches_fast(path, decoder: FastDecoder | None = None,
+                        as_blob: bool = False) -> Iterator[list]:
+    """decode_file_fast's records (render=False) in lists, one per batch of frames read that
+    gives any (a live stream's: one per frame, so that no frame waits for the next): what the audit
+    replays a list at a time (engine.audit_records), without handing each record through
+    the generators between. Raises as decode_file_fast does, after a last list of the
+    records before the damage."""
     decoder = decoder if decoder is not None else FastDecoder()
     skipped = [0]
     stats = decoder.stats
+    decode_at, feed = decoder.decode_at, decoder.feed
     try:
         # classify a batch of frames, then decode it (ibpath_scapy.capture.batch)
-        # a live stream is decoded frame by frame: no frame waits for the next ones
         n = 1 if getattr(path, "stream", False) else 2048
-        for frame, cl in batched(classified_frames(path, prefilter(), blobsniff.plausible,
-                                                   skipped, as_blob=as_blob), n):
-            if skipped[0]:
-                stats.frames += skipped[0]
-                decoder.skipped += skipped[0]
-                skipped[0] = 0
-            rec = None if cl is FULL else decoder.decode_at(frame, cl)
-            if rec is None:
-                yield from decoder.feed(frame)
-            else:
-                yield rec
+        for frames in batches(classified_frames(path, prefilter(), blobsniff.plausible,
+                                                skipped, as_blob=as_blob), n):
+            out = []
+            for frame, cl in frames:
+                if skipped[0]:
+                    stats.frames += skipped[0]
+                    decoder.skipped += skipped[0]
+                    skipped[0] = 0
+                rec = None if cl is FULL else decode_at(frame, cl)
+                if rec is None:
+                    out += feed(frame)
+                else:
+                    out.append(rec)
+            if out:
+                yield out
     finally:
         stats.frames += skipped[0]
         decoder.skipped += skipped[0]
         skipped[0] = 0
-    yield from decoder.finish()
+    tail = list(decoder.finish())
+    if tail:
+        yield tail
 
 
-__all__ = ["FastDecoder", "decode_file_fast", "enabled", "prefilter"]
+def _fast_records(path, decoder: FastDecoder | None, as_blob: bool) -> Iterator[dict]:
+    for records in decode_batches_fast(path, decoder, as_blob):
+        yield from records
+
+
+__all__ = ["FastDecoder", "decode_batches_fast", "decode_file_fast", "enabled", "prefilter"]
