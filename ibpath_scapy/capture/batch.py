@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -17,10 +18,8 @@ def batches(items: Iterable[T], n: int = 2048) -> Iterator[list[T]]:
     while True:
         batch: list[T] = []
         try:
-            for item in it:
-                batch.append(item)
-                if len(batch) == n:
-                    break
+            # (list.extend keeps what it took before the source raised: tested)
+            batch.extend(islice(it, n))
         except BaseException:
             if batch:
                 yield batch
