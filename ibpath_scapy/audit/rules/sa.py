@@ -230,8 +230,14 @@ def rmpp_rules(t: Transaction):
     # sequence
     # (the responses' declared fields, read as attributes: MadFrame facts or what a
     # transaction keeps of them)
-    segs = [r for r in t.responses if r.rmpp is not None and (r.rmpp.rmpp_flags or 0) & 1
-            and r.rmpp.rmpp_type == 1 and not r.rmpp_dropped]
+    # (a loop, not a comprehension: most transactions have one response and no segment,
+    # and a comprehension is a function call of its own)
+    segs = []
+    for r in t.responses:
+        rmpp = r.rmpp
+        if (rmpp is not None and (rmpp.rmpp_flags or 0) & 1 and rmpp.rmpp_type == 1
+                and not r.rmpp_dropped):
+            segs.append(r)
     if not segs:
         return
     for r in segs:
@@ -284,6 +290,11 @@ def rmpp_retry(t: Transaction):
     already holds or whose transfer it completed, and segments of no open transfer. The
     reassembly goes on without them, as the kernel's does; like SAQ-RETRY, one info per
     transaction naming the frames."""
+    for r in t.responses:  # (the common case, none dropped, without a comprehension)
+        if r.rmpp_dropped:
+            break
+    else:
+        return
     dropped = [r for r in t.responses if r.rmpp_dropped]
     if dropped:
         yield [r["frame"] for r in dropped], (
