@@ -17,6 +17,7 @@ import pytest
 from ibpath_scapy.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
+CORPUS_FILE = ROOT / "captures" / "corpus" / "saq-retry.pcapng"
 
 # Asks the completion function `complete -p ibpath` names for the candidates of each line of
 # standard input, as readline calls it (COMP_WORDS/COMP_CWORD, then command, word, previous).
@@ -137,3 +138,39 @@ def test_zsh_completes_verbs_and_option_values(tmp_path):
     assert zsh_candidates(folder, "ibpath audit --format ") == {"text", "json", "junit", "html", "parquet"}
     assert zsh_candidates(folder, "ibpath completion ") == {"bash", "zsh"}
     assert verbs() <= zsh_candidates(folder, "ibpath ")
+
+
+def _sub(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return sub
+
+
+def test_a_verb_named_builds_its_parser_alone_and_imports_no_other():
+    """cli/main.py: `ibpath audit ...` parses with the audit verb's parser alone, as the
+    whole parser parses it, option for option, help text for help text; and an audit run in
+    a new interpreter imports none of the other verbs' modules."""
+    from ibpath_scapy.cli.main import VERBS, _verb
+
+    full = _sub(build_parser())
+    assert set(full.choices) == set(VERBS)
+    for verb in VERBS:
+        if verb == "completion":  # (it describes every verb: the whole parser)
+            assert _verb([verb, "bash"]) is None
+            continue
+        alone = _sub(build_parser(_verb([verb, "--help"])))
+        assert list(alone.choices) == [verb]
+        assert alone.choices[verb].format_help() == full.choices[verb].format_help()
+    assert _verb([]) is None and _verb(["--version"]) is None and _verb(["audti"]) is None
+    args = ["audit", "--quiet", "--format", "json", "--kernel", "all", "x.pcap"]
+    alone, whole = build_parser(_verb(args)).parse_args(args), build_parser().parse_args(args)
+    assert {k: v for k, v in vars(alone).items() if k != "root_parser"} == {
+        k: v for k, v in vars(whole).items() if k != "root_parser"}
+    probe = ("import sys, io, contextlib\n"
+             "from ibpath_scapy.cli.main import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             f"    main(['audit', '--quiet', '--format', 'json', {str(CORPUS_FILE)!r}])\n"
+             "print(sorted(m for m in sys.modules if m.startswith('ibpath_scapy.cli.')))")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["['ibpath_scapy.cli.audit',", "'ibpath_scapy.cli.main']"]
