@@ -71,26 +71,6 @@ static PyObject *str_component_mask, *str_reversible, *str_Q, *zero,
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
-/* The offsets of names' slots in cls (member descriptors of objects): 0, or -1 with a
- * ValueError. */
-static int slot_offsets(PyTypeObject *cls, const char *const *names, Py_ssize_t n, Py_ssize_t *off)
-{
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name = PyUnicode_FromString(names[i]);
-        if (name == NULL)
-            return -1;
-        off[i] = slot_offset((PyObject *)cls, name);
-        Py_DECREF(name);
-        if (off[i] == -2)
-            return -1;
-        if (off[i] < (Py_ssize_t)sizeof(PyObject) || off[i] >= cls->tp_basicsize) {
-            PyErr_Format(PyExc_ValueError, "SaIntake: %s of %R is not a slot", names[i], cls);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 static Py_ssize_t size_attr(PyObject *o, const char *name)
 {
     PyObject *v = PyObject_GetAttrString(o, name);
@@ -126,9 +106,9 @@ static int init(SaIntake *self, PyObject *args, PyObject *kw)
     self->path_record = Py_NewRef(path_record);
     self->method_resp = resp;
     self->replay = Py_NewRef(replay);
-    if (slot_offsets(self->frame_class, REC_FIELDS, R_N, self->rec_off)
-            || slot_offsets(self->mad_class, MAD_FIELDS, M_N, self->mad_off)
-            || slot_offsets(self->transaction_class, T_FIELDS, T_N, self->t_off))
+    if (slot_offsets(self->frame_class, REC_FIELDS, R_N, self->rec_off, "SaIntake")
+            || slot_offsets(self->mad_class, MAD_FIELDS, M_N, self->mad_off, "SaIntake")
+            || slot_offsets(self->transaction_class, T_FIELDS, T_N, self->t_off, "SaIntake"))
         return -1;
     if ((self->fallback = PyObject_GetAttrString(replay, "feed")) == NULL
             || (self->open = PyObject_GetAttrString(replay, "transactions")) == NULL
@@ -160,7 +140,7 @@ static int init(SaIntake *self, PyObject *args, PyObject *kw)
     self->frame_list_class = (PyTypeObject *)Py_NewRef(fl);
     self->closed_class = (PyTypeObject *)Py_NewRef(cc);
     PyTypeObject *ct = self->closed_class;
-    if (slot_offsets(ct, C_FIELDS, C_N, self->c_off))
+    if (slot_offsets(ct, C_FIELDS, C_N, self->c_off, "SaIntake"))
         return -1;
     if (ct->tp_dictoffset || ct->tp_weaklistoffset || ct->tp_itemsize || ct->tp_alloc == NULL
             || ct->tp_basicsize != (Py_ssize_t)(sizeof(PyObject) + C_N * sizeof(PyObject *))) {

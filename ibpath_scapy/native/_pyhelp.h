@@ -1,5 +1,5 @@
-/* What the extension's C files share of the Python API: where a class keeps a slot, and an
- * attribute's value counted up. */
+/* What the extension's C files share of the Python API: where a class keeps its slots, a
+ * function mapped over a sequence, and an attribute's value counted up. */
 #ifndef IBPATH_PYHELP_H
 #define IBPATH_PYHELP_H
 
@@ -19,6 +19,48 @@ static inline Py_ssize_t slot_offset(PyObject *cls, PyObject *name)
                      ? ((PyMemberDescrObject *)d)->d_member->offset : -1;
     Py_DECREF(d);
     return off;
+}
+
+/* The offsets of the object slots `names` (n of them) in cls's instances: 0, or -1 with the
+ * error set (a ValueError naming `who` where a name is no slot there). */
+static inline int slot_offsets(PyTypeObject *cls, const char *const *names, Py_ssize_t n,
+                               Py_ssize_t *off, const char *who)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyUnicode_FromString(names[i]);
+        if (name == NULL)
+            return -1;
+        off[i] = slot_offset((PyObject *)cls, name);
+        Py_DECREF(name);
+        if (off[i] == -2)
+            return -1;
+        if (off[i] < (Py_ssize_t)sizeof(PyObject) || off[i] >= cls->tp_basicsize) {
+            PyErr_Format(PyExc_ValueError, "%s: %s of %R is not a slot", who, names[i], cls);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* [f(self, item) for item in items] as a new list, f giving a new reference or NULL with the
+ * error set; NULL with the error set (a TypeError saying `what` where items is no sequence). */
+static inline PyObject *map_list(PyObject *items, const char *what,
+                                 PyObject *(*f)(PyObject *, PyObject *), PyObject *self)
+{
+    PyObject *seq = PySequence_Fast(items, what);
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *v = f(self, PySequence_Fast_GET_ITEM(seq, i));
+        if (v == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, v);
+    }
+    Py_DECREF(seq);
+    return out;
 }
 
 /* obj.<name> += by: 0, or -1 with the error set. */

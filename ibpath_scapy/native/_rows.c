@@ -34,19 +34,6 @@ static PyObject *str_row;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
-/* The offset of slot `name` in cls: 0 and *off set, or -1 with a ValueError. */
-static int slot_at(PyTypeObject *cls, PyObject *name, Py_ssize_t *off)
-{
-    *off = slot_offset((PyObject *)cls, name);
-    if (*off == -2)
-        return -1;
-    if (*off < (Py_ssize_t)sizeof(PyObject) || *off >= cls->tp_basicsize) {
-        PyErr_Format(PyExc_ValueError, "Rows: %U of %R is not a slot", name, cls);
-        return -1;
-    }
-    return 0;
-}
-
 static int init(Rows *self, PyObject *args, PyObject *kw)
 {
     PyObject *cc, *rc, *fields, *not_plain;
@@ -56,27 +43,23 @@ static int init(Rows *self, PyObject *args, PyObject *kw)
     Py_XSETREF(self->closed_class, (PyTypeObject *)Py_NewRef(cc));
     Py_XSETREF(self->record_class, (PyTypeObject *)Py_NewRef(rc));
     Py_XSETREF(self->not_plain, Py_NewRef(not_plain));
-    for (int i = 0; i < W_N; i++) {
-        PyObject *name = PyUnicode_FromString(ROW_FIELDS[i]);
-        int bad = name == NULL || slot_at(self->closed_class, name, &self->off[i]) < 0;
-        Py_XDECREF(name);
-        if (bad)
-            return -1;
-    }
+    if (slot_offsets(self->closed_class, ROW_FIELDS, W_N, self->off, "Rows") < 0)
+        return -1;
     self->n_record = PyTuple_GET_SIZE(fields);
     if (self->n_record > MAX_RECORD_FIELDS) {
         PyErr_SetString(PyExc_ValueError, "Rows: too many record fields");
         return -1;
     }
+    const char *names[MAX_RECORD_FIELDS];
     for (Py_ssize_t i = 0; i < self->n_record; i++) {
         PyObject *name = PyTuple_GET_ITEM(fields, i);
-        if (!PyUnicode_Check(name) || slot_at(self->record_class, name, &self->record_off[i]) < 0) {
+        if (!PyUnicode_Check(name) || (names[i] = PyUnicode_AsUTF8(name)) == NULL) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_TypeError, "Rows: record fields are names");
             return -1;
         }
     }
-    return 0;
+    return slot_offsets(self->record_class, names, self->n_record, self->record_off, "Rows");
 }
 
 static void dealloc(Rows *self)
@@ -160,6 +143,13 @@ fail:
     return NULL;
 }
 
+/* t.row(), made here where t is of exactly closed_class. */
+static PyObject *row_of(PyObject *self, PyObject *t)
+{
+    Rows *r = (Rows *)self;
+    return Py_TYPE(t) == r->closed_class ? row(r, t) : PyObject_CallMethodNoArgs(t, str_row);
+}
+
 /* rows(ts): [t.row() for t in ts] (see the file's comment). */
 /* bench/native_twins.py, capture 3 native IB 200k, spill rows: 0.180 -> 0.076 s (-58 %) */
 static PyObject *call(Rows *self, PyObject *args, PyObject *kw)
@@ -167,22 +157,7 @@ static PyObject *call(Rows *self, PyObject *args, PyObject *kw)
     PyObject *ts;
     if (!PyArg_ParseTuple(args, "O:Rows", &ts))
         return NULL;
-    PyObject *seq = PySequence_Fast(ts, "Rows(ts): a sequence of transactions");
-    if (seq == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject *out = PyList_New(n);
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
-        PyObject *r = Py_TYPE(t) == self->closed_class ? row(self, t)
-                                                       : PyObject_CallMethodNoArgs(t, str_row);
-        if (r == NULL)
-            Py_CLEAR(out);
-        else
-            PyList_SET_ITEM(out, i, r);
-    }
-    Py_DECREF(seq);
-    return out;
+    return map_list(ts, "Rows(ts): a sequence of transactions", row_of, (PyObject *)self);
 }
 
 static PyTypeObject RowsType = {
