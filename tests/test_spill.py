@@ -217,6 +217,27 @@ def test_rows_made_in_c_refuse_what_row_refuses(storm2):
         extension().Rows(ClosedTransaction, PathRecord, ("get",), NotPlain)
 
 
+def test_a_replay_with_its_c_rows_crosses_to_another_process(storm3, monkeypatch):
+    """The replay of an audit that spilled with the C rows pickles (what --jobs and --dask
+    hand back: audit/run.py _portable), without them, and spills again with row()."""
+    import pickle
+
+    from ibpath_scapy.engines.fast import decode_file_fast
+
+    from ibpath_scapy.audit.run import _portable
+
+    monkeypatch.setattr(Replay, "HELD_TRANSACTIONS", 100)
+    options = _cli_options(ladders=True)  # (so that the resolutions keep their transactions)
+    fa = engine.audit_records(str(storm3), list(decode_file_fast(str(storm3))), options)
+    assert fa.replay._rows is not None or extension() is None
+    back = pickle.loads(pickle.dumps(_portable(fa, options).replay))
+    assert back._rows is None and len(back.resolutions) == len(fa.replay.resolutions)
+    res = next(r for r in back.resolutions.values() if r.transactions)
+    back._spill(res)
+    assert back.read_back(res) and back.spill is not None
+    back.close_spill()
+
+
 def test_spill_chunks_chain_per_resolution():
     """Chunks of several resolutions interleaved in one file come back per resolution,
     oldest first; a chunk of transactions that make no rows goes as they are."""

@@ -478,6 +478,13 @@ class Replay:
                                    "local_comm_id": cm.get("local_comm_id"),
                                    "remote_comm_id": cm.get("remote_comm_id")})
 
+    def __getstate__(self) -> dict:
+        """What pickling keeps (an audit handed back by another process: audit/run.py): all
+        but the C maker of the spill's rows (native/_rows.c), which intake() makes again."""
+        state = self.__dict__.copy()
+        state["_rows"] = None
+        return state
+
     def intake(self):
         """What to feed records to once the replay is set up (keep_closed, arrows, spills,
         transaction_marks): feed itself, or its C twin (native/_intake.c, SaIntake), which
