@@ -215,7 +215,40 @@ def test_audit_oracle_sees_the_c_replay_differ(monkeypatch):
         return wrong
 
     monkeypatch.setattr(Replay, "intake", drops_one)
-    with pytest.raises(covfuzz.Finding, match="C/Python replay differ"):
+    with pytest.raises(covfuzz.Finding, match="C/Python twins differ"):
+        covfuzz.t_audit(data)
+
+
+def test_audit_oracle_sees_the_c_frame_test_differ(monkeypatch):
+    """An audit whose frame-finding test in C (engine.frame_finding_batch: FrameTest) keeps
+    no frame finds otherwise than the Python test where a frame rule holds: a finding."""
+    from ibpath_scapy.audit import engine
+    from ibpath_scapy.native import extension
+
+    if extension() is None:
+        pytest.skip("the package was built without its C extension")
+    m = covfuzz._modules()
+    path = covfuzz._work() / "with-frame-finding"
+
+    def frame_finding(data: bytes) -> bool:
+        path.write_bytes(data)
+        try:
+            records = list(m.fast.decode_file_fast(str(path)))
+        except m.pcapio.CaptureError:
+            return False
+        return any(map(engine._frame_finding_test(), records))
+
+    data = next(d for d in (f.read_bytes() for f in covfuzz.corpus_files("audit"))
+                if frame_finding(d))
+    covfuzz.t_audit(data)
+    batch = engine.frame_finding_batch
+
+    def keeps_none(has_finding):
+        test = batch(has_finding)
+        return test if extension() is None else (lambda group: [False] * len(test(group)))
+
+    monkeypatch.setattr(engine, "frame_finding_batch", keeps_none)
+    with pytest.raises(covfuzz.Finding, match="C/Python twins differ"):
         covfuzz.t_audit(data)
 
 

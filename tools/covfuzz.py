@@ -33,7 +33,10 @@ The targets and their oracles (a problem raises Finding, or is an uncaught excep
   (len // 72 records), and the whole-file oracle below.
 * netlink: a pkttype selector and an RDMA netlink record after the cooked header.
 * process: a selector (ucma, acm, umad), a pcapng comment and the exported PDU's payload.
-* audit: the bytes as a whole capture file (seeded with the project's smaller captures).
+* audit: the bytes as a whole capture file (seeded with the project's smaller captures);
+  also the CLI's audit of it with the extension's twins (the replay's SA steps, the
+  frame-finding test, the spill's rows) against the same audit with their Python: the same
+  findings and transactions.
 
 The whole-file oracle (blob, netlink, process, audit) is tools/fuzz.py's check_in_process:
 the Scapy decoder, the fast path (same records, error and statistics) and the audit, each
@@ -632,8 +635,9 @@ def t_audit(data: bytes) -> None:
 
 
 def _replay_twins_differ(path: str) -> None:
-    """A Finding where the CLI's audit of path (its replay fed and closing in C,
-    native/_intake.c) and the same audit with the replay's Python steps find differently."""
+    """A Finding where the CLI's audit of path with the extension's twins (the replay fed and
+    closing in C, native/_intake.c; the frame-finding test, _frametest.c; the spill's rows,
+    _rows.c) and the same audit with their Python find differently."""
     from ibpath_scapy.audit.engine import audit_records
     from ibpath_scapy.audit.model import AuditOptions
     from ibpath_scapy.audit.replay import Replay
@@ -646,15 +650,20 @@ def _replay_twins_differ(path: str) -> None:
         pass  # (what came before the damage: what the audit judges)
     options = AuditOptions(keep_transactions=False, stream_resolutions=True)
     c = audit_records(path, records, options)
-    native = Replay.intake
+    native, switch = Replay.intake, os.environ.get("IBPATH_NATIVE_SCAN")
     Replay.intake = lambda self: self.feed
+    os.environ["IBPATH_NATIVE_SCAN"] = "0"  # (native.extension() reads it each time)
     try:
         py = audit_records(path, records, options)
     finally:
         Replay.intake = native
+        if switch is None:
+            del os.environ["IBPATH_NATIVE_SCAN"]
+        else:
+            os.environ["IBPATH_NATIVE_SCAN"] = switch
     if c.findings != py.findings or c.replay.sa_count != py.replay.sa_count:
         first = next(((a, b) for a, b in zip(c.findings, py.findings) if a != b), None)
-        raise Finding(f"C/Python replay differ: {len(c.findings)} / {len(py.findings)} findings,"
+        raise Finding(f"C/Python twins differ: {len(c.findings)} / {len(py.findings)} findings,"
                       f" {c.replay.sa_count} / {py.replay.sa_count} PathRecord transactions;"
                       f" first differing: {first!r:.1200}")
 
