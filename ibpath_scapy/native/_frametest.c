@@ -232,13 +232,7 @@ int add_frame_test(PyObject *module)
 {
     if ((str_kind = PyUnicode_InternFromString("kind")) == NULL
             || (str_path_records = PyUnicode_InternFromString("path_records")) == NULL
-            || (str_class = PyUnicode_InternFromString("__class__")) == NULL
-            || PyType_Ready(&FrameTestType) < 0)
+            || (str_class = PyUnicode_InternFromString("__class__")) == NULL)
         return -1;
-    Py_INCREF(&FrameTestType);
-    if (PyModule_AddObject(module, "FrameTest", (PyObject *)&FrameTestType) < 0) {
-        Py_DECREF(&FrameTestType);
-        return -1;
-    }
-    return 0;
+    return add_type(module, &FrameTestType, "FrameTest");
 }

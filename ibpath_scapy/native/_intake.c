@@ -760,12 +760,5 @@ int add_sa_intake(PyObject *module)
             || (zero = PyLong_FromLong(0)) == NULL
             || (one = PyLong_FromLong(1)) == NULL)
         return -1;
-    if (PyType_Ready(&SaIntakeType) < 0)
-        return -1;
-    Py_INCREF(&SaIntakeType);
-    if (PyModule_AddObject(module, "SaIntake", (PyObject *)&SaIntakeType) < 0) {
-        Py_DECREF(&SaIntakeType);
-        return -1;
-    }
-    return 0;
+    return add_type(module, &SaIntakeType, "SaIntake");
 }

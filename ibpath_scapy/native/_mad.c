@@ -1430,12 +1430,5 @@ int add_mad_decoder(PyObject *module)
             || (str_round = PyUnicode_InternFromString("__round__")) == NULL
             || (nine = PyLong_FromLong(9)) == NULL || (one = PyLong_FromLong(1)) == NULL)
         return -1;
-    if (PyType_Ready(&MadDecoderType) < 0)
-        return -1;
-    Py_INCREF(&MadDecoderType);
-    if (PyModule_AddObject(module, "MadDecoder", (PyObject *)&MadDecoderType) < 0) {
-        Py_DECREF(&MadDecoderType);
-        return -1;
-    }
-    return 0;
+    return add_type(module, &MadDecoderType, "MadDecoder");
 }

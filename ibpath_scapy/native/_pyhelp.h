@@ -1,5 +1,6 @@
 /* What the extension's C files share of the Python API: where a class keeps its slots, a
- * function mapped over a sequence, and an attribute's value counted up. */
+ * function mapped over a sequence, a type added to the module, and an attribute's value
+ * counted up. */
 #ifndef IBPATH_PYHELP_H
 #define IBPATH_PYHELP_H
 
@@ -61,6 +62,19 @@ static inline PyObject *map_list(PyObject *items, const char *what,
     }
     Py_DECREF(seq);
     return out;
+}
+
+/* The type made ready and added to module under name: 0, or -1 with the error set. */
+static inline int add_type(PyObject *module, PyTypeObject *type, const char *name)
+{
+    if (PyType_Ready(type) < 0)
+        return -1;
+    Py_INCREF(type);
+    if (PyModule_AddObject(module, name, (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
 }
 
 /* obj.<name> += by: 0, or -1 with the error set. */

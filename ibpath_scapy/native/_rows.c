@@ -175,12 +175,7 @@ static PyTypeObject RowsType = {
 
 int add_rows(PyObject *module)
 {
-    if ((str_row = PyUnicode_InternFromString("row")) == NULL || PyType_Ready(&RowsType) < 0)
+    if ((str_row = PyUnicode_InternFromString("row")) == NULL)
         return -1;
-    Py_INCREF(&RowsType);
-    if (PyModule_AddObject(module, "Rows", (PyObject *)&RowsType) < 0) {
-        Py_DECREF(&RowsType);
-        return -1;
-    }
-    return 0;
+    return add_type(module, &RowsType, "Rows");
 }
