@@ -6,7 +6,11 @@ Each row times one step of `ibpath audit` on FILE with its C twin and with the P
 that remains the reference, interleaved in one process (C, Python, C, ...), best of N, in
 CPU seconds, the records decoded beforehand where the step does not decode:
 
-  decode                   the fast path's decode (native/_mad.c: MadDecoder.frame)
+  decode                   the fast path's decode (native/_mad.c: MadDecoder.frame and
+                           .taken)
+  decode, runs / frames    with the C on both sides: the readers' runs of taken frames
+                           decoded whole (pcapio.Taken, MadDecoder.taken) against
+                           decode_at frame by frame (MadDecoder.frame)
   frame-finding test       engine.frame_finding_batch over every record (native/_frametest.c)
   replay alone             engine.audit_records with the transaction rules, the Spill file
                            and the frame-finding test off: the SA intake (native/_intake.c)
@@ -76,6 +80,23 @@ def closed_transactions(records: list) -> list:
     return [t for r in replay.resolutions.values() for t in r.transactions]
 
 
+def frame_by_frame(path: str, decoder) -> list:
+    """The fast path's records of path with every frame made and decoded alone (decode_at,
+    feed where it gives None): how the fast path read before the readers handed runs over."""
+    from ibpath_scapy.engines.fast import FULL, prefilter
+    from ibpath_scapy.engines.fast.reader import classified_frames
+    from ibpath_scapy.engines.scapy import blobsniff
+
+    out, skipped = [], [0]
+    for f, cl in classified_frames(path, prefilter(), blobsniff.plausible, skipped):
+        rec = None if cl is FULL else decoder.decode_at(f, cl)
+        if rec is None:
+            out += decoder.feed(f)
+        else:
+            out.append(rec)
+    return out + list(decoder.finish())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -122,6 +143,16 @@ def main() -> None:
         for name, step in steps.items():
             c, py = interleaved(step, a.runs)
             print(f"{name:24s}{c:8.3f}{py:8.3f}  {(c / py - 1) * 100:+6.1f} %")
+        best = [float("inf"), float("inf")]
+        for _ in range(a.runs):  # the runs against the frames, the C decoder on both sides
+            for i, read in enumerate((lambda d: list(decode_file_fast(path, d)),
+                                      lambda d: frame_by_frame(path, d))):
+                decoder = FastDecoder()
+                t = time.process_time()
+                read(decoder)
+                best[i] = min(best[i], time.process_time() - t)
+        print(f"{'decode, runs / frames':24s}{best[0]:8.3f}{best[1]:8.3f}  "
+              f"{(best[0] / best[1] - 1) * 100:+6.1f} %")
         judge, test, held = (engine.transaction_judge, engine._frame_finding_test,
                              Replay.HELD_TRANSACTIONS)
         try:  # the replay itself: what python_floor --parts calls "without all three"

@@ -117,10 +117,11 @@ for _name in ("_data_frames", "_mad_frames") if bench_corpus else ():
 def bench_capture(tmp_path_factory):
     """bench_capture(kind, frames, encap="rocev2", pcapng=False) -> the path of bench capture
     `kind` ("capture1": RC data with a MAD every 20th frame; "capture2": SA PathRecord traffic
-    only) of that many frames, RoCEv2 or native IB ("ib"), as classic pcap or converted to
+    only; "capture3": an all-to-all SA storm, RMPP answers among them) of that many frames, RoCEv2 or native IB ("ib"), as classic pcap or converted to
     pcapng. Written once a run per set of arguments: read it, never change it."""
     d = tmp_path_factory.mktemp("bench")
-    writers = {"capture1": bench_corpus.write_capture1, "capture2": bench_corpus.write_capture2}
+    writers = {"capture1": bench_corpus.write_capture1, "capture2": bench_corpus.write_capture2,
+               "capture3": bench_corpus.write_capture3}
     made: dict[tuple, Path] = {}
 
     def capture(kind: str, frames: int, encap: str = "rocev2", pcapng: bool = False) -> Path:

@@ -48,6 +48,8 @@ _MIN_BLOCK = {_IDB: 20, _PB: 32, _SPB: 16, _EPB: 32}
 # An EPB's type, length, interface, timestamp (high, low), captured and original lengths
 _EPB_HEAD = {e: struct.Struct(e + "7I").unpack_from for e in "<>"}
 _EPB_DATA = struct.calcsize("<7I")  # where its packet data starts
+# a pcap record's seconds, fraction, captured and original lengths
+_REC_HEAD = {e: struct.Struct(e + "4I").unpack_from for e in "<>"}
 # pcapng interface options: if_name, if_tsresol, if_tsoffset
 _IF_NAME, _IF_TSRESOL, _IF_TSOFFSET = 2, 9, 14
 # and those that say where a capture was made: if_description, if_os, if_hardware; the section
@@ -93,6 +95,39 @@ class Frame:
     data: bytes
     wirelen: int
     comment: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A run of frames a reader's loop took (the classifier's TakeTest held of each), as
+    classified_input(runs=True) hands it over: not yet made Frames. buf is the read buffer
+    and taken the loop's flat (index in the run of records or blocks, position of the
+    record or block) pairs; frame(j) makes the j-th taken frame, exactly as the readers
+    make every frame. A consumer that reads the records from buf itself (the fast path's
+    C decoder: FastDecoder.decode_taken) makes no Frame at all."""
+
+    buf: bytes
+    taken: list
+    number: int  # the frames before the run
+    linktype: int
+    res: float  # seconds per timestamp unit
+    little: bool  # the capture's byte order
+    epb: bool  # pcapng enhanced packet blocks, else classic pcap records
+
+    def __len__(self) -> int:
+        return len(self.taken) // 2
+
+    def frame(self, j: int) -> Frame:
+        """The j-th frame taken (0-based), as _pcap and _pcapng make it."""
+        buf, at, number = self.buf, self.taken[2 * j + 1], self.number + self.taken[2 * j] + 1
+        endian = "<" if self.little else ">"
+        if self.epb:
+            _, blen, _, ts_hi, ts_lo, incl, orig = _EPB_HEAD[endian](buf, at)
+            return _epb_frame(buf, at + _EPB_DATA, at + blen, number, self.res, self.linktype,
+                              incl, orig, ts_hi, ts_lo, endian)
+        sec, frac, incl, orig = _REC_HEAD[endian](buf, at)
+        return Frame(number, sec + frac * self.res, self.linktype,
+                     buf[at + _REC_HDR:at + _REC_HDR + incl], orig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,13 +422,16 @@ def read_input(src: "str | Input", blob_plausible: Callable[[bytes], bool] | Non
 def classified_input(src: "str | Input", classifier: FrameClassifier,
                      skipped: list | None = None,
                      blob_plausible: Callable[[bytes], bool] | None = None,
-                     as_blob: bool = False) -> Iterator[tuple[Frame, object]]:
+                     as_blob: bool = False, runs: bool = False
+                     ) -> Iterator[tuple["Frame | Taken", object]]:
     """(frame, classification) of every frame of src (read as read_input reads it) that
     `classifier` does not skip; skipped[0] counts the others as they pass. Each frame's bytes
     are classified where they were read (classifier.classifier(link type)(buf, start, end)),
     and runs of frames its run_test holds of are skipped in one compiled loop: a skipped frame
-    costs a header unpack and a few byte reads, and no copy. Errors as read_frames raises
-    them, after every frame before the damage has been handed over (and counted)."""
+    costs a header unpack and a few byte reads, and no copy. runs=True: a run of frames the
+    loop took (its take_test) comes as one (Taken, classification), its frames not made and
+    skipped[0] counting up to its last one. Errors as read_frames raises them, after every
+    frame before the damage has been handed over (and counted)."""
     skipped = skipped if skipped is not None else [0]
     with opened(src) as f:
         path = f.name
@@ -406,7 +444,7 @@ def classified_input(src: "str | Input", classifier: FrameClassifier,
             else:
                 yield frame, cl
             return
-        yield from _reader(f)(path, f, classifier, skipped)
+        yield from _reader(f)(path, f, classifier, skipped, runs=runs)
 
 
 def interfaces(src: "str | Input") -> Iterator[Interface]:
@@ -552,7 +590,7 @@ def _pcap_interface(hdr: bytes) -> tuple[str, Interface]:
 
 
 def _pcap(path: str, f: Input, classifier: FrameClassifier, skipped: list,
-          describe: bool = False) -> Iterator[tuple]:
+          describe: bool = False, runs: bool = False) -> Iterator[tuple]:
     """(frame, classification) of a classic pcap's records, or with describe (interface,
     None) of its one interface and nothing more."""
     endian, iface = _pcap_interface(_read_exact(f, _PCAP_HDR, path, "pcap file header", 0))
@@ -566,7 +604,8 @@ def _pcap(path: str, f: Input, classifier: FrameClassifier, skipped: list,
     took = take.value if take else None
     # runs of skipped records, and of records taken without asking the classifier
     scan = _scanners(classifier.run_test(linktype), "pcap", endian, take=take)
-    rec_hdr = struct.Struct(endian + "IIII").unpack_from
+    rec_hdr = _REC_HEAD[endian]
+    little = endian == "<"
     incl_at = struct.Struct(endian + "I").unpack_from
     st = _Stream(f)
     number = 0  # frames before the one at pos
@@ -579,14 +618,19 @@ def _pcap(path: str, f: Input, classifier: FrameClassifier, skipped: list,
         while pos + 16 <= n:
             if scan is not None:
                 pos, k, taken = scan(buf, pos, n)
-                for i in range(0, len(taken), 2):
-                    at = taken[i + 1]
-                    sec, frac, incl, orig = rec_hdr(buf, at)
-                    num = number + taken[i] + 1
-                    skipped[0] += num - first - 1
-                    first = num
-                    yield Frame(num, sec + frac * tsres, linktype, buf[at + 16:at + 16 + incl],
-                                orig), took
+                if taken:
+                    run = Taken(buf, taken, number, linktype, tsres, little, False)
+                    if runs:
+                        last = number + taken[-2] + 1
+                        skipped[0] += last - first - len(run)
+                        first = last
+                        yield run, took
+                    else:
+                        for i in range(0, len(taken), 2):
+                            num = number + taken[i] + 1
+                            skipped[0] += num - first - 1
+                            first = num
+                            yield run.frame(i // 2), took
                 number += k
                 if pos + 16 > n:
                     break
@@ -632,7 +676,7 @@ def _pcap(path: str, f: Input, classifier: FrameClassifier, skipped: list,
 # --------------------------------------------------------------------------------------------
 
 def _pcapng(path: str, f: Input, classifier: FrameClassifier, skipped: list,
-            describe: bool = False) -> Iterator[tuple]:
+            describe: bool = False, runs: bool = False) -> Iterator[tuple]:
     """(frame, classification) of a pcapng's packet blocks, read in large blocks; with
     describe also (interface, None) of each IDB as it is reached."""
     endian = "<"
@@ -666,11 +710,13 @@ def _pcapng(path: str, f: Input, classifier: FrameClassifier, skipped: list,
             pos = end
             if scan is not None:  # a run of skipped (or taken) EPBs of the same interface
                 pos, k, taken = scan(buf, pos, n)
-                for i in range(0, len(taken), 2):
-                    at = taken[i + 1]
-                    _, blen, _, ts_hi, ts_lo, incl, orig = epb_head(buf, at)
-                    yield _epb_frame(buf, at + _EPB_DATA, at + blen, number + taken[i] + 1,
-                                     res, linktype, incl, orig, ts_hi, ts_lo, endian), took
+                if taken:
+                    run = Taken(buf, taken, number, linktype, res, endian == "<", True)
+                    if runs:
+                        yield run, took
+                    else:
+                        for j in range(len(run)):
+                            yield run.frame(j), took
                 number += k
                 skipped[0] += k - len(taken) // 2
         st.pos = pos

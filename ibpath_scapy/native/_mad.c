@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_capture.h"
 #include "_crc.h"
 #include "_pyhelp.h"
 
@@ -1286,54 +1287,90 @@ static PyObject *decode(MadDecoder *self, PyObject *args)
 }
 
 static PyObject *str_frames, *str_mad_frames, *str_icrc_frames, *str_by_kind, *str_mgmt_class,
-    *str_round, *nine, *one;
+    *str_round, *nine;
 
-/* stats.<name> += 1 (Assembler's DecodeStats): 0, or -1 with the error set. */
-static int bump(PyObject *stats, PyObject *name)
+/* What the records frame_of made add to the assembler's DecodeStats: each made one is a
+ * frame, a MAD frame and an ICRC frame, and one of its kind. Added in one go at the end of a
+ * call (counts_flush); a few kinds are held, more flush early. */
+enum { KIND_SLOTS = 8 };
+typedef struct {
+    Py_ssize_t made;
+    PyObject *kind[KIND_SLOTS]; /* strong references */
+    Py_ssize_t count[KIND_SLOTS];
+    int kinds;
+} Counts;
+
+static void counts_clear(Counts *c)
 {
-    return add_to(stats, name, one);
+    for (int i = 0; i < c->kinds; i++)
+        Py_CLEAR(c->kind[i]);
+    c->kinds = 0;
+    c->made = 0;
 }
 
-/* by_kind[kind] += 1 of stats: 0, or -1 with the error set. */
-static int bump_kind(PyObject *stats, PyObject *kind)
+/* stats.frames, .mad_frames, .icrc_frames += made and stats.by_kind[kind] += count, the
+ * counts cleared: 0, or -1 with the error set. */
+static int counts_flush(Counts *c, PyObject *stats)
 {
-    PyObject *d = PyObject_GetAttr(stats, str_by_kind), *w;
-    if (d == NULL)
-        return -1;
-    int r = -1;
-    if (!PyDict_Check(d)) {
-        PyErr_SetString(PyExc_TypeError, "stats.by_kind: a dict expected");
-        goto out;
+    int r = 0;
+    if (c->made) {
+        PyObject *made = PyLong_FromSsize_t(c->made), *d = NULL;
+        r = made == NULL || add_to(stats, str_frames, made) || add_to(stats, str_mad_frames, made)
+            || add_to(stats, str_icrc_frames, made) ? -1 : 0;
+        Py_XDECREF(made);
+        if (r == 0 && (d = PyObject_GetAttr(stats, str_by_kind)) == NULL)
+            r = -1;
+        if (r == 0 && !PyDict_Check(d)) {
+            PyErr_SetString(PyExc_TypeError, "stats.by_kind: a dict expected");
+            r = -1;
+        }
+        for (int i = 0; r == 0 && i < c->kinds; i++) {
+            PyObject *v = PyDict_GetItemWithError(d, c->kind[i]), *by, *w = NULL;
+            if (v == NULL && PyErr_Occurred())
+                r = -1;
+            else if ((by = PyLong_FromSsize_t(c->count[i])) == NULL)
+                r = -1;
+            else {
+                w = v == NULL ? Py_NewRef(by) : PyNumber_Add(v, by);
+                Py_DECREF(by);
+                r = w == NULL || PyDict_SetItem(d, c->kind[i], w) < 0 ? -1 : 0;
+                Py_XDECREF(w);
+            }
+        }
+        Py_XDECREF(d);
     }
-    PyObject *v = PyDict_GetItemWithError(d, kind);
-    if (v == NULL && PyErr_Occurred())
-        goto out;
-    w = v == NULL ? PyLong_FromLong(1) : PyNumber_Add(v, one);
-    if (w != NULL) {
-        r = PyDict_SetItem(d, kind, w);
-        Py_DECREF(w);
-    }
-out:
-    Py_DECREF(d);
+    counts_clear(c);
     return r;
 }
 
-/* frame(data, at, number, time, stats) -> MadFrame | decode's tuple | None.
- * Assembler.mad_frame_at's record of a frame off the wire made here where it needs nothing
- * but the parts: no CRC error, and no SA header or one whose MAD carries its own records
- * (no RMPP segment or control message) none with reserved bits set, of a class with a kind
- * known; stats counted as decode_at and mad_frame_at count them. Otherwise decode's tuple,
- * which mad_frame_at finishes, or None as decode. */
-/* bench capture 3 decode (native IB, 200k frames): 1.34 -> 1.03 s CPU (-23 %), bench/README.md */
-static PyObject *frame(MadDecoder *self, PyObject *const *args, Py_ssize_t nargs)
+/* One more record made, of kind: 0, or -1 with the error set. */
+static int counts_add(Counts *c, PyObject *stats, PyObject *kind)
 {
-    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "frame(data: bytes, at: tuple, number, time, stats)");
-        return NULL;
+    int i = 0;
+    while (i < c->kinds && c->kind[i] != kind)
+        i++;
+    if (i == c->kinds) {
+        if (i == KIND_SLOTS) {
+            if (counts_flush(c, stats) < 0)
+                return -1;
+            i = 0;
+        }
+        c->kind[i] = Py_NewRef(kind);
+        c->count[i] = 0;
+        c->kinds = i + 1;
     }
-    PyObject *number = args[2], *time = args[3], *stats = args[4];
+    c->count[i]++;
+    c->made++;
+    return 0;
+}
+
+/* The frame `data` at `at` as frame() hands it over (a new reference: the MadFrame, with
+ * its counts added to c; decode's tuple; None), or NULL with the error set. */
+static PyObject *frame_of(MadDecoder *self, PyObject *data, PyObject *at, PyObject *number,
+                          PyObject *time, PyObject *stats, Counts *c)
+{
     Parts p;
-    int got = decode_parts(self, args[0], args[1], &p);
+    int got = decode_parts(self, data, at, &p);
     if (got <= 0) {
         if (got < 0)
             return NULL;
@@ -1384,13 +1421,126 @@ static PyObject *frame(MadDecoder *self, PyObject *const *args, Py_ssize_t nargs
         Py_None, Py_None, others,
     };
     out = new_fact(&self->frame_layout, fields);
-    if (out == NULL || bump(stats, str_frames) || bump(stats, str_mad_frames)
-            || bump(stats, str_icrc_frames) || bump_kind(stats, kind))
+    if (out != NULL && counts_add(c, stats, kind) < 0)
         Py_CLEAR(out);
 fail:
     Py_XDECREF(kind);
     Py_XDECREF(t);
     parts_clear(&p);
+    return out;
+}
+
+/* frame(data, at, number, time, stats) -> MadFrame | decode's tuple | None.
+ * Assembler.mad_frame_at's record of a frame off the wire made here where it needs nothing
+ * but the parts: no CRC error, and no SA header or one whose MAD carries its own records
+ * (no RMPP segment or control message) none with reserved bits set, of a class with a kind
+ * known; stats counted as decode_at and mad_frame_at count them. Otherwise decode's tuple,
+ * which mad_frame_at finishes, or None as decode. */
+/* bench capture 3 decode (native IB, 200k frames): 1.34 -> 1.03 s CPU (-23 %), bench/README.md */
+static PyObject *frame(MadDecoder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "frame(data: bytes, at: tuple, number, time, stats)");
+        return NULL;
+    }
+    Counts c = {0};
+    PyObject *out = frame_of(self, args[0], args[1], args[2], args[3], args[4], &c);
+    if (counts_flush(&c, args[4]) < 0)
+        Py_CLEAR(out);
+    return out;
+}
+
+/* taken(buf, taken, number, epb, little, res, at, stats) -> (records, rest).
+ * frame() of each frame of a run a reader's loop took (pcapio.Taken): its records or EPBs
+ * at the positions in taken (flat (index in the run, position) pairs, as the loops return
+ * them), numbered and timed as pcapio makes Frames, read from buf without a Frame made.
+ * records: one per taken frame, None where frame() gave decode's tuple or None; rest:
+ * (index, number, time, what frame() gave) of those, for the Python decoder to finish. */
+/* bench capture 3 decode (native IB, 200k frames): see bench/README.md (session 2026-12-05g) */
+static PyObject *taken(MadDecoder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8 || !PyBytes_Check(args[0]) || !PyList_Check(args[1])
+            || !PyTuple_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "taken(buf: bytes, taken: list, number, epb, little, "
+                        "res, at: tuple, stats)");
+        return NULL;
+    }
+    PyObject *buf = args[0], *list = args[1], *at = args[6], *stats = args[7];
+    Py_ssize_t before = PyLong_AsSsize_t(args[2]);
+    int epb = PyObject_IsTrue(args[3]), little = PyObject_IsTrue(args[4]);
+    double res = PyFloat_AsDouble(args[5]);
+    if ((before == -1 || res == -1.0 || epb < 0 || little < 0) && PyErr_Occurred())
+        return NULL;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(buf);
+    Py_ssize_t size = PyBytes_GET_SIZE(buf), n = PyList_GET_SIZE(list) / 2;
+    if (PyList_GET_SIZE(list) % 2) {
+        PyErr_SetString(PyExc_ValueError, "taken: (index, position) pairs expected");
+        return NULL;
+    }
+    PyObject *records = PyList_New(n), *rest = PyList_New(0), *out = NULL;
+    Counts c = {0};
+    if (records == NULL || rest == NULL)
+        goto done;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        /* (the list may change under a callback: its items are read again each time) */
+        if (PyList_GET_SIZE(list) < 2 * n) {
+            PyErr_SetString(PyExc_RuntimeError, "taken: the list changed during the call");
+            goto done;
+        }
+        Py_ssize_t k = PyLong_AsSsize_t(PyList_GET_ITEM(list, 2 * j));
+        Py_ssize_t pos = PyLong_AsSsize_t(PyList_GET_ITEM(list, 2 * j + 1));
+        if ((k == -1 || pos == -1) && PyErr_Occurred())
+            goto done;
+        Py_ssize_t hdr = epb ? EPB_DATA : REC_HDR;
+        if (k < 0 || pos < 0 || pos > size - hdr) {
+            PyErr_SetString(PyExc_ValueError, "taken: a position outside the buffer");
+            goto done;
+        }
+        const unsigned char *r = b + pos;
+        Py_ssize_t incl = u32(r + (epb ? EPB_INCL : REC_INCL), little);
+        if (incl > size - pos - hdr) {
+            PyErr_SetString(PyExc_ValueError, "taken: a packet outside the buffer");
+            goto done;
+        }
+        /* pcapio's arithmetic, in the same order (volatile: no fused multiply-add) */
+        volatile double scaled;
+        double t;
+        if (epb) {
+            scaled = (double)((uint64_t)u32(r + EPB_TS_HI, little) << 32
+                              | u32(r + EPB_TS_LO, little)) * res;
+            t = scaled;
+        } else {
+            scaled = (double)u32(r + REC_FRAC, little) * res;
+            t = (double)u32(r + REC_SEC, little) + scaled;
+        }
+        PyObject *data = PyBytes_FromStringAndSize((const char *)r + hdr, incl);
+        PyObject *number = PyLong_FromSsize_t(before + k + 1), *time = PyFloat_FromDouble(t);
+        PyObject *got = data && number && time
+                        ? frame_of(self, data, at, number, time, stats, &c) : NULL;
+        Py_XDECREF(data);
+        if (got == NULL || Py_IS_TYPE(got, &PyTuple_Type) || got == Py_None) {
+            PyObject *item = got ? Py_BuildValue("(nOOO)", j, number, time, got) : NULL;
+            Py_XDECREF(got);
+            got = NULL;
+            if (item == NULL || PyList_Append(rest, item) < 0) {
+                Py_XDECREF(item);
+                Py_XDECREF(number);
+                Py_XDECREF(time);
+                goto done;
+            }
+            Py_DECREF(item);
+            got = Py_NewRef(Py_None);
+        }
+        Py_XDECREF(number);
+        Py_XDECREF(time);
+        PyList_SET_ITEM(records, j, got);
+    }
+    out = PyTuple_Pack(2, records, rest);
+done:
+    if (counts_flush(&c, stats) < 0)
+        Py_CLEAR(out);
+    Py_XDECREF(records);
+    Py_XDECREF(rest);
     return out;
 }
 
@@ -1403,6 +1553,10 @@ static PyMethodDef decoder_methods[] = {
      "frame(data, at, number, time, stats) -> the frame's MadFrame, as the assembler's "
      "mad_frame_at makes it and with stats counted, where it needs no RMPP state and has no "
      "error; else what decode(data, at) returns."},
+    {"taken", (PyCFunction)(void (*)(void))taken, METH_FASTCALL,
+     "taken(buf, taken, number, epb, little, res, at, stats) -> (records, rest): frame() of "
+     "each frame of a run a reader's loop took (pcapio.Taken), read from buf; None in records "
+     "where rest has (index, number, time, what frame() gave) for Python to finish."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1428,7 +1582,7 @@ int add_mad_decoder(PyObject *module)
             || (str_by_kind = PyUnicode_InternFromString("by_kind")) == NULL
             || (str_mgmt_class = PyUnicode_InternFromString("mgmt_class")) == NULL
             || (str_round = PyUnicode_InternFromString("__round__")) == NULL
-            || (nine = PyLong_FromLong(9)) == NULL || (one = PyLong_FromLong(1)) == NULL)
+            || (nine = PyLong_FromLong(9)) == NULL)
         return -1;
     return add_type(module, &MadDecoderType, "MadDecoder");
 }

@@ -12,15 +12,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_capture.h"
 #include "_crc.h"
 
 enum { KIND_EQUALS = 0, KIND_LEN_MINUS = 1, KIND_NOT_IN = 2, KIND_IN = 3, TERM_WORDS = 8 };
-
-static inline uint32_t u32(const unsigned char *p, int little)
-{
-    return little ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24
-                  : (uint32_t)p[3] | (uint32_t)p[2] << 8 | (uint32_t)p[1] << 16 | (uint32_t)p[0] << 24;
-}
 
 static inline int64_t field(const unsigned char *p, int64_t size)
 {
@@ -171,8 +166,8 @@ static PyObject *scan_pcap(PyObject *self, PyObject *args)
     int ok = taken != NULL && checked(&L, pos, n) == 0;
     if (ok) {
         const unsigned char *b = L.bb.buf;
-        while (pos + 16 <= n) {
-            int64_t s = pos + 16, len = u32(b + pos + 8, little), e = s + len;
+        while (pos + REC_HDR <= n) {
+            int64_t s = pos + REC_HDR, len = u32(b + pos + REC_INCL, little), e = s + len;
             if (e > n)
                 break;
             int j = judge(&L, b + s, len);
@@ -209,13 +204,13 @@ static PyObject *scan_epb(PyObject *self, PyObject *args)
     int ok = taken != NULL && checked(&L, pos, n) == 0;
     if (ok) {
         const unsigned char *b = L.bb.buf;
-        while (pos + 28 <= n) {
-            int64_t bt = u32(b + pos, little), bl = u32(b + pos + 4, little);
-            int64_t ifc = u32(b + pos + 8, little), incl = u32(b + pos + 20, little);
+        while (pos + EPB_DATA <= n) {
+            int64_t bt = u32(b + pos + EPB_TYPE, little), bl = u32(b + pos + EPB_LEN, little);
+            int64_t ifc = u32(b + pos + EPB_IFACE, little), incl = u32(b + pos + EPB_INCL, little);
             if (bt != block_type || ifc != iface || (bl & 3) || bl < 32 || bl > max_block
                     || pos + bl > n || 20 + incl > bl - 12)
                 break;
-            int j = judge(&L, b + pos + 28, incl);
+            int j = judge(&L, b + pos + EPB_DATA, incl);
             if (j == 0)
                 break;
             if (j == 2 && take(taken, k, pos) < 0) {
@@ -291,7 +286,9 @@ int add_frame_test(PyObject *module); /* _frametest.c */
 PyMODINIT_FUNC PyInit__scan(void)
 {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (add_mad_decoder(m) < 0 || add_sa_intake(m) < 0
+    if (m != NULL && (PyModule_AddIntConstant(m, "REC_HDR", REC_HDR) < 0
+                      || PyModule_AddIntConstant(m, "EPB_DATA", EPB_DATA) < 0
+                      || add_mad_decoder(m) < 0 || add_sa_intake(m) < 0
                       || add_rows(m) < 0 || add_frame_test(m) < 0))
         Py_CLEAR(m);
     return m;

@@ -17,7 +17,7 @@ import os
 from typing import Iterator
 
 from ..scapy import blobsniff
-from ...capture.batch import batches
+from ...capture.pcapio import Taken
 from ...facts import public
 from .decoder import FastDecoder
 from .prefilter import FULL, Prefilter
@@ -62,23 +62,40 @@ def decode_batches_fast(path, decoder: FastDecoder | None = None,
     decoder = decoder if decoder is not None else FastDecoder()
     skipped = [0]
     stats = decoder.stats
-    decode_at, feed = decoder.decode_at, decoder.feed
+    decode_at, decode_taken, feed = decoder.decode_at, decoder.decode_taken, decoder.feed
     try:
-        # classify a batch of frames, then decode it (ibpath_scapy.capture.batch)
-        n = 1 if getattr(path, "stream", False) else 2048
-        for frames in batches(classified_frames(path, prefilter(), blobsniff.plausible,
-                                                skipped, as_blob=as_blob), n):
-            out = []
-            for frame, cl in frames:
-                if skipped[0]:
-                    stats.frames += skipped[0]
-                    decoder.skipped += skipped[0]
-                    skipped[0] = 0
-                rec = None if cl is FULL else decode_at(frame, cl)
-                if rec is None:
-                    out += feed(frame)
-                else:
-                    out.append(rec)
+        # a file's runs of frames the reader's loop took come whole (pcapio.Taken) and are
+        # decoded at once, no more than one held at a time (each holds a read buffer); a
+        # stream's frames come one by one and each is handed over, so that none waits for
+        # the next
+        stream = getattr(path, "stream", False)
+        n = 1 if stream else 2048
+        items = classified_frames(path, prefilter(), blobsniff.plausible, skipped,
+                                  as_blob=as_blob, runs=not stream)
+        more = True
+        while more:
+            out, more = [], False
+            try:
+                for frame, cl in items:
+                    if skipped[0]:
+                        stats.frames += skipped[0]
+                        decoder.skipped += skipped[0]
+                        skipped[0] = 0
+                    if frame.__class__ is Taken:
+                        out += decode_taken(frame, cl)
+                    else:
+                        rec = None if cl is FULL else decode_at(frame, cl)
+                        if rec is None:
+                            out += feed(frame)
+                        else:
+                            out.append(rec)
+                    if len(out) >= n:
+                        more = True
+                        break
+            except BaseException:
+                if out:  # the records before the damage, then the error
+                    yield out
+                raise
             if out:
                 yield out
     finally:

@@ -46,7 +46,7 @@ from ...layers.mad import ATTR_PATH_RECORD, MAD, MAD_SIZE, RMPP
 from ...layers.roce import DETH
 from ...layers.sa import SAHeader, sa_table_generation
 from ...model.layout import build_layer
-from ...capture.pcapio import Frame
+from ...capture.pcapio import Frame, Taken
 from .layout import (
     _GID_CACHE,
     _GID_CACHE_MAX,
@@ -346,11 +346,59 @@ class FastDecoder(Decoder):
             if got is not None:
                 if got.__class__ is not tuple:  # the record, made and counted in C
                     return got
-                self.stats.frames += 1
-                rec = self.mad_frame_at(frame.number, frame.time, *got)
-                by_kind = self.stats.by_kind
-                by_kind[rec.kind] = by_kind.get(rec.kind, 0) + 1
-                return rec
+                return self._finish(frame.number, frame.time, got)
+        return self._python_at(frame, at)
+
+    def decode_taken(self, run: Taken, at: MadAt | IbMadAt) -> list:
+        """The records of a run of frames a reader's loop took (pcapio.Taken), in order, as
+        decode_at (or feed, where it gives None) makes them frame by frame. The C decoder
+        reads the run's records from the read buffer itself; a Frame is made only for the
+        frames it leaves to Python."""
+        if self._native is None:
+            out = []
+            for j in range(len(run)):
+                frame = run.frame(j)
+                rec = self._python_at(frame, at)
+                if rec is None:
+                    out += self.feed(frame)
+                else:
+                    out.append(rec)
+            return out
+        records, rest = self._native.taken(run.buf, run.taken, run.number, run.epb, run.little,
+                                           run.res, at, self.stats)
+        fed = None
+        for j, number, time, got in rest:
+            if got is not None:
+                records[j] = self._finish(number, time, got)
+                continue
+            frame = run.frame(j)
+            rec = self._python_at(frame, at)
+            if rec is None:
+                fed = fed or {}
+                fed[j] = self.feed(frame)
+            else:
+                records[j] = rec
+        if fed:  # what feed gave: any number of records in the frame's place
+            out = []
+            for j, rec in enumerate(records):
+                if j in fed:
+                    out += fed[j]
+                else:
+                    out.append(rec)
+            return out
+        return records
+
+    def _finish(self, number: int, time: float, got: tuple):
+        """The record of a frame the C decoder read the parts of (decode's tuple)."""
+        self.stats.frames += 1
+        rec = self.mad_frame_at(number, time, *got)
+        by_kind = self.stats.by_kind
+        by_kind[rec.kind] = by_kind.get(rec.kind, 0) + 1
+        return rec
+
+    def _python_at(self, frame: Frame, at: MadAt | IbMadAt):
+        """decode_at in Python: the frames the C decoder does not take, and all of them
+        without it."""
         c = self.c
         data = frame.data
         o = at.mad

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ...capture.pcapio import Frame, classified_input
+from ...capture.pcapio import Frame, Taken, classified_input
 from .prefilter import Prefilter
 
 
 def classified_frames(src, prefilter: Prefilter, blob_plausible=None,
-                      skipped: list | None = None,
-                      as_blob: bool = False) -> Iterator[tuple[Frame, object]]:
+                      skipped: list | None = None, as_blob: bool = False,
+                      runs: bool = False) -> Iterator[tuple[Frame | Taken, object]]:
     """(frame, classification) of every frame the pre-filter does not skip; `skipped[0]`
-    counts the others as they pass. src: a path or a pcapio.Input (a stream too)."""
-    return classified_input(src, prefilter, skipped, blob_plausible, as_blob)
+    counts the others as they pass. src: a path or a pcapio.Input (a stream too); runs: the
+    frames the reader's loops take come a run at a time (pcapio.Taken)."""
+    return classified_input(src, prefilter, skipped, blob_plausible, as_blob, runs)
