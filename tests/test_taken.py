@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from hypothesis import given, strategies as st
+
 from ibpath_scapy.capture import pcapio
 from ibpath_scapy.capture.pcapio import CaptureError, PcapNgWriter, Taken, read_frames
 from ibpath_scapy.engines.fast import FULL, FastDecoder, decode_batches_fast, prefilter
@@ -30,10 +32,11 @@ needs_c = pytest.mark.skipif(_scan is None, reason="the package was built withou
                              "decoder (no compiler or no Python headers)")
 
 
-def _restamped(src: Path, dst: Path, endian: str, nano: bool) -> Path:
+def _restamped(src: Path, dst: Path, endian: str, nano: bool, base: int = 1_733_400_000) -> Path:
     """src (a little-endian microsecond pcap) written in byte order `endian`, with nanosecond
-    stamps or not, each frame at an epoch second and a fraction spread over the whole second
-    (so that a time computed wrong in its last bits survives round(time, 9)); from the pcap
+    stamps or not, each frame at a second from `base` on (an epoch second: a time computed
+    wrong in its last bits survives round(time, 9); 0: times below 2**24 s, which the C
+    decoder rounds as Python does) and a fraction spread over the whole second; from the pcap
     header layout (pcap-savefile(5)), not from pcapio's writer."""
     raw = src.read_bytes()
     assert raw[:4] == b"\xd4\xc3\xb2\xa1", "a little-endian microsecond pcap expected"
@@ -44,7 +47,7 @@ def _restamped(src: Path, dst: Path, endian: str, nano: bool) -> Path:
     while pos < len(raw):
         incl, orig = struct.unpack_from("<II", raw, pos + 8)
         frac = (i * 999_983_771 + 7) % (10 ** 9 if nano else 10 ** 6)
-        out.append(struct.pack(endian + "IIII", 1_733_400_000 + i // 100, frac, incl, orig))
+        out.append(struct.pack(endian + "IIII", base + i // 100, frac, incl, orig))
         out.append(raw[pos + 16:pos + 16 + incl])
         pos, i = pos + 16 + incl, i + 1
     dst.write_bytes(b"".join(out))
@@ -66,7 +69,7 @@ def inputs(bench_capture, tmp_path_factory) -> list[Path]:
              for e in ("rocev2", "ib") for n in (False, True)]
     c3 = bench_capture("capture3", 3000, encap="ib")
     stamped = [_restamped(c3, d / f"c3-{e}-{n}.pcap", e, n == "ns") for e in "<>"
-               for n in ("us", "ns")]
+               for n in ("us", "ns")] + [_restamped(c3, d / "c3-ns-from-0.pcap", "<", True, 0)]
     return project_inputs() + bench + stamped + [_commented(stamped[0], d / "c3-comments.pcapng")]
 
 
@@ -127,14 +130,16 @@ def test_a_run_holds_the_frames_the_loop_took(inputs, native, monkeypatch):
 
 @pytest.mark.parametrize("native", [True, False], ids=["c-decoder", "python-decoder"])
 def test_a_run_decodes_as_its_frames_one_by_one(inputs, native):
-    """decode_batches_fast (runs through decode_taken) makes the records, statistics and
-    errors decode_at and feed make frame by frame, with the C decoder and without it."""
+    """decode_batches_fast (runs through decode_taken), with the C decoder and without it,
+    makes the records, statistics and errors the Python decoder makes frame by frame
+    (decode_at and feed, the reference)."""
     if native and _scan is None:
         pytest.skip("the package was built without its C decoder")
     for path in inputs:
         a, b = FastDecoder(), FastDecoder()
+        b._native = None
         if not native:
-            a._native = b._native = None
+            a._native = None
         assert _in_runs(path, a) == _one_by_one(path, b), path
 
 
@@ -163,3 +168,14 @@ def test_the_c_record_headers_are_pcapio_s():
     """The C loops and the run decoder read a pcap record header and an EPB up to its packet
     by native/_capture.h; the module says its sizes, which are pcapio's."""
     assert (_scan.REC_HDR, _scan.EPB_DATA) == (pcapio._REC_HDR, pcapio._EPB_DATA)
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False, min_value=2.0 ** 24)
+       | st.floats(allow_nan=False, allow_infinity=False, max_value=-2.0 ** 24)
+       | st.sampled_from([2.0 ** 24, -2.0 ** 24, 2.0 ** 24 + 2.0 ** -28, 1_733_400_000.123456,
+                          1.7e18, 2.0 ** 53 + 2.0]))
+def test_a_time_of_2_24_seconds_or_more_is_its_own_rounding(x):
+    """The C decoder's shortcut (native/_mad.c round9), held to Python's round itself: a
+    float of magnitude 2**24 or more is what round(x, 9) gives. (Below, it is not: the
+    pcaps stamped from second 0 above hold such times, where the C rounds as Python.)"""
+    assert round(x, 9) == x

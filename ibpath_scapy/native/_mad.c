@@ -14,6 +14,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <arpa/inet.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -1364,6 +1365,21 @@ static int counts_add(Counts *c, PyObject *stats, PyObject *kind)
     return 0;
 }
 
+/* round(time, 9), as mad_frame_at rounds a frame's time. A finite float of magnitude 2**24
+ * or more is its own rounding: the doubles beside it lie 2**-29 or more away, over twice
+ * the 0.5e-9 a rounding to nine places moves it (tests/test_taken.py holds it to round());
+ * so an epoch-stamped capture's frames skip float.__round__'s exact decimal conversion. */
+/* epoch-stamped capture 3 decode (native IB, 200k frames): see bench/README.md (2026-12-05g) */
+static PyObject *round9(PyObject *time)
+{
+    if (PyFloat_CheckExact(time)) {
+        double x = PyFloat_AS_DOUBLE(time);
+        if (isfinite(x) && fabs(x) >= 16777216.0)
+            return Py_NewRef(time);
+    }
+    return PyObject_CallMethodOneArg(time, str_round, nine);
+}
+
 /* The frame `data` at `at` as frame() hands it over (a new reference: the MadFrame, with
  * its counts added to c; decode's tuple; None), or NULL with the error set. */
 static PyObject *frame_of(MadDecoder *self, PyObject *data, PyObject *at, PyObject *number,
@@ -1404,7 +1420,7 @@ static PyObject *frame_of(MadDecoder *self, PyObject *data, PyObject *at, PyObje
     if (!PyUnicode_Check(known) || PyUnicode_GET_LENGTH(known) == 0)
         return parts_tuple(self, &p); /* (mad_frame_at's `or kind_of`) */
     kind = Py_NewRef(known); /* (held: __round__ below may run Python code) */
-    if ((t = PyObject_CallMethodOneArg(time, str_round, nine)) == NULL)
+    if ((t = round9(time)) == NULL)
         goto fail;
     PyObject *w = p.where;
     if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 7) {
