@@ -18,7 +18,8 @@ The targets and their oracles (a problem raises Finding, or is an uncaught excep
 * pcapio: the bytes as a capture file. read_input must give frames or a CaptureError that
   names the file; the fast path's reader (pre-filter as classifier, runs of frames skipped in
   compiled loops) with the C loops and with their Python twins must give the same frames,
-  classifications, skipped count and error; and frames read + skipped = frames of read_input.
+  classifications, skipped count and error, frame by frame and in runs of taken frames
+  (pcapio.Taken, expanded); and frames read + skipped = frames of read_input.
 * prefilter: a selector byte, then a buffer. The C scan loops (native/_scan.c) and the Python
   ones over the buffer as pcap records or pcapng EPBs: the same (pos, k, taken). The buffer as
   one frame: a frame the run test skips is one the classifier skips, a frame the take test
@@ -316,16 +317,19 @@ def t_pcapio(data: bytes) -> None:
         if str(path) not in error:
             raise Finding(f"CaptureError does not name the file: {error}")
 
-    def classified(native: bool):
+    def classified(native: bool, runs: bool = False):
         skipped, got, err = [0], [], None
         saved = m.pcapio._native_scan
         if not native:
             m.pcapio._native_scan = lambda: None
         try:
-            for fr, cl in m.fast.reader.classified_frames(str(path), m.fast.prefilter(),
-                                                          m.blobsniff.plausible, skipped):
-                got.append((fr.number, fr.time, fr.linktype, fr.data, fr.wirelen, fr.comment,
-                            repr(cl)))
+            for item, cl in m.fast.reader.classified_frames(str(path), m.fast.prefilter(),
+                                                            m.blobsniff.plausible, skipped,
+                                                            runs=runs):
+                run = item if item.__class__ is m.pcapio.Taken else None
+                for fr in map(run.frame, range(len(run))) if run is not None else [item]:
+                    got.append((fr.number, fr.time, fr.linktype, fr.data, fr.wirelen,
+                                fr.comment, repr(cl)))
         except m.pcapio.CaptureError as exc:
             err = str(exc)
         finally:
@@ -336,6 +340,12 @@ def t_pcapio(data: bytes) -> None:
     if c != py:
         raise Finding(f"C/Python loops differ: {len(c[0])}/{len(py[0])} frames, skipped "
                       f"{c[1]}/{py[1]}, error {c[2]!r}/{py[2]!r}")
+    for native in (True, False):  # runs of taken frames handed over whole (pcapio.Taken)
+        runs = classified(native, runs=True)
+        if runs != c:
+            raise Finding(f"runs ({'C' if native else 'Python'} loops) differ from frames: "
+                          f"{len(runs[0])}/{len(c[0])} frames, skipped {runs[1]}/{c[1]}, "
+                          f"error {runs[2]!r}/{c[2]!r}")
     if c[2] != error:
         raise Finding(f"fast reader's error {c[2]!r}, read_input's {error!r}")
     if len(c[0]) + c[1] != len(frames):

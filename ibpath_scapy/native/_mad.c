@@ -1,13 +1,14 @@
-/* The fast path's MAD decoder in C: FastDecoder.decode_at (fast/decoder.py) for the SA and
- * classless MADs of the frames the pre-filter took as plain GSI datagrams (MadAt, IbMadAt).
+/* The fast path's MAD decoder in C: FastDecoder.decode_at (fast/decoder.py) for the SA, CM
+ * and classless MADs of the frames the pre-filter took as plain GSI datagrams (MadAt, IbMadAt).
  *
  * Format-agnostic, as _scan.c is: every offset, length and mask comes in a plan the Python
  * decoder builds from the layers (fast/decoder.py mad_decoder), and every value is the Python decoder's:
  * its flyweight tables, and the functions that make an entry on a miss (the compiled
  * extractors of fast/layout.py). What is left to this code is what the Python loop spent
  * its time on: cutting the keys, looking them up, checking the CRCs and building the tuples
- * the assembler takes. A frame it does not take (a CM MAD, a MAD class without a layer
- * here, a plan entry it lacks) comes back as None, and the Python decoder reads it.
+ * the assembler takes. A frame it does not take (a CM message with a field of a kind it
+ * does not read, a MAD class without a layer here, a plan entry it lacks) comes back as
+ * None, and the Python decoder reads it.
  * tests/test_native_scan.py checks both give the same records.
  */
 #define PY_SSIZE_T_CLEAN
@@ -26,6 +27,8 @@ enum { KEY_MAX = 96, MAX_RANGES = 8, MAX_IHL = 16, MAX_STEPS = 16 };
 /* what the routes table says of a MAD class and attribute: fast/decoder.py ROUTE_* */
 /* an SA MAD whose records record plan k reads has route ROUTE_SA_RECORDS + k */
 enum { ROUTE_PYTHON = 0, ROUTE_SA_OTHER = 1, ROUTE_PLAIN = 2, ROUTE_SA_RECORDS = 3 };
+/* a CM message whose plan j reads it has route ROUTE_CM + j (record plans stay below it) */
+enum { ROUTE_CM = 128 };
 /* the MAD header fields the route and the names are told by (Tables.mad_plan's which) */
 enum { WHICH_METHOD, WHICH_CLASS, WHICH_ATTRIBUTE, WHICH_STATUS, WHICH_N };
 
@@ -54,6 +57,12 @@ typedef struct {
     Step *reserved;
     FactLayout layout;
 } RecordPlan;
+/* A CM message's reading (fast/decoder.py cm_plan): its fact, made with the message's name
+ * first, and for a REQ its paths' fact (req.n_steps -1: none). */
+typedef struct {
+    PyObject *name; /* borrowed: self->cm_plans holds it */
+    RecordPlan msg, req;
+} CmPlan;
 
 typedef struct {
     PyObject_HEAD
@@ -85,6 +94,10 @@ typedef struct {
      * records of another attribute puts them under sa_records) */
     PyObject *own_records, *mad_frame, *kinds;
     Py_ssize_t path_record_route;
+    /* the CM messages read here, by route - ROUTE_CM */
+    PyObject *cm_plans;
+    CmPlan *cms;
+    Py_ssize_t n_cms;
     PyObject *construction;
     FactLayout mad_layout, frame_layout;
     /* a RoCEv2 frame's where tuple (fast/decoder.py rocev2_where), made here on a miss: its
@@ -369,13 +382,62 @@ static PyObject *new_fact(const FactLayout *l, PyObject *const *args)
     return o;
 }
 
+/* Fill rp's steps, reserved steps and fact layout (rp->size set: the bytes they read
+ * within) from a plan's fact class, steps ((offset, nbytes, shift, mask, little, gid)
+ * each) and reserved steps; `lead` arguments come before the steps' values (a CM message's
+ * name). 0, or -1 with the error set. */
+static int fact_steps(MadDecoder *self, PyObject *fact, PyObject *steps, PyObject *reserved,
+                      Py_ssize_t lead, RecordPlan *rp)
+{
+    if (!PyCallable_Check(fact) || !PyTuple_Check(steps) || !PyTuple_Check(reserved))
+        goto bad;
+    rp->fact = fact;
+    Py_ssize_t n = PyTuple_GET_SIZE(steps), r = PyTuple_GET_SIZE(reserved);
+    rp->steps = PyMem_Calloc(n ? n : 1, sizeof(FactStep));
+    rp->reserved = PyMem_Calloc(r ? r : 1, sizeof(Step));
+    if (rp->steps == NULL || rp->reserved == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PyTuple_GET_ITEM(steps, i);
+        if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) != 6)
+            goto bad;
+        FactStep *fs = &rp->steps[i];
+        fs->gid = PyObject_IsTrue(PyTuple_GET_ITEM(s, 5));
+        if (fs->gid) {  /* a GID: 16 bytes at the offset */
+            fs->st.off = PyLong_AsSsize_t(PyTuple_GET_ITEM(s, 0));
+            if (fs->st.off < 0 || fs->st.off + 16 > rp->size)
+                goto bad;
+            continue;
+        }
+        PyObject *head = PyTuple_GetSlice(s, 0, 5);
+        int bad_step = head == NULL || parse_step(head, &fs->st, rp->size) < 0;
+        Py_XDECREF(head);
+        if (bad_step)
+            return -1;
+    }
+    for (Py_ssize_t i = 0; i < r; i++)
+        if (parse_step(PyTuple_GET_ITEM(reserved, i), &rp->reserved[i], rp->size) < 0)
+            return -1;
+    if (fact_layout(self->construction, fact, lead + n, &rp->layout) < 0)
+        return -1;
+    rp->n_steps = n;
+    rp->n_reserved = r;
+    return 0;
+bad:
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "MadDecoder: a fact's steps of the wrong kind");
+    return -1;
+}
+
 /* record_plans: a tuple of (dict, make, size > 0, fact class or None, steps or None,
  * reserved steps or None); steps: (offset, nbytes, shift, mask, little, gid). Parsed into
  * self->plans; -1 with the error set. */
 static int parse_record_plans(MadDecoder *self)
 {
     PyObject *plans = self->record_plans;
-    if (!PyTuple_Check(plans) || PyTuple_GET_SIZE(plans) > 255 - ROUTE_SA_RECORDS)
+    if (!PyTuple_Check(plans) || PyTuple_GET_SIZE(plans) > ROUTE_CM - ROUTE_SA_RECORDS)
         goto bad;
     self->n_plans = PyTuple_GET_SIZE(plans);
     self->plans = PyMem_Calloc(self->n_plans ? self->n_plans : 1, sizeof(RecordPlan));
@@ -401,41 +463,8 @@ static int parse_record_plans(MadDecoder *self)
                  *reserved = PyTuple_GET_ITEM(p, 5);
         if (fact == Py_None)
             continue;
-        if (!PyCallable_Check(fact) || !PyTuple_Check(steps) || !PyTuple_Check(reserved))
-            goto bad;
-        rp->fact = fact;
-        Py_ssize_t n = PyTuple_GET_SIZE(steps), r = PyTuple_GET_SIZE(reserved);
-        rp->steps = PyMem_Calloc(n ? n : 1, sizeof(FactStep));
-        rp->reserved = PyMem_Calloc(r ? r : 1, sizeof(Step));
-        if (rp->steps == NULL || rp->reserved == NULL) {
-            PyErr_NoMemory();
+        if (fact_steps(self, fact, steps, reserved, 0, rp) < 0)
             return -1;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *s = PyTuple_GET_ITEM(steps, i);
-            if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) != 6)
-                goto bad;
-            FactStep *fs = &rp->steps[i];
-            fs->gid = PyObject_IsTrue(PyTuple_GET_ITEM(s, 5));
-            if (fs->gid) {  /* a GID: 16 bytes at the offset */
-                fs->st.off = PyLong_AsSsize_t(PyTuple_GET_ITEM(s, 0));
-                if (fs->st.off < 0 || fs->st.off + 16 > rp->size)
-                    goto bad;
-                continue;
-            }
-            PyObject *head = PyTuple_GetSlice(s, 0, 5);
-            int bad_step = head == NULL || parse_step(head, &fs->st, rp->size) < 0;
-            Py_XDECREF(head);
-            if (bad_step)
-                return -1;
-        }
-        for (Py_ssize_t i = 0; i < r; i++)
-            if (parse_step(PyTuple_GET_ITEM(reserved, i), &rp->reserved[i], rp->size) < 0)
-                return -1;
-        if (fact_layout(self->construction, fact, n, &rp->layout) < 0)
-            return -1;
-        rp->n_steps = n;
-        rp->n_reserved = r;
     }
     return 0;
 bad:
@@ -444,12 +473,54 @@ bad:
     return -1;
 }
 
+/* cm_plans: a tuple of (name, fact class, steps, paths' fact class or None, its steps or
+ * None), steps as a record plan's, within a CM message (size: the MAD after its header).
+ * Parsed into self->cms; -1 with the error set. */
+static int parse_cm_plans(MadDecoder *self)
+{
+    PyObject *plans = self->cm_plans, *none = PyTuple_New(0);
+    if (none == NULL)
+        return -1;
+    int r = -1;
+    if (!PyTuple_Check(plans) || PyTuple_GET_SIZE(plans) > 255 - ROUTE_CM)
+        goto bad;
+    self->n_cms = PyTuple_GET_SIZE(plans);
+    self->cms = PyMem_Calloc(self->n_cms ? self->n_cms : 1, sizeof(CmPlan));
+    if (self->cms == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t j = 0; j < self->n_cms; j++) {
+        PyObject *p = PyTuple_GET_ITEM(plans, j);
+        CmPlan *cp = &self->cms[j];
+        cp->msg.n_steps = cp->req.n_steps = -1;
+        cp->msg.size = cp->req.size = self->mad_size - self->mad_len;
+        if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 5 || !PyUnicode_Check(PyTuple_GET_ITEM(p, 0)))
+            goto bad;
+        cp->name = PyTuple_GET_ITEM(p, 0);
+        if (fact_steps(self, PyTuple_GET_ITEM(p, 1), PyTuple_GET_ITEM(p, 2), none, 1, &cp->msg) < 0)
+            goto out;
+        if (PyTuple_GET_ITEM(p, 3) != Py_None
+                && fact_steps(self, PyTuple_GET_ITEM(p, 3), PyTuple_GET_ITEM(p, 4), none, 0,
+                              &cp->req) < 0)
+            goto out;
+    }
+    r = 0;
+    goto out;
+bad:
+    PyErr_SetString(PyExc_ValueError, "MadDecoder: a CM plan of the wrong kind");
+out:
+    Py_DECREF(none);
+    return r;
+}
+
 /* Whether a route reads records (and of a plan there is), an SA MAD without records, or a
  * MAD with no layer above it: the routes this code takes. */
 static int route_taken(MadDecoder *self, long route)
 {
     return route == ROUTE_SA_OTHER || route == ROUTE_PLAIN
-        || (route >= ROUTE_SA_RECORDS && route - ROUTE_SA_RECORDS < self->n_plans);
+        || (route >= ROUTE_SA_RECORDS && route - ROUTE_SA_RECORDS < self->n_plans)
+        || (route >= ROUTE_CM && route - ROUTE_CM < self->n_cms);
 }
 
 static int init(MadDecoder *self, PyObject *args, PyObject *kw)
@@ -502,6 +573,8 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
             || plan_int(plan, "sa_start", &self->sa_start)
             || plan_int(plan, "data_start", &self->data_start)
             || plan_int(plan, "mad_size", &self->mad_size)
+            || plan_obj(plan, "cm_plans", &self->cm_plans)
+            || parse_cm_plans(self)
             || plan_int(plan, "version_off", &self->version_off)
             || plan_int(plan, "version_shift", &self->version_shift)
             || plan_int(plan, "version_mask", &self->version_mask)
@@ -575,7 +648,7 @@ static void dealloc(MadDecoder *self)
         &self->make_where, &self->shapes, &self->count,
         &self->stride, &self->whole_python, &self->madat, &self->ibmadat, &self->saparts,
         &self->own_records, &self->mad_frame, &self->kinds, &self->construction,
-        &self->rocev2, &self->addrs,
+        &self->rocev2, &self->addrs, &self->cm_plans,
         &self->errors[0], &self->errors[1], &self->errors[2], &self->errors[3],
         &self->mad_size_obj, &self->prefix, &self->ipv4_masks, &self->ipv6_mask,
         &self->local_mask, &self->global_mask, &self->global_short_mask,
@@ -585,10 +658,20 @@ static void dealloc(MadDecoder *self)
         PyMem_Free(self->plans[k].reserved);
         fact_layout_clear(&self->plans[k].layout);
     }
+    for (Py_ssize_t j = 0; self->cms != NULL && j < self->n_cms; j++) {
+        RecordPlan *rps[2] = {&self->cms[j].msg, &self->cms[j].req};
+        for (int i = 0; i < 2; i++) {
+            PyMem_Free(rps[i]->steps);
+            PyMem_Free(rps[i]->reserved);
+            fact_layout_clear(&rps[i]->layout);
+        }
+    }
     fact_layout_clear(&self->mad_layout);
     fact_layout_clear(&self->frame_layout);
     PyMem_Free(self->plans);
     self->plans = NULL;
+    PyMem_Free(self->cms);
+    self->cms = NULL;
     for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
         Py_CLEAR(*objs[i]);
     if (self->crcs_held) {
@@ -909,34 +992,46 @@ static PyObject *gid_of(MadDecoder *self, const unsigned char *p)
     return addr_text(self->gids, self->gids_max, p, 16);
 }
 
-/* (fact, reserved bits set) of the record at p, as the plan's make makes it: the fact's
- * values read by its steps and its class called with them. */
-static PyObject *make_record(MadDecoder *self, const RecordPlan *rp, const unsigned char *p)
+/* The fact of the plan's fields at p, read by its steps (lead, if not NULL, its first
+ * argument), made as its class's __new__ makes it: a new reference, or NULL with the error
+ * set. */
+static PyObject *make_fact(MadDecoder *self, const RecordPlan *rp, const unsigned char *p,
+                           PyObject *lead)
 {
-    PyObject *small[32] = {NULL}, **args = small, *fact = NULL, *out = NULL;
-    Py_ssize_t n = rp->n_steps, made = 0;
-    if (n > 32 && (args = PyMem_Malloc(n * sizeof(PyObject *))) == NULL)
+    PyObject *small[48] = {NULL}, **args = small, *fact = NULL;
+    Py_ssize_t k = lead != NULL, n = rp->n_steps + k, made = k;
+    if (n > 48 && (args = PyMem_Malloc(n * sizeof(PyObject *))) == NULL)
         return PyErr_NoMemory();
+    if (lead != NULL)
+        args[0] = Py_NewRef(lead);
     for (; made < n; made++) {
-        const FactStep *fs = &rp->steps[made];
+        const FactStep *fs = &rp->steps[made - k];
         args[made] = fs->gid ? gid_of(self, p + fs->st.off)
                              : PyLong_FromUnsignedLongLong(step_value(&fs->st, p));
         if (args[made] == NULL)
             goto out;
     }
     fact = new_fact(&rp->layout, args);
-    if (fact == NULL)
-        goto out;
-    int reserved = 0;
-    for (Py_ssize_t i = 0; i < rp->n_reserved && !reserved; i++)
-        reserved = step_value(&rp->reserved[i], p) != 0;
-    out = PyTuple_Pack(2, fact, reserved ? Py_True : Py_False);
 out:
     for (Py_ssize_t i = 0; i < made; i++)
         Py_DECREF(args[i]);
     if (args != small)
         PyMem_Free(args);
-    Py_XDECREF(fact);
+    return fact;
+}
+
+/* (fact, reserved bits set) of the record at p, as the plan's make makes it: the fact's
+ * values read by its steps and its class called with them. */
+static PyObject *make_record(MadDecoder *self, const RecordPlan *rp, const unsigned char *p)
+{
+    PyObject *fact = make_fact(self, rp, p, NULL);
+    if (fact == NULL)
+        return NULL;
+    int reserved = 0;
+    for (Py_ssize_t i = 0; i < rp->n_reserved && !reserved; i++)
+        reserved = step_value(&rp->reserved[i], p) != 0;
+    PyObject *out = PyTuple_Pack(2, fact, reserved ? Py_True : Py_False);
+    Py_DECREF(fact);
     return out;
 }
 
@@ -1116,7 +1211,7 @@ static PyObject *whole(MadDecoder *self, PyObject *args, PyObject *kw)
     long route = route_at(self, b, 0);
     if (route == -1 && PyErr_Occurred())
         return NULL;
-    if (!route_taken(self, route) || route == ROUTE_PLAIN)
+    if (!route_taken(self, route) || route == ROUTE_PLAIN || route >= ROUTE_CM)
         return PyObject_CallOneArg(self->whole_python, msg);
     if (route == ROUTE_SA_OTHER)
         return Py_BuildValue("([]())");  /* Tables.whole: no records */
@@ -1143,7 +1238,7 @@ static PyObject *whole(MadDecoder *self, PyObject *args, PyObject *kw)
 /* What decode_parts reads of a frame: the values decode() hands over, and for frame() the
  * route and whether an SA MAD carries its own records (its shape's own records). */
 typedef struct {
-    PyObject *where, *mad, *errors, *icrc, *sa;
+    PyObject *where, *mad, *errors, *icrc, *sa, *cm, *cm_req;
     long route;
     int own;
 } Parts;
@@ -1155,6 +1250,8 @@ static void parts_clear(Parts *p)
     Py_CLEAR(p->errors);
     Py_CLEAR(p->icrc);
     Py_CLEAR(p->sa);
+    Py_CLEAR(p->cm);
+    Py_CLEAR(p->cm_req);
 }
 
 /* The parts of the frame `data` at `at` (new references in *p): 1, 0 when this code does not
@@ -1236,9 +1333,16 @@ static int decode_parts(MadDecoder *self, PyObject *data, PyObject *at, Parts *p
     if (p->icrc == NULL)
         goto fail;
 
-    if (route == ROUTE_PLAIN) {
-        p->sa = Py_None;
-        Py_INCREF(p->sa);
+    if (route == ROUTE_PLAIN || route >= ROUTE_CM) {
+        p->sa = Py_NewRef(Py_None);
+        if (route >= ROUTE_CM) { /* the message after the MAD header (and a REQ's paths) */
+            const CmPlan *cp = &self->cms[route - ROUTE_CM];
+            if ((p->cm = make_fact(self, &cp->msg, b + o + self->mad_len, cp->name)) == NULL)
+                goto fail;
+            if (cp->req.n_steps >= 0
+                    && (p->cm_req = make_fact(self, &cp->req, b + o + self->mad_len, NULL)) == NULL)
+                goto fail;
+        }
         return 1;
     }
     p->sa = sa_parts(self, data, o, p->mad, (int)route, &p->own);
@@ -1258,20 +1362,22 @@ fail:
 /* decode's tuple of the parts (taking their references), or NULL with the error set. */
 static PyObject *parts_tuple(MadDecoder *self, Parts *p)
 {
-    PyObject *out = PyTuple_New(6);
+    PyObject *out = PyTuple_New(8);
     if (out == NULL) {
         parts_clear(p);
         return NULL;
     }
     Py_INCREF(self->mad_size_obj);
-    PyObject *items[6] = {p->where, p->mad, self->mad_size_obj, p->errors, p->icrc, p->sa};
-    for (int i = 0; i < 6; i++)
+    PyObject *items[8] = {p->where, p->mad, self->mad_size_obj, p->errors, p->icrc, p->sa,
+                          p->cm ? p->cm : Py_NewRef(Py_None),
+                          p->cm_req ? p->cm_req : Py_NewRef(Py_None)};
+    for (int i = 0; i < 8; i++)
         PyTuple_SET_ITEM(out, i, items[i]);
     memset(p, 0, sizeof *p);
     return out;
 }
 
-/* decode(data, at) -> (where, mad, length, crc_errors, icrc, sa) | None */
+/* decode(data, at) -> (where, mad, length, crc_errors, icrc, sa, cm, cm_req) | None */
 static PyObject *decode(MadDecoder *self, PyObject *args)
 {
     PyObject *data, *at;
@@ -1433,8 +1539,8 @@ static PyObject *frame_of(MadDecoder *self, PyObject *data, PyObject *at, PyObje
         PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1), PyTuple_GET_ITEM(w, 2),
         PyTuple_GET_ITEM(w, 3), PyTuple_GET_ITEM(w, 4), PyTuple_GET_ITEM(w, 5),
         PyTuple_GET_ITEM(w, 6),
-        p.mad, Py_None, rmpp, hdr, Py_None, Py_None, Py_None, records, Py_None, Py_None,
-        Py_None, Py_None, others,
+        p.mad, Py_None, rmpp, hdr, Py_None, Py_None, Py_None, records,
+        p.cm ? p.cm : Py_None, p.cm_req ? p.cm_req : Py_None, Py_None, Py_None, others,
     };
     out = new_fact(&self->frame_layout, fields);
     if (out != NULL && counts_add(c, stats, kind) < 0)
@@ -1562,8 +1668,8 @@ done:
 
 static PyMethodDef decoder_methods[] = {
     {"decode", (PyCFunction)decode, METH_VARARGS,
-     "decode(data, at) -> (where, mad, length, crc_errors, icrc, sa), what the assembler's "
-     "mad_frame_at takes after the frame number and time, or None: the Python decoder "
+     "decode(data, at) -> (where, mad, length, crc_errors, icrc, sa, cm, cm_req), what the "
+     "assembler's mad_frame_at takes after the frame number and time, or None: the Python decoder "
      "reads the frame."},
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
      "frame(data, at, number, time, stats) -> the frame's MadFrame, as the assembler's "

@@ -95,16 +95,37 @@ def record_plan(attribute_id: int, layer: type) -> RecordPlan:
     names = PATH_RECORD_FIELDS if fact is PathRecordFact else public_names(layer)
     assert tuple(names) == tuple(fact._INIT), (layer, names)
     reserved = [f.name for f in layer.fields_desc if f.name.startswith("reserved")]
-    steps = layer_steps(layer)
     try:
-        c_steps = tuple((steps[n].offset, 16, 0, 0, 0, 1) if steps[n].kind == "ipv6"
-                        else (*_step(steps[n]), 0) for n in fact._INIT)
+        c_steps = c_fact_steps(layer, fact._INIT)
+        steps = layer_steps(layer)
         c_reserved = tuple(_step(steps[n]) for n in reserved)
     except NotCompilable:
         c_steps = c_reserved = None
     return RecordPlan(attribute_id, layer, fact, static_length(layer),
                       compile_extractor(layer, fact._INIT, as_tuple=True),
                       compile_nonzero(layer, reserved), c_steps, c_reserved)
+
+
+def c_fact_steps(layer: type, names) -> tuple:
+    """native/_mad.c's reading of the fields `names` of a fixed layout: per field (offset,
+    bytes, shift, mask, little-endian, GID), a GID as its 16 bytes; NotCompilable where a
+    field is of another kind."""
+    steps = layer_steps(layer)
+    return tuple((steps[n].offset, 16, 0, 0, 0, 1) if steps[n].kind == "ipv6"
+                 else (*_step(steps[n]), 0) for n in names)
+
+
+class CmPlan(NamedTuple):
+    """How the C decoder reads a CM message (native/_mad.c CmPlan): the message's name, its
+    fact (made with the name first, then the fields c_fact_steps reads) and, for a REQ,
+    the fact of its paths (CmReqPaths) and its steps (None: none)."""
+
+    layer: type
+    name: str
+    fact: type
+    steps: tuple
+    paths: type | None
+    path_steps: tuple | None
 
 
 class _Compiled:
@@ -138,13 +159,25 @@ class _Compiled:
         self.record_plans = tuple(record_plan(a, cls) for a, cls in sorted(self.record_classes.items()))
         self.plan_index = {p.attribute_id: k for k, p in enumerate(self.record_plans)}
         self.cm = {}
+        # the CM messages the C decoder reads too (those of integer and GID fields only): its
+        # route of one is ROUTE_CM + its plan's index
+        self.cm_plans: list[CmPlan] = []
         for cls in cm_layers.CM_MESSAGE_CLASSES.values():
             fact = CM_FACTS[cls]  # "message", then the layer's fields (private data not)
             assert fact._INIT[0] == "message", fact._INIT
-            self.cm[cls] = (cls._name.split()[-1], fact,
-                            compile_extractor(cls, fact._INIT[1:], as_tuple=True),
+            name, req = cls._name.split()[-1], cls is cm_layers.CMReq
+            self.cm[cls] = (name, fact, compile_extractor(cls, fact._INIT[1:], as_tuple=True),
                             compile_extractor(cls, CmReqPaths._INIT, as_tuple=True)
-                            if cls is cm_layers.CMReq else None)
+                            if req else None)
+            try:
+                self.cm_plans.append(CmPlan(
+                    cls, name, fact, c_fact_steps(cls, fact._INIT[1:]),
+                    CmReqPaths if req else None,
+                    c_fact_steps(cls, CmReqPaths._INIT) if req else None))
+            except NotCompilable:
+                pass
+        assert len(self.record_plans) < ROUTE_CM - ROUTE_SA_RECORDS
+        self.cm_index = {p.layer: k for k, p in enumerate(self.cm_plans)}
 
 
 _C: _Compiled | None = None
@@ -187,11 +220,13 @@ def _remember(cache: dict, key: bytes, value):
     return value
 
 
-# What the C decoder is to do with a MAD header (Tables.route): hand the frame back (a CM
-# message, or a class with a layer it does not read), an SA MAD of an attribute without
-# records, a MAD with no layer above it, or an SA MAD whose records plan k reads
-# (ROUTE_SA_RECORDS + k). native/_mad.c's ROUTE_*.
+# What the C decoder is to do with a MAD header (Tables.route): hand the frame back (a class
+# with a layer it does not read, a CM message with a field it does not read), an SA MAD of an
+# attribute without records, a MAD with no layer above it, an SA MAD whose records plan k
+# reads (ROUTE_SA_RECORDS + k), or a CM message its plan k reads (ROUTE_CM + k).
+# native/_mad.c's ROUTE_*.
 ROUTE_PYTHON, ROUTE_SA_OTHER, ROUTE_PLAIN, ROUTE_SA_RECORDS = range(4)
+ROUTE_CM = 128  # a CM message the C decoder reads by plan k: ROUTE_CM + k
 _ROUTE_BYTES = [bytes([r]) for r in range(256)]
 
 
@@ -250,7 +285,10 @@ class Tables:
         if nxt is RMPP:
             k = c.plan_index.get(attribute_id)
             return ROUTE_SA_OTHER if k is None else ROUTE_SA_RECORDS + k
-        return ROUTE_PLAIN if nxt is None else ROUTE_PYTHON
+        if nxt is None:
+            return ROUTE_PLAIN
+        k = c.cm_index.get(nxt)
+        return ROUTE_PYTHON if k is None else ROUTE_CM + k
 
     def sa(self, b: bytes, o: int, end: int, m) -> tuple:
         """(RMPP fact, SA header fact, record facts, reserved) of the SA MAD at b[o:end]:
@@ -515,6 +553,7 @@ def mad_plan(tables: Tables) -> SimpleNamespace:
         # (-1: none), the RoCEv2 where tuple's parts
         **native_record_plan(), construction=construction,
         path_record_route=-1 if pr_plan is None else ROUTE_SA_RECORDS + pr_plan,
+        cm_plans=tuple((p.name, p.fact, p.steps, p.paths, p.path_steps) for p in c.cm_plans),
         rocev2=ROCEV2, addrs=_ADDR_CACHE, addrs_max=_ADDR_CACHE_MAX,
         rocev2_qps=[(MadAt._fields.index("bth"), _step(bth["dqpn"])),
                     (MadAt._fields.index("deth"), _step(deth["src_qp"]))],
