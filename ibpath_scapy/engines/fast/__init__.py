@@ -54,8 +54,8 @@ def decode_file_fast(path, decoder: FastDecoder | None = None,
 
 def decode_batches_fast(path, decoder: FastDecoder | None = None,
                         as_blob: bool = False) -> Iterator[list]:
-    """decode_file_fast's records (render=False) in lists of 2,048 or a few more (a run of
-    taken frames is not cut), the last one shorter (a live stream's: one per frame, so that
+    """decode_file_fast's records (render=False) in lists of 2,048 or more (a run of
+    taken frames, up to pcapio.TAKE_MOST, is not cut), the last one shorter (a live stream's: one per frame, so that
     no frame waits for the next): what the audit replays a list at a time
     (engine.audit_records), without handing each record through the generators between.
     Raises as decode_file_fast does, after a last list of the records before the damage."""
