@@ -27,8 +27,6 @@ enum { KEY_MAX = 96, MAX_RANGES = 8, MAX_IHL = 16, MAX_STEPS = 16 };
 /* what the routes table says of a MAD class and attribute: fast/decoder.py ROUTE_* */
 /* an SA MAD whose records record plan k reads has route ROUTE_SA_RECORDS + k */
 enum { ROUTE_PYTHON = 0, ROUTE_SA_OTHER = 1, ROUTE_PLAIN = 2, ROUTE_SA_RECORDS = 3 };
-/* a CM message whose plan j reads it has route ROUTE_CM + j (record plans stay below it) */
-enum { ROUTE_CM = 128 };
 /* the MAD header fields the route and the names are told by (Tables.mad_plan's which) */
 enum { WHICH_METHOD, WHICH_CLASS, WHICH_ATTRIBUTE, WHICH_STATUS, WHICH_N };
 
@@ -94,7 +92,9 @@ typedef struct {
      * records of another attribute puts them under sa_records) */
     PyObject *own_records, *mad_frame, *kinds;
     Py_ssize_t path_record_route;
-    /* the CM messages read here, by route - ROUTE_CM */
+    /* the CM messages read here, by route - route_cm (fast/decoder.py ROUTE_CM: the record
+     * plans' routes stay below it) */
+    Py_ssize_t route_cm;
     PyObject *cm_plans;
     CmPlan *cms;
     Py_ssize_t n_cms;
@@ -437,7 +437,8 @@ bad:
 static int parse_record_plans(MadDecoder *self)
 {
     PyObject *plans = self->record_plans;
-    if (!PyTuple_Check(plans) || PyTuple_GET_SIZE(plans) > ROUTE_CM - ROUTE_SA_RECORDS)
+    if (!PyTuple_Check(plans) || self->route_cm > 255 || self->route_cm <= ROUTE_SA_RECORDS
+            || PyTuple_GET_SIZE(plans) > self->route_cm - ROUTE_SA_RECORDS)
         goto bad;
     self->n_plans = PyTuple_GET_SIZE(plans);
     self->plans = PyMem_Calloc(self->n_plans ? self->n_plans : 1, sizeof(RecordPlan));
@@ -483,7 +484,7 @@ static int parse_cm_plans(MadDecoder *self)
     if (none == NULL)
         return -1;
     int r = -1;
-    if (!PyTuple_Check(plans) || PyTuple_GET_SIZE(plans) > 255 - ROUTE_CM)
+    if (!PyTuple_Check(plans) || PyTuple_GET_SIZE(plans) > 256 - self->route_cm)
         goto bad;
     self->n_cms = PyTuple_GET_SIZE(plans);
     self->cms = PyMem_Calloc(self->n_cms ? self->n_cms : 1, sizeof(CmPlan));
@@ -521,7 +522,7 @@ static int route_taken(MadDecoder *self, long route)
 {
     return route == ROUTE_SA_OTHER || route == ROUTE_PLAIN
         || (route >= ROUTE_SA_RECORDS && route - ROUTE_SA_RECORDS < self->n_plans)
-        || (route >= ROUTE_CM && route - ROUTE_CM < self->n_cms);
+        || (route >= self->route_cm && route - self->route_cm < self->n_cms);
 }
 
 static int init(MadDecoder *self, PyObject *args, PyObject *kw)
@@ -536,6 +537,7 @@ static int init(MadDecoder *self, PyObject *args, PyObject *kw)
             || plan_obj(plan, "addrs", &self->addrs)
             || plan_int(plan, "addrs_max", &self->addrs_max)
             || plan_qps(plan, self)
+            || plan_int(plan, "route_cm", &self->route_cm)
             || plan_obj(plan, "record_plans", &self->record_plans)
             || parse_record_plans(self)
             || plan_obj(plan, "gids", &self->gids)
@@ -1212,7 +1214,7 @@ static PyObject *whole(MadDecoder *self, PyObject *args, PyObject *kw)
     long route = route_at(self, b, 0);
     if (route == -1 && PyErr_Occurred())
         return NULL;
-    if (!route_taken(self, route) || route == ROUTE_PLAIN || route >= ROUTE_CM)
+    if (!route_taken(self, route) || route == ROUTE_PLAIN || route >= self->route_cm)
         return PyObject_CallOneArg(self->whole_python, msg);
     if (route == ROUTE_SA_OTHER)
         return Py_BuildValue("([]())");  /* Tables.whole: no records */
@@ -1334,10 +1336,10 @@ static int decode_parts(MadDecoder *self, PyObject *data, PyObject *at, Parts *p
     if (p->icrc == NULL)
         goto fail;
 
-    if (route == ROUTE_PLAIN || route >= ROUTE_CM) {
+    if (route == ROUTE_PLAIN || route >= self->route_cm) {
         p->sa = Py_NewRef(Py_None);
-        if (route >= ROUTE_CM) { /* the message after the MAD header (and a REQ's paths) */
-            const CmPlan *cp = &self->cms[route - ROUTE_CM];
+        if (route >= self->route_cm) { /* the message after the MAD header (a REQ's paths) */
+            const CmPlan *cp = &self->cms[route - self->route_cm];
             if ((p->cm = make_fact(self, &cp->msg, b + o + self->mad_len, cp->name)) == NULL)
                 goto fail;
             if (cp->req.n_steps >= 0

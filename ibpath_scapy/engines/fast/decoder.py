@@ -553,6 +553,7 @@ def mad_plan(tables: Tables) -> SimpleNamespace:
         # (-1: none), the RoCEv2 where tuple's parts
         **native_record_plan(), construction=construction,
         path_record_route=-1 if pr_plan is None else ROUTE_SA_RECORDS + pr_plan,
+        route_cm=ROUTE_CM,
         cm_plans=tuple((p.name, p.fact, p.steps, p.paths, p.path_steps) for p in c.cm_plans),
         rocev2=ROCEV2, addrs=_ADDR_CACHE, addrs_max=_ADDR_CACHE_MAX,
         rocev2_qps=[(MadAt._fields.index("bth"), _step(bth["dqpn"])),
