@@ -392,18 +392,11 @@ class FastDecoder(Decoder):
         decode_at (or feed, where it gives None) makes them frame by frame. The C decoder
         reads the run's records from the read buffer itself; a Frame is made only for the
         frames it leaves to Python."""
-        if self._native is None:
-            out = []
-            for j in range(len(run)):
-                frame = run.frame(j)
-                rec = self._python_at(frame, at)
-                if rec is None:
-                    out += self.feed(frame)
-                else:
-                    out.append(rec)
-            return out
-        records, rest = self._native.taken(run.buf, run.taken, run.number, run.epb, run.little,
-                                           run.res, at, self.stats)
+        if self._native is None:  # every frame left to Python, as the C leaves some
+            records, rest = [None] * len(run), [(j, None, None, None) for j in range(len(run))]
+        else:
+            records, rest = self._native.taken(run.buf, run.taken, run.number, run.epb,
+                                               run.little, run.res, at, self.stats)
         fed = None
         for j, number, time, got in rest:
             if got is not None:
