@@ -65,10 +65,11 @@ def _summary(t) -> tuple:
 
 
 def _replay(records: list, native: bool, keep_closed: bool = False,
-            frame_rules: bool = True, spills: bool = False) -> tuple:
+            frame_rules: bool = True, spills: bool = False, batch: int | None = None) -> tuple:
     """What a replay fed `records` did: the transactions in the order they closed, what it
     kept for the frame rules (every record, without frame_rules), its counts, and its
-    resolutions with what each holds (its transactions read back from the Spill file)."""
+    resolutions with what each holds (its transactions read back from the Spill file).
+    batch: the records handed over `batch` at a time (feed_all), as the audit hands them."""
     replay = Replay(keep_closed=keep_closed)
     replay.keep_frame_record = engine._frame_finding_test() if frame_rules else bool
     replay.transaction_marks = engine.transaction_marks()
@@ -86,8 +87,14 @@ def _replay(records: list, native: bool, keep_closed: bool = False,
     feed = replay.intake() if native else replay.feed
     if native:
         assert feed != replay.feed
-    for rec in records:
-        feed(rec, replay.keep_frame_record(rec))
+    if batch is None:
+        for rec in records:
+            feed(rec, replay.keep_frame_record(rec))
+    else:
+        feed_all = feed.__self__.feed_all
+        for i in range(0, len(records), batch):
+            group = records[i:i + batch]
+            feed_all(group, [replay.keep_frame_record(rec) for rec in group])
     held = replay._held
     replay.finish()
     kept = [(r["frame"], r["kind"], id(r) if isinstance(r, MadFrame) else r.get("limit"))
@@ -140,6 +147,32 @@ def test_same_transactions_over_the_bench_captures(bench_capture, tmp_path, kind
         path = bench_capture(kind, 4000, encap=encap)
     closed = _same(_records(path))[0]
     assert sum(t[3] for t in closed) > (30 if kind == "capture1" else 1000)
+
+
+@needs_c
+@pytest.mark.parametrize("batch", [1, 7, 2048])
+def test_same_transactions_fed_a_batch_at_a_time(tmp_path, batch):
+    """feed_all, the audit's way in: the C's (records counted once a batch, transactions
+    opened in C) against the Python replay fed record by record, on the storm and on the
+    project's captures and fuzz inputs."""
+    storm = write_capture3(tmp_path / "c3.pcap", 3000, encap="ib")
+    closed = 0
+    for path in [storm, *project_inputs()]:
+        records = _records(path)
+        c = _replay(records, True, batch=batch)
+        assert c == _replay(records, False) == _replay(records, False, batch=batch)
+        closed += len(c[0])
+    assert closed > 1000
+
+
+@needs_c
+def test_feed_all_wants_a_keep_for_each_record():
+    replay = Replay(keep_closed=False)
+    feed_all = replay.intake().__self__.feed_all
+    with pytest.raises(ValueError, match="a keep for each record"):
+        feed_all([], [True])
+    with pytest.raises(ValueError):
+        replay.feed_all([], [True])
 
 
 @needs_c

@@ -436,6 +436,11 @@ class Replay:
         self.keep_frame_record = None
 
     # -- intake ------------------------------------------------------------------------------
+    def feed_all(self, records: list, keep: list) -> None:
+        """feed(rec, k) for each record and its keep_frame_record verdict, in order."""
+        for rec, k in zip(records, keep, strict=True):
+            self.feed(rec, k)
+
     def feed(self, rec: dict, keep: bool | None = None) -> None:
         """One decoded record; `keep`, when given, is keep_frame_record(rec), asked already."""
         fact = isinstance(rec, Fact)  # a decoder's record: its fields are attributes
