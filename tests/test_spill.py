@@ -233,7 +233,7 @@ def test_a_replay_with_its_c_rows_crosses_to_another_process(storm3, monkeypatch
     back = pickle.loads(pickle.dumps(_portable(fa, options).replay))
     assert back._rows is None and len(back.resolutions) == len(fa.replay.resolutions)
     res = next(r for r in back.resolutions.values() if r.transactions)
-    back._spill(res)
+    back._spill([res])
     assert back.read_back(res) and back.spill is not None
     back.close_spill()
 
@@ -254,6 +254,51 @@ def test_spill_chunks_chain_per_resolution():
     for key in "ab":
         assert [items for kind, items in spill.read(refs[key])] == want[key]
     assert spill.read(refs["c"]) == [(b"p", odd)]
+    spill.close()
+
+
+@pytest.mark.parametrize("cache", [4096, 20, 1], ids=["cached", "evicting", "one-chunk"])
+def test_spill_entries_in_chunks_read_back_in_any_order(monkeypatch, cache):
+    """Resolutions spilled together share chunks of CHUNK_ENTRIES; each comes back whole,
+    oldest entry first, read in any order, however few decoded chunks are kept."""
+    import random
+
+    from ibpath_scapy.audit import spill as spill_module
+
+    monkeypatch.setattr(spill_module, "CACHE_ENTRIES", cache)
+    spill = Spill()
+    names = [f"r{i}" for i in range(37)]
+    refs = dict.fromkeys(names, 0)
+    want: dict[str, list] = {n: [] for n in names}
+    rnd = random.Random(7)
+    for rnd_pass in range(5):
+        batch = [n for n in names if rnd.random() < 0.8]
+        entries = []
+        for n in batch:
+            rows = [(n, rnd_pass, k) for k in range(rnd.randint(1, 3))]
+            entries.append((refs[n], rows, None))
+            want[n].append(rows)
+        for n, ref in zip(batch, spill.write_many(entries)):
+            refs[n] = ref
+        assert len(set(refs[n] for n in batch)) == len(batch)
+    assert spill.chunks >= 5 * 2
+    order = names[:]
+    rnd.shuffle(order)
+    for n in order + order[::-1]:
+        assert [items for kind, items in spill.read(refs[n])] == want[n]
+        assert spill._cached <= max(cache, spill_module.CHUNK_ENTRIES)
+    spill.close()
+
+
+def test_spilled_transactions_come_back_new_at_each_read():
+    """What makes no rows goes pickled in its entry: each read gives objects of its own, as
+    a chunk kept decoded must not hand one object to two readers."""
+    spill = Spill()
+    odd = [Resolution("x", "y", 1)]
+    ref = spill.write_many([(0, None, odd), (0, [("row",)], None)])[0]
+    (kind, first), = spill.read(ref)
+    (_, again), = spill.read(ref)
+    assert kind == b"p" and first == again == odd and first[0] is not again[0]
     spill.close()
 
 

@@ -19,7 +19,7 @@ from ..facts.assemble import umad_send_returned
 from ..facts.rmpp import carries_whole_message
 from ..native import extension
 from .arrows import sa_arrows
-from .spill import ROWS, NotPlain, Spill
+from .spill import CHUNK_ENTRIES, ROWS, NotPlain, Spill
 from .storage import FrameList, KeptFrames, KeptRecord
 
 
@@ -658,32 +658,42 @@ class Replay:
     def spill_held(self) -> None:
         """Write the closed transactions the resolutions hold to the Spill file (each
         resolution's as one chunk after its earlier ones), and let them go."""
-        for res in self._holding.values():
-            ts = res.transactions
-            if ts and len(ts) + res.spilled_count < self.RESOLUTION_HISTORY:
-                # (one that keeps as many as it ever will stays: its next transaction would
-                # bring them all back, to let the oldest go)
-                self._spill(res)
+        history = self.RESOLUTION_HISTORY
+        # (one that keeps as many as it ever will stays: its next transaction would bring
+        # them all back, to let the oldest go)
+        self._spill([res for res in self._holding.values()
+                     if res.transactions and len(res.transactions) + res.spilled_count < history])
         self._holding.clear()
         self._held = 0
 
-    def _spill(self, res: Resolution) -> None:
-        """Its transactions held in memory to the Spill file, after its earlier ones."""
+    def _spill(self, resolutions: list[Resolution]) -> None:
+        """Their transactions held in memory to the Spill file, each resolution's after its
+        earlier ones."""
+        if not resolutions:
+            return
         if self.spill is None:
             self.spill = Spill()
-        ts = res.transactions
-        try:
-            rows = [t.row() for t in ts] if self._rows is None else self._rows(ts)
-        except NotPlain:
-            rows = None
-        res.spilled = self.spill.write(res.spilled, rows, ts)
-        res.spilled_count += len(ts)
-        tally = res.folded
-        if tally is None:
-            tally = res.folded = Tally()
-        for t in ts:  # counted as folded until they come back (restore)
-            tally.count(t)
-        res.transactions = ()
+        # a chunk's worth at a time: its rows written while they are fresh in the caches
+        for i in range(0, len(resolutions), CHUNK_ENTRIES):
+            part = resolutions[i:i + CHUNK_ENTRIES]
+            entries = []
+            for res in part:
+                ts = res.transactions
+                try:
+                    rows = [t.row() for t in ts] if self._rows is None else self._rows(ts)
+                except NotPlain:
+                    rows = None
+                entries.append((res.spilled, rows, ts))
+            for res, ref in zip(part, self.spill.write_many(entries)):
+                ts = res.transactions
+                res.spilled = ref
+                res.spilled_count += len(ts)
+                tally = res.folded
+                if tally is None:
+                    tally = res.folded = Tally()
+                for t in ts:  # counted as folded until they come back (restore)
+                    tally.count(t)
+                res.transactions = ()
 
     def read_back(self, res: Resolution) -> list:
         """A resolution's transactions, those in the Spill file first, without bringing them
@@ -719,7 +729,7 @@ class Replay:
         if not self.arrows:
             res.fold()
         elif res.transactions:
-            self._spill(res)
+            self._spill([res])
 
     def restore_all(self) -> None:
         """Every resolution's transactions back from the Spill file, and the file closed

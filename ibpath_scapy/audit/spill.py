@@ -2,12 +2,13 @@
 resolution rules (Replay.HELD_TRANSACTIONS): a temporary file, so that memory does not grow
 with the number of distinct (source, destination) pairs of an SA storm (issue 45).
 
-A resolution's transactions go to the file as chunks, each chunk naming the one written
-before it for the same resolution, so that a resolution holds one number however often it
-was spilled (Resolution.spilled). A chunk is pickle's text of the transactions' rows
-(ClosedTransaction.row: plain values, the PathRecords as the tuples of their fields), or of
-the transactions themselves where a row cannot be made (a record that is not a PathRecord
-fact). (Rows were marshal's text until 2026-12-05: pickle writes a storm's one-row chunk in
+A resolution's transactions go to the file as entries, each naming the one written before
+it for the same resolution, so that a resolution holds one number however often it was
+spilled (Resolution.spilled). An entry holds the transactions' rows (ClosedTransaction.row:
+plain values, the PathRecords as the tuples of their fields), or the transactions
+themselves, pickled, where a row cannot be made (a record that is not a PathRecord fact).
+The entries of up to CHUNK_ENTRIES resolutions spilled together are one chunk, pickle's text
+of them. (Rows were marshal's text until 2026-12-05: pickle writes a storm's one-row chunk in
 1.8 us against 3.0 us, reads it in 2.6 against 3.1 us, in 284 bytes against 448.)"""
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ import os
 import pickle
 import tempfile
 
-ROWS, OBJECTS = b"r", b"p"  # a chunk's kinds: rows, or the transactions as they are
+ROWS, OBJECTS = b"r", b"p"  # a chunk entry's kinds: rows, or the transactions pickled
+# Resolutions per chunk: one pickle call for several costs less than one each (capture 3's
+# 82,000 spilled: 0.20 -> 0.13 s), and reading one resolution back reads its chunk's others
+# too, at most this many
+CHUNK_ENTRIES = 16
+# decoded chunks kept for the next reads, in entries: resolutions read back in the order
+# they were spilled find theirs decoded already, however many passes spilled each
+CACHE_ENTRIES = 4096
 
 
 class NotPlain(Exception):
@@ -30,42 +38,65 @@ class Spill:
         self._file = tempfile.TemporaryFile(prefix="ibpath-spill-")
         self._end = 0
         self._unflushed = False
+        self._cache: dict[int, list] = {}  # a chunk's offset -> its entries, oldest first
+        self._cached = 0  # entries in _cache
         self.chunks = 0  # written so far
 
-    def write(self, previous: int, rows: list, transactions: list) -> int:
-        """Append a chunk (rows, or the transactions themselves when rows is None) after
-        the chunk `previous` of the same resolution (0: none); its reference."""
-        data = (ROWS if rows is not None else OBJECTS) + pickle.dumps(
-            (previous, rows if rows is not None else transactions), pickle.HIGHEST_PROTOCOL)
-        self._file.write(data)
-        self._unflushed = True
-        ref = (self._end << 32 | len(data)) + 1  # never 0
-        self._end += len(data)
-        self.chunks += 1
-        return ref
+    def write(self, previous: int, rows: list | None, transactions: list) -> int:
+        """Append one resolution's entry (rows, or the transactions themselves when rows is
+        None) after its entry `previous` (0: none); its reference."""
+        return self.write_many([(previous, rows, transactions)])[0]
+
+    def write_many(self, entries: list[tuple]) -> list[int]:
+        """write() of each (previous, rows, transactions), CHUNK_ENTRIES to a chunk; their
+        references, in order."""
+        refs = []
+        for i in range(0, len(entries), CHUNK_ENTRIES):
+            chunk = [(ROWS, previous, rows) if rows is not None else
+                     (OBJECTS, previous, pickle.dumps(transactions, pickle.HIGHEST_PROTOCOL))
+                     for previous, rows, transactions in entries[i:i + CHUNK_ENTRIES]]
+            data = pickle.dumps(chunk, pickle.HIGHEST_PROTOCOL)
+            self._file.write(data)
+            self._unflushed = True
+            span = (self._end << 32 | len(data)) * CHUNK_ENTRIES
+            refs += [span + k + 1 for k in range(len(chunk))]  # never 0
+            self._end += len(data)
+            self.chunks += 1
+        return refs
 
     def read(self, ref: int) -> list[tuple[bytes, list]]:
-        """The chunks ending with `ref`, oldest first: (kind, rows or transactions)."""
-        if self._unflushed:
-            self._file.flush()
-            self._unflushed = False
-        fd = self._file.fileno()
+        """The entries ending with `ref`, oldest first: (kind, rows or transactions). The
+        transactions are unpickled anew at each read; rows are tuples, shared."""
         out = []
         while ref:
-            ref -= 1
-            data = os.pread(fd, ref & 0xFFFFFFFF, ref >> 32)
-            kind = data[:1]
-            ref, items = pickle.loads(data[1:])
-            out.append((kind, items))
+            span, index = divmod(ref - 1, CHUNK_ENTRIES)
+            kind, ref, items = self._chunk(span >> 32, span & 0xFFFFFFFF)[index]
+            out.append((kind, items if kind == ROWS else pickle.loads(items)))
         out.reverse()
         return out
 
+    def _chunk(self, offset: int, length: int) -> list:
+        """The entries of the chunk at offset, decoded (kept for the next reads)."""
+        entries = self._cache.get(offset)
+        if entries is None:
+            if self._unflushed:
+                self._file.flush()
+                self._unflushed = False
+            entries = self._cache[offset] = pickle.loads(
+                os.pread(self._file.fileno(), length, offset))
+            self._cached += len(entries)
+            while self._cached > CACHE_ENTRIES and len(self._cache) > 1:
+                self._cached -= len(self._cache.pop(next(iter(self._cache))))
+        return entries
+
     def close(self) -> None:
         self._file.close()
+        self._cache.clear()
+        self._cached = 0
 
     @property
     def size(self) -> int:
         return self._end
 
 
-__all__ = ["OBJECTS", "ROWS", "NotPlain", "Spill"]
+__all__ = ["CHUNK_ENTRIES", "OBJECTS", "ROWS", "NotPlain", "Spill"]
