@@ -83,25 +83,27 @@ def test_runs_from_site_packages_not_the_checkout(installed):
 
 
 def test_the_command_leaves_scapys_routes_unread_and_the_library_not(installed):
-    """The console script (_ibpath_launcher) turns Scapy's route loading off before the
-    package imports Scapy; `import ibpath_scapy` and a process that imported Scapy first keep
-    Scapy's own behaviour."""
+    """The console script (_ibpath_launcher) turns Scapy's route loading and its listing of
+    the network interfaces off before the package imports Scapy; `import ibpath_scapy` and a
+    process that imported Scapy first keep Scapy's own behaviour (the host has at least lo)."""
     env, bindir, work = installed
     run_command = ("import sys, _ibpath_launcher\n"
                    "sys.argv = ['ibpath', '--version']\n"
                    "try:\n    _ibpath_launcher.main()\nexcept SystemExit:\n    pass\n"
                    "from scapy.config import conf\n"
                    "print(conf.route_autoload, conf.route6_autoload, conf.route.routes,\n"
-                   "      'ibpath_scapy.layers' in sys.modules)\n")
+                   "      'ibpath_scapy.layers' in sys.modules, len(conf.ifaces))\n")
     p = _run([str(bindir / "python"), "-c", run_command], cwd=work, env=env)
-    assert p.stdout.split("\n")[-2] == "False False [] True", p
+    assert p.stdout.split("\n")[-2] == "False False [] True 0", p
     p = _run([str(bindir / "python"), "-c", "import scapy.route\n" + run_command], cwd=work,
              env=env)
-    assert p.stdout.split("\n")[-2].startswith("True True "), p
+    got = p.stdout.split("\n")[-2]
+    assert got.startswith("True True ") and not got.endswith(" 0"), p
     p = _run([str(bindir / "python"), "-c", "import ibpath_scapy\nfrom scapy.config import conf\n"
               "from scapy.arch import read_routes\n"
-              "print(conf.route_autoload, conf.route.routes == read_routes())"], cwd=work, env=env)
-    assert p.stdout == "True True\n", p
+              "print(conf.route_autoload, conf.route.routes == read_routes(),\n"
+              "      len(conf.ifaces) > 0)"], cwd=work, env=env)
+    assert p.stdout == "True True True\n", p
 
 
 def test_an_audit_starts_without_what_only_other_verbs_need(installed):
