@@ -270,6 +270,25 @@ static void set_slot(PyObject *t, Py_ssize_t off, PyObject *v)
     Py_XSETREF(SLOT(t, off), v);
 }
 
+/* A new instance of cls (its tp_alloc) whose n slots at off[] hold v[] (the references
+ * taken over), or NULL with the error set where a v[i] is NULL (an error set by what made
+ * it) or cls makes none; v[] emptied either way. */
+static PyObject *filled(PyTypeObject *cls, const Py_ssize_t *off, PyObject **v, int n)
+{
+    PyObject *o = NULL;
+    int whole = 1;
+    for (int i = 0; i < n; i++)
+        whole &= v[i] != NULL;
+    if (whole && (o = cls->tp_alloc(cls, 0)) != NULL)
+        for (int i = 0; i < n; i++) {
+            SLOT(o, off[i]) = v[i];
+            v[i] = NULL;
+        }
+    for (int i = 0; i < n; i++)
+        Py_CLEAR(v[i]);
+    return o;
+}
+
 /* Replay._new_transaction(requester, tid, attribute_id) where the replay keeps no closed
  * transaction (opens_here): the transaction made as its dataclass __init__ makes it, with a
  * FrameList on each side. A new reference, or NULL with the error set. */
@@ -278,26 +297,18 @@ static void set_slot(PyObject *t, Py_ssize_t off, PyObject *v)
 static PyObject *open_transaction(SaIntake *self, PyObject *requester, PyObject *tid,
                                   PyObject *attribute_id)
 {
-    PyTypeObject *tc = self->transaction_class, *fl = self->frame_list_class;
-    PyObject *v[T_N] = {NULL}, *t = NULL;
+    PyTypeObject *fl = self->frame_list_class;
+    PyObject *v[T_N] = {NULL};
     v[T_REQUESTER] = Py_NewRef(requester);
     v[T_TID] = Py_NewRef(tid);
     v[T_ATTR] = Py_NewRef(attribute_id);
     v[T_ANSWERED] = Py_NewRef(Py_False);
     v[T_COMPLETING] = Py_NewRef(Py_None);
     v[T_SEALED] = Py_NewRef(Py_None);
-    if ((v[T_REQUESTS] = fl->tp_alloc(fl, 0)) == NULL
-            || (v[T_RESPONSES] = fl->tp_alloc(fl, 0)) == NULL
-            || (v[T_RECORDS] = PyList_New(0)) == NULL || (t = tc->tp_alloc(tc, 0)) == NULL)
-        goto out;
-    for (int i = 0; i < T_N; i++) {
-        SLOT(t, self->t_off[i]) = v[i];
-        v[i] = NULL;
-    }
-out:
-    for (int i = 0; i < T_N; i++)
-        Py_XDECREF(v[i]);
-    return t;
+    if ((v[T_REQUESTS] = fl->tp_alloc(fl, 0)) != NULL
+            && (v[T_RESPONSES] = fl->tp_alloc(fl, 0)) != NULL)
+        v[T_RECORDS] = PyList_New(0);
+    return filled(self->transaction_class, self->t_off, v, T_N);
 }
 
 /* Replay._sa's steps for rec, whose MAD header is mad: 0, or -1 with the error set. */
@@ -566,7 +577,6 @@ static PyObject *summary(SaIntake *self, PyObject *t, PyObject *request, PyObjec
     PyObject *requests = SLOT(t, self->t_off[T_REQUESTS]);
     PyObject *responses = SLOT(t, self->t_off[T_RESPONSES]);
     PyObject *v[C_N] = {NULL};
-    PyObject *out = NULL;
     v[C_REQUESTER] = Py_NewRef(SLOT(t, self->t_off[T_REQUESTER]));
     v[C_TID] = Py_NewRef(SLOT(t, self->t_off[T_TID]));
     v[C_ATTR] = Py_NewRef(SLOT(t, self->t_off[T_ATTR]));
@@ -610,16 +620,8 @@ static PyObject *summary(SaIntake *self, PyObject *t, PyObject *request, PyObjec
     if (asks < 0)
         goto out;
     v[C_ASKS] = Py_NewRef(asks ? Py_True : Py_False);
-    if ((out = self->closed_class->tp_alloc(self->closed_class, 0)) == NULL)
-        goto out;
-    for (int i = 0; i < C_N; i++) {
-        SLOT(out, self->c_off[i]) = v[i];
-        v[i] = NULL;
-    }
-out:
-    for (int i = 0; i < C_N; i++)
-        Py_XDECREF(v[i]);
-    return out;
+out:  /* (a step that failed left its v[] NULL) */
+    return filled(self->closed_class, self->c_off, v, C_N);
 }
 
 /* close(t): Replay._close(t), its steps taken here where the replay keeps no closed
