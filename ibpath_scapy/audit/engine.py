@@ -239,20 +239,21 @@ def audit_records(path: str, records: Iterable[dict], options: AuditOptions,
     # (a source of record lists, audit/run.py's, hands them over as they were decoded)
     groups = (records.record_batches() if hasattr(records, "record_batches")
               else batches(records, batch))
-    # the same steps a batch at a time, where no finding is told as it is made (SaIntake's
-    # feed_all, or Replay's)
-    feed_all = feed.__self__.feed_all
+    # the same steps a batch at a time, where no finding is told as it is made: the feed_all
+    # of what feed is bound to (SaIntake's, or Replay's); another feed, record by record
+    feed_all = getattr(getattr(feed, "__self__", None), "feed_all", None)
     for group in groups:
         # the frame checks of a whole batch, then its replay (ibpath_scapy.capture.batch)
         keep = finding_tests(group)
-        if on_finding is None:
+        if on_finding is None and feed_all is not None:
             feed_all(group, keep)
         else:
             for rec, k in zip(group, keep):
                 feed(rec, k)
-                if k:
+                if k and on_finding is not None:
                     for f in _findings(frame_checks, rec, path):
                         on_finding(f)
+        if on_finding is not None:
             for f in judged[told:]:
                 on_finding(f)
             told = len(judged)
