@@ -657,7 +657,7 @@ class Replay:
 
     def spill_held(self) -> None:
         """Write the closed transactions the resolutions hold to the Spill file (each
-        resolution's as one chunk after its earlier ones), and let them go."""
+        resolution's as one entry after its earlier ones, 16 to a chunk), and let them go."""
         history = self.RESOLUTION_HISTORY
         # (one that keeps as many as it ever will stays: its next transaction would bring
         # them all back, to let the oldest go)
