@@ -23,7 +23,7 @@ from ibpath_scapy.audit.html import to_html
 from ibpath_scapy.audit.model import AuditOptions
 from ibpath_scapy.audit.replay import ClosedTransaction, Replay, Resolution
 from ibpath_scapy.audit.run import audit_paths
-from ibpath_scapy.audit.spill import Spill
+from ibpath_scapy.audit.spill import CHUNK_ENTRIES, Spill
 from ibpath_scapy.audit.tables import resolution_rows
 from ibpath_scapy.facts.records import PathRecord
 from ibpath_scapy.native import extension
@@ -278,7 +278,9 @@ def test_spill_entries_in_chunks_read_back_in_any_order(monkeypatch, cache):
             rows = [(n, rnd_pass, k) for k in range(rnd.randint(1, 3))]
             entries.append((refs[n], rows, None))
             want[n].append(rows)
-        for n, ref in zip(batch, spill.write_many(entries)):
+        got = [ref for i in range(0, len(entries), spill_module.CHUNK_ENTRIES)
+               for ref in spill.write_chunk(entries[i:i + spill_module.CHUNK_ENTRIES])]
+        for n, ref in zip(batch, got):
             refs[n] = ref
         assert len(set(refs[n] for n in batch)) == len(batch)
     assert spill.chunks >= 5 * 2
@@ -295,7 +297,9 @@ def test_spilled_transactions_come_back_new_at_each_read():
     a chunk kept decoded must not hand one object to two readers."""
     spill = Spill()
     odd = [Resolution("x", "y", 1)]
-    ref = spill.write_many([(0, None, odd), (0, [("row",)], None)])[0]
+    ref = spill.write_chunk([(0, None, odd), (0, [("row",)], None)])[0]
+    with pytest.raises(ValueError, match="a chunk holds"):
+        spill.write_chunk([(0, [("row",)], None)] * (CHUNK_ENTRIES + 1))
     (kind, first), = spill.read(ref)
     (_, again), = spill.read(ref)
     assert kind == b"p" and first == again == odd and first[0] is not again[0]

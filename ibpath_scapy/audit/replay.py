@@ -684,7 +684,7 @@ class Replay:
                 except NotPlain:
                     rows = None
                 entries.append((res.spilled, rows, ts))
-            for res, ref in zip(part, self.spill.write_many(entries)):
+            for res, ref in zip(part, self.spill.write_chunk(entries)):
                 ts = res.transactions
                 res.spilled = ref
                 res.spilled_count += len(ts)

@@ -45,24 +45,23 @@ class Spill:
     def write(self, previous: int, rows: list | None, transactions: list) -> int:
         """Append one resolution's entry (rows, or the transactions themselves when rows is
         None) after its entry `previous` (0: none); its reference."""
-        return self.write_many([(previous, rows, transactions)])[0]
+        return self.write_chunk([(previous, rows, transactions)])[0]
 
-    def write_many(self, entries: list[tuple]) -> list[int]:
-        """write() of each (previous, rows, transactions), CHUNK_ENTRIES to a chunk; their
-        references, in order."""
-        refs = []
-        for i in range(0, len(entries), CHUNK_ENTRIES):
-            chunk = [(ROWS, previous, rows) if rows is not None else
-                     (OBJECTS, previous, pickle.dumps(transactions, pickle.HIGHEST_PROTOCOL))
-                     for previous, rows, transactions in entries[i:i + CHUNK_ENTRIES]]
-            data = pickle.dumps(chunk, pickle.HIGHEST_PROTOCOL)
-            self._file.write(data)
-            self._unflushed = True
-            span = (self._end << 32 | len(data)) * CHUNK_ENTRIES
-            refs += [span + k + 1 for k in range(len(chunk))]  # never 0
-            self._end += len(data)
-            self.chunks += 1
-        return refs
+    def write_chunk(self, entries: list[tuple]) -> list[int]:
+        """write() of each (previous, rows, transactions), at most CHUNK_ENTRIES of them, as
+        one chunk; their references, in order."""
+        if not 0 < len(entries) <= CHUNK_ENTRIES:
+            raise ValueError(f"a chunk holds 1 to {CHUNK_ENTRIES} entries, not {len(entries)}")
+        chunk = [(ROWS, previous, rows) if rows is not None else
+                 (OBJECTS, previous, pickle.dumps(transactions, pickle.HIGHEST_PROTOCOL))
+                 for previous, rows, transactions in entries]
+        data = pickle.dumps(chunk, pickle.HIGHEST_PROTOCOL)
+        self._file.write(data)
+        self._unflushed = True
+        span = (self._end << 32 | len(data)) * CHUNK_ENTRIES
+        self._end += len(data)
+        self.chunks += 1
+        return [span + k + 1 for k in range(len(chunk))]  # never 0
 
     def read(self, ref: int) -> list[tuple[bytes, list]]:
         """The entries ending with `ref`, oldest first: (kind, rows or transactions). The
