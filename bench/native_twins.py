@@ -14,8 +14,10 @@ CPU seconds, the records decoded beforehand where the step does not decode:
   frame-finding test       engine.frame_finding_batch over every record (native/_frametest.c)
   replay alone             engine.audit_records with the transaction rules, the Spill file
                            and the frame-finding test off: the SA intake (native/_intake.c)
-  spill rows               ClosedTransaction.row over every transaction the CLI's replay
-                           closes (native/_rows.c)
+  spill chunks             the Spill file's chunks of every transaction the CLI's replay
+                           closes, one a resolution, 16 to a chunk: written as pickle's
+                           text in C (native/_rows.c, RowsText) against pickle.dumps of
+                           their ClosedTransaction.row (Replay._spill's two ways)
   audit_records, whole     the CLI's audit of the decoded records, every twin on or off
 
 A twin stays only where its row is more than 10 % faster (the project's rule for C code).
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import sys
 import time
 from contextlib import contextmanager
@@ -105,7 +108,7 @@ def main() -> None:
 
     from ibpath_scapy.audit import engine
     from ibpath_scapy.audit.replay import ClosedTransaction, Replay
-    from ibpath_scapy.audit.spill import NotPlain
+    from ibpath_scapy.audit.spill import CHUNK_ENTRIES, OBJECTS, ROWS, NotPlain, pickled
     from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast
     from ibpath_scapy.engines.scapy.gcpace import paced
     from ibpath_scapy.facts.records import PathRecord
@@ -117,7 +120,10 @@ def main() -> None:
     with paced():  # as audit.run does
         records = list(decode_file_fast(path, FastDecoder()))
         ts = closed_transactions(records)
-        rows = extension().Rows(ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain)
+        text = extension().RowsText(ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain,
+                                    (ROWS, OBJECTS), pickled)
+        chunks = [[(k, [t]) for k, t in enumerate(ts[i:i + CHUNK_ENTRIES])]
+                  for i in range(0, len(ts), CHUNK_ENTRIES)]
 
         def decode():
             decoder = FastDecoder()  # (its C decoder chosen as it is made)
@@ -127,16 +133,17 @@ def main() -> None:
             test = engine.frame_finding_batch(engine._frame_finding_test())
             return lambda: test(records)
 
-        def spill_rows():
+        def spill_chunks():
             if extension() is None:
-                return lambda: [t.row() for t in ts]
-            return lambda: rows(ts)
+                return lambda: [pickle.dumps([(ROWS, k, [t.row() for t in x]) for k, x in c],
+                                             pickle.HIGHEST_PROTOCOL) for c in chunks]
+            return lambda: [text(c) for c in chunks]
 
         def whole():
             return lambda: cli_audit(path, records)
 
         steps = {"decode": decode, "frame-finding test": frame_test,
-                 "spill rows": spill_rows, "audit_records, whole": whole}
+                 "spill chunks": spill_chunks, "audit_records, whole": whole}
         print(f"{path}: {len(records):,} records, {len(ts):,} transactions closed; "
               f"best of {a.runs}, CPU seconds")
         print(f"{'':24s}{'C':>8s}{'Python':>8s}  C against Python")

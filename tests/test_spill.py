@@ -35,8 +35,8 @@ from corpus import write_capture2, write_capture3  # noqa: E402
 
 NEVER = 10 ** 9
 needs_rows = pytest.mark.skipif(
-    extension() is None or not hasattr(extension(), "Rows"),
-    reason="the package was built without its C extension: the spill's rows are row()'s")
+    extension() is None or not hasattr(extension(), "RowsText"),
+    reason="the package was built without its C extension: the spill's chunks are pickle's")
 
 
 @pytest.fixture(scope="module")
@@ -161,17 +161,55 @@ def _closed(path: Path) -> list:
     return [t for r in replay.resolutions.values() for t in r.transactions]
 
 
-@needs_rows
-@pytest.mark.parametrize("storm", ["storm2", "storm3"])
-def test_rows_made_in_c_are_row(storm, request):
-    """native/_rows.c against ClosedTransaction.row: the same rows, pickled to the same
-    bytes (the Spill file's chunks), over the storms and every capture of the project."""
+def _same(a, b) -> bool:
+    """Equal, and of the same types all the way down (True == 1, but not here)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) in (tuple, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _writer():
+    from ibpath_scapy.audit.spill import OBJECTS, ROWS, NotPlain, pickled
+
+    return extension().RowsText(ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain,
+                                (ROWS, OBJECTS), pickled)
+
+
+def _python_chunk(entries) -> bytes:
+    """The chunk Replay._spill has Spill.write_chunk pickle without the C writer."""
     import pickle
 
-    from ibpath_scapy.audit.spill import NotPlain
-    from ibpath_scapy.native import extension
+    from ibpath_scapy.audit.spill import OBJECTS, ROWS, NotPlain, pickled
 
-    rows = extension().Rows(ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain)
+    chunk = []
+    for previous, ts in entries:
+        try:
+            chunk.append((ROWS, previous, [t.row() for t in ts]))
+        except NotPlain:
+            chunk.append((OBJECTS, previous, pickled(ts)))
+    return pickle.dumps(chunk, pickle.HIGHEST_PROTOCOL)
+
+
+def _read_alike(text: bytes, want: bytes) -> bool:
+    """pickle reads text as it reads want, pickletools finds nothing wrong in it (its opcodes,
+    its memo: every fetch of something memoized before), and it ends where its STOP is."""
+    import pickle
+    import pickletools
+
+    pickletools.dis(text, io.StringIO())
+    return _same(pickle.loads(text), pickle.loads(want))
+
+
+@needs_rows
+@pytest.mark.parametrize("storm", ["storm2", "storm3"])
+def test_chunks_written_in_c_read_as_the_python_ones(storm, request):
+    """native/_rows.c against the Python chunks (ClosedTransaction.row, pickled): pickle
+    reads the same values of the same types, over the storms and every capture of the
+    project, in chunks of 1 to CHUNK_ENTRIES entries, references past 64 bits included."""
+    import random
+
     ts = _closed(request.getfixturevalue(storm))
     for path in _corpus():
         ts += _closed(Path(path))
@@ -180,41 +218,78 @@ def test_rows_made_in_c_are_row(storm, request):
     unasked.query = None  # (no resolution holds one: it names no pair)
     ts.append(unasked)
     assert any(not t.records for t in ts)
-    want = [t.row() for t in ts]
-    assert rows(ts) == want and rows(tuple(ts)) == want
-    assert pickle.dumps(rows(ts), 5) == pickle.dumps(want, 5)
+    rnd = random.Random(45)
+    write = _writer()
+    i = 0
+    while i < len(ts):
+        entries = []
+        for _ in range(rnd.randint(1, CHUNK_ENTRIES)):
+            n = rnd.randint(1, 3)
+            entries.append((rnd.choice([0, 1, 255, 2 ** 31, 2 ** 40 + 7, 2 ** 63, 2 ** 70 + 3]),
+                            ts[i:i + n]))
+            i += n
+        text = write(entries)
+        assert text is not None and _read_alike(text, _python_chunk(entries))
 
 
 @needs_rows
-def test_rows_made_in_c_refuse_what_row_refuses(storm2):
-    """A query or a record that is not a PathRecord fact: NotPlain naming its class, as
-    row() raises it; a transaction of another class is asked for its own row()."""
-    from ibpath_scapy.audit.spill import NotPlain
-    from ibpath_scapy.facts.records import Rmpp
-    from ibpath_scapy.native import extension
+def test_chunks_written_in_c_go_as_row_and_pickle_go(storm2):
+    """A query or a record that is not a PathRecord fact: its entry's transactions pickled
+    as they are, as row()'s NotPlain has Replay._spill do, the entries around it as rows
+    (what the entry memoized before it was found taken back); a transaction of another
+    class is asked for its own row(); a value of a type written by no opcode here: None, the
+    chunk left to pickle."""
+    import enum
+    import pickle
 
-    rows = extension().Rows(ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain)
+    from ibpath_scapy.facts.records import Rmpp
+
+    write = _writer()
     t = next(t for t in _closed(storm2) if t.query is not None and t.records)
     odd = Rmpp(rmpp_version=1, rmpp_type=1, r_resp_time=0, rmpp_flags=0, rmpp_status=0,
                segment_number=1, payload_length=0)
     for field, value in (("query", odd), ("records", (t.records[0], odd))):
         bad = ClosedTransaction.from_row(t.row())
         setattr(bad, field, value)
-        with pytest.raises(NotPlain) as py:
-            bad.row()
-        with pytest.raises(NotPlain) as c:
-            rows([t, bad])
-        assert str(c.value) == str(py.value) == "Rmpp"
+        entries = [(2, [t, bad]), (1, [t]), (3, [t])]
+        text = write(entries)
+        assert _read_alike(text, _python_chunk(entries))
+        kinds = [kind for kind, _, _ in pickle.loads(text)]
+        assert kinds == [b"p", b"r", b"r"]
 
     class Other:
-        def row(self):
-            return ("other",)
+        def __init__(self, row):
+            self._row = row
 
-    assert rows([Other(), t]) == [("other",), t.row()]
+        def row(self):
+            return self._row
+
+    many = tuple(f"s{k}" for k in range(1500))  # more than the memo keeps
+    plain = (None, True, False, 0, -1, 255, 256, 65535, 65536, -2 ** 31, 2 ** 31, -2 ** 63 - 1,
+             2 ** 64, 0.25, "é" * 300, b"\0" * 300, (), (1,), (1, 2), (1, 2, 3), [], [()],
+             frozenset(), frozenset({"a", "b"}), many, many)
+    entries = [(0, [Other(plain), t, Other(plain)])]
+    assert _read_alike(write(entries), _python_chunk(entries))
+
+    class Code(enum.IntEnum):
+        A = 1
+
+    for unwritten in (Code.A, "\ud800", [[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]):
+        assert write([(0, [t]), (0, [Other((unwritten,))])]) is None
+    assert write([(2 ** 2100, [t])]) is None  # (an int of LONG4)
+    entries = [(2 ** 300, [t])]  # (of LONG1)
+    assert _read_alike(write(entries), _python_chunk(entries))
+    with pytest.raises(TypeError):
+        write([(0, [t], "more")])
     with pytest.raises(AttributeError):
-        extension().Rows(ClosedTransaction, PathRecord, ("no_such_field",), NotPlain)
+        extension().RowsText(ClosedTransaction, PathRecord, ("no_such_field",), Exception,
+                             (b"r", b"p"), pickle.dumps)
     with pytest.raises(ValueError):  # a method, not a slot
-        extension().Rows(ClosedTransaction, PathRecord, ("get",), NotPlain)
+        extension().RowsText(ClosedTransaction, PathRecord, ("get",), Exception,
+                             (b"r", b"p"), pickle.dumps)
+    with pytest.raises(TypeError):
+        extension().RowsText(ClosedTransaction, PathRecord, PathRecord._INIT, Exception,
+                             ("r", "p"), pickle.dumps)
 
 
 def test_a_replay_with_its_c_rows_crosses_to_another_process(storm3, monkeypatch):
@@ -229,9 +304,9 @@ def test_a_replay_with_its_c_rows_crosses_to_another_process(storm3, monkeypatch
     monkeypatch.setattr(Replay, "HELD_TRANSACTIONS", 100)
     options = _cli_options(ladders=True)  # (so that the resolutions keep their transactions)
     fa = engine.audit_records(str(storm3), list(decode_file_fast(str(storm3))), options)
-    assert fa.replay._rows is not None or extension() is None
+    assert fa.replay._text is not None or extension() is None
     back = pickle.loads(pickle.dumps(_portable(fa, options).replay))
-    assert back._rows is None and len(back.resolutions) == len(fa.replay.resolutions)
+    assert back._text is None and len(back.resolutions) == len(fa.replay.resolutions)
     res = next(r for r in back.resolutions.values() if r.transactions)
     back._spill([res])
     assert back.read_back(res) and back.spill is not None

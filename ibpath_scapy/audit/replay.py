@@ -19,7 +19,7 @@ from ..facts.assemble import umad_send_returned
 from ..facts.rmpp import carries_whole_message
 from ..native import extension
 from .arrows import sa_arrows
-from .spill import CHUNK_ENTRIES, ROWS, NotPlain, Spill
+from .spill import CHUNK_ENTRIES, OBJECTS, ROWS, NotPlain, Spill, pickled as _pickled
 from .storage import FrameList, KeptFrames, KeptRecord
 
 
@@ -408,9 +408,9 @@ class Replay:
         self._holding: dict[int, Resolution] = {}
         self._held = 0
         self.spill: Spill | None = None
-        # the rows of the transactions spilled: [t.row() for t in ts], or its C twin
-        # (native/_rows.c), which intake() sets
-        self._rows = None
+        # the C writer of the spill's chunks (native/_rows.c, RowsText), which intake() sets;
+        # without it (or where it gives None) Spill.write_chunk pickles [t.row() for t in ts]
+        self._text = None
         self._facts: dict = {}  # PathRecord facts read back, by their values (from_row)
         # whether to spill at all (AuditOptions.stream_resolutions): where no report reads
         # the resolutions' transactions all at once
@@ -485,9 +485,9 @@ class Replay:
 
     def __getstate__(self) -> dict:
         """What pickling keeps (an audit handed back by another process: audit/run.py): all
-        but the C maker of the spill's rows (native/_rows.c), which intake() makes again."""
+        but the C writer of the spill's chunks (native/_rows.c), which intake() makes again."""
         state = self.__dict__.copy()
-        state["_rows"] = None
+        state["_text"] = None
         return state
 
     def intake(self):
@@ -498,11 +498,12 @@ class Replay:
         transaction and draws no arrows (the CLI's audit), the C twin also closes the batches
         its steps fill (_close's steps for a PathRecord transaction of such frames). A live
         stream (linger_seconds) is fed by feed alone, as without the extension. With the
-        extension, the rows the spill writes are made in C too (native/_rows.c)."""
+        extension, the chunks the spill writes are written in C too (native/_rows.c)."""
         native = extension()
         if native is None or self.linger_seconds is not None:
             return self.feed
-        self._rows = native.Rows(ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain)
+        self._text = native.RowsText(ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain,
+                                     (ROWS, OBJECTS), _pickled)
         # (the replay holds no reference to it: no cycle for the collector, which an audit
         # runs without: engines/scapy/gcpace.py)
         return native.SaIntake(self, MadFrame, Mad, Transaction, "sa", METHOD_RESP,
@@ -676,15 +677,21 @@ class Replay:
         # a chunk's worth at a time: its rows written while they are fresh in the caches
         for i in range(0, len(resolutions), CHUNK_ENTRIES):
             part = resolutions[i:i + CHUNK_ENTRIES]
-            entries = []
-            for res in part:
-                ts = res.transactions
-                try:
-                    rows = [t.row() for t in ts] if self._rows is None else self._rows(ts)
-                except NotPlain:
-                    rows = None
-                entries.append((res.spilled, rows, ts))
-            for res, ref in zip(part, self.spill.write_chunk(entries)):
+            text = (None if self._text is None
+                    else self._text([(res.spilled, res.transactions) for res in part]))
+            if text is not None:
+                refs = self.spill.write_text(text, len(part))
+            else:
+                entries = []
+                for res in part:
+                    ts = res.transactions
+                    try:
+                        rows = [t.row() for t in ts]
+                    except NotPlain:
+                        rows = None
+                    entries.append((res.spilled, rows, ts))
+                refs = self.spill.write_chunk(entries)
+            for res, ref in zip(part, refs):
                 ts = res.transactions
                 res.spilled = ref
                 res.spilled_count += len(ts)

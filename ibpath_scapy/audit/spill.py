@@ -8,8 +8,10 @@ spilled (Resolution.spilled). An entry holds the transactions' rows (ClosedTrans
 plain values, the PathRecords as the tuples of their fields), or the transactions
 themselves, pickled, where a row cannot be made (a record that is not a PathRecord fact).
 The entries of up to CHUNK_ENTRIES resolutions spilled together are one chunk, pickle's text
-of them. (Rows were marshal's text until 2026-12-05: pickle writes a storm's one-row chunk in
-1.8 us against 3.0 us, reads it in 2.6 against 3.1 us, in 284 bytes against 448.)"""
+of them: pickle.dumps's (write_chunk), or the same values as the replay's C writer puts them
+(native/_rows.c, RowsText; write_text), which pickle reads alike. (Rows were marshal's text
+until 2026-12-05: pickle writes a storm's one-row chunk in 1.8 us against 3.0 us, reads it in
+2.6 against 3.1 us, in 284 bytes against 448.)"""
 
 from __future__ import annotations
 
@@ -25,6 +27,11 @@ CHUNK_ENTRIES = 16
 # decoded chunks kept for the next reads, in entries: resolutions read back in the order
 # they were spilled find theirs decoded already, however many passes spilled each
 CACHE_ENTRIES = 4096
+
+
+def pickled(transactions) -> bytes:
+    """An OBJECTS entry's transactions, as its chunk holds them."""
+    return pickle.dumps(transactions, pickle.HIGHEST_PROTOCOL)
 
 
 class NotPlain(Exception):
@@ -50,18 +57,22 @@ class Spill:
     def write_chunk(self, entries: list[tuple]) -> list[int]:
         """write() of each (previous, rows, transactions), at most CHUNK_ENTRIES of them, as
         one chunk; their references, in order."""
-        if not 0 < len(entries) <= CHUNK_ENTRIES:
-            raise ValueError(f"a chunk holds 1 to {CHUNK_ENTRIES} entries, not {len(entries)}")
         chunk = [(ROWS, previous, rows) if rows is not None else
-                 (OBJECTS, previous, pickle.dumps(transactions, pickle.HIGHEST_PROTOCOL))
+                 (OBJECTS, previous, pickled(transactions))
                  for previous, rows, transactions in entries]
-        data = pickle.dumps(chunk, pickle.HIGHEST_PROTOCOL)
+        return self.write_text(pickle.dumps(chunk, pickle.HIGHEST_PROTOCOL), len(chunk))
+
+    def write_text(self, data: bytes, entries: int) -> list[int]:
+        """Append a chunk of `entries` entries, as the pickle text that write_chunk makes of
+        them or one that unpickles the same (native/_rows.c, RowsText); their references."""
+        if not 0 < entries <= CHUNK_ENTRIES:
+            raise ValueError(f"a chunk holds 1 to {CHUNK_ENTRIES} entries, not {entries}")
         self._file.write(data)
         self._unflushed = True
         span = (self._end << 32 | len(data)) * CHUNK_ENTRIES
         self._end += len(data)
         self.chunks += 1
-        return [span + k + 1 for k in range(len(chunk))]  # never 0
+        return [span + k + 1 for k in range(entries)]  # never 0
 
     def read(self, ref: int) -> list[tuple[bytes, list]]:
         """The entries ending with `ref`, oldest first: (kind, rows or transactions). The
@@ -98,4 +109,4 @@ class Spill:
         return self._end
 
 
-__all__ = ["CHUNK_ENTRIES", "OBJECTS", "ROWS", "NotPlain", "Spill"]
+__all__ = ["CHUNK_ENTRIES", "OBJECTS", "ROWS", "NotPlain", "Spill", "pickled"]

@@ -1,12 +1,18 @@
-/* The rows a replay writes to its Spill file (audit/replay.py ClosedTransaction.row), in C;
- * the Python method remains the reference.
+/* The chunks a replay writes to its Spill file (audit/spill.py, audit/replay.py
+ * Replay._spill), written in C as pickle's text; the Python that pickles the rows of
+ * ClosedTransaction.row remains the reference.
  *
- * Rows(closed_class, path_record_class, path_record_fields, not_plain)(ts) -> the list of
- * t.row() for each t of the list ts. A t of exactly closed_class has its row made here from
- * its slots, its query and records (facts of exactly path_record_class) as the tuples of
- * their path_record_fields (PathRecord._INIT); any other t is asked for t.row(). A query or
- * record of another class raises not_plain(its class name), as row() does. Tested equal to
- * row() (tests/test_intake.py).
+ * RowsText(closed_class, path_record_class, path_record_fields, not_plain, kinds, pickled)
+ * (entries) -> bytes | None. entries: up to a chunk's (previous, ts) pairs. The bytes are a
+ * pickle (protocol 4 opcodes, no memo) that pickle.loads reads as the chunk Spill.write_chunk
+ * pickles: [(kinds[0], previous, [t.row() for t in ts]), ...], or (kinds[1], previous,
+ * pickled(ts)) for an entry where a row is not plain (not_plain raised, as row() raises it:
+ * a query or record that is not exactly of path_record_class). A t of exactly closed_class
+ * has its row written from its slots, its query and records as the tuples of their
+ * path_record_fields (PathRecord._INIT); any other t is asked for t.row(). None where a value
+ * is of a type written here by no opcode (an int subclass, a str with surrogates, a value
+ * nested deeper than rows are, ...): the caller pickles that chunk itself. Tested equal,
+ * after pickle.loads, to the Python chunks (tests/test_spill.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,32 +28,481 @@ static const char *const ROW_FIELDS[] = {"requester", "tid", "attribute_id", "an
                                          "records", "arrows", "_asks", "method"};
 enum { W_QUERY = 5, W_FRAMES = 11, W_RECORDS = 12, W_N = 16 };
 #define MAX_RECORD_FIELDS 64
+#define MAX_DEPTH 16  /* nested tuples, lists and sets a value may have (rows have 3) */
+
+/* what the writers return besides 0 (written) and -1 (error set) */
+enum { UNWRITTEN = -2,   /* a value of a type without its opcode here: no error set */
+       NOT_PLAIN = -3 }; /* the entry's rows are not plain: it goes pickled (kinds[1]) */
+
+/* pickle's opcodes (Lib/pickle.py, Lib/pickletools.py) */
+enum {
+    MARK = '(', STOP = '.', NONE = 'N', NEWTRUE = 0x88, NEWFALSE = 0x89, BININT1 = 'K',
+    BININT2 = 'M', BININT = 'J', LONG1 = 0x8a, BINFLOAT = 'G', SHORT_BINUNICODE = 0x8c,
+    BINUNICODE = 'X', SHORT_BINBYTES = 'C', BINBYTES = 'B', EMPTY_TUPLE = ')', TUPLE1 = 0x85,
+    TUPLE = 't', EMPTY_LIST = ']', APPENDS = 'e', FROZENSET = 0x91, PROTO = 0x80,
+    MEMOIZE = 0x94, BINGET = 'h', LONG_BINGET = 'j',
+};
+
+typedef struct {
+    char *p;
+    Py_ssize_t n, cap;
+} Buf;
+
+/* the objects a chunk's text wrote and memoized, by address (pickle's memo, of the strings,
+ * sets and PathRecords, which the transactions share: written once, then fetched). Each is
+ * held until the chunk is written, so that no other object takes its address meanwhile. */
+enum { MEMO_SLOTS = 1024, MEMO_MAX = MEMO_SLOTS / 2 };
+typedef struct {
+    PyObject *obj;
+    Py_ssize_t index;
+} MemoSlot;
 
 typedef struct {
     PyObject_HEAD
     PyTypeObject *closed_class, *record_class;
-    PyObject *not_plain;
+    PyObject *not_plain, *kind_rows, *kind_objects, *pickled;
     Py_ssize_t off[W_N], record_off[MAX_RECORD_FIELDS], n_record;
-} Rows;
+    Buf buf;  /* kept between calls: a chunk's text is ~4 KB */
+    MemoSlot memo[MEMO_SLOTS];
+    Py_ssize_t memo_n, used[MEMO_MAX];  /* memoized so far; their slots */
+} RowsText;
 
 static PyObject *str_row;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
-static int init(Rows *self, PyObject *args, PyObject *kw)
+static int grow(Buf *b, Py_ssize_t more)
 {
-    PyObject *cc, *rc, *fields, *not_plain;
-    if (!PyArg_ParseTuple(args, "O!O!O!O", &PyType_Type, &cc, &PyType_Type, &rc,
-                          &PyTuple_Type, &fields, &not_plain))
+    if (b->n + more <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->n + more)
+        cap *= 2;
+    char *p = PyMem_Realloc(b->p, cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
         return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int put(Buf *b, const void *d, Py_ssize_t n)
+{
+    if (grow(b, n) < 0)
+        return -1;
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+    return 0;
+}
+
+static int put1(Buf *b, int op)
+{
+    if (grow(b, 1) < 0)
+        return -1;
+    b->p[b->n++] = (char)op;
+    return 0;
+}
+
+/* op, then the low n bytes of v, little-endian (pickle's integer arguments) */
+static int put_le(Buf *b, int op, unsigned long long v, int n)
+{
+    if (grow(b, 1 + n) < 0)
+        return -1;
+    b->p[b->n++] = (char)op;
+    for (int i = 0; i < n; i++, v >>= 8)
+        b->p[b->n++] = (char)(v & 0xFF);
+    return 0;
+}
+
+/* an int past 64 bits (or below -2**63), as LONG1: the rare path, by int's own methods */
+static int put_big(Buf *b, PyObject *v)
+{
+    PyObject *bits = PyObject_CallMethod(v, "bit_length", NULL);
+    if (bits == NULL)
+        return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(bits) / 8 + 1;  /* (room for the sign) */
+    Py_DECREF(bits);
+    if (n > 0xFF)
+        return UNWRITTEN;  /* (LONG4's: no row has one) */
+    PyObject *to_bytes = PyObject_GetAttrString(v, "to_bytes"), *d = NULL;
+    PyObject *args = Py_BuildValue("(ns)", n, "little"), *kw = Py_BuildValue("{sO}", "signed", Py_True);
+    if (to_bytes != NULL && args != NULL && kw != NULL)
+        d = PyObject_Call(to_bytes, args, kw);
+    Py_XDECREF(to_bytes);
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    if (d == NULL)
+        return -1;
+    int r = put_le(b, LONG1, (unsigned long long)n, 1) < 0 ? -1
+            : put(b, PyBytes_AS_STRING(d), PyBytes_GET_SIZE(d));
+    Py_DECREF(d);
+    return r;
+}
+
+/* an int as pickle.Pickler.save_long writes it at protocol 2 and later (LONG1 with the
+ * fewest bytes of its two's complement past 32 bits) */
+static int put_int(Buf *b, PyObject *v)
+{
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow != 0)
+        return put_big(b, v);
+    if (x >= 0 && x <= 0xFF)
+        return put_le(b, BININT1, (unsigned long long)x, 1);
+    if (x >= 0 && x <= 0xFFFF)
+        return put_le(b, BININT2, (unsigned long long)x, 2);
+    if (x >= INT32_MIN && x <= INT32_MAX)
+        return put_le(b, BININT, (unsigned long long)x, 4);
+    int n = 5;
+    while (n < 8 && !(x >= -(1LL << (8 * n - 1)) && x < (1LL << (8 * n - 1))))
+        n++;
+    if (put_le(b, LONG1, (unsigned long long)n, 1) < 0 || grow(b, n) < 0)
+        return -1;
+    unsigned long long u = (unsigned long long)x;
+    for (int i = 0; i < n; i++, u >>= 8)
+        b->p[b->n++] = (char)(u & 0xFF);
+    return 0;
+}
+
+static int put_sized(Buf *b, int short_op, int op, const char *d, Py_ssize_t n)
+{
+    if (n <= 0xFF) {
+        if (put_le(b, short_op, (unsigned long long)n, 1) < 0)
+            return -1;
+    } else if (n <= 0xFFFFFFFFLL) {
+        if (put_le(b, op, (unsigned long long)n, 4) < 0)
+            return -1;
+    } else {
+        return UNWRITTEN;
+    }
+    return put(b, d, n);
+}
+
+/* where obj's memo slot is, or the empty slot it would take */
+static MemoSlot *memo_slot(RowsText *self, PyObject *obj)
+{
+    size_t i = ((size_t)obj >> 4) & (MEMO_SLOTS - 1);
+    while (self->memo[i].obj != NULL && self->memo[i].obj != obj)
+        i = (i + 1) & (MEMO_SLOTS - 1);
+    return &self->memo[i];
+}
+
+/* obj fetched from the memo where it was written before in this chunk: 1, or 0 */
+static int put_fetched(RowsText *self, PyObject *obj, int *r)
+{
+    MemoSlot *m = memo_slot(self, obj);
+    if (m->obj == NULL)
+        return 0;
+    *r = m->index <= 0xFF ? put_le(&self->buf, BINGET, (unsigned long long)m->index, 1)
+         : put_le(&self->buf, LONG_BINGET, (unsigned long long)m->index, 4);
+    return 1;
+}
+
+/* obj, just written, memoized (while the memo has room) */
+static int memoize(RowsText *self, PyObject *obj)
+{
+    if (self->memo_n >= MEMO_MAX)
+        return 0;
+    MemoSlot *m = memo_slot(self, obj);
+    m->obj = Py_NewRef(obj);
+    m->index = self->memo_n;
+    self->used[self->memo_n++] = m - self->memo;
+    return put1(&self->buf, MEMOIZE);
+}
+
+/* the memo as it was with `keep` objects (the last ones memoized go first: the slots of
+ * those before are then as they were) */
+static void memo_truncate(RowsText *self, Py_ssize_t keep)
+{
+    while (self->memo_n > keep) {
+        MemoSlot *m = &self->memo[self->used[--self->memo_n]];
+        Py_CLEAR(m->obj);
+    }
+}
+
+static int put_value(RowsText *self, PyObject *v, int depth);
+
+/* the items of a tuple, list or frozenset (a fast sequence) */
+static int put_items(RowsText *self, PyObject *seq, int depth)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int r = put_value(self, PySequence_Fast_GET_ITEM(seq, i), depth + 1);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int put_tuple_end(Buf *b, Py_ssize_t n)
+{
+    return n <= 3 ? put1(b, TUPLE1 - 1 + (int)n) : put1(b, TUPLE);
+}
+
+/* v as pickle writes it, for the plain types of a row; UNWRITTEN for any other */
+static int put_value(RowsText *self, PyObject *v, int depth)
+{
+    Buf *b = &self->buf;
+    int r = 0;
+    if (depth > MAX_DEPTH)
+        return UNWRITTEN;
+    if (v == Py_None)
+        return put1(b, NONE);
+    if (v == Py_True || v == Py_False)
+        return put1(b, v == Py_True ? NEWTRUE : NEWFALSE);
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyLong_Type)
+        return put_int(b, v);
+    if (t == &PyUnicode_Type) {
+        if (put_fetched(self, v, &r))
+            return r;
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+        if (s == NULL) {  /* (surrogates: pickle writes them, with surrogatepass) */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+                return -1;
+            PyErr_Clear();
+            return UNWRITTEN;
+        }
+        r = put_sized(b, SHORT_BINUNICODE, BINUNICODE, s, n);
+        return r < 0 ? r : memoize(self, v);
+    }
+    if (t == &PyBytes_Type)
+        return put_sized(b, SHORT_BINBYTES, BINBYTES, PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v));
+    if (t == &PyFloat_Type) {
+        char d[8];
+        if (PyFloat_Pack8(PyFloat_AS_DOUBLE(v), d, 0) < 0)  /* (big-endian, as BINFLOAT) */
+            return -1;
+        return put1(b, BINFLOAT) < 0 ? -1 : put(b, d, 8);
+    }
+    if (t == &PyTuple_Type) {
+        Py_ssize_t n = PyTuple_GET_SIZE(v);
+        if (n == 0)
+            return put1(b, EMPTY_TUPLE);
+        if (n > 3 && put1(b, MARK) < 0)
+            return -1;
+        r = put_items(self, v, depth);  /* (a tuple is its own fast sequence) */
+        return r < 0 ? r : put_tuple_end(b, n);
+    }
+    if (t == &PyList_Type || t == &PyFrozenSet_Type) {
+        if (t == &PyFrozenSet_Type && put_fetched(self, v, &r))
+            return r;
+        /* (a list is read as it is now: nothing here runs Python code that could change it) */
+        PyObject *seq = PySequence_Fast(v, "a row's list or set");
+        if (seq == NULL)
+            return -1;
+        if (t == &PyList_Type) {
+            r = put1(b, EMPTY_LIST);
+            if (r == 0 && PySequence_Fast_GET_SIZE(seq) > 0) {
+                r = put1(b, MARK);
+                r = r < 0 ? r : put_items(self, seq, depth);
+                r = r < 0 ? r : put1(b, APPENDS);
+            }
+        } else {
+            r = put1(b, MARK);
+            r = r < 0 ? r : put_items(self, seq, depth);
+            r = r < 0 ? r : put1(b, FROZENSET);
+            r = r < 0 ? r : memoize(self, v);
+        }
+        Py_DECREF(seq);
+        return r;
+    }
+    return UNWRITTEN;
+}
+
+/* a PathRecord fact's values (row()'s _pr_values) as a tuple; NOT_PLAIN where rec is of
+ * another class */
+static int put_record(RowsText *self, PyObject *rec)
+{
+    if (Py_TYPE(rec) != self->record_class)
+        return NOT_PLAIN;
+    Buf *b = &self->buf;
+    int r = 0;
+    if (put_fetched(self, rec, &r))
+        return r;
+    if (put1(b, MARK) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < self->n_record; i++) {
+        PyObject *v = SLOT(rec, self->record_off[i]);
+        if (v == NULL) {  /* (a fact has every slot filled: as attrgetter would) */
+            PyErr_SetString(PyExc_AttributeError, "a PathRecord fact without a field");
+            return -1;
+        }
+        if ((r = put_value(self, v, 1)) < 0)
+            return r;
+    }
+    return put1(b, TUPLE) < 0 ? -1 : memoize(self, rec);
+}
+
+/* ClosedTransaction.row() of t, an instance of exactly closed_class */
+static int put_row(RowsText *self, PyObject *t)
+{
+    Buf *b = &self->buf;
+    if (put1(b, MARK) < 0)
+        return -1;
+    for (int i = 0; i < W_N; i++) {
+        PyObject *v = SLOT(t, self->off[i]);
+        int r;
+        if (v == NULL) {
+            PyErr_Format(PyExc_AttributeError, "ClosedTransaction without %s", ROW_FIELDS[i]);
+            return -1;
+        }
+        if (i == W_QUERY && v != Py_None) {
+            r = put_record(self, v);
+        } else if (i == W_FRAMES) {
+            Py_buffer view;
+            if (PyObject_GetBuffer(v, &view, PyBUF_SIMPLE) < 0)
+                return -1;
+            r = put_sized(b, SHORT_BINBYTES, BINBYTES, view.buf, view.len);  /* (tobytes) */
+            PyBuffer_Release(&view);
+        } else if (i == W_RECORDS) {
+            PyObject *recs = PySequence_Fast(v, "records");
+            if (recs == NULL)
+                return -1;
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(recs);
+            r = n == 0 ? put1(b, EMPTY_TUPLE) : n > 3 ? put1(b, MARK) : 0;
+            for (Py_ssize_t k = 0; r == 0 && k < n; k++)
+                r = put_record(self, PySequence_Fast_GET_ITEM(recs, k));
+            if (r == 0 && n > 0)
+                r = put_tuple_end(b, n);
+            Py_DECREF(recs);
+        } else {
+            r = put_value(self, v, 1);
+        }
+        if (r < 0)
+            return r;
+    }
+    return put1(b, TUPLE);
+}
+
+/* t.row(), asked of t (not exactly closed_class) and written */
+static int put_asked_row(RowsText *self, PyObject *t)
+{
+    PyObject *row = PyObject_CallMethodNoArgs(t, str_row);
+    if (row == NULL) {
+        if (!PyErr_ExceptionMatches(self->not_plain))
+            return -1;
+        PyErr_Clear();
+        return NOT_PLAIN;
+    }
+    int r = put_value(self, row, 0);
+    Py_DECREF(row);
+    return r;
+}
+
+/* one entry: (kinds[0], previous, rows), or (kinds[1], previous, pickled(ts)) where a row
+ * is not plain */
+static int put_entry(RowsText *self, PyObject *previous, PyObject *ts)
+{
+    Buf *b = &self->buf;
+    Py_ssize_t start = b->n, memoized = self->memo_n;
+    PyObject *seq = PySequence_Fast(ts, "RowsText: an entry's transactions");
+    if (seq == NULL)
+        return -1;
+    int r = put_value(self, self->kind_rows, 0);
+    r = r < 0 ? r : put_value(self, previous, 0);
+    r = r < 0 ? r : put1(b, EMPTY_LIST);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (r == 0 && n > 0)
+        r = put1(b, MARK);
+    for (Py_ssize_t i = 0; r == 0 && i < n; i++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
+        r = Py_TYPE(t) == self->closed_class ? put_row(self, t) : put_asked_row(self, t);
+    }
+    if (r == 0 && n > 0)
+        r = put1(b, APPENDS);
+    if (r == NOT_PLAIN) {  /* the entry again, its transactions pickled as they are */
+        b->n = start;
+        memo_truncate(self, memoized);
+        PyObject *text = PyObject_CallOneArg(self->pickled, ts);
+        if (text == NULL) {
+            r = -1;
+        } else if (!PyBytes_CheckExact(text)) {
+            PyErr_SetString(PyExc_TypeError, "RowsText: pickled(ts) gives bytes");
+            r = -1;
+        } else {
+            r = put_value(self, self->kind_objects, 0);
+            r = r < 0 ? r : put_value(self, previous, 0);
+            r = r < 0 ? r : put_value(self, text, 0);
+        }
+        Py_XDECREF(text);
+    }
+    Py_DECREF(seq);
+    return r < 0 ? r : put1(b, TUPLE1 + 2);  /* (TUPLE3) */
+}
+
+/* text(entries): the chunk's pickle text, or None (see the file's comment) */
+/* bench/native_twins.py, capture 3 native IB 200k, spill chunks: 0.375 -> 0.108 s (-71 %) */
+static PyObject *call(RowsText *self, PyObject *args, PyObject *kw)
+{
+    PyObject *entries;
+    if (!PyArg_ParseTuple(args, "O:RowsText", &entries))
+        return NULL;
+    PyObject *seq = PySequence_Fast(entries, "RowsText(entries): a sequence of entries");
+    if (seq == NULL)
+        return NULL;
+    Buf *b = &self->buf;
+    b->n = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int r = put_le(b, PROTO, 4, 1);
+    r = r < 0 ? r : put1(b, EMPTY_LIST);
+    if (r == 0 && n > 0)
+        r = put1(b, MARK);
+    for (Py_ssize_t i = 0; r == 0 && i < n; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) {
+            PyErr_SetString(PyExc_TypeError, "RowsText: an entry is (previous, transactions)");
+            r = -1;
+        } else {
+            r = put_entry(self, PyTuple_GET_ITEM(e, 0), PyTuple_GET_ITEM(e, 1));
+        }
+    }
+    if (r == 0 && n > 0)
+        r = put1(b, APPENDS);
+    r = r < 0 ? r : put1(b, STOP);
+    Py_DECREF(seq);
+    memo_truncate(self, 0);
+    PyObject *out = r == 0 ? PyBytes_FromStringAndSize(b->p, b->n)
+                    : r == UNWRITTEN ? Py_NewRef(Py_None) : NULL;
+    if (b->cap > (1 << 20)) {  /* (an odd chunk's buffer is not kept) */
+        PyMem_Free(b->p);
+        b->p = NULL;
+        b->cap = 0;
+    }
+    b->n = 0;
+    return out;
+}
+
+static int init(RowsText *self, PyObject *args, PyObject *kw)
+{
+    PyObject *cc, *rc, *fields, *not_plain, *kinds, *pickled;
+    if (!PyArg_ParseTuple(args, "O!O!O!OO!O", &PyType_Type, &cc, &PyType_Type, &rc,
+                          &PyTuple_Type, &fields, &not_plain, &PyTuple_Type, &kinds, &pickled))
+        return -1;
+    if (PyTuple_GET_SIZE(kinds) != 2 || !PyBytes_CheckExact(PyTuple_GET_ITEM(kinds, 0))
+            || !PyBytes_CheckExact(PyTuple_GET_ITEM(kinds, 1))) {
+        PyErr_SetString(PyExc_TypeError, "RowsText: kinds are (rows, objects), two bytes");
+        return -1;
+    }
+    if (!PyCallable_Check(pickled)) {
+        PyErr_SetString(PyExc_TypeError, "RowsText: pickled is callable");
+        return -1;
+    }
     Py_XSETREF(self->closed_class, (PyTypeObject *)Py_NewRef(cc));
     Py_XSETREF(self->record_class, (PyTypeObject *)Py_NewRef(rc));
     Py_XSETREF(self->not_plain, Py_NewRef(not_plain));
-    if (slot_offsets(self->closed_class, ROW_FIELDS, W_N, self->off, "Rows") < 0)
+    Py_XSETREF(self->kind_rows, Py_NewRef(PyTuple_GET_ITEM(kinds, 0)));
+    Py_XSETREF(self->kind_objects, Py_NewRef(PyTuple_GET_ITEM(kinds, 1)));
+    Py_XSETREF(self->pickled, Py_NewRef(pickled));
+    if (slot_offsets(self->closed_class, ROW_FIELDS, W_N, self->off, "RowsText") < 0)
         return -1;
     self->n_record = PyTuple_GET_SIZE(fields);
     if (self->n_record > MAX_RECORD_FIELDS) {
-        PyErr_SetString(PyExc_ValueError, "Rows: too many record fields");
+        PyErr_SetString(PyExc_ValueError, "RowsText: too many record fields");
         return -1;
     }
     const char *names[MAX_RECORD_FIELDS];
@@ -55,117 +510,32 @@ static int init(Rows *self, PyObject *args, PyObject *kw)
         PyObject *name = PyTuple_GET_ITEM(fields, i);
         if (!PyUnicode_Check(name) || (names[i] = PyUnicode_AsUTF8(name)) == NULL) {
             if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "Rows: record fields are names");
+                PyErr_SetString(PyExc_TypeError, "RowsText: record fields are names");
             return -1;
         }
     }
-    return slot_offsets(self->record_class, names, self->n_record, self->record_off, "Rows");
+    return slot_offsets(self->record_class, names, self->n_record, self->record_off, "RowsText");
 }
 
-static void dealloc(Rows *self)
+static void dealloc(RowsText *self)
 {
     Py_XDECREF(self->closed_class);
     Py_XDECREF(self->record_class);
     Py_XDECREF(self->not_plain);
+    Py_XDECREF(self->kind_rows);
+    Py_XDECREF(self->kind_objects);
+    Py_XDECREF(self->pickled);
+    memo_truncate(self, 0);
+    PyMem_Free(self->buf.p);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* A PathRecord fact's values (row()'s _pr_values), or NULL with not_plain raised where rec
- * is of another class. */
-static PyObject *values(Rows *self, PyObject *rec)
-{
-    if (Py_TYPE(rec) != self->record_class) {
-        PyObject *name = PyType_GetName(Py_TYPE(rec));  /* (NotPlain(type(r).__name__)) */
-        if (name != NULL) {
-            PyErr_SetObject(self->not_plain, name);
-            Py_DECREF(name);
-        }
-        return NULL;
-    }
-    PyObject *out = PyTuple_New(self->n_record);
-    if (out == NULL)
-        return NULL;
-    for (Py_ssize_t i = 0; i < self->n_record; i++) {
-        PyObject *v = SLOT(rec, self->record_off[i]);
-        if (v == NULL) {  /* (a fact has every slot filled: as attrgetter would) */
-            Py_DECREF(out);
-            PyErr_SetString(PyExc_AttributeError, "a PathRecord fact without a field");
-            return NULL;
-        }
-        PyTuple_SET_ITEM(out, i, Py_NewRef(v));
-    }
-    return out;
-}
-
-/* ClosedTransaction.row() of t, an instance of exactly closed_class. */
-static PyObject *row(Rows *self, PyObject *t)
-{
-    PyObject *out = PyTuple_New(W_N), *v;
-    if (out == NULL)
-        return NULL;
-    for (int i = 0; i < W_N; i++) {
-        if ((v = SLOT(t, self->off[i])) == NULL) {
-            PyErr_Format(PyExc_AttributeError, "ClosedTransaction without %s", ROW_FIELDS[i]);
-            goto fail;
-        }
-        if (i == W_QUERY) {
-            v = v == Py_None ? Py_NewRef(v) : values(self, v);
-        } else if (i == W_FRAMES) {
-            Py_buffer view;
-            if (PyObject_GetBuffer(v, &view, PyBUF_SIMPLE) < 0)
-                goto fail;
-            v = PyBytes_FromStringAndSize(view.buf, view.len);  /* (array.tobytes) */
-            PyBuffer_Release(&view);
-        } else if (i == W_RECORDS) {
-            PyObject *recs = PySequence_Fast(v, "records");
-            if (recs == NULL)
-                goto fail;
-            Py_ssize_t n = PySequence_Fast_GET_SIZE(recs);
-            v = PyTuple_New(n);
-            for (Py_ssize_t k = 0; v != NULL && k < n; k++) {
-                PyObject *w = values(self, PySequence_Fast_GET_ITEM(recs, k));
-                if (w == NULL)
-                    Py_CLEAR(v);
-                else
-                    PyTuple_SET_ITEM(v, k, w);
-            }
-            Py_DECREF(recs);
-        } else {
-            Py_INCREF(v);
-        }
-        if (v == NULL)
-            goto fail;
-        PyTuple_SET_ITEM(out, i, v);
-    }
-    return out;
-fail:
-    Py_DECREF(out);
-    return NULL;
-}
-
-/* t.row(), made here where t is of exactly closed_class. */
-static PyObject *row_of(PyObject *self, PyObject *t)
-{
-    Rows *r = (Rows *)self;
-    return Py_TYPE(t) == r->closed_class ? row(r, t) : PyObject_CallMethodNoArgs(t, str_row);
-}
-
-/* rows(ts): [t.row() for t in ts] (see the file's comment). */
-/* bench/native_twins.py, capture 3 native IB 200k, spill rows: 0.180 -> 0.076 s (-58 %) */
-static PyObject *call(Rows *self, PyObject *args, PyObject *kw)
-{
-    PyObject *ts;
-    if (!PyArg_ParseTuple(args, "O:Rows", &ts))
-        return NULL;
-    return map_list(ts, "Rows(ts): a sequence of transactions", row_of, (PyObject *)self);
-}
-
-static PyTypeObject RowsType = {
+static PyTypeObject RowsTextType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "ibpath_scapy.native._scan.Rows",
-    .tp_doc = "Rows(closed_class, path_record_class, path_record_fields, not_plain)(ts): "
-              "[t.row() for t in ts], ClosedTransaction.row in C (audit/replay.py).",
-    .tp_basicsize = sizeof(Rows),
+    .tp_name = "ibpath_scapy.native._scan.RowsText",
+    .tp_doc = "RowsText(closed_class, path_record_class, path_record_fields, not_plain, kinds, "
+              "pickled)(entries): a Spill chunk's pickle text, or None (audit/spill.py).",
+    .tp_basicsize = sizeof(RowsText),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)init,
@@ -177,5 +547,5 @@ int add_rows(PyObject *module)
 {
     if ((str_row = PyUnicode_InternFromString("row")) == NULL)
         return -1;
-    return add_type(module, &RowsType, "Rows");
+    return add_type(module, &RowsTextType, "RowsText");
 }
