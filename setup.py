@@ -1,7 +1,8 @@
 """The one thing pyproject.toml cannot declare: the package's optional C extension, the
 capture readers' loops, the CRCs, the fast path's MAD decoder, the audit's frame-finding
-test, the replay's SA steps and its Spill file's rows (ibpath_scapy/native/_scan.c, _mad.c,
-_frametest.c, _intake.c, _rows.c, _capture.h, _crc.h, _pyhelp.h).
+test, the replay's SA steps, its Spill file's chunks and the layer facts' JSON text
+(ibpath_scapy/native/_scan.c, _mad.c, _frametest.c, _intake.c, _rows.c, _factjson.c,
+_capture.h, _crc.h, _pyhelp.h).
 
 optional=True: where no compiler or no Python headers exist the build goes on without it,
 and the same code runs in Python (ibpath_scapy/native/__init__.py: pcapio's loops, crc's CRCs,
@@ -25,7 +26,7 @@ FLAGS = (["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"
 setup(ext_modules=[Extension("ibpath_scapy.native._scan",
                              ["ibpath_scapy/native/_scan.c", "ibpath_scapy/native/_mad.c",
                               "ibpath_scapy/native/_intake.c", "ibpath_scapy/native/_rows.c",
-                              "ibpath_scapy/native/_frametest.c"],
+                              "ibpath_scapy/native/_frametest.c", "ibpath_scapy/native/_factjson.c"],
                              depends=["ibpath_scapy/native/_capture.h",
                                       "ibpath_scapy/native/_crc.h",
                                       "ibpath_scapy/native/_pyhelp.h"],

@@ -96,3 +96,95 @@ def test_both_engines_give_the_same_facts(path):
     assert [type(r) for r in scapy] == [type(r) for r in fast]
     assert scapy == fast
     assert [json.dumps(public(r)) for r in scapy] == [json.dumps(public(r)) for r in fast]
+
+
+# -- a layer fact's JSON text in C (native/_factjson.c) against dumps(plain()) ----------------
+
+needs_fact_json = pytest.mark.skipif(
+    type(R._JSON[R.Mad]).__name__ != "FactJson",
+    reason="the package was built without its C extension: layer facts' text is _layer_json's")
+
+
+def _layer_facts(records) -> list:
+    """Every layer fact in the records, each once (the JSON text maker of its class is the
+    C writer)."""
+    found: dict[int, object] = {}
+
+    def walk(v):
+        if isinstance(v, R.Fact):
+            if type(R._JSON.get(type(v))).__name__ == "FactJson":
+                found[id(v)] = v
+            for k in v.KEYS:
+                walk(getattr(v, k, None))
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+
+    for r in records:
+        walk(r)
+    return list(found.values())
+
+
+def _text_both_ways(fact) -> tuple[str, str]:
+    """(the C writer's text, json.dumps of plain()), each made afresh."""
+    R._set(fact, "_text", None)
+    c = R._JSON[type(fact)](fact)
+    assert fact._text == c  # kept for the next records that show the same fact
+    R._set(fact, "_text", None)
+    R._set(fact, "_json", None)
+    return c, json.dumps(fact.plain())
+
+
+@needs_fact_json
+def test_layer_fact_text_in_c_is_json_dumps(tmp_path):
+    """Each layer fact of the corpus, of bench capture 3 and of the external captures (where
+    ../shared is): the C writer's text is json.dumps's of its plain() (json's encoder, not
+    the project's)."""
+    from conftest import EXTERNAL, bench_corpus
+
+    storm = tmp_path / "c3.pcap"
+    bench_corpus.write_capture3(storm, 3000)
+    external = sorted(EXTERNAL.glob("*.pcap*")) if EXTERNAL.is_dir() else []
+    paths = CORPUS + [storm] + external
+    facts = []
+    for path in paths:
+        facts += _layer_facts(decode_file_fast(str(path), FastDecoder()))
+    kinds = {type(f).__name__ for f in facts}
+    assert len(facts) > 5000 and {"Mad", "Rmpp", "PathRecord", "SaHeader"} <= kinds
+    for f in facts:
+        c, py = _text_both_ways(f)
+        assert c == py, type(f).__name__
+
+
+@needs_fact_json
+def test_layer_fact_text_in_c_escapes_and_falls_back_as_json_does():
+    """Values a capture seldom has: json.dumps's escapes (control characters, quotes, non-ASCII,
+    astral characters as surrogate pairs), ints at 64 bits and past them, floats, nested lists,
+    None shown where nullable; an int subclass, a nested fact (refused, as json refuses it)
+    and a fact of another class left to the Python (_layer_json)."""
+    import enum
+
+    class Code(enum.IntEnum):
+        A = 7
+
+    names = ("method_name", "attribute_name", "status_text")
+    fields = dict.fromkeys(R.Mad._INIT, 1)
+    odd_values = ["", "a\"b\\c\n\r\t\b\f\x00\x1f\x7f", "é€\U0001f600", "x" * 300,
+                  2 ** 63, 2 ** 64 - 1, 2 ** 64, -2 ** 63, -2 ** 63 - 1, 0, -1,
+                  0.1, 1e300, -0.0, float("nan"), float("inf"), float("-inf"),
+                  [], [1, [2, ("three", None)]], (True, False), None, Code.A]
+    for v in odd_values:
+        for name in ("transaction_id", "method_name"):  # shown where None, and not
+            f = R.Mad(**{**fields, **dict.fromkeys(names), name: v})
+            c, py = _text_both_ways(f)
+            assert c == py, (name, v)
+    rmpp = R.Rmpp(rmpp_version=1, rmpp_type=1, r_resp_time=0, rmpp_flags=0, rmpp_status=0,
+                  segment_number=1, payload_length=0)
+    nested = R.Mad(**{**fields, **dict.fromkeys(names), "transaction_id": rmpp})
+    for make in (R._JSON[R.Mad], lambda f: json.dumps(f.plain())):  # (a layer holds none)
+        with pytest.raises(TypeError, match="Rmpp is not JSON serializable"):
+            make(nested)
+    f = R.Mad(**{**fields, **dict.fromkeys(names)})
+    assert R._JSON[R.Mad](f) == json.dumps(f.plain())
+    assert R._JSON[R.Mad](R.PathRecord(**dict.fromkeys(R.PathRecord._INIT, 3))) == \
+        json.dumps(dict.fromkeys(R.PathRecord.KEYS, 3))  # another class: the Python's

@@ -26,6 +26,7 @@ from ..layers.mad import MAD, RMPP
 from ..layers.sa import PathRecord as PathRecordLayer
 from ..layers.sa import SA_RECORD_CLASSES, SAHeader
 from ..layers.umad import UserMad
+from ..native import extension
 from .problems import Problem
 
 # frozen dataclasses set their fields through object.__setattr__; caches on a fact do too
@@ -258,6 +259,19 @@ def _layer_json(self) -> str:
     return text
 
 
+def _layer_writer(cls: type):
+    """json_text's maker of a layer fact's text: the C extension's (native/_factjson.c,
+    which keeps it in `_text` as _layer_json does, and asks _layer_json for what it does not
+    write), or _layer_json where there is none."""
+    native = extension()
+    shown = _shown(cls, True)
+    if native is None or any(conv for _, _, conv, _ in shown):
+        return _layer_json
+    return native.FactJson(cls, tuple(k for k, _, _, _ in shown),
+                           tuple((_esc(key) + ": ").encode() for _, key, _, _ in shown),
+                           tuple(nullable for _, _, _, nullable in shown), "_text", _layer_json)
+
+
 def _render_methods(cls: type, scalar: bool) -> None:
     """Give cls plain(), the fact as a JSON-ready dict in field order, and to_json(), the
     JSON text of that dict. A scalar fact (a layer's values) keeps its dict in `_json`, made
@@ -267,7 +281,7 @@ def _render_methods(cls: type, scalar: bool) -> None:
     _on_first_use(cls, "plain", lambda c: _make_plain(c, scalar))
     if scalar:
         cls.to_json = _layer_json
-        _JSON[cls] = _layer_json
+        _JSON[cls] = _layer_writer(cls)
     else:
         _on_first_use(cls, "to_json", _make_json)
 

@@ -282,6 +282,7 @@ int add_mad_decoder(PyObject *module); /* _mad.c */
 int add_sa_intake(PyObject *module); /* _intake.c */
 int add_rows(PyObject *module); /* _rows.c */
 int add_frame_test(PyObject *module); /* _frametest.c */
+int add_fact_json(PyObject *module); /* _factjson.c */
 
 PyMODINIT_FUNC PyInit__scan(void)
 {
@@ -289,7 +290,7 @@ PyMODINIT_FUNC PyInit__scan(void)
     if (m != NULL && (PyModule_AddIntConstant(m, "REC_HDR", REC_HDR) < 0
                       || PyModule_AddIntConstant(m, "EPB_DATA", EPB_DATA) < 0
                       || add_mad_decoder(m) < 0 || add_sa_intake(m) < 0
-                      || add_rows(m) < 0 || add_frame_test(m) < 0))
+                      || add_rows(m) < 0 || add_frame_test(m) < 0 || add_fact_json(m) < 0))
         Py_CLEAR(m);
     return m;
 }
