@@ -391,3 +391,25 @@ def test_text_written_as_it_is_made(storm3, monkeypatch):
     report.write_text(out, audits)
     assert out.getvalue() == report.to_text(audits)
     assert len(pieces) > 1 and all(p.endswith("\n") for p in pieces)
+
+
+def test_tally_of_counts_as_count_does(storm2):
+    """Tally.of (the spill's and fold's count of a resolution's transactions in one pass)
+    against Tally.count of each, on transactions with retries, unanswered ones and both
+    kinds of reversible asks; taking them out again with count(t, -1) leaves nothing."""
+    from ibpath_scapy.audit.replay import Tally
+
+    ts = _closed(storm2)
+    odd = ClosedTransaction.from_row(ts[0].row())
+    odd.request_count, odd.answered, odd._asks = 3, False, True
+    ts.append(odd)
+    assert any(t.asks_reversible() for t in ts) and not all(t.answered for t in ts)
+    for part in (ts, ts[:1], ts[-1:], []):
+        each = Tally()
+        for t in part:
+            each.count(t)
+        assert Tally.of(part) == each
+        for t in part:
+            each.count(t, -1)
+        assert each == Tally()
+    assert Tally.of([odd]) == Tally(1, 3, 2, 0, 1)

@@ -216,6 +216,19 @@ class Tally:
     answered: int = 0
     reversible_asked: int = 0
 
+    @classmethod
+    def of(cls, ts) -> "Tally":
+        """The counts of the transactions ts: count() of each, in one pass (a storm's spill
+        and fold count ~100,000 resolutions of one transaction: 0.8 -> 0.3 us each)."""
+        requests = retries = answered = reversible = 0
+        for t in ts:
+            sent = t.request_count
+            requests += sent
+            retries += max(sent - 1, 0)
+            answered += bool(t.answered)
+            reversible += bool(t.asks_reversible())
+        return cls(len(ts), requests, retries, answered, reversible)
+
     def count(self, t, n: int = 1) -> None:
         """Count a transaction (or its ClosedTransaction); n=-1: take it out again."""
         self.transactions += n
@@ -299,18 +312,13 @@ class Resolution:
         hundredth of the bytes of an SA storm's summaries; those in the replay's Spill file
         are counted already, and not read back."""
         if self.transactions:
-            self.folded = Tally().merge(self.folded)
-            for t in self.transactions:
-                self.folded.count(t)
+            self.folded = Tally.of(self.transactions).merge(self.folded)
             self.transactions = ()
         self.spilled = self.spilled_count = 0
 
     def tally(self) -> Tally:
         """The counts of all its SA transactions: kept, folded and let go."""
-        total = Tally().merge(self.let_go).merge(self.folded)
-        for t in self.transactions:
-            total.count(t)
-        return total
+        return Tally.of(self.transactions).merge(self.let_go).merge(self.folded)
 
     @property
     def name(self) -> str:
@@ -695,11 +703,8 @@ class Replay:
                 ts = res.transactions
                 res.spilled = ref
                 res.spilled_count += len(ts)
-                tally = res.folded
-                if tally is None:
-                    tally = res.folded = Tally()
-                for t in ts:  # counted as folded until they come back (restore)
-                    tally.count(t)
+                # counted as folded until they come back (restore)
+                res.folded = Tally.of(ts).merge(res.folded)
                 res.transactions = ()
 
     def read_back(self, res: Resolution) -> list:
