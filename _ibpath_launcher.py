@@ -12,11 +12,13 @@ package, whose import runs first. `import ibpath_scapy` as a library keeps Scapy
 behaviour, and so does this when Scapy was imported before.
 """
 
+import gc
 import sys
 
 
 def main() -> int:
     """Run `ibpath` with the arguments of the process."""
+    gc.disable()
     if "scapy.route" not in sys.modules:
         from scapy.config import conf
 
@@ -26,6 +28,10 @@ def main() -> int:
         conf.ifaces.reload = lambda: None
     from ibpath_scapy.cli.main import main as ibpath
 
+    # What the imports made lives as long as the process: frozen, the cycle collector no
+    # longer walks it again and again (1,269 -> 1,162 million instructions of the start)
+    gc.freeze()
+    gc.enable()
     return ibpath()
 
 
