@@ -2,7 +2,7 @@
 capture readers' loops, the CRCs, the fast path's MAD decoder, the audit's frame-finding
 test, the replay's SA steps, its Spill file's chunks and the layer facts' JSON text
 (ibpath_scapy/native/_scan.c, _mad.c, _frametest.c, _intake.c, _rows.c, _factjson.c,
-_capture.h, _crc.h, _pyhelp.h).
+_buf.h, _capture.h, _crc.h, _pyhelp.h).
 
 optional=True: where no compiler or no Python headers exist the build goes on without it,
 and the same code runs in Python (ibpath_scapy/native/__init__.py: pcapio's loops, crc's CRCs,
@@ -27,7 +27,8 @@ setup(ext_modules=[Extension("ibpath_scapy.native._scan",
                              ["ibpath_scapy/native/_scan.c", "ibpath_scapy/native/_mad.c",
                               "ibpath_scapy/native/_intake.c", "ibpath_scapy/native/_rows.c",
                               "ibpath_scapy/native/_frametest.c", "ibpath_scapy/native/_factjson.c"],
-                             depends=["ibpath_scapy/native/_capture.h",
+                             depends=["ibpath_scapy/native/_buf.h",
+                                      "ibpath_scapy/native/_capture.h",
                                       "ibpath_scapy/native/_crc.h",
                                       "ibpath_scapy/native/_pyhelp.h"],
                              optional=not SANITIZE, extra_compile_args=FLAGS,

@@ -15,16 +15,12 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "_buf.h"
 #include "_pyhelp.h"
 
 #define MAX_FIELDS 128
 #define MAX_DEPTH 8   /* lists in lists a value may have (a layer fact's have none) */
 enum { UNWRITTEN = -2 }; /* a value of a type written here by nothing: no error set */
-
-typedef struct {
-    char *p;
-    Py_ssize_t n, cap;
-} Text;
 
 typedef struct {
     PyObject_HEAD
@@ -33,51 +29,25 @@ typedef struct {
     Py_ssize_t n, off[MAX_FIELDS], text_off;
     PyObject *keys[MAX_FIELDS];  /* bytes: the ASCII text before each value */
     char nullable[MAX_FIELDS];
-    Text out;  /* kept between calls */
+    Buf out;  /* kept between calls */
 } FactJson;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
-static int room(Text *t, Py_ssize_t more)
-{
-    if (t->n + more <= t->cap)
-        return 0;
-    Py_ssize_t cap = t->cap ? t->cap : 1024;
-    while (cap < t->n + more)
-        cap *= 2;
-    char *p = PyMem_Realloc(t->p, cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    t->p = p;
-    t->cap = cap;
-    return 0;
-}
-
-static int add(Text *t, const char *s, Py_ssize_t n)
-{
-    if (room(t, n) < 0)
-        return -1;
-    memcpy(t->p + t->n, s, n);
-    t->n += n;
-    return 0;
-}
-
 /* a str as json's encode_basestring_ascii writes it (Modules/_json.c ascii_escape_unichar) */
-static int add_str(Text *t, PyObject *s)
+static int add_str(Buf *t, PyObject *s)
 {
     static const char hex[] = "0123456789abcdef";
     Py_ssize_t len = PyUnicode_GET_LENGTH(s);
     int kind = PyUnicode_KIND(s);
     const void *data = PyUnicode_DATA(s);
-    if (room(t, 2 + len) < 0)  /* (the common case: nothing escaped) */
+    if (buf_room(t, 2 + len) < 0)  /* (the common case: nothing escaped) */
         return -1;
     t->p[t->n++] = '"';
     for (Py_ssize_t i = 0; i < len; i++) {
         Py_UCS4 c = PyUnicode_READ(kind, data, i);
         if (c >= ' ' && c <= '~' && c != '\\' && c != '"') {
-            if (room(t, 2) < 0)
+            if (buf_room(t, 2) < 0)
                 return -1;
             t->p[t->n++] = (char)c;
             continue;
@@ -110,17 +80,17 @@ static int add_str(Text *t, PyObject *s)
             esc[k++] = hex[(c >> 4) & 0xf];
             esc[k++] = hex[c & 0xf];
         }
-        if (add(t, esc, k) < 0)
+        if (buf_add(t, esc, k) < 0)
             return -1;
     }
-    if (room(t, 1) < 0)
+    if (buf_room(t, 1) < 0)
         return -1;
     t->p[t->n++] = '"';
     return 0;
 }
 
 /* an integer's decimal digits, after a '-' where neg */
-static int add_digits(Text *t, unsigned long long u, int neg)
+static int add_digits(Buf *t, unsigned long long u, int neg)
 {
     char buf[24];
     int k = sizeof buf;
@@ -130,17 +100,17 @@ static int add_digits(Text *t, unsigned long long u, int neg)
     } while (u);
     if (neg)
         buf[--k] = '-';
-    return add(t, buf + k, (Py_ssize_t)sizeof buf - k);
+    return buf_add(t, buf + k, (Py_ssize_t)sizeof buf - k);
 }
 
-static int add_value(Text *t, PyObject *v, int depth)
+static int add_value(Buf *t, PyObject *v, int depth)
 {
     if (v == Py_None)
-        return add(t, "null", 4);
+        return buf_add(t, "null", 4);
     if (v == Py_True)
-        return add(t, "true", 4);
+        return buf_add(t, "true", 4);
     if (v == Py_False)
-        return add(t, "false", 5);
+        return buf_add(t, "false", 5);
     PyTypeObject *type = Py_TYPE(v);
     if (type == &PyLong_Type) {
         int overflow;
@@ -164,29 +134,29 @@ static int add_value(Text *t, PyObject *v, int depth)
     if (type == &PyFloat_Type) {
         double d = PyFloat_AS_DOUBLE(v);
         if (Py_IS_NAN(d))
-            return add(t, "NaN", 3);
+            return buf_add(t, "NaN", 3);
         if (Py_IS_INFINITY(d))
-            return d > 0 ? add(t, "Infinity", 8) : add(t, "-Infinity", 9);
+            return d > 0 ? buf_add(t, "Infinity", 8) : buf_add(t, "-Infinity", 9);
         char *s = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);  /* (float_repr) */
         if (s == NULL)
             return -1;
-        int r = add(t, s, (Py_ssize_t)strlen(s));
+        int r = buf_add(t, s, (Py_ssize_t)strlen(s));
         PyMem_Free(s);
         return r;
     }
     if ((type == &PyList_Type || type == &PyTuple_Type) && depth < MAX_DEPTH) {
         /* (nothing here runs Python code that could change a list while it is read) */
         Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
-        if (add(t, "[", 1) < 0)
+        if (buf_add(t, "[", 1) < 0)
             return -1;
         for (Py_ssize_t i = 0; i < n; i++) {
-            int r = i ? add(t, ", ", 2) : 0;
+            int r = i ? buf_add(t, ", ", 2) : 0;
             if (r == 0)
                 r = add_value(t, PySequence_Fast_GET_ITEM(v, i), depth + 1);
             if (r < 0)
                 return r;
         }
-        return add(t, "]", 1);
+        return buf_add(t, "]", 1);
     }
     return UNWRITTEN;
 }
@@ -203,9 +173,9 @@ static PyObject *call(FactJson *self, PyObject *args, PyObject *kw)
     PyObject *kept = SLOT(fact, self->text_off);
     if (kept != NULL && kept != Py_None)
         return Py_NewRef(kept);
-    Text *t = &self->out;
+    Buf *t = &self->out;
     t->n = 0;
-    int r = add(t, "{", 1), shown = 0;
+    int r = buf_add(t, "{", 1), shown = 0;
     for (Py_ssize_t i = 0; r == 0 && i < self->n; i++) {
         PyObject *v = SLOT(fact, self->off[i]);
         if (v == NULL) {
@@ -215,12 +185,12 @@ static PyObject *call(FactJson *self, PyObject *args, PyObject *kw)
         if (v == Py_None && !self->nullable[i])
             continue;
         if (shown++)
-            r = add(t, ", ", 2);
+            r = buf_add(t, ", ", 2);
         PyObject *key = self->keys[i];
-        r = r < 0 ? r : add(t, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+        r = r < 0 ? r : buf_add(t, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
         r = r < 0 ? r : add_value(t, v, 0);
     }
-    r = r < 0 ? r : add(t, "}", 1);
+    r = r < 0 ? r : buf_add(t, "}", 1);
     if (r == UNWRITTEN)
         return PyObject_CallOneArg(self->python, fact);
     if (r < 0)

@@ -18,6 +18,7 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "_buf.h"
 #include "_pyhelp.h"
 
 /* ClosedTransaction's slots read here, in the row's order (row() writes the query and the
@@ -43,10 +44,6 @@ enum {
     MEMOIZE = 0x94, BINGET = 'h', LONG_BINGET = 'j',
 };
 
-typedef struct {
-    char *p;
-    Py_ssize_t n, cap;
-} Buf;
 
 /* the objects a chunk's text wrote and memoized, by address (pickle's memo, of the strings,
  * sets and PathRecords, which the transactions share: written once, then fetched). Each is
@@ -71,44 +68,10 @@ static PyObject *str_row;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
-static int grow(Buf *b, Py_ssize_t more)
-{
-    if (b->n + more <= b->cap)
-        return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->n + more)
-        cap *= 2;
-    char *p = PyMem_Realloc(b->p, cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static int put(Buf *b, const void *d, Py_ssize_t n)
-{
-    if (grow(b, n) < 0)
-        return -1;
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-    return 0;
-}
-
-static int put1(Buf *b, int op)
-{
-    if (grow(b, 1) < 0)
-        return -1;
-    b->p[b->n++] = (char)op;
-    return 0;
-}
-
 /* op, then the low n bytes of v, little-endian (pickle's integer arguments) */
 static int put_le(Buf *b, int op, unsigned long long v, int n)
 {
-    if (grow(b, 1 + n) < 0)
+    if (buf_room(b, 1 + n) < 0)
         return -1;
     b->p[b->n++] = (char)op;
     for (int i = 0; i < n; i++, v >>= 8)
@@ -136,7 +99,7 @@ static int put_big(Buf *b, PyObject *v)
     if (d == NULL)
         return -1;
     int r = put_le(b, LONG1, (unsigned long long)n, 1) < 0 ? -1
-            : put(b, PyBytes_AS_STRING(d), PyBytes_GET_SIZE(d));
+            : buf_add(b, PyBytes_AS_STRING(d), PyBytes_GET_SIZE(d));
     Py_DECREF(d);
     return r;
 }
@@ -160,7 +123,7 @@ static int put_int(Buf *b, PyObject *v)
     int n = 5;
     while (n < 8 && !(x >= -(1LL << (8 * n - 1)) && x < (1LL << (8 * n - 1))))
         n++;
-    if (put_le(b, LONG1, (unsigned long long)n, 1) < 0 || grow(b, n) < 0)
+    if (put_le(b, LONG1, (unsigned long long)n, 1) < 0 || buf_room(b, n) < 0)
         return -1;
     unsigned long long u = (unsigned long long)x;
     for (int i = 0; i < n; i++, u >>= 8)
@@ -179,7 +142,7 @@ static int put_sized(Buf *b, int short_op, int op, const char *d, Py_ssize_t n)
     } else {
         return UNWRITTEN;
     }
-    return put(b, d, n);
+    return buf_add(b, d, n);
 }
 
 /* where obj's memo slot is, or the empty slot it would take */
@@ -211,7 +174,7 @@ static int memoize(RowsText *self, PyObject *obj)
     m->obj = Py_NewRef(obj);
     m->index = self->memo_n;
     self->used[self->memo_n++] = m - self->memo;
-    return put1(&self->buf, MEMOIZE);
+    return buf_add1(&self->buf, MEMOIZE);
 }
 
 /* the memo as it was with `keep` objects (the last ones memoized go first: the slots of
@@ -240,7 +203,7 @@ static int put_items(RowsText *self, PyObject *seq, int depth)
 
 static int put_tuple_end(Buf *b, Py_ssize_t n)
 {
-    return n <= 3 ? put1(b, TUPLE1 - 1 + (int)n) : put1(b, TUPLE);
+    return n <= 3 ? buf_add1(b, TUPLE1 - 1 + (int)n) : buf_add1(b, TUPLE);
 }
 
 /* v as pickle writes it, for the plain types of a row; UNWRITTEN for any other */
@@ -251,9 +214,9 @@ static int put_value(RowsText *self, PyObject *v, int depth)
     if (depth > MAX_DEPTH)
         return UNWRITTEN;
     if (v == Py_None)
-        return put1(b, NONE);
+        return buf_add1(b, NONE);
     if (v == Py_True || v == Py_False)
-        return put1(b, v == Py_True ? NEWTRUE : NEWFALSE);
+        return buf_add1(b, v == Py_True ? NEWTRUE : NEWFALSE);
     PyTypeObject *t = Py_TYPE(v);
     if (t == &PyLong_Type)
         return put_int(b, v);
@@ -277,13 +240,13 @@ static int put_value(RowsText *self, PyObject *v, int depth)
         char d[8];
         if (PyFloat_Pack8(PyFloat_AS_DOUBLE(v), d, 0) < 0)  /* (big-endian, as BINFLOAT) */
             return -1;
-        return put1(b, BINFLOAT) < 0 ? -1 : put(b, d, 8);
+        return buf_add1(b, BINFLOAT) < 0 ? -1 : buf_add(b, d, 8);
     }
     if (t == &PyTuple_Type) {
         Py_ssize_t n = PyTuple_GET_SIZE(v);
         if (n == 0)
-            return put1(b, EMPTY_TUPLE);
-        if (n > 3 && put1(b, MARK) < 0)
+            return buf_add1(b, EMPTY_TUPLE);
+        if (n > 3 && buf_add1(b, MARK) < 0)
             return -1;
         r = put_items(self, v, depth);  /* (a tuple is its own fast sequence) */
         return r < 0 ? r : put_tuple_end(b, n);
@@ -296,16 +259,16 @@ static int put_value(RowsText *self, PyObject *v, int depth)
         if (seq == NULL)
             return -1;
         if (t == &PyList_Type) {
-            r = put1(b, EMPTY_LIST);
+            r = buf_add1(b, EMPTY_LIST);
             if (r == 0 && PySequence_Fast_GET_SIZE(seq) > 0) {
-                r = put1(b, MARK);
+                r = buf_add1(b, MARK);
                 r = r < 0 ? r : put_items(self, seq, depth);
-                r = r < 0 ? r : put1(b, APPENDS);
+                r = r < 0 ? r : buf_add1(b, APPENDS);
             }
         } else {
-            r = put1(b, MARK);
+            r = buf_add1(b, MARK);
             r = r < 0 ? r : put_items(self, seq, depth);
-            r = r < 0 ? r : put1(b, FROZENSET);
+            r = r < 0 ? r : buf_add1(b, FROZENSET);
             r = r < 0 ? r : memoize(self, v);
         }
         Py_DECREF(seq);
@@ -324,7 +287,7 @@ static int put_record(RowsText *self, PyObject *rec)
     int r = 0;
     if (put_fetched(self, rec, &r))
         return r;
-    if (put1(b, MARK) < 0)
+    if (buf_add1(b, MARK) < 0)
         return -1;
     for (Py_ssize_t i = 0; i < self->n_record; i++) {
         PyObject *v = SLOT(rec, self->record_off[i]);
@@ -335,14 +298,14 @@ static int put_record(RowsText *self, PyObject *rec)
         if ((r = put_value(self, v, 1)) < 0)
             return r;
     }
-    return put1(b, TUPLE) < 0 ? -1 : memoize(self, rec);
+    return buf_add1(b, TUPLE) < 0 ? -1 : memoize(self, rec);
 }
 
 /* ClosedTransaction.row() of t, an instance of exactly closed_class */
 static int put_row(RowsText *self, PyObject *t)
 {
     Buf *b = &self->buf;
-    if (put1(b, MARK) < 0)
+    if (buf_add1(b, MARK) < 0)
         return -1;
     for (int i = 0; i < W_N; i++) {
         PyObject *v = SLOT(t, self->off[i]);
@@ -364,7 +327,7 @@ static int put_row(RowsText *self, PyObject *t)
             if (recs == NULL)
                 return -1;
             Py_ssize_t n = PySequence_Fast_GET_SIZE(recs);
-            r = n == 0 ? put1(b, EMPTY_TUPLE) : n > 3 ? put1(b, MARK) : 0;
+            r = n == 0 ? buf_add1(b, EMPTY_TUPLE) : n > 3 ? buf_add1(b, MARK) : 0;
             for (Py_ssize_t k = 0; r == 0 && k < n; k++)
                 r = put_record(self, PySequence_Fast_GET_ITEM(recs, k));
             if (r == 0 && n > 0)
@@ -376,7 +339,7 @@ static int put_row(RowsText *self, PyObject *t)
         if (r < 0)
             return r;
     }
-    return put1(b, TUPLE);
+    return buf_add1(b, TUPLE);
 }
 
 /* t.row(), asked of t (not exactly closed_class) and written */
@@ -405,16 +368,16 @@ static int put_entry(RowsText *self, PyObject *previous, PyObject *ts)
         return -1;
     int r = put_value(self, self->kind_rows, 0);
     r = r < 0 ? r : put_value(self, previous, 0);
-    r = r < 0 ? r : put1(b, EMPTY_LIST);
+    r = r < 0 ? r : buf_add1(b, EMPTY_LIST);
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     if (r == 0 && n > 0)
-        r = put1(b, MARK);
+        r = buf_add1(b, MARK);
     for (Py_ssize_t i = 0; r == 0 && i < n; i++) {
         PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
         r = Py_TYPE(t) == self->closed_class ? put_row(self, t) : put_asked_row(self, t);
     }
     if (r == 0 && n > 0)
-        r = put1(b, APPENDS);
+        r = buf_add1(b, APPENDS);
     if (r == NOT_PLAIN) {  /* the entry again, its transactions pickled as they are */
         b->n = start;
         memo_truncate(self, memoized);
@@ -432,7 +395,7 @@ static int put_entry(RowsText *self, PyObject *previous, PyObject *ts)
         Py_XDECREF(text);
     }
     Py_DECREF(seq);
-    return r < 0 ? r : put1(b, TUPLE1 + 2);  /* (TUPLE3) */
+    return r < 0 ? r : buf_add1(b, TUPLE1 + 2);  /* (TUPLE3) */
 }
 
 /* text(entries): the chunk's pickle text, or None (see the file's comment) */
@@ -449,9 +412,9 @@ static PyObject *call(RowsText *self, PyObject *args, PyObject *kw)
     b->n = 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     int r = put_le(b, PROTO, 4, 1);
-    r = r < 0 ? r : put1(b, EMPTY_LIST);
+    r = r < 0 ? r : buf_add1(b, EMPTY_LIST);
     if (r == 0 && n > 0)
-        r = put1(b, MARK);
+        r = buf_add1(b, MARK);
     for (Py_ssize_t i = 0; r == 0 && i < n; i++) {
         PyObject *e = PySequence_Fast_GET_ITEM(seq, i);
         if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) {
@@ -462,18 +425,13 @@ static PyObject *call(RowsText *self, PyObject *args, PyObject *kw)
         }
     }
     if (r == 0 && n > 0)
-        r = put1(b, APPENDS);
-    r = r < 0 ? r : put1(b, STOP);
+        r = buf_add1(b, APPENDS);
+    r = r < 0 ? r : buf_add1(b, STOP);
     Py_DECREF(seq);
     memo_truncate(self, 0);
     PyObject *out = r == 0 ? PyBytes_FromStringAndSize(b->p, b->n)
                     : r == UNWRITTEN ? Py_NewRef(Py_None) : NULL;
-    if (b->cap > (1 << 20)) {  /* (an odd chunk's buffer is not kept) */
-        PyMem_Free(b->p);
-        b->p = NULL;
-        b->cap = 0;
-    }
-    b->n = 0;
+    buf_reset(b, 1 << 20);  /* (an odd chunk's buffer is not kept) */
     return out;
 }
 
