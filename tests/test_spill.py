@@ -292,9 +292,10 @@ def test_chunks_written_in_c_go_as_row_and_pickle_go(storm2):
                              ("r", "p"), pickle.dumps)
 
 
-def test_a_replay_with_its_c_rows_crosses_to_another_process(storm3, monkeypatch):
-    """The replay of an audit that spilled with the C rows pickles (what --jobs and --dask
-    hand back: audit/run.py _portable), without them, and spills again with row()."""
+def test_a_replay_with_its_c_writer_crosses_to_another_process(storm3, monkeypatch):
+    """The replay of an audit that spilled with the C writer of its chunks pickles (what
+    --jobs and --dask hand back: audit/run.py _portable), without it, and spills again with
+    row() and pickle."""
     import pickle
 
     from ibpath_scapy.engines.fast import decode_file_fast

@@ -36,7 +36,7 @@ The targets and their oracles (a problem raises Finding, or is an uncaught excep
 * process: a selector (ucma, acm, umad), a pcapng comment and the exported PDU's payload.
 * audit: the bytes as a whole capture file (seeded with the project's smaller captures);
   also the CLI's audit of it with the extension's twins (the replay's SA steps, the
-  frame-finding test, the spill's rows) against the same audit with their Python: the same
+  frame-finding test, the spill's chunks) against the same audit with their Python: the same
   findings and transactions.
 
 The whole-file oracle (blob, netlink, process, audit) is tools/fuzz.py's check_in_process:
@@ -646,7 +646,7 @@ def t_audit(data: bytes) -> None:
 
 def _replay_twins_differ(path: str) -> None:
     """A Finding where the CLI's audit of path with the extension's twins (the replay fed and
-    closing in C, native/_intake.c; the frame-finding test, _frametest.c; the spill's rows,
+    closing in C, native/_intake.c; the frame-finding test, _frametest.c; the spill's chunks,
     _rows.c) and the same audit with their Python find differently."""
     from ibpath_scapy.audit.engine import audit_records
     from ibpath_scapy.audit.model import AuditOptions
