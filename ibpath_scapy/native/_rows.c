@@ -12,7 +12,8 @@
  * path_record_fields (PathRecord._INIT); any other t is asked for t.row(). None where a value
  * is of a type written here by no opcode (an int subclass, a str with surrogates, a value
  * nested deeper than rows are, ...): the caller pickles that chunk itself. Tested equal,
- * after pickle.loads, to the Python chunks (tests/test_spill.py).
+ * after pickle.loads, to the Python chunks (tests/test_spill.py). One replay's writer: its
+ * buffer and memo are in use while it asks Python (row(), pickled()), so it is not shared.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
