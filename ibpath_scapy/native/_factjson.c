@@ -221,28 +221,21 @@ static int init(FactJson *self, PyObject *args, PyObject *kw)
         return -1;
     }
     Py_XSETREF(self->cls, (PyTypeObject *)Py_NewRef(cls));
-    const char *names[MAX_FIELDS + 1];
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *key = PyTuple_GET_ITEM(keys, i);
-        if (!PyUnicode_Check(PyTuple_GET_ITEM(fields, i)) || !PyBytes_CheckExact(key)) {
-            PyErr_SetString(PyExc_TypeError, "FactJson: fields are names, keys bytes");
+        if (!PyBytes_CheckExact(key)) {
+            PyErr_SetString(PyExc_TypeError, "FactJson: keys are bytes");
             return -1;
         }
-        if ((names[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields, i))) == NULL)
-            return -1;
         Py_XSETREF(self->keys[i], Py_NewRef(key));
         int truth = PyObject_IsTrue(PyTuple_GET_ITEM(nullable, i));
         if (truth < 0)
             return -1;
         self->nullable[i] = (char)truth;
     }
-    if ((names[n] = PyUnicode_AsUTF8(text_field)) == NULL)
+    if (slot_offsets_named(self->cls, fields, MAX_FIELDS, self->off, "FactJson") < 0
+            || (self->text_off = slot_offset_of(self->cls, text_field, "FactJson")) < 0)
         return -1;
-    Py_ssize_t off[MAX_FIELDS + 1];
-    if (slot_offsets(self->cls, names, n + 1, off, "FactJson") < 0)
-        return -1;
-    memcpy(self->off, off, n * sizeof off[0]);
-    self->text_off = off[n];
     self->n = n;
     return 0;
 }

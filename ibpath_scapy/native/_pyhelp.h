@@ -22,6 +22,20 @@ static inline Py_ssize_t slot_offset(PyObject *cls, PyObject *name)
     return off;
 }
 
+/* slot_offset(cls, name), or -1 with the error set: a ValueError naming `who` where name is
+ * no object slot of cls. */
+static inline Py_ssize_t slot_offset_of(PyTypeObject *cls, PyObject *name, const char *who)
+{
+    Py_ssize_t off = slot_offset((PyObject *)cls, name);
+    if (off == -2)
+        return -1;
+    if (off < (Py_ssize_t)sizeof(PyObject) || off >= cls->tp_basicsize) {
+        PyErr_Format(PyExc_ValueError, "%s: %S of %R is not a slot", who, name, cls);
+        return -1;
+    }
+    return off;
+}
+
 /* The offsets of the object slots `names` (n of them) in cls's instances: 0, or -1 with the
  * error set (a ValueError naming `who` where a name is no slot there). */
 static inline int slot_offsets(PyTypeObject *cls, const char *const *names, Py_ssize_t n,
@@ -31,16 +45,34 @@ static inline int slot_offsets(PyTypeObject *cls, const char *const *names, Py_s
         PyObject *name = PyUnicode_FromString(names[i]);
         if (name == NULL)
             return -1;
-        off[i] = slot_offset((PyObject *)cls, name);
+        off[i] = slot_offset_of(cls, name, who);
         Py_DECREF(name);
-        if (off[i] == -2)
+        if (off[i] < 0)
             return -1;
-        if (off[i] < (Py_ssize_t)sizeof(PyObject) || off[i] >= cls->tp_basicsize) {
-            PyErr_Format(PyExc_ValueError, "%s: %s of %R is not a slot", who, names[i], cls);
-            return -1;
-        }
     }
     return 0;
+}
+
+/* slot_offsets of the names in the tuple `names` (strs, at most `most` of them): how many,
+ * or -1 with the error set. */
+static inline Py_ssize_t slot_offsets_named(PyTypeObject *cls, PyObject *names, Py_ssize_t most,
+                                            Py_ssize_t *off, const char *who)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (n > most) {
+        PyErr_Format(PyExc_ValueError, "%s: more than %zd fields", who, most);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_Check(name)) {
+            PyErr_Format(PyExc_TypeError, "%s: fields are names", who);
+            return -1;
+        }
+        if ((off[i] = slot_offset_of(cls, name, who)) < 0)
+            return -1;
+    }
+    return n;
 }
 
 /* [f(self, item) for item in items] as a new list, f giving a new reference or NULL with the

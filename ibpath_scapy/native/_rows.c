@@ -459,21 +459,9 @@ static int init(RowsText *self, PyObject *args, PyObject *kw)
     Py_XSETREF(self->pickled, Py_NewRef(pickled));
     if (slot_offsets(self->closed_class, ROW_FIELDS, W_N, self->off, "RowsText") < 0)
         return -1;
-    self->n_record = PyTuple_GET_SIZE(fields);
-    if (self->n_record > MAX_RECORD_FIELDS) {
-        PyErr_SetString(PyExc_ValueError, "RowsText: too many record fields");
-        return -1;
-    }
-    const char *names[MAX_RECORD_FIELDS];
-    for (Py_ssize_t i = 0; i < self->n_record; i++) {
-        PyObject *name = PyTuple_GET_ITEM(fields, i);
-        if (!PyUnicode_Check(name) || (names[i] = PyUnicode_AsUTF8(name)) == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "RowsText: record fields are names");
-            return -1;
-        }
-    }
-    return slot_offsets(self->record_class, names, self->n_record, self->record_off, "RowsText");
+    self->n_record = slot_offsets_named(self->record_class, fields, MAX_RECORD_FIELDS,
+                                        self->record_off, "RowsText");
+    return self->n_record < 0 ? -1 : 0;
 }
 
 static void dealloc(RowsText *self)
