@@ -323,10 +323,10 @@ def test_spill_chunks_chain_per_resolution():
     for i in range(40):
         key = "ab"[i % 3 == 0]
         rows = [(key, i, b"\0" * i, None, (1, 2))]
-        refs[key] = spill.write(refs[key], rows, None)
+        refs[key], = spill.write_chunk([(refs[key], rows, None)])
         want[key].append(rows)
     odd = [Resolution("x", "y", 1)]  # no row: pickled as it is
-    refs["c"] = spill.write(0, None, odd)
+    refs["c"], = spill.write_chunk([(0, None, odd)])
     for key in "ab":
         assert [items for kind, items in spill.read(refs[key])] == want[key]
     assert spill.read(refs["c"]) == [(b"p", odd)]

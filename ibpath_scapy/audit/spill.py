@@ -49,14 +49,10 @@ class Spill:
         self._cached = 0  # entries in _cache
         self.chunks = 0  # written so far
 
-    def write(self, previous: int, rows: list | None, transactions: list) -> int:
-        """Append one resolution's entry (rows, or the transactions themselves when rows is
-        None) after its entry `previous` (0: none); its reference."""
-        return self.write_chunk([(previous, rows, transactions)])[0]
-
     def write_chunk(self, entries: list[tuple]) -> list[int]:
-        """write() of each (previous, rows, transactions), at most CHUNK_ENTRIES of them, as
-        one chunk; their references, in order."""
+        """Append the entries of resolutions, each (previous, rows, transactions): its rows,
+        or its transactions themselves where rows is None, after its entry `previous` (0:
+        none); at most CHUNK_ENTRIES of them, as one chunk. Their references, in order."""
         chunk = [(ROWS, previous, rows) if rows is not None else
                  (OBJECTS, previous, pickled(transactions))
                  for previous, rows, transactions in entries]
