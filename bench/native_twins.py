@@ -11,6 +11,9 @@ CPU seconds, the records decoded beforehand where the step does not decode:
   decode, runs / frames    with the C on both sides: the readers' runs of taken frames
                            decoded whole (pcapio.Taken, MadDecoder.taken) against
                            decode_at frame by frame (MadDecoder.frame)
+  decode, segments         with the C on both sides: RMPP DATA segments handed to the
+                           assembler's reassembler by the C decoder (its segment_step)
+                           against their records finished by mad_frame_at in Python
   frame-finding test       engine.frame_finding_batch over every record (native/_frametest.c)
   replay alone             engine.audit_records with the transaction rules, the Spill file
                            and the frame-finding test off: the SA intake (native/_intake.c)
@@ -100,6 +103,20 @@ def frame_by_frame(path: str, decoder) -> list:
     return out + list(decoder.finish())
 
 
+class LeavingSegments:
+    """The C decoder as it was before it took RMPP segments: given no reassembler, it leaves
+    them to mad_frame_at (the "decode, segments" row)."""
+
+    def __init__(self, native):
+        self.native = native
+
+    def frame(self, *args):
+        return self.native.frame(*args[:5])
+
+    def taken(self, *args):
+        return self.native.taken(*args[:8])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -159,6 +176,17 @@ def main() -> None:
                 read(decoder)
                 best[i] = min(best[i], time.process_time() - t)
         print(f"{'decode, runs / frames':24s}{best[0]:8.3f}{best[1]:8.3f}  "
+              f"{(best[0] / best[1] - 1) * 100:+6.1f} %")
+        best = [float("inf"), float("inf")]
+        for _ in range(a.runs):  # segments to the reassembler in C, or by mad_frame_at
+            for i in (0, 1):
+                decoder = FastDecoder()
+                if i:
+                    decoder._native = LeavingSegments(decoder._native)
+                t = time.process_time()
+                list(decode_file_fast(path, decoder))
+                best[i] = min(best[i], time.process_time() - t)
+        print(f"{'decode, segments':24s}{best[0]:8.3f}{best[1]:8.3f}  "
               f"{(best[0] / best[1] - 1) * 100:+6.1f} %")
         judge, test, held = (engine.transaction_judge, engine._frame_finding_test,
                              Replay.HELD_TRANSACTIONS)

@@ -20,7 +20,7 @@ from ibpath_scapy.engines.fast.decoder import Tables, mad_decoder, mad_plan
 from ibpath_scapy.engines.fast.prefilter import IbMadAt, MadAt
 from ibpath_scapy.engines.scapy.gcpace import paced
 from ibpath_scapy.facts.records import MadFrame
-from ibpath_scapy.capture.pcapio import CaptureError, Frame, read_frames
+from ibpath_scapy.capture.pcapio import CaptureError, Frame, PcapWriter, read_frames
 
 from conftest import CAPTURES, project_inputs
 
@@ -78,18 +78,18 @@ def test_same_records_over_the_bench_captures(bench_capture, kind, encap, pcapng
 
 @needs_c
 def test_the_c_decoder_takes_the_storm_and_shares_its_facts(bench_capture):
-    """Every frame of an SA storm is read in C (none handed back), its record finished there
-    (MadFrame) but for the segments of multi-segment answers, which need the RMPP
-    reassembler, and repeated headers and PathRecords are the same objects whichever path
-    read them (the replay keeps one body for identical frames: tests/test_fastpath.py)."""
+    """Every frame of an SA storm is read in C (none handed back) and its record finished
+    there (MadFrame), the segments of multi-segment answers too (handed to the decoder's
+    RMPP reassembler), and repeated headers and PathRecords are the same objects whichever
+    path read them (the replay keeps one body for identical frames: tests/test_fastpath.py)."""
     path = bench_capture("capture2", 2000, encap="ib")
     d = _decoder(True)
     handed_back, finished, to_finish = [], [], []
     native = d._native
 
     class Spy:
-        def frame(self, data, at, number, time, stats):
-            got = native.frame(data, at, number, time, stats)
+        def frame(self, *args):
+            got = native.frame(*args)
             (handed_back if got is None else finished if isinstance(got, MadFrame)
              else to_finish).append(got)
             return got
@@ -104,14 +104,40 @@ def test_the_c_decoder_takes_the_storm_and_shares_its_facts(bench_capture):
     d._native = Spy()
     recs = [r for r in decode_file_fast(str(path), d) if r["kind"] == "sa"]
     assert len(recs) == 2000 and not handed_back
-    # what Python finished: RMPP segments (and their ACKs), nothing else
-    assert finished and all(got[5].rmpp.rmpp_flags & 1 for got in to_finish)
-    assert all(r.rmpp is None or not r.rmpp.rmpp_flags & 1 or r.rmpp.rmpp_flags & 6 == 6
-               for r in finished)
+    # nothing for Python to finish, the first frames (before any kind was named) included
+    assert finished and not to_finish
+    segments = [r for r in finished
+                if r.rmpp is not None and r.rmpp.rmpp_flags & 1 and r.rmpp.rmpp_flags & 6 != 6]
+    assert segments and any(r.reassembled_from for r in segments)
     by_bytes: dict = {}
     for r in recs:
         for pr in r.path_records or ():
             assert by_bytes.setdefault(tuple(pr.items()), pr) is pr
+
+
+@needs_c
+def test_segments_after_a_frame_left_to_python_keep_their_order(bench_capture, tmp_path):
+    """A segment the C decoder leaves to Python (a wrong ICRC) goes to the reassembler after
+    the run it came in: the segments of the run behind it go there after it, not before, so
+    that the transfer its wrong FIRST segment opened is completed by its LAST one, as the
+    Python decoder has it (fails with the C decoder handing on every segment at once)."""
+    frames = list(read_frames(str(bench_capture("capture2", 400, encap="ib"))))
+    d = _decoder(False)
+    recs = [d.decode_at(f, _classify(f)) for f in frames]
+    # a transfer of two segments or more: the frames of its FIRST and LAST segments
+    done = next(r for r in recs if r is not None and r.reassembled_from
+                and len(r.reassembled_from) > 1)
+    bad = done.reassembled_from[0]
+    data = bytearray(frames[bad - 1].data)
+    data[-3] ^= 0xFF  # (native IB: the ICRC's last byte, before the VCRC)
+    path = tmp_path / "bad-segment.pcap"
+    with PcapWriter(str(path), frames[0].linktype) as w:
+        for f in frames:
+            w.write(bytes(data) if f.number == bad else f.data, f.time)
+    c, py = _records(path, True), _records(path, False)
+    assert c == py
+    got = {r["frame"]: r for r in py[0]}
+    assert got[bad].errors and got[done.frame].reassembled_from == done.reassembled_from
 
 
 # -- Hypothesis: SA MADs with their fields, lengths and CRCs changed ------------------------

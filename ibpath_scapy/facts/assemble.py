@@ -210,12 +210,30 @@ def own_records_on_wire(rmpp) -> bool:
     return not is_segment(None, rmpp, None, 0, None) and not is_rmpp_control(rmpp)
 
 
+def segment_on_wire(rmpp) -> bool:
+    """Whether an SA MAD off the wire with this RMPP header is one segment of a transfer
+    (IS_SEGMENT): the RMPP reassembler's (Assembler.mad_frame_at). The C decoder asks it once
+    per header shape, as own_records_on_wire."""
+    return bool(is_segment(None, rmpp, None, 0, None))
+
+
+def record_reserved_errors(mad: Mad, reserved: Iterable) -> list[Problem]:
+    """The errors of an SA MAD's records with reserved bits set (reserved: a flag per
+    record, one set at least): a PathRecord's, or a record of another attribute's."""
+    if mad.attribute_id != ATTR_PATH_RECORD:
+        return reserved_errors(Code.SA_RECORD_RESERVED, reserved, mad.attribute_name)
+    return reserved_errors(Code.PR_RESERVED, reserved)
+
+
 def native_record_plan() -> dict:
     """What the C decoder (native/_mad.c MadDecoder.frame) makes mad_frame_at's record of a
-    plain frame by: the record's class, the kinds by MAD class (kind_of fills it), and the
-    test of a header shape whose MAD carries its own records. Records stay this module's:
-    the decoders hand this over without naming a record class."""
-    return {"mad_frame": MadFrame, "kinds": KINDS, "own_records": own_records_on_wire}
+    frame by: the record's class, the kinds by MAD class (kind_of fills it), the tests of a
+    header shape whose MAD carries its own records or is one RMPP segment, and the errors of
+    records with reserved bits set. Records stay this module's: the decoders hand this over
+    without naming a record class."""
+    return {"mad_frame": MadFrame, "kinds": KINDS, "kind_of": kind_of,
+            "own_records": own_records_on_wire, "segment": segment_on_wire,
+            "reserved_errors": record_reserved_errors}
 
 
 class SaParts(NamedTuple):
@@ -389,13 +407,10 @@ class Assembler:
         if umad is not None and rmpp.rmpp_flags & RMPP_ACTIVE and not mad.status:
             errors += umad_cut(length, hdr.attribute_offset)
         others = None
+        if records is not None and reserved and any(reserved):
+            errors += record_reserved_errors(mad, reserved)
         if records is not None and mad.attribute_id != ATTR_PATH_RECORD:
             others, records = records, None  # another attribute of the SA table
-            if reserved and any(reserved):
-                errors += reserved_errors(Code.SA_RECORD_RESERVED, reserved,
-                                          mad.attribute_name)
-        elif records is not None and reserved and any(reserved):
-            errors += reserved_errors(Code.PR_RESERVED, reserved)
         # positional, in MadFrame's field order (an SA storm makes one per frame)
         return MadFrame(number, time, kind, encap, src, dst, src_gid, dst_gid, dst_qp, src_qp,
                         mad, None, rmpp, hdr, dropped, control, reassembled, records, None,

@@ -380,7 +380,9 @@ class FastDecoder(Decoder):
         MAD, or None when the compiled decoder does not know its MAD payload: then the frame
         goes to feed() (the Scapy path). The C decoder reads what it can; the rest, here."""
         if self._native is not None:
-            got = self._native.frame(frame.data, at, frame.number, frame.time, self.stats)
+            # (the RMPP reassembler given each time, as stats: a reset assembler makes new ones)
+            got = self._native.frame(frame.data, at, frame.number, frame.time, self.stats,
+                                     self.rmpp)
             if got is not None:
                 if got.__class__ is not tuple:  # the record, made and counted in C
                     return got
@@ -396,7 +398,7 @@ class FastDecoder(Decoder):
             records, rest = [None] * len(run), [(j, None, None, None) for j in range(len(run))]
         else:
             records, rest = self._native.taken(run.buf, run.taken, run.number, run.epb,
-                                               run.little, run.res, at, self.stats)
+                                               run.little, run.res, at, self.stats, self.rmpp)
         fed = None
         for j, number, time, got in rest:
             if got is not None:
