@@ -139,10 +139,15 @@ def transaction_judge(path: str, out: list[Finding]) -> Callable:
     def judge(t, res) -> None:
         if t.attribute_id != ATTR_PATH_RECORD:
             return
-        # _findings, without a generator around the checks' (one per transaction of a storm)
+        # _findings, without a generator around the checks' (one per transaction of a storm);
+        # a transaction check returns its hits, a generator or a list (() when none: called
+        # nine times per transaction of a storm, it makes no generator to find nothing)
         for rule_id, r, check in tx_checks:
-            for hit in check(t):
-                out.append(_finding(rule_id, r, hit, path, res.name if res is not None else None))
+            hits = check(t)
+            if hits:
+                for hit in hits:
+                    out.append(_finding(rule_id, r, hit, path,
+                                        res.name if res is not None else None))
 
     return judge
 

@@ -101,7 +101,9 @@ FAMILIES = ("frame", "blob", "transaction", "resolution", "cm", "ls", "process")
 
 def rule(rule_id: str, severity: str, family: str, source: str):
     """Register a check under a stable ID. The check yields (frames, message) pairs, or
-    (frames, message, severity) where audit-rules.md lowers one finding's severity. A rule
+    (frames, message, severity) where audit-rules.md lowers one finding's severity; a
+    transaction check (asked of every SA transaction of a storm) returns them in a list
+    instead, or () when it finds nothing, as a generator made per call costs more. A rule
     may have one check per family (a packet rule also checked across a transaction); the same
     ID twice in one family, or with two severities, fails at import."""
     if severity not in SEVERITIES:

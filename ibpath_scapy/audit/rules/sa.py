@@ -44,17 +44,17 @@ def response_method(t: Transaction):
     """A response whose method is not the one IBA pairs with the request's: the request's
     with the R bit set, GetResp for a Set, GetTableResp for a GetTraceTable."""
     if t.request is None:
-        return
+        return ()
     method = t.request.mad.method
     want = _RESPONSE_METHOD.get(method, method | 0x80)
     for r in t.responses:
         if r.rmpp_control:
             continue
         if r.mad.method != want:
-            yield ([t.request["frame"], r["frame"]],
-                   f"response method 0x{r['mad']['method']:02x} to request method "
-                   f"0x{t.request['mad']['method']:02x} (expected 0x{want:02x})")
-            return
+            return [([t.request["frame"], r["frame"]],
+                     f"response method 0x{r['mad']['method']:02x} to request method "
+                     f"0x{t.request['mad']['method']:02x} (expected 0x{want:02x})")]
+    return ()
 
 
 # SAQ-SELECTOR-MISSING: the plugin's expert info and this check decide by one Expr
@@ -89,7 +89,7 @@ def selector_missing(t: Transaction):
     r = t.request
     sa = r.sa if r is not None else None
     if sa is None:
-        return
+        return ()
     try:
         key = _SELECTOR_KEY(r)
     except AttributeError:  # a view without a field read: no memo
@@ -102,7 +102,7 @@ def selector_missing(t: Transaction):
                 _SELECTOR_MEMO.clear()
             _SELECTOR_MEMO[key] = hit
     if not hit:
-        return
+        return ()
     mask, q = sa.component_mask, t.query
     halves = []
     for value, selector, vbit, sbit in _PAIRS:
@@ -118,9 +118,9 @@ def selector_missing(t: Transaction):
         if got:
             half += f" (the answer, frame {t.completing_frame}, has {', '.join(got)})"
         halves.append(half)
-    yield [x.frame for x in t.requests], (
+    return [([x.frame for x in t.requests], (
         f"PathRecord query tid 0x{t.tid:016x}, ComponentMask 0x{mask:x}: "
-        + "; ".join(halves) + ": OpenSM reads neither half of a pair alone")
+        + "; ".join(halves) + ": OpenSM reads neither half of a pair alone"))]
 
 
 @rule("SAQ-NO-RESPONSE", "warning", "transaction",
@@ -128,9 +128,10 @@ def selector_missing(t: Transaction):
 def no_response(t: Transaction):
     """A request never answered in the capture (after its retries)."""
     if t.requests and not t.answered:
-        yield [r["frame"] for r in t.requests], (
+        return [([r["frame"] for r in t.requests], (
             f"PathRecord request tid 0x{t.tid:016x} never answered "
-            f"({len(t.requests)} transmission{'s' if len(t.requests) > 1 else ''})")
+            f"({len(t.requests)} transmission{'s' if len(t.requests) > 1 else ''})"))]
+    return ()
 
 
 @rule("SAQ-RETRY", "info", "transaction",
@@ -138,8 +139,9 @@ def no_response(t: Transaction):
 def retry(t: Transaction):
     """A request retransmitted with the same TID."""
     if len(t.requests) > 1:
-        yield [r["frame"] for r in t.requests], (
-            f"request tid 0x{t.tid:016x} sent {len(t.requests)} times")
+        return [([r["frame"] for r in t.requests],
+                 f"request tid 0x{t.tid:016x} sent {len(t.requests)} times")]
+    return ()
 
 
 @rule("SAR-STATUS", "info", "transaction", sources.SA_STATUS)
@@ -149,9 +151,9 @@ def status(t: Transaction):
         st = r.mad.status
         if st:
             name = SA_STATUS.get(st & 0xFF00)
-            yield [r["frame"]], f"SA status 0x{st:04x} {status_text(st, 3)}" + (
-                " (the resolver must not hand a path over)" if name else "")
-            return
+            return [([r["frame"]], f"SA status 0x{st:04x} {status_text(st, 3)}" + (
+                " (the resolver must not hand a path over)" if name else ""))]
+    return ()
 
 
 # per ComponentMask's names: the _EXACT fields masked, a getter of their values, whether
@@ -195,13 +197,14 @@ def mismatch(t: Transaction):
     P_Key, SL, ...); or Reversible was asked with bit 1 and a record is not reversible."""
     q = t.query
     if q is None or not t.records:
-        return
+        return ()
     comps = t.components
     _, values, reversible, selected = _plan(comps)
     # the common case, asked here once per record: every masked field equal, no selector
     # pair masked, and a reversible path asked for and answered (else _contradicted says)
     want = values(q) if values is not None and not selected else None
     rev = reversible and q.reversible == 1
+    hits = []
     for i, rec in enumerate(t.records):
         if want is not None and values(rec) == want and not (rev and rec.reversible != 1):
             continue
@@ -210,16 +213,20 @@ def mismatch(t: Transaction):
         bad = _contradicted(q, rec, comps)
         if bad:
             detail = ", ".join(f"{n} {rec[n]} (asked {q[n]})" for n in bad)
-            yield ([t.request.frame, t.completing_frame],
-                   f"record {i} contradicts the query: {detail}")
+            hits.append(([t.request.frame, t.completing_frame],
+                         f"record {i} contradicts the query: {detail}"))
+    return hits
 
 
 @rule("SAR-GET-MULTI", "error", "transaction", "OpenSM osm_sa_respond (C15-0.1.30)")
 def get_multi(t: Transaction):
     """A GetResp (0x81) carrying more than one record."""
+    hits = []
     for r in t.responses:
         if r.mad.method == 0x81 and len(r.path_records or ()) > 1:
-            yield [r["frame"]], f"GetResp carries {len(r['path_records'])} records; Get returns one"
+            hits.append(([r["frame"]],
+                         f"GetResp carries {len(r['path_records'])} records; Get returns one"))
+    return hits
 
 
 @rule("SAR-RMPP", "error", "transaction", "kernel mad_rmpp.c send_next_seg/get_mad_len")
@@ -238,15 +245,21 @@ def rmpp_rules(t: Transaction):
         if (rmpp is not None and (rmpp.rmpp_flags or 0) & 1 and rmpp.rmpp_type == 1
                 and not r.rmpp_dropped):
             segs.append(r)
-    if not segs:
-        return
+    if not segs or (len(segs) == 1 and t.answered and not segs[0].errors
+                    and segs[0].rmpp.segment_number == 1):
+        return ()  # one whole segment, numbered 1, answered, no problem: the common case
+    return list(_rmpp_breaks(t, segs))
+
+
+def _rmpp_breaks(t: Transaction, segs: list):
+    """SAR-RMPP's findings in the segments segs the receiver kept of t."""
     for r in segs:
         for p in r.errors or ():
             if p.code in RMPP_CODES:
                 yield [r.frame], str(p)
     by_num = {r.rmpp.segment_number: r for r in segs}
     if len(by_num) == 1 and 1 in by_num and t.answered:
-        return  # one whole segment, numbered 1, answered: the common case, nothing below holds
+        return  # one whole segment, numbered 1, answered: nothing below holds
     frames = [r.frame for r in segs]
     n = max(by_num)
     below = sorted(k for k in by_num if k < 1)
@@ -294,14 +307,13 @@ def rmpp_retry(t: Transaction):
         if r.rmpp_dropped:
             break
     else:
-        return
+        return ()
     dropped = [r for r in t.responses if r.rmpp_dropped]
-    if dropped:
-        yield [r["frame"] for r in dropped], (
-            f"RMPP transfer tid 0x{t.tid:016x}: {len(dropped)} segment"
-            f"{'s' if len(dropped) > 1 else ''} dropped by the receiver as the kernel does: "
-            + "; ".join(f"frame {r['frame']}: {r['rmpp_dropped']}" for r in dropped[:5])
-            + (f"; {len(dropped) - 5} more" if len(dropped) > 5 else ""))
+    return [([r["frame"] for r in dropped], (
+        f"RMPP transfer tid 0x{t.tid:016x}: {len(dropped)} segment"
+        f"{'s' if len(dropped) > 1 else ''} dropped by the receiver as the kernel does: "
+        + "; ".join(f"frame {r['frame']}: {r['rmpp_dropped']}" for r in dropped[:5])
+        + (f"; {len(dropped) - 5} more" if len(dropped) > 5 else "")))]
 
 
 @rule("SAR-RESERVED", "warning", "frame",
