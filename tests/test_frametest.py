@@ -94,6 +94,21 @@ def test_records_left_to_python_and_a_memo_past_its_bound():
            # a PathRecord written as a dict: keyed by rules/frame.py's other key
            _sa_frame(8, _mad(0x14), path_records=[{"numb_path": 0}])]
     assert _same(odd) >= 2
+    # headers of another slotted class, the same names in other slots, met in turn with Mad
+    # facts: each read by its own class's slot (a reader that kept the first class's
+    # offsets would read another field)
+    class OtherMad:
+        __slots__ = ("status", "method", "mgmt_class", "class_version", "attribute_id")
+
+        def __init__(self, **kw):
+            for k, v in kw.items():
+                setattr(self, k, v)
+
+    other = [_sa_frame(n, OtherMad(status=0, method=(0x12, 0x7F)[n % 3 == 0], mgmt_class=3,
+                                   class_version=2, attribute_id=0x35) if n % 2
+                       else _mad((0x12, 0x7F)[n % 3 == 0]))
+             for n in range(12)]
+    assert 0 < _same(other) < len(other)
     # (pairs that differ in the class version alone: SAQ-BAD-METHOD holds of version 1)
     many = [_sa_frame(n, _mad(method=(0x12, 0x7F)[n % 7 == 0], class_version=1 + n % 2),
                       mask=n // 2)

@@ -23,9 +23,26 @@ typedef struct {
     PyTypeObject *frame_class;
     PyObject *sa_kind, *views, *fields, *record_reads, *guard_kinds, *guard_keys;
     PyObject *has_finding, *hits, *memo;
+    /* the reads of a record, by slot (_pyhelp.h): its kind, path_records and guard keys;
+     * each header read's view of it and field of that; each field of its path records */
+    /* bench/native_twins.py frame-finding test (capture 3 native IB 200k): 0.091 -> 0.051 s */
+    SlotReader *rd_kind, *rd_recs, *rd_guard, *rd_view, *rd_field, *rd_record;
+    Py_ssize_t n_guard, n_reads, n_record;
 } FrameTest;
 
 static PyObject *str_kind, *str_path_records, *str_class;
+
+static void readers_free(FrameTest *self)
+{
+    slot_readers_free(self->rd_kind, 1);
+    slot_readers_free(self->rd_recs, 1);
+    slot_readers_free(self->rd_guard, self->n_guard);
+    slot_readers_free(self->rd_view, self->n_reads);
+    slot_readers_free(self->rd_field, self->n_reads);
+    slot_readers_free(self->rd_record, self->n_record);
+    self->rd_kind = self->rd_recs = self->rd_guard = NULL;
+    self->rd_view = self->rd_field = self->rd_record = NULL;
+}
 
 static int init(FrameTest *self, PyObject *args, PyObject *kw)
 {
@@ -62,7 +79,23 @@ static int init(FrameTest *self, PyObject *args, PyObject *kw)
     Py_XSETREF(self->has_finding, Py_NewRef(hf));
     Py_XSETREF(self->hits, Py_NewRef(hits));
     Py_XSETREF(self->memo, PyDict_New());
-    return self->memo == NULL ? -1 : 0;
+    if (self->memo == NULL)
+        return -1;
+    readers_free(self);
+    PyObject *names = PyTuple_Pack(2, str_kind, str_path_records);
+    if (names == NULL)
+        return -1;
+    self->n_guard = PyTuple_GET_SIZE(guard_keys);
+    self->n_reads = n;
+    self->n_record = PyTuple_GET_SIZE(record_reads);
+    int ok = (self->rd_kind = slot_readers(names, 0, 1)) != NULL
+             && (self->rd_recs = slot_readers(names, 1, 1)) != NULL
+             && (self->rd_guard = slot_readers(guard_keys, 0, self->n_guard)) != NULL
+             && (self->rd_view = slot_readers(self->views, 0, n)) != NULL
+             && (self->rd_field = slot_readers(self->fields, 0, n)) != NULL
+             && (self->rd_record = slot_readers(record_reads, 0, self->n_record)) != NULL;
+    Py_DECREF(names);
+    return ok ? 0 : -1;
 fail:
     Py_XDECREF(views);
     Py_XDECREF(fields);
@@ -71,6 +104,7 @@ fail:
 
 static void dealloc(FrameTest *self)
 {
+    readers_free(self);
     Py_XDECREF(self->frame_class);
     Py_XDECREF(self->sa_kind);
     Py_XDECREF(self->views);
@@ -100,8 +134,8 @@ static int ask(PyObject *f, PyObject *rec)
  * otherwise: it is asked of packet_rule_hits unmemoised), or NULL with the error set. */
 static PyObject *key_of(FrameTest *self, PyObject *rec)
 {
-    Py_ssize_t n = PyTuple_GET_SIZE(self->views), nr = PyTuple_GET_SIZE(self->record_reads);
-    PyObject *recs = PyObject_GetAttr(rec, str_path_records), *seq = NULL, *key = NULL;
+    Py_ssize_t n = self->n_reads, nr = self->n_record;
+    PyObject *recs = slot_read(self->rd_recs, rec), *seq = NULL, *key = NULL;
     if (recs == NULL)
         return NULL;
     Py_ssize_t m = 0;
@@ -119,12 +153,12 @@ static PyObject *key_of(FrameTest *self, PyObject *rec)
         PyObject *field = PyTuple_GET_ITEM(self->fields, i);
         if (name != view_name) {  /* (the reads come grouped by view) */
             Py_XDECREF(view);
-            if ((view = PyObject_GetAttr(rec, name)) == NULL)
+            if ((view = slot_read(&self->rd_view[i], rec)) == NULL)
                 goto missing;
             view_name = name;
         }
         PyObject *v = field == Py_None ? Py_NewRef((PyObject *)Py_TYPE(view))  /* __class__ */
-                                       : PyObject_GetAttr(view, field);
+                                       : slot_read(&self->rd_field[i], view);
         if (v == NULL) {
             Py_DECREF(view);
             goto missing;
@@ -134,8 +168,7 @@ static PyObject *key_of(FrameTest *self, PyObject *rec)
     Py_XDECREF(view);
     for (Py_ssize_t k = 0; k < m; k++)
         for (Py_ssize_t j = 0; j < nr; j++) {
-            PyObject *v = PyObject_GetAttr(PySequence_Fast_GET_ITEM(seq, k),
-                                           PyTuple_GET_ITEM(self->record_reads, j));
+            PyObject *v = slot_read(&self->rd_record[j], PySequence_Fast_GET_ITEM(seq, k));
             if (v == NULL)
                 goto missing;
             PyTuple_SET_ITEM(key, n + k * nr + j, v);
@@ -160,12 +193,12 @@ static int test(FrameTest *self, PyObject *rec)
 {
     if (Py_TYPE(rec) != self->frame_class)
         return ask(self->has_finding, rec);
-    PyObject *kind = PyObject_GetAttr(rec, str_kind);
+    PyObject *kind = slot_read(self->rd_kind, rec);
     if (kind == NULL)
         return -1;
     int guarded = PySet_Contains(self->guard_kinds, kind);
-    for (Py_ssize_t i = 0; guarded == 0 && i < PyTuple_GET_SIZE(self->guard_keys); i++) {
-        PyObject *v = PyObject_GetAttr(rec, PyTuple_GET_ITEM(self->guard_keys, i));
+    for (Py_ssize_t i = 0; guarded == 0 && i < self->n_guard; i++) {
+        PyObject *v = slot_read(&self->rd_guard[i], rec);
         guarded = v == NULL ? -1 : v != Py_None;
         Py_XDECREF(v);
     }

@@ -22,6 +22,57 @@ static inline Py_ssize_t slot_offset(PyObject *cls, PyObject *name)
     return off;
 }
 
+/* A reader of the attribute `name`: from its slot where the object is of the type the
+ * reader last met (the slot's offset looked up once per type met), else by
+ * PyObject_GetAttr. A storm's records are facts of a few slotted classes read by the
+ * million, and PyObject_GetAttr looks each name up in the class's dictionaries. */
+typedef struct {
+    PyObject *name;     /* strong */
+    PyTypeObject *type; /* strong, or NULL: none met yet */
+    Py_ssize_t off;     /* the slot's offset in type's instances, 0: none (GetAttr) */
+} SlotReader;
+
+/* obj.<name> (a new reference), or NULL with the error set. */
+static inline PyObject *slot_read(SlotReader *r, PyObject *obj)
+{
+    PyTypeObject *t = Py_TYPE(obj);
+    if (t != r->type) {
+        Py_ssize_t off = slot_offset((PyObject *)t, r->name);
+        if (off == -2)
+            PyErr_Clear(); /* (no such attribute: GetAttr below says so of obj) */
+        Py_XSETREF(r->type, (PyTypeObject *)Py_NewRef((PyObject *)t));
+        r->off = off >= (Py_ssize_t)sizeof(PyObject) && off < t->tp_basicsize ? off : 0;
+    }
+    if (r->off) {
+        PyObject *v = *(PyObject **)((char *)obj + r->off);
+        if (v != NULL)
+            return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(obj, r->name);
+}
+
+/* n readers of the names in the tuple `names` (from index `from`), in a new array: NULL
+ * with the error set. */
+static inline SlotReader *slot_readers(PyObject *names, Py_ssize_t from, Py_ssize_t n)
+{
+    SlotReader *r = PyMem_Calloc(n ? n : 1, sizeof(SlotReader));
+    if (r == NULL)
+        return (SlotReader *)PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++)
+        r[i].name = Py_NewRef(PyTuple_GET_ITEM(names, from + i));
+    return r;
+}
+
+/* The n readers of r let go (r may be NULL). */
+static inline void slot_readers_free(SlotReader *r, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; r != NULL && i < n; i++) {
+        Py_CLEAR(r[i].name);
+        Py_CLEAR(r[i].type);
+    }
+    PyMem_Free(r);
+}
+
 /* slot_offset(cls, name), or -1 with the error set: a ValueError naming `who` where name is
  * no object slot of cls. */
 static inline Py_ssize_t slot_offset_of(PyTypeObject *cls, PyObject *name, const char *who)
