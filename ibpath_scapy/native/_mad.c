@@ -1933,13 +1933,15 @@ static PyMethodDef decoder_methods[] = {
      "assembler's mad_frame_at takes after the frame number and time, or None: the Python decoder "
      "reads the frame."},
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
-     "frame(data, at, number, time, stats) -> the frame's MadFrame, as the assembler's "
-     "mad_frame_at makes it and with stats counted, where it needs no RMPP state and has no "
-     "error; else what decode(data, at) returns."},
+     "frame(data, at, number, time, stats[, reassembler]) -> the frame's MadFrame, as the "
+     "assembler's mad_frame_at makes it and with stats counted, where it has no error and "
+     "needs no RMPP state but the assembler's reassembler (an RMPP DATA segment goes to its "
+     "add()); else what decode(data, at) returns."},
     {"taken", (PyCFunction)(void (*)(void))taken, METH_FASTCALL,
-     "taken(buf, taken, number, epb, little, res, at, stats) -> (records, rest): frame() of "
-     "each frame of a run a reader's loop took (pcapio.Taken), read from buf; None in records "
-     "where rest has (index, number, time, what frame() gave) for Python to finish."},
+     "taken(buf, taken, number, epb, little, res, at, stats[, reassembler]) -> (records, "
+     "rest): frame() of each frame of a run a reader's loop took (pcapio.Taken), read from "
+     "buf; None in records where rest has (index, number, time, what frame() gave) for Python "
+     "to finish (and, after the first of those, the run's RMPP segments too)."},
     {NULL, NULL, 0, NULL},
 };
 
