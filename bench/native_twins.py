@@ -21,6 +21,9 @@ CPU seconds, the records decoded beforehand where the step does not decode:
                            closes, one a resolution, 16 to a chunk: written as pickle's
                            text in C (native/_rows.c, RowsText) against pickle.dumps of
                            their ClosedTransaction.row (Replay._spill's two ways)
+  spill steps              Replay._spill of those transactions, one a resolution: the
+                           C writer's steps chunk after chunk (RowsText.spill) against
+                           Replay._spill_part's, the chunks' text written in C by both
   audit_records, whole     the CLI's audit of the decoded records, every twin on or off
 
 A twin stays only where its row is more than 10 % faster (the project's rule for C code).
@@ -124,7 +127,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from ibpath_scapy.audit import engine
-    from ibpath_scapy.audit.replay import ClosedTransaction, Replay
+    from ibpath_scapy.audit.replay import ClosedTransaction, Replay, Resolution
     from ibpath_scapy.audit.spill import CHUNK_ENTRIES, OBJECTS, ROWS, NotPlain, pickled
     from ibpath_scapy.engines.fast import FastDecoder, decode_file_fast
     from ibpath_scapy.engines.scapy.gcpace import paced
@@ -156,11 +159,25 @@ def main() -> None:
                                              pickle.HIGHEST_PROTOCOL) for c in chunks]
             return lambda: [text(c) for c in chunks]
 
+        def spill_steps():
+            replay = Replay(keep_closed=False)
+            replay.intake()  # (its C writer, and the writer's spill steps)
+            if extension() is None:
+                replay._spill_steps = None
+                replay._text = text
+            resolutions = [Resolution(t.requester, "", 0xFFFF, transactions=[t]) for t in ts]
+
+            def run():
+                replay._spill(resolutions)
+                replay.close_spill()
+            return run
+
         def whole():
             return lambda: cli_audit(path, records)
 
         steps = {"decode": decode, "frame-finding test": frame_test,
-                 "spill chunks": spill_chunks, "audit_records, whole": whole}
+                 "spill chunks": spill_chunks, "spill steps": spill_steps,
+                 "audit_records, whole": whole}
         print(f"{path}: {len(records):,} records, {len(ts):,} transactions closed; "
               f"best of {a.runs}, CPU seconds")
         print(f"{'':24s}{'C':>8s}{'Python':>8s}  C against Python")

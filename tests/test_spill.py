@@ -21,7 +21,7 @@ import pytest
 from ibpath_scapy.audit import engine, report
 from ibpath_scapy.audit.html import to_html
 from ibpath_scapy.audit.model import AuditOptions
-from ibpath_scapy.audit.replay import ClosedTransaction, Replay, Resolution
+from ibpath_scapy.audit.replay import ClosedTransaction, Replay, Resolution, Tally
 from ibpath_scapy.audit.run import audit_paths
 from ibpath_scapy.audit.spill import CHUNK_ENTRIES, Spill
 from ibpath_scapy.audit.tables import resolution_rows
@@ -414,3 +414,139 @@ def test_tally_of_counts_as_count_does(storm2):
             each.count(t, -1)
         assert each == Tally()
     assert Tally.of([odd]) == Tally(1, 3, 2, 0, 1)
+
+
+def _spill_both(ts: list, make) -> tuple:
+    """The same resolutions (make(ts): fresh ones) spilled by the C steps (RowsText.spill)
+    and by _spill_part with the same C writer: (file bytes, resolutions) of each."""
+    import os
+
+    out = []
+    for steps in (True, False):
+        replay = Replay(keep_closed=False)
+        replay.intake()  # (sets the C writer and its spill steps)
+        assert replay._spill_steps is not None
+        if not steps:
+            replay._spill_steps = None
+        resolutions = make(ts)
+        parts = []
+        part = replay._spill_part
+        replay._spill_part = lambda p: (parts.append(len(p)), part(p))[1]
+        replay._spill(resolutions)
+        replay.spill._file.flush()
+        data = os.pread(replay.spill._file.fileno(), replay.spill.size, 0)
+        out.append((data, resolutions, parts, replay))
+    return out
+
+
+def _resolution_state(res) -> tuple:
+    return (type(res), res.spilled, res.spilled_count, res.transactions,
+            None if res.folded is None else (type(res.folded), tuple(
+                getattr(res.folded, f) for f in Tally.__slots__)))
+
+
+@needs_rows
+def test_spill_steps_in_c_as_spill_part_takes_them(storm2, storm3):
+    """native/_rows.c RowsText.spill against Replay._spill_part, the reference: the same
+    Spill file, byte for byte, and every resolution left alike (its chunk's reference, its
+    spilled count, its counts folded with those it had, no transaction held), over the
+    storms' and the corpus's transactions in resolutions of 1 to 4, some spilled before,
+    some with counts already; a chunk with a resolution or transaction of another class, a
+    Tally subclass, an entry that is not plain or a value no opcode writes goes to
+    _spill_part whole, and the chunks around it stay the C steps'."""
+    import random
+
+    ts = _closed(storm2) + _closed(storm3)
+    for path in _corpus()[:20]:
+        ts += _closed(Path(path))
+    for k in range(60):  # retried, unanswered and reversible-asking ones among them
+        odd = ClosedTransaction.from_row(ts[k].row())
+        odd.request_count, odd.answered, odd._asks = 1 + k % 4, k % 3 == 0, k % 5 == 0
+        ts.insert(7 * k, odd)
+    rnd = random.Random(4545)
+
+    class OtherResolution(Resolution):
+        pass
+
+    class OtherTally(Tally):
+        pass
+
+    class Other:
+        request_count, answered = 2, True
+
+        def row(self):
+            return ("plain", 1)
+
+        def asks_reversible(self):
+            return True
+
+    from ibpath_scapy.facts.records import Rmpp
+
+    not_plain = ClosedTransaction.from_row(ts[1].row())
+    not_plain.query = Rmpp(rmpp_version=1, rmpp_type=1, r_resp_time=0, rmpp_flags=0,
+                           rmpp_status=0, segment_number=1, payload_length=0)
+    unwritten = ClosedTransaction.from_row(ts[2].row())
+    unwritten.arrows = [("\ud800",)]
+    specials = [OtherResolution, OtherTally, Other, not_plain, unwritten]
+
+    def make(ts):
+        rnd.seed(45)
+        out, i = [], 0
+        while i < len(ts):
+            n = rnd.randint(1, 4)
+            res = Resolution(f"l{i}", f"r{i}", 0xFFFF, transactions=list(ts[i:i + n]))
+            i += n
+            roll = rnd.random()
+            if roll < 0.3:  # (an earlier entry of no file here: not read back below)
+                res.spilled, res.spilled_count = rnd.choice([1, 2 ** 40 + 3, 2 ** 70]), 5
+            if roll < 0.2:
+                res.folded = Tally(5, 7, 2, 4, 1)
+            if rnd.random() < 0.01:
+                odd = specials[len(out) % len(specials)]
+                if odd is OtherResolution:
+                    res = OtherResolution(res.local, res.remote, res.pkey,
+                                          transactions=res.transactions)
+                elif odd is OtherTally:
+                    res.folded = OtherTally(1, 1, 0, 1, 0)
+                elif odd is Other:
+                    res.transactions.append(Other())
+                else:
+                    res.transactions.append(odd)
+            out.append(res)
+        return out
+
+    (c_data, c_res, c_parts, _), (py_data, py_res, py_parts, replay) = _spill_both(ts, make)
+    assert len(c_res) > 1000 and py_parts and all(n <= CHUNK_ENTRIES for n in py_parts)
+    assert 0 < len(c_parts) < len(py_parts)  # (the odd chunks, and only they, in Python)
+    assert c_data == py_data
+    assert [_resolution_state(r) for r in c_res] == [_resolution_state(r) for r in py_res]
+    assert all(r.transactions == () for r in c_res)
+    fresh = [r for r in py_res if r.spilled_count < 6]  # (no earlier entry: 5 + 1 or more)
+    for res in fresh[::37]:  # (and what the file holds comes back)
+        assert replay.read_back(res)
+
+
+@needs_rows
+def test_spill_steps_in_c_refuse_what_they_cannot_take():
+    """RowsText.spill without its classes, with another tally class, a chunk size out of
+    range, or a write_text that gives no reference per resolution: an error, not a
+    resolution half spilled."""
+    from ibpath_scapy.audit.spill import OBJECTS, ROWS, NotPlain, pickled
+
+    make = extension().RowsText
+    args = (ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain, (ROWS, OBJECTS), pickled)
+    with pytest.raises(TypeError, match="made without spill"):
+        make(*args).spill([], print, print)
+    for spill, error in (((Resolution, Resolution, 16), ValueError),
+                         ((Resolution, Tally, 0), ValueError),
+                         ((Resolution, Tally, 257), ValueError),
+                         ((Tally, Tally, 16), AttributeError),
+                         ((Resolution, Tally), TypeError)):
+        with pytest.raises(error):
+            make(*args, spill=spill)
+    steps = make(*args, spill=(Resolution, Tally, CHUNK_ENTRIES))
+    res = Resolution("a", "b", 1, transactions=[])
+    with pytest.raises(TypeError, match="a reference each"):
+        steps.spill([res], lambda text, n: [], print)
+    with pytest.raises(TypeError, match="takes 3"):
+        steps.spill([res])

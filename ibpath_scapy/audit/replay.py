@@ -419,6 +419,8 @@ class Replay:
         # the C writer of the spill's chunks (native/_rows.c, RowsText), which intake() sets;
         # without it (or where it gives None) Spill.write_chunk pickles [t.row() for t in ts]
         self._text = None
+        # its spill(): _spill_part's steps in C, chunk after chunk (None: _spill_part's)
+        self._spill_steps = None
         self._facts: dict = {}  # PathRecord facts read back, by their values (from_row)
         # whether to spill at all (AuditOptions.stream_resolutions): where no report reads
         # the resolutions' transactions all at once
@@ -495,7 +497,7 @@ class Replay:
         """What pickling keeps (an audit handed back by another process: audit/run.py): all
         but the C writer of the spill's chunks (native/_rows.c), which intake() makes again."""
         state = self.__dict__.copy()
-        state["_text"] = None
+        state["_text"] = state["_spill_steps"] = None
         return state
 
     def intake(self):
@@ -511,7 +513,9 @@ class Replay:
         if native is None or self.linger_seconds is not None:
             return self.feed
         self._text = native.RowsText(ClosedTransaction, PathRecord, PathRecord._INIT, NotPlain,
-                                     (ROWS, OBJECTS), _pickled)
+                                     (ROWS, OBJECTS), _pickled,
+                                     spill=(Resolution, Tally, CHUNK_ENTRIES))
+        self._spill_steps = self._text.spill
         # (the replay holds no reference to it: no cycle for the collector, which an audit
         # runs without: engines/scapy/gcpace.py)
         return native.SaIntake(self, MadFrame, Mad, Transaction, "sa", METHOD_RESP,
@@ -677,35 +681,42 @@ class Replay:
 
     def _spill(self, resolutions: list[Resolution]) -> None:
         """Their transactions held in memory to the Spill file, each resolution's after its
-        earlier ones."""
+        earlier ones, a chunk's worth at a time (_spill_part)."""
         if not resolutions:
             return
         if self.spill is None:
             self.spill = Spill()
-        # a chunk's worth at a time: its rows written while they are fresh in the caches
+        if self._spill_steps is not None:  # (C: what it cannot take comes to _spill_part)
+            self._spill_steps(resolutions, self.spill.write_text, self._spill_part)
+            return
         for i in range(0, len(resolutions), CHUNK_ENTRIES):
-            part = resolutions[i:i + CHUNK_ENTRIES]
-            text = (None if self._text is None
-                    else self._text([(res.spilled, res.transactions) for res in part]))
-            if text is not None:
-                refs = self.spill.write_text(text, len(part))
-            else:
-                entries = []
-                for res in part:
-                    ts = res.transactions
-                    try:
-                        rows = [t.row() for t in ts]
-                    except NotPlain:
-                        rows = None
-                    entries.append((res.spilled, rows, ts))
-                refs = self.spill.write_chunk(entries)
-            for res, ref in zip(part, refs):
+            self._spill_part(resolutions[i:i + CHUNK_ENTRIES])
+
+    def _spill_part(self, part: list[Resolution]) -> None:
+        """At most CHUNK_ENTRIES resolutions' transactions as one chunk of the Spill file
+        (its rows written while they are fresh in the caches), each resolution left with the
+        chunk's reference and its transactions' counts."""
+        text = (None if self._text is None
+                else self._text([(res.spilled, res.transactions) for res in part]))
+        if text is not None:
+            refs = self.spill.write_text(text, len(part))
+        else:
+            entries = []
+            for res in part:
                 ts = res.transactions
-                res.spilled = ref
-                res.spilled_count += len(ts)
-                # counted as folded until they come back (restore)
-                res.folded = Tally.of(ts).merge(res.folded)
-                res.transactions = ()
+                try:
+                    rows = [t.row() for t in ts]
+                except NotPlain:
+                    rows = None
+                entries.append((res.spilled, rows, ts))
+            refs = self.spill.write_chunk(entries)
+        for res, ref in zip(part, refs):
+            ts = res.transactions
+            res.spilled = ref
+            res.spilled_count += len(ts)
+            # counted as folded until they come back (restore)
+            res.folded = Tally.of(ts).merge(res.folded)
+            res.transactions = ()
 
     def read_back(self, res: Resolution) -> list:
         """A resolution's transactions, those in the Spill file first, without bringing them

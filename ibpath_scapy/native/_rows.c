@@ -14,6 +14,15 @@
  * nested deeper than rows are, ...): the caller pickles that chunk itself. Tested equal,
  * after pickle.loads, to the Python chunks (tests/test_spill.py). One replay's writer: its
  * buffer and memo are in use while it asks Python (row(), pickled()), so it is not shared.
+ *
+ * Made with spill=(resolution_class, tally_class, chunk_entries), it also takes the steps of
+ * Replay._spill_part for chunk after chunk: .spill(resolutions, write_text, python_part)
+ * writes each chunk_entries resolutions' transactions as one chunk (write_text(text, n), the
+ * Spill's, gives their references) and sets each resolution as _spill_part does (spilled,
+ * spilled_count, folded: Tally.of(ts).merge(folded), transactions: ()). A chunk with a
+ * resolution, a transaction or a count of a class other than these exactly, or whose text
+ * this writer leaves to pickle, goes to python_part(part) untouched. Tested equal to
+ * _spill_part, which remains the reference (tests/test_spill.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,7 +37,14 @@ static const char *const ROW_FIELDS[] = {"requester", "tid", "attribute_id", "an
                                          "completing_frame", "query", "status", "component_mask",
                                          "components", "first_frame", "request_count", "_frames",
                                          "records", "arrows", "_asks", "method"};
-enum { W_QUERY = 5, W_FRAMES = 11, W_RECORDS = 12, W_N = 16 };
+enum { W_ANSWERED = 3, W_QUERY = 5, W_FRAMES = 11, W_REQUEST_COUNT = 10, W_RECORDS = 12,
+       W_ASKS = 14, W_N = 16 };
+/* a Resolution's slots the spill sets, and Tally's, in its order (Tally.of's counts) */
+static const char *const RES_FIELDS[] = {"transactions", "spilled", "spilled_count", "folded"};
+enum { RS_TS, RS_SPILLED, RS_COUNT, RS_FOLDED, RS_N };
+static const char *const TALLY_FIELDS[] = {"transactions", "requests", "retries", "answered",
+                                           "reversible_asked"};
+enum { TALLY_N = 5, MAX_CHUNK = 256 };
 #define MAX_RECORD_FIELDS 64
 #define MAX_DEPTH 16  /* nested tuples, lists and sets a value may have (rows have 3) */
 
@@ -63,6 +79,9 @@ typedef struct {
     Buf buf;  /* kept between calls: a chunk's text is ~4 KB */
     MemoSlot memo[MEMO_SLOTS];
     Py_ssize_t memo_n, used[MEMO_MAX];  /* memoized so far; their slots */
+    /* spill()'s: NULL where made without them */
+    PyTypeObject *res_class, *tally_class;
+    Py_ssize_t res_off[RS_N], tally_off[TALLY_N], chunk_entries;
 } RowsText;
 
 static PyObject *str_row;
@@ -399,6 +418,31 @@ static int put_entry(RowsText *self, PyObject *previous, PyObject *ts)
     return r < 0 ? r : buf_add1(b, TUPLE1 + 2);  /* (TUPLE3) */
 }
 
+/* a chunk of n entries begun: pickle's protocol, the list and its MARK */
+static int chunk_open(RowsText *self, Py_ssize_t n)
+{
+    Buf *b = &self->buf;
+    b->n = 0;
+    int r = put_le(b, PROTO, 4, 1);
+    r = r < 0 ? r : buf_add1(b, EMPTY_LIST);
+    return r == 0 && n > 0 ? buf_add1(b, MARK) : r;
+}
+
+/* the chunk ended (r: how its entries went): its text, None (UNWRITTEN), or NULL with the
+ * error set */
+static PyObject *chunk_close(RowsText *self, Py_ssize_t n, int r)
+{
+    Buf *b = &self->buf;
+    if (r == 0 && n > 0)
+        r = buf_add1(b, APPENDS);
+    r = r < 0 ? r : buf_add1(b, STOP);
+    memo_truncate(self, 0);
+    PyObject *out = r == 0 ? PyBytes_FromStringAndSize(b->p, b->n)
+                    : r == UNWRITTEN ? Py_NewRef(Py_None) : NULL;
+    buf_reset(b, 1 << 20);  /* (an odd chunk's buffer is not kept) */
+    return out;
+}
+
 /* text(entries): the chunk's pickle text, or None (see the file's comment) */
 /* bench/native_twins.py, capture 3 native IB 200k, spill chunks: 0.375 -> 0.108 s (-71 %) */
 static PyObject *call(RowsText *self, PyObject *args, PyObject *kw)
@@ -409,13 +453,8 @@ static PyObject *call(RowsText *self, PyObject *args, PyObject *kw)
     PyObject *seq = PySequence_Fast(entries, "RowsText(entries): a sequence of entries");
     if (seq == NULL)
         return NULL;
-    Buf *b = &self->buf;
-    b->n = 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    int r = put_le(b, PROTO, 4, 1);
-    r = r < 0 ? r : buf_add1(b, EMPTY_LIST);
-    if (r == 0 && n > 0)
-        r = buf_add1(b, MARK);
+    int r = chunk_open(self, n);
     for (Py_ssize_t i = 0; r == 0 && i < n; i++) {
         PyObject *e = PySequence_Fast_GET_ITEM(seq, i);
         if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) {
@@ -425,22 +464,216 @@ static PyObject *call(RowsText *self, PyObject *args, PyObject *kw)
             r = put_entry(self, PyTuple_GET_ITEM(e, 0), PyTuple_GET_ITEM(e, 1));
         }
     }
-    if (r == 0 && n > 0)
-        r = buf_add1(b, APPENDS);
-    r = r < 0 ? r : buf_add1(b, STOP);
     Py_DECREF(seq);
-    memo_truncate(self, 0);
-    PyObject *out = r == 0 ? PyBytes_FromStringAndSize(b->p, b->n)
-                    : r == UNWRITTEN ? Py_NewRef(Py_None) : NULL;
-    buf_reset(b, 1 << 20);  /* (an odd chunk's buffer is not kept) */
-    return out;
+    return chunk_close(self, n, r);
+}
+
+/* v as a Py_ssize_t in *out where v is exactly an int that fits: 1, else 0 */
+static int exact_size(PyObject *v, Py_ssize_t *out)
+{
+    if (v == NULL || !PyLong_CheckExact(v))
+        return 0;
+    *out = PyLong_AsSsize_t(v);
+    if (*out == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* What _spill_part makes of resolution r: its new tally's values in tally[] (Tally.of of
+ * its transactions merged with its folded one) and its spilled_count in *count. 1; 0 where r
+ * is not as spill() takes it (Python's steps then); -1 with the error set. Nothing changed. */
+static int spill_values(RowsText *self, PyObject *r, Py_ssize_t tally[TALLY_N],
+                        Py_ssize_t *count)
+{
+    if (Py_TYPE(r) != self->res_class)
+        return 0;
+    for (int i = 0; i < RS_N; i++)
+        if (SLOT(r, self->res_off[i]) == NULL)
+            return 0;
+    PyObject *ts = SLOT(r, self->res_off[RS_TS]), *folded = SLOT(r, self->res_off[RS_FOLDED]);
+    /* (spilled, a reference, is written as any value: it may be past 64 bits) */
+    if (!(PyList_CheckExact(ts) || PyTuple_CheckExact(ts))
+            || !exact_size(SLOT(r, self->res_off[RS_COUNT]), count))
+        return 0;
+    if (folded == Py_None) {
+        for (int j = 0; j < TALLY_N; j++)
+            tally[j] = 0;
+    } else {
+        if (Py_TYPE(folded) != self->tally_class)
+            return 0;
+        for (int j = 0; j < TALLY_N; j++)
+            if (!exact_size(SLOT(folded, self->tally_off[j]), &tally[j]))
+                return 0;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(ts);
+    for (Py_ssize_t i = 0; i < n; i++) {  /* Tally.of: count() of each */
+        PyObject *t = PySequence_Fast_GET_ITEM(ts, i), *answered, *asks;
+        Py_ssize_t sent;
+        if (Py_TYPE(t) != self->closed_class
+                || !exact_size(SLOT(t, self->off[W_REQUEST_COUNT]), &sent)
+                || (answered = SLOT(t, self->off[W_ANSWERED])) == NULL
+                || (asks = SLOT(t, self->off[W_ASKS])) == NULL)
+            return 0;
+        int a = PyObject_IsTrue(answered), rev = a < 0 ? -1 : PyObject_IsTrue(asks);
+        if (rev < 0)
+            return -1;
+        tally[1] += sent;
+        tally[2] += sent > 1 ? sent - 1 : 0;
+        tally[3] += a;
+        tally[4] += rev;
+    }
+    tally[0] += n;
+    *count += n;
+    return 1;
+}
+
+/* a new Tally holding these counts (its slots filled as its __init__ would) */
+static PyObject *new_tally(RowsText *self, const Py_ssize_t tally[TALLY_N])
+{
+    PyObject *v[TALLY_N];
+    for (int j = 0; j < TALLY_N; j++)
+        if ((v[j] = PyLong_FromSsize_t(tally[j])) == NULL) {
+            while (j--)
+                Py_DECREF(v[j]);
+            return NULL;
+        }
+    PyObject *o = self->tally_class->tp_alloc(self->tally_class, 0);
+    for (int j = 0; j < TALLY_N; j++) {
+        if (o != NULL)
+            SLOT(o, self->tally_off[j]) = v[j];
+        else
+            Py_DECREF(v[j]);
+    }
+    return o;
+}
+
+/* the k resolutions at res spilled as one chunk: 0; UNWRITTEN where one is not as spill()
+ * takes it, or the chunk's text is left to pickle (nothing changed); -1 with the error set */
+static int spill_part(RowsText *self, PyObject *const *res, Py_ssize_t k, PyObject *write_text)
+{
+    Py_ssize_t tally[MAX_CHUNK][TALLY_N], count[MAX_CHUNK];
+    for (Py_ssize_t i = 0; i < k; i++) {
+        int ok = spill_values(self, res[i], tally[i], &count[i]);
+        if (ok <= 0)
+            return ok < 0 ? -1 : UNWRITTEN;
+    }
+    int r = chunk_open(self, k);
+    for (Py_ssize_t i = 0; r == 0 && i < k; i++)
+        r = put_entry(self, SLOT(res[i], self->res_off[RS_SPILLED]),
+                      SLOT(res[i], self->res_off[RS_TS]));
+    PyObject *text = chunk_close(self, k, r);
+    if (text == NULL || text == Py_None) {
+        Py_XDECREF(text);
+        return text == NULL ? -1 : UNWRITTEN;
+    }
+    PyObject *n = PyLong_FromSsize_t(k), *refs = NULL;
+    if (n != NULL) {
+        PyObject *args[2] = {text, n};
+        refs = PyObject_Vectorcall(write_text, args, 2, NULL);
+        Py_DECREF(n);
+    }
+    Py_DECREF(text);
+    if (refs == NULL)
+        return -1;
+    if (!PyList_CheckExact(refs) || PyList_GET_SIZE(refs) != k) {
+        PyErr_SetString(PyExc_TypeError, "RowsText.spill: write_text gives a reference each");
+        Py_DECREF(refs);
+        return -1;
+    }
+    r = 0;
+    for (Py_ssize_t i = 0; r == 0 && i < k; i++) {  /* _spill_part's steps, in its order */
+        PyObject *o = res[i], *spilled_count = PyLong_FromSsize_t(count[i]);
+        PyObject *folded = spilled_count == NULL ? NULL : new_tally(self, tally[i]);
+        if (folded == NULL) {
+            Py_XDECREF(spilled_count);
+            r = -1;
+            break;
+        }
+        Py_SETREF(SLOT(o, self->res_off[RS_SPILLED]), Py_NewRef(PyList_GET_ITEM(refs, i)));
+        Py_SETREF(SLOT(o, self->res_off[RS_COUNT]), spilled_count);
+        Py_SETREF(SLOT(o, self->res_off[RS_FOLDED]), folded);
+        Py_SETREF(SLOT(o, self->res_off[RS_TS]), PyTuple_New(0));
+    }
+    Py_DECREF(refs);
+    return r;
+}
+
+/* spill(resolutions, write_text, python_part): see the file's comment */
+/* bench/native_twins.py, capture 3 native IB 200k, spill steps: see bench/README.md */
+static PyObject *spill(RowsText *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "RowsText.spill(resolutions, write_text, python_part) takes 3 arguments");
+        return NULL;
+    }
+    if (self->res_class == NULL) {
+        PyErr_SetString(PyExc_TypeError, "RowsText.spill: made without spill=(...)");
+        return NULL;
+    }
+    /* (a tuple of its own: the Python it calls cannot change what it walks) */
+    PyObject *all = PySequence_Tuple(args[0]);
+    if (all == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(all);
+    for (Py_ssize_t start = 0; start < n; start += self->chunk_entries) {
+        Py_ssize_t k = n - start < self->chunk_entries ? n - start : self->chunk_entries;
+        int r = spill_part(self, &PyTuple_GET_ITEM(all, start), k, args[1]);
+        if (r == UNWRITTEN) {
+            PyObject *part = PyTuple_GetSlice(all, start, start + k), *done = NULL;
+            PyObject *as_list = part == NULL ? NULL : PySequence_List(part);
+            if (as_list != NULL)
+                done = PyObject_CallOneArg(args[2], as_list);
+            Py_XDECREF(part);
+            Py_XDECREF(as_list);
+            r = done == NULL ? -1 : 0;
+            Py_XDECREF(done);
+        }
+        if (r < 0) {
+            Py_DECREF(all);
+            return NULL;
+        }
+    }
+    Py_DECREF(all);
+    Py_RETURN_NONE;
+}
+
+/* The tally class's slots are exactly Tally's counts, in their order (new_tally fills
+ * them all): 0, or -1 with the error set. */
+static int tally_slots(RowsText *self)
+{
+    PyObject *slots = PyObject_GetAttrString((PyObject *)self->tally_class, "__slots__");
+    if (slots == NULL)
+        return -1;
+    PyObject *seq = PySequence_Fast(slots, "RowsText: the tally class's __slots__");
+    Py_DECREF(slots);
+    if (seq == NULL)
+        return -1;
+    int ok = PySequence_Fast_GET_SIZE(seq) == TALLY_N
+             && self->tally_class->tp_base == &PyBaseObject_Type;
+    for (int j = 0; ok && j < TALLY_N; j++) {
+        PyObject *name = PySequence_Fast_GET_ITEM(seq, j);
+        ok = PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, TALLY_FIELDS[j]) == 0;
+    }
+    Py_DECREF(seq);
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "RowsText: %R is not a Tally (its slots are %s, ...)",
+                     self->tally_class, TALLY_FIELDS[0]);
+        return -1;
+    }
+    return slot_offsets(self->tally_class, TALLY_FIELDS, TALLY_N, self->tally_off, "RowsText");
 }
 
 static int init(RowsText *self, PyObject *args, PyObject *kw)
 {
-    PyObject *cc, *rc, *fields, *not_plain, *kinds, *pickled;
-    if (!PyArg_ParseTuple(args, "O!O!O!OO!O", &PyType_Type, &cc, &PyType_Type, &rc,
-                          &PyTuple_Type, &fields, &not_plain, &PyTuple_Type, &kinds, &pickled))
+    static char *names[] = {"closed_class", "path_record_class", "path_record_fields",
+                            "not_plain", "kinds", "pickled", "spill", NULL};
+    PyObject *cc, *rc, *fields, *not_plain, *kinds, *pickled, *spill_ = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!OO!O|$O", names, &PyType_Type, &cc,
+                                     &PyType_Type, &rc, &PyTuple_Type, &fields, &not_plain,
+                                     &PyTuple_Type, &kinds, &pickled, &spill_))
         return -1;
     if (PyTuple_GET_SIZE(kinds) != 2 || !PyBytes_CheckExact(PyTuple_GET_ITEM(kinds, 0))
             || !PyBytes_CheckExact(PyTuple_GET_ITEM(kinds, 1))) {
@@ -461,7 +694,30 @@ static int init(RowsText *self, PyObject *args, PyObject *kw)
         return -1;
     self->n_record = slot_offsets_named(self->record_class, fields, MAX_RECORD_FIELDS,
                                         self->record_off, "RowsText");
-    return self->n_record < 0 ? -1 : 0;
+    if (self->n_record < 0)
+        return -1;
+    Py_CLEAR(self->res_class);
+    Py_CLEAR(self->tally_class);
+    if (spill_ == Py_None)
+        return 0;
+    PyObject *res_class, *tally_class;
+    if (!PyArg_ParseTuple(spill_, "O!O!n:RowsText spill=(resolution_class, tally_class, "
+                          "chunk_entries)", &PyType_Type, &res_class, &PyType_Type,
+                          &tally_class, &self->chunk_entries))
+        return -1;
+    if (self->chunk_entries < 1 || self->chunk_entries > MAX_CHUNK) {
+        PyErr_Format(PyExc_ValueError, "RowsText: chunk_entries 1 to %d", MAX_CHUNK);
+        return -1;
+    }
+    self->res_class = (PyTypeObject *)Py_NewRef(res_class);
+    self->tally_class = (PyTypeObject *)Py_NewRef(tally_class);
+    if (slot_offsets(self->res_class, RES_FIELDS, RS_N, self->res_off, "RowsText") < 0
+            || tally_slots(self) < 0) {
+        Py_CLEAR(self->res_class);
+        Py_CLEAR(self->tally_class);
+        return -1;
+    }
+    return 0;
 }
 
 static void dealloc(RowsText *self)
@@ -472,22 +728,33 @@ static void dealloc(RowsText *self)
     Py_XDECREF(self->kind_rows);
     Py_XDECREF(self->kind_objects);
     Py_XDECREF(self->pickled);
+    Py_XDECREF(self->res_class);
+    Py_XDECREF(self->tally_class);
     memo_truncate(self, 0);
     PyMem_Free(self->buf.p);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static PyMethodDef methods[] = {
+    {"spill", (PyCFunction)(void (*)(void))spill, METH_FASTCALL,
+     "spill(resolutions, write_text, python_part): Replay._spill_part's steps, chunk after "
+     "chunk (see native/_rows.c)."},
+    {NULL},
+};
+
 static PyTypeObject RowsTextType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ibpath_scapy.native._scan.RowsText",
     .tp_doc = "RowsText(closed_class, path_record_class, path_record_fields, not_plain, kinds, "
-              "pickled)(entries): a Spill chunk's pickle text, or None (audit/spill.py).",
+              "pickled, *, spill=None)(entries): a Spill chunk's pickle text, or None "
+              "(audit/spill.py).",
     .tp_basicsize = sizeof(RowsText),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)init,
     .tp_dealloc = (destructor)dealloc,
     .tp_call = (ternaryfunc)call,
+    .tp_methods = methods,
 };
 
 int add_rows(PyObject *module)
