@@ -1583,7 +1583,8 @@ static PyObject *or_zero(PyObject *obj, PyObject *name)
  * message (whole()) and the frames that made it. has_records: whether the segment's records
  * are not None. *records, *dropped, *reassembled and *errors (a list, maybe empty): new
  * references. 0, or -1 with the error set. */
-/* bench/native_twins.py decode, segments (capture 3 native IB 200k): 0.929 -> 0.830 s (-10.7 %) */
+/* bench/native_twins.py decode, segments, native IB 200k: capture 2 0.818 -> 0.673 s
+ * (-17.7 %); capture 3 0.796 -> 0.722 s (-9.3 %), best of 7 (2026-12-06) */
 static int segment_step(MadDecoder *self, Parts *p, PyObject *number, PyObject *time,
                         PyObject *stats, PyObject *reassembler, int has_records,
                         PyObject **records,
