@@ -508,7 +508,8 @@ class Replay:
         transaction and draws no arrows (the CLI's audit), the C twin also closes the batches
         its steps fill (_close's steps for a PathRecord transaction of such frames). A live
         stream (linger_seconds) is fed by feed alone, as without the extension. With the
-        extension, the chunks the spill writes are written in C too (native/_rows.c)."""
+        extension, the chunks the spill writes, and its steps (_spill_part's), are C's too
+        (native/_rows.c)."""
         native = extension()
         if native is None or self.linger_seconds is not None:
             return self.feed
